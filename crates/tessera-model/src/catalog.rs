@@ -1,0 +1,222 @@
+//! The hardware catalog: GPU models and their MIG geometry, loaded from a YAML data file.
+//!
+//! The built-in catalog (`data/gpus.yaml`) ships with the crate; users may load their own in the
+//! same shape. GPU models are referred to by [`GpuModelId`], an index into the catalog, so hot
+//! paths compare integers rather than strings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SpecError;
+
+const BUILTIN_CATALOG: &str = include_str!("../data/gpus.yaml");
+
+/// Index of a GPU model in its [`GpuCatalog`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GpuModelId(pub u16);
+
+/// One GPU model: the datasheet figures performance models start from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuModel {
+    /// Canonical name, e.g. `V100-32GB`.
+    pub name: String,
+    /// Other accepted spellings.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Device memory in GiB.
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: f64,
+    /// Peak dense FP16/BF16 TFLOP/s (tensor cores where present).
+    pub fp16_tflops: f64,
+    /// Peak FP32 TFLOP/s.
+    pub fp32_tflops: f64,
+    /// Memory bandwidth in GB/s.
+    #[serde(rename = "memoryBandwidthGBs")]
+    pub memory_bandwidth_g_bs: f64,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+    /// NVLink bandwidth per GPU in GB/s (0 when PCIe only).
+    #[serde(default, rename = "nvlinkGBs")]
+    pub nvlink_g_bs: f64,
+    /// Name of the MIG geometry, for MIG-capable parts.
+    #[serde(default)]
+    pub mig: Option<String>,
+}
+
+/// A MIG GPU-instance profile (one row of NVIDIA's placement table).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigProfile {
+    /// Profile name, e.g. `3g.20gb`.
+    pub name: String,
+    /// Compute slices (of 7).
+    pub compute_slices: u8,
+    /// Memory slices (of 8).
+    pub memory_slices: u8,
+    /// Memory of the instance in GiB.
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: f64,
+    /// Memory-slice positions the instance may start at.
+    pub starts: Vec<u8>,
+    /// Most instances of this profile on one GPU.
+    pub max_count: u8,
+    /// SMs of the instance.
+    pub sms: u32,
+}
+
+/// The MIG placement rules of one GPU family.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigGeometry {
+    /// Geometry name referenced by [`GpuModel::mig`].
+    pub name: String,
+    /// Its instance profiles, smallest first.
+    pub profiles: Vec<MigProfile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CatalogFile {
+    #[allow(dead_code)]
+    api_version: String,
+    kind: String,
+    gpus: Vec<GpuModel>,
+    #[serde(default)]
+    mig_geometries: Vec<MigGeometry>,
+}
+
+/// GPU models and MIG geometries, looked up by name (case-insensitive, aliases allowed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuCatalog {
+    gpus: Vec<GpuModel>,
+    mig: Vec<MigGeometry>,
+}
+
+impl GpuCatalog {
+    /// The catalog shipped with Tessera.
+    pub fn builtin() -> GpuCatalog {
+        // The embedded file is checked by a unit test, so this cannot fail at run time.
+        match Self::from_yaml(BUILTIN_CATALOG) {
+            Ok(c) => c,
+            Err(e) => unreachable!("built-in GPU catalog is invalid: {e}"),
+        }
+    }
+
+    /// Parses a catalog in the `kind: GpuCatalog` YAML shape.
+    pub fn from_yaml(text: &str) -> Result<GpuCatalog, SpecError> {
+        let file: CatalogFile = serde_norway::from_str(text).map_err(SpecError::from_yaml)?;
+        if file.kind != "GpuCatalog" {
+            return Err(SpecError::invalid("kind", format!("expected GpuCatalog, got {}", file.kind)));
+        }
+        let catalog = GpuCatalog { gpus: file.gpus, mig: file.mig_geometries };
+        catalog.validate()?;
+        Ok(catalog)
+    }
+
+    fn validate(&self) -> Result<(), SpecError> {
+        if self.gpus.len() > u16::MAX as usize {
+            return Err(SpecError::invalid("gpus", "too many GPU models".to_string()));
+        }
+        let mut seen: Vec<String> = Vec::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            let field = |f: &str| format!("gpus[{i}].{f}");
+            for name in std::iter::once(&g.name).chain(&g.aliases) {
+                let key = name.to_ascii_lowercase();
+                if seen.contains(&key) {
+                    return Err(SpecError::invalid(&field("name"), format!("duplicate GPU name {name}")));
+                }
+                seen.push(key);
+            }
+            for (what, v) in [
+                ("memoryGiB", g.memory_gib),
+                ("fp16Tflops", g.fp16_tflops),
+                ("fp32Tflops", g.fp32_tflops),
+                ("memoryBandwidthGBs", g.memory_bandwidth_g_bs),
+            ] {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(SpecError::invalid(&field(what), format!("must be positive, got {v}")));
+                }
+            }
+            if let Some(m) = &g.mig {
+                if !self.mig.iter().any(|geo| &geo.name == m) {
+                    return Err(SpecError::invalid(&field("mig"), format!("unknown MIG geometry {m}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks a model up by name or alias, ignoring case.
+    pub fn find(&self, name: &str) -> Option<GpuModelId> {
+        self.gpus
+            .iter()
+            .position(|g| {
+                g.name.eq_ignore_ascii_case(name)
+                    || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+            })
+            .map(|i| GpuModelId(i as u16))
+    }
+
+    /// Like [`find`](Self::find), but an unknown name is an error listing the known ones.
+    pub fn resolve(&self, name: &str) -> Result<GpuModelId, SpecError> {
+        self.find(name).ok_or_else(|| SpecError::UnknownGpu {
+            name: name.to_string(),
+            known: self.gpus.iter().map(|g| g.name.clone()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// The model behind an id from this catalog.
+    ///
+    /// Ids are only minted by this catalog, so an out-of-range id is a caller bug; it falls
+    /// back to the first model rather than panicking.
+    pub fn get(&self, id: GpuModelId) -> &GpuModel {
+        self.gpus.get(id.0 as usize).unwrap_or(&self.gpus[0])
+    }
+
+    /// All models, in catalog order.
+    pub fn models(&self) -> &[GpuModel] {
+        &self.gpus
+    }
+
+    /// The MIG geometry of a model, if it is MIG-capable.
+    pub fn mig_geometry(&self, id: GpuModelId) -> Option<&MigGeometry> {
+        let name = self.get(id).mig.as_ref()?;
+        self.mig.iter().find(|g| &g.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_catalog_has_required_models() {
+        let c = GpuCatalog::from_yaml(BUILTIN_CATALOG).unwrap();
+        for name in [
+            "K80", "P100", "V100-16GB", "V100-32GB", "T4", "A10", "A40", "A100-40GB", "A100-80GB",
+            "H100-80GB", "H200", "h200-141gb",
+        ] {
+            assert!(c.find(name).is_some(), "{name} missing");
+        }
+        let a100 = c.resolve("a100-40gb").unwrap();
+        let mig = c.mig_geometry(a100).unwrap();
+        assert_eq!(mig.profiles.len(), 6);
+        assert_eq!(mig.profiles.iter().map(|p| p.sms).max(), Some(98));
+        assert!(c.mig_geometry(c.resolve("V100-32GB").unwrap()).is_none());
+    }
+
+    #[test]
+    fn unknown_gpu_lists_known_names() {
+        let err = GpuCatalog::builtin().resolve("V200").unwrap_err().to_string();
+        assert!(err.contains("V200") && err.contains("V100-32GB"), "{err}");
+    }
+
+    #[test]
+    fn rejects_bad_catalogs() {
+        let dup = "apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n- {name: X, memoryGiB: 1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n- {name: x, memoryGiB: 1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n";
+        assert!(GpuCatalog::from_yaml(dup).is_err());
+        let neg = "apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n- {name: X, memoryGiB: -1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n";
+        assert!(GpuCatalog::from_yaml(neg).is_err());
+        assert!(GpuCatalog::from_yaml("kind: [").is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! Training jobs and workloads.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::GpuModelId;
+use crate::quantity::{Bytes, MilliCpu};
+use crate::time::{SimDuration, SimTime};
+
+/// Index of a job in its [`Workload`] (dense, in submit order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(pub u32);
+
+impl JobId {
+    /// The index as `usize`, for slices indexed by job.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A deep-learning training job as a trace describes it.
+///
+/// Work is `iterations`; the trace also fixes how long the job takes on the allocation it
+/// requested (`duration`), which gives its reference throughput `iterations / duration`.
+/// Performance models scale that reference to other allocations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingJob {
+    /// Dense id, assigned by [`Workload::new`].
+    pub id: JobId,
+    /// The job's name or id in its trace.
+    pub name: String,
+    /// Submission time.
+    pub submit: SimTime,
+    /// Tenant, queue or virtual cluster.
+    pub tenant: String,
+    /// Larger runs first under priority-aware policies.
+    pub priority: i32,
+    /// Model name, a key into performance tables (`resnet50`); empty when unknown.
+    pub model: String,
+    /// Global batch size, when known.
+    pub batch_size: Option<u32>,
+    /// Whole GPUs requested.
+    pub gpus: u32,
+    /// GPU models the job may run on; empty means any.
+    pub gpu_types: Vec<GpuModelId>,
+    /// Total training iterations (at least 1).
+    pub iterations: u64,
+    /// Run time on the requested allocation.
+    pub duration: SimDuration,
+    /// Explicit CPU request for the whole job; `None` = GPU-proportional share.
+    pub cpu: Option<MilliCpu>,
+    /// Explicit memory request for the whole job; `None` = GPU-proportional share.
+    pub memory: Option<Bytes>,
+}
+
+impl TrainingJob {
+    /// Iterations per second on the requested allocation.
+    pub fn reference_throughput(&self) -> f64 {
+        let secs = self.duration.as_secs_f64();
+        if secs > 0.0 {
+            self.iterations as f64 / secs
+        } else {
+            self.iterations as f64
+        }
+    }
+
+    /// A job with neutral defaults, for generators and tests: one iteration per second of
+    /// `duration`, no tenant, model or explicit CPU/memory.
+    pub fn simple(id: u32, submit: SimTime, gpus: u32, duration: SimDuration) -> TrainingJob {
+        TrainingJob {
+            id: JobId(id),
+            name: id.to_string(),
+            submit,
+            tenant: String::new(),
+            priority: 0,
+            model: String::new(),
+            batch_size: None,
+            gpus,
+            gpu_types: Vec::new(),
+            iterations: (duration.as_secs_f64().ceil() as u64).max(1),
+            duration,
+            cpu: None,
+            memory: None,
+        }
+    }
+}
+
+/// Jobs sorted by submit time (stable: ties keep trace order), with ids equal to positions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Workload {
+    jobs: Vec<TrainingJob>,
+}
+
+impl Workload {
+    /// Sorts jobs by submit time (stably) and renumbers their ids densely.
+    pub fn new(mut jobs: Vec<TrainingJob>) -> Workload {
+        jobs.sort_by_key(|j| j.submit);
+        for (i, j) in jobs.iter_mut().enumerate() {
+            j.id = JobId(i as u32);
+        }
+        Workload { jobs }
+    }
+
+    /// The jobs, in submit order.
+    pub fn jobs(&self) -> &[TrainingJob] {
+        &self.jobs
+    }
+
+    /// Number of jobs.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// True when there are no jobs.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// A job by id.
+    pub fn get(&self, id: JobId) -> Option<&TrainingJob> {
+        self.jobs.get(id.index())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_sorts_stably_and_renumbers() {
+        let mk = |name: &str, t: u64| {
+            let mut j = TrainingJob::simple(99, SimTime::from_secs(t), 1, SimDuration::from_secs(10));
+            j.name = name.into();
+            j
+        };
+        let w = Workload::new(vec![mk("c", 5), mk("a", 1), mk("b", 5)]);
+        let names: Vec<_> = w.jobs().iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["a", "c", "b"]);
+        assert!(w.jobs().iter().enumerate().all(|(i, j)| j.id == JobId(i as u32)));
+        assert_eq!(w.jobs()[0].reference_throughput(), 1.0);
+    }
+}

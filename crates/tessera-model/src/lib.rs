@@ -1,0 +1,36 @@
+//! Value types of Tessera, shared by every other crate.
+//!
+//! - [`time`]: [`SimTime`] and [`SimDuration`], integer microseconds.
+//! - [`quantity`]: Kubernetes quantities, [`MilliCpu`] and [`Bytes`].
+//! - [`catalog`]: the [`GpuCatalog`] of GPU models and MIG geometry (built-in YAML data).
+//! - [`cluster`]: `kind: Cluster` specs and the validated [`Cluster`].
+//! - [`job`]: [`TrainingJob`] and [`Workload`].
+//! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
+//! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
+//!
+//! ```
+//! use tessera_model::{Cluster, GpuCatalog};
+//! let yaml = "apiVersion: tessera/v1\nkind: Cluster\nspec:\n  nodeGroups:\n    - {name: a, count: 2, gpu: A100-80GB, gpusPerNode: 8, cpus: 96, memory: 1Ti}\n";
+//! let cluster = Cluster::from_yaml(yaml, &GpuCatalog::builtin()).unwrap();
+//! assert_eq!(cluster.totals().0, 16);
+//! ```
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod alloc;
+pub mod catalog;
+pub mod cluster;
+pub mod error;
+pub mod job;
+pub mod quantity;
+pub mod rng;
+pub mod time;
+
+pub use alloc::{Allocation, NodeShare};
+pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
+pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
+pub use error::SpecError;
+pub use job::{JobId, TrainingJob, Workload};
+pub use quantity::{Bytes, MilliCpu, QuantityError};
+pub use rng::SimRng;
+pub use time::{SimDuration, SimTime};
