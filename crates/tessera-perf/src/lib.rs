@@ -1,1 +1,132 @@
-//! placeholder
+//! Performance models: how fast a job runs on an allocation, and what restarting it costs.
+//!
+//! The simulator advances jobs by a [`ThroughputModel`] (the *truth*); policies see estimates.
+//! Later mechanisms plug in here: CPU/memory sensitivity (Synergy), GPU types and parallel
+//! plans (Crius), MIG slices (MISO), GPU shares (Dilu).
+//!
+//! - [`TraceThroughput`]: the foundation model. A job runs at the reference throughput its
+//!   trace implies (`iterations / duration`) on the GPUs it asked for, scaled linearly when it
+//!   holds a different number.
+//! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+use std::collections::BTreeMap;
+
+use tessera_model::{Allocation, Cluster, SimDuration, TrainingJob};
+
+/// Iterations per second of a job on an allocation.
+///
+/// Implementations must be pure (same inputs, same answer) and return a finite, non-negative
+/// rate; zero means the allocation cannot run the job.
+pub trait ThroughputModel: Send + Sync {
+    /// Throughput of `job` on `alloc` in `cluster`, in iterations per second.
+    fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64;
+}
+
+/// The trace is the truth: reference throughput on the requested GPU count, scaled linearly
+/// with the GPUs actually held (the usual assumption of trace-driven simulators when nothing
+/// better is known).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceThroughput;
+
+impl ThroughputModel for TraceThroughput {
+    fn throughput(&self, job: &TrainingJob, alloc: &Allocation, _cluster: &Cluster) -> f64 {
+        let held = alloc.gpus();
+        if held == 0 || job.gpus == 0 {
+            return 0.0;
+        }
+        job.reference_throughput() * held as f64 / job.gpus as f64
+    }
+}
+
+/// Seconds lost when a job is stopped and started again (checkpoint plus restore), per model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestartCosts {
+    per_model: BTreeMap<String, SimDuration>,
+    default: SimDuration,
+}
+
+/// Restart cost for models the table does not name.
+pub const DEFAULT_RESTART_COST: SimDuration = SimDuration::from_secs(30);
+
+impl Default for RestartCosts {
+    /// Restore times measured by MISO (SoCC'22) per model family, doubled to cover the
+    /// checkpoint as well; other models cost [`DEFAULT_RESTART_COST`].
+    fn default() -> Self {
+        let restore_secs = [
+            ("embedding", 4),
+            ("gnn", 5),
+            ("transformer", 5),
+            ("mobilenet", 7),
+            ("resnet", 9),
+            ("deepspeech2", 14),
+            ("bert", 18),
+            ("cyclegan", 44),
+        ];
+        RestartCosts {
+            per_model: restore_secs
+                .iter()
+                .map(|(m, s)| (m.to_string(), SimDuration::from_secs(2 * s)))
+                .collect(),
+            default: DEFAULT_RESTART_COST,
+        }
+    }
+}
+
+impl RestartCosts {
+    /// Every model costs the same.
+    pub fn uniform(cost: SimDuration) -> RestartCosts {
+        RestartCosts { per_model: BTreeMap::new(), default: cost }
+    }
+
+    /// No restart costs at all (for hand-checked scenarios).
+    pub fn free() -> RestartCosts {
+        RestartCosts::uniform(SimDuration::ZERO)
+    }
+
+    /// The cost for a model: an exact match, else the longest table key that prefixes the
+    /// model name (`resnet50` → `resnet`), else the default.
+    pub fn for_model(&self, model: &str) -> SimDuration {
+        let model = model.to_ascii_lowercase();
+        if let Some(c) = self.per_model.get(&model) {
+            return *c;
+        }
+        self.per_model
+            .iter()
+            .filter(|(k, _)| model.starts_with(k.as_str()))
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, c)| *c)
+            .unwrap_or(self.default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_model::{Bytes, MilliCpu, NodeId, NodeShare, SimTime};
+
+    #[test]
+    fn trace_throughput_scales_with_gpus() {
+        let cluster =
+            Cluster::homogeneous("V100-32GB", 2, 8, MilliCpu::from_cores(48), Bytes::from_gib(512))
+                .unwrap();
+        let job = TrainingJob::simple(0, SimTime::ZERO, 4, SimDuration::from_secs(100));
+        let share = |gpus| NodeShare { node: NodeId(0), gpus, cpu: MilliCpu(0), memory: Bytes(0) };
+        let at = |gpus| {
+            TraceThroughput.throughput(&job, &Allocation { shares: vec![share(gpus)] }, &cluster)
+        };
+        assert_eq!(at(4), 1.0);
+        assert_eq!(at(2), 0.5);
+        assert_eq!(at(0), 0.0);
+    }
+
+    #[test]
+    fn restart_cost_by_prefix() {
+        let c = RestartCosts::default();
+        assert_eq!(c.for_model("resnet50"), SimDuration::from_secs(18));
+        assert_eq!(c.for_model("BERT-large"), SimDuration::from_secs(36));
+        assert_eq!(c.for_model("unknown"), DEFAULT_RESTART_COST);
+        assert_eq!(RestartCosts::free().for_model("bert"), SimDuration::ZERO);
+    }
+}

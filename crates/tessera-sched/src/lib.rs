@@ -1,1 +1,22 @@
-//! placeholder
+//! The scheduling core of Tessera: the [`Policy`] trait, the view it sees, the actions it
+//! returns, placement helpers, and the policies themselves.
+//!
+//! This crate does no I/O and reads no clock: drivers (the simulator in `tessera-sim`, the
+//! daemon in `tessera-daemon`) build a [`ClusterView`] at each scheduling point, call
+//! [`Policy::schedule`], then validate and apply the returned [`Action`]s.
+//!
+//! - [`view`]: [`ClusterView`], [`ActiveJob`], [`Trigger`], [`Action`].
+//! - [`policy`]: the [`Policy`] trait and the registry ([`build_policy`], [`POLICIES`]).
+//! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.
+//! - [`baselines`]: FIFO, SRTF, LAS and FTF.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod baselines;
+pub mod placement;
+pub mod policy;
+pub mod view;
+
+pub use placement::Ledger;
+pub use policy::{build_policy, Policy, PolicyError, PolicyInfo, PolicyOptions, POLICIES};
+pub use view::{Action, ActiveJob, ClusterView, JobState, Trigger};

@@ -1,0 +1,104 @@
+//! What a policy sees ([`ClusterView`]) and what it may ask for ([`Action`]).
+
+use tessera_model::{Allocation, Cluster, JobId, Resources, SimTime, TrainingJob};
+
+/// Whether a job waits or runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Submitted, holding nothing.
+    Queued,
+    /// Holding an allocation (possibly still restoring from a checkpoint).
+    Running,
+}
+
+/// A job that has arrived and not finished, as the driver tracks it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveJob {
+    /// The job (index into [`ClusterView::jobs`]).
+    pub id: JobId,
+    /// Queued or running.
+    pub state: JobState,
+    /// What it holds while running.
+    pub allocation: Option<Allocation>,
+    /// GPU-seconds of service received so far (LAS, fairness).
+    pub attained_gpu_secs: f64,
+    /// Iterations still to do.
+    pub remaining_iters: f64,
+    /// The scheduler's estimate of iterations per second on the requested allocation.
+    pub throughput_estimate: f64,
+    /// When it first started, if ever.
+    pub first_start: Option<SimTime>,
+    /// Times it was preempted.
+    pub preemptions: u32,
+}
+
+impl ActiveJob {
+    /// Estimated seconds of work left on the requested allocation (infinite when the
+    /// estimate is zero).
+    pub fn remaining_secs_estimate(&self) -> f64 {
+        if self.throughput_estimate > 0.0 {
+            self.remaining_iters / self.throughput_estimate
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// Why the policy is being called. Several causes may coincide at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trigger {
+    /// A periodic round boundary: leases end and the policy may re-plan everything.
+    pub round: bool,
+    /// One or more jobs arrived.
+    pub arrival: bool,
+    /// One or more jobs finished (or otherwise released resources).
+    pub completion: bool,
+}
+
+/// A read-only snapshot of the world at one scheduling point.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterView<'a> {
+    /// Current time.
+    pub now: SimTime,
+    /// Why the policy is called.
+    pub trigger: Trigger,
+    /// Nodes and their capacities.
+    pub cluster: &'a Cluster,
+    /// Free resources per node, indexed by `NodeId`.
+    pub free: &'a [Resources],
+    /// Every job of the workload, indexed by `JobId`.
+    pub jobs: &'a [TrainingJob],
+    /// Jobs that arrived and are not finished, in no particular order.
+    pub active: &'a [ActiveJob],
+}
+
+impl<'a> ClusterView<'a> {
+    /// The spec of an active job.
+    pub fn spec(&self, job: &ActiveJob) -> Option<&'a TrainingJob> {
+        self.jobs.get(job.id.index())
+    }
+}
+
+/// A decision. The driver validates each against capacity and applies it in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Start a queued job on `allocation`.
+    Start {
+        /// The job.
+        job: JobId,
+        /// Where and what it gets.
+        allocation: Allocation,
+    },
+    /// Stop a running job (it checkpoints) and return it to the queue.
+    Preempt {
+        /// The job.
+        job: JobId,
+    },
+    /// Move a running job to a new allocation (it checkpoints and restarts there).
+    Resize {
+        /// The job.
+        job: JobId,
+        /// Its new allocation.
+        allocation: Allocation,
+    },
+}
