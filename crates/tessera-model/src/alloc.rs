@@ -21,7 +21,11 @@ pub struct NodeShare {
 impl NodeShare {
     /// The share as a resource vector.
     pub fn resources(&self) -> Resources {
-        Resources { gpus: self.gpus, cpu: self.cpu, memory: self.memory }
+        Resources {
+            gpus: self.gpus,
+            cpu: self.cpu,
+            memory: self.memory,
+        }
     }
 }
 

@@ -106,16 +106,25 @@ impl GpuCatalog {
     pub fn from_yaml(text: &str) -> Result<GpuCatalog, SpecError> {
         let file: CatalogFile = serde_norway::from_str(text).map_err(SpecError::from_yaml)?;
         if file.kind != "GpuCatalog" {
-            return Err(SpecError::invalid("kind", format!("expected GpuCatalog, got {}", file.kind)));
+            return Err(SpecError::invalid(
+                "kind",
+                format!("expected GpuCatalog, got {}", file.kind),
+            ));
         }
-        let catalog = GpuCatalog { gpus: file.gpus, mig: file.mig_geometries };
+        let catalog = GpuCatalog {
+            gpus: file.gpus,
+            mig: file.mig_geometries,
+        };
         catalog.validate()?;
         Ok(catalog)
     }
 
     fn validate(&self) -> Result<(), SpecError> {
         if self.gpus.len() > u16::MAX as usize {
-            return Err(SpecError::invalid("gpus", "too many GPU models".to_string()));
+            return Err(SpecError::invalid(
+                "gpus",
+                "too many GPU models".to_string(),
+            ));
         }
         let mut seen: Vec<String> = Vec::new();
         for (i, g) in self.gpus.iter().enumerate() {
@@ -123,7 +132,10 @@ impl GpuCatalog {
             for name in std::iter::once(&g.name).chain(&g.aliases) {
                 let key = name.to_ascii_lowercase();
                 if seen.contains(&key) {
-                    return Err(SpecError::invalid(&field("name"), format!("duplicate GPU name {name}")));
+                    return Err(SpecError::invalid(
+                        &field("name"),
+                        format!("duplicate GPU name {name}"),
+                    ));
                 }
                 seen.push(key);
             }
@@ -134,12 +146,18 @@ impl GpuCatalog {
                 ("memoryBandwidthGBs", g.memory_bandwidth_g_bs),
             ] {
                 if !(v.is_finite() && v > 0.0) {
-                    return Err(SpecError::invalid(&field(what), format!("must be positive, got {v}")));
+                    return Err(SpecError::invalid(
+                        &field(what),
+                        format!("must be positive, got {v}"),
+                    ));
                 }
             }
             if let Some(m) = &g.mig {
                 if !self.mig.iter().any(|geo| &geo.name == m) {
-                    return Err(SpecError::invalid(&field("mig"), format!("unknown MIG geometry {m}")));
+                    return Err(SpecError::invalid(
+                        &field("mig"),
+                        format!("unknown MIG geometry {m}"),
+                    ));
                 }
             }
         }
@@ -161,7 +179,12 @@ impl GpuCatalog {
     pub fn resolve(&self, name: &str) -> Result<GpuModelId, SpecError> {
         self.find(name).ok_or_else(|| SpecError::UnknownGpu {
             name: name.to_string(),
-            known: self.gpus.iter().map(|g| g.name.clone()).collect::<Vec<_>>().join(", "),
+            known: self
+                .gpus
+                .iter()
+                .map(|g| g.name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
         })
     }
 
@@ -193,8 +216,18 @@ mod tests {
     fn builtin_catalog_has_required_models() {
         let c = GpuCatalog::from_yaml(BUILTIN_CATALOG).unwrap();
         for name in [
-            "K80", "P100", "V100-16GB", "V100-32GB", "T4", "A10", "A40", "A100-40GB", "A100-80GB",
-            "H100-80GB", "H200", "h200-141gb",
+            "K80",
+            "P100",
+            "V100-16GB",
+            "V100-32GB",
+            "T4",
+            "A10",
+            "A40",
+            "A100-40GB",
+            "A100-80GB",
+            "H100-80GB",
+            "H200",
+            "h200-141gb",
         ] {
             assert!(c.find(name).is_some(), "{name} missing");
         }
@@ -207,7 +240,10 @@ mod tests {
 
     #[test]
     fn unknown_gpu_lists_known_names() {
-        let err = GpuCatalog::builtin().resolve("V200").unwrap_err().to_string();
+        let err = GpuCatalog::builtin()
+            .resolve("V200")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("V200") && err.contains("V100-32GB"), "{err}");
     }
 

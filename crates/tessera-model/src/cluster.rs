@@ -133,6 +133,20 @@ impl Resources {
     pub fn fits(&self, need: &Resources) -> bool {
         self.gpus >= need.gpus && self.cpu >= need.cpu && self.memory >= need.memory
     }
+
+    /// Adds `other` component-wise.
+    pub fn add(&mut self, other: &Resources) {
+        self.gpus = self.gpus.saturating_add(other.gpus);
+        self.cpu += other.cpu;
+        self.memory += other.memory;
+    }
+
+    /// Subtracts `other` component-wise (saturating at zero; check [`fits`](Self::fits) first).
+    pub fn sub(&mut self, other: &Resources) {
+        self.gpus = self.gpus.saturating_sub(other.gpus);
+        self.cpu -= other.cpu;
+        self.memory -= other.memory;
+    }
 }
 
 /// The most nodes a cluster may have; keeps ids in `u32` and memory bounded.
@@ -167,10 +181,16 @@ impl Cluster {
             ));
         }
         if spec.kind != "Cluster" {
-            return Err(SpecError::invalid("kind", format!("expected Cluster, got {:?}", spec.kind)));
+            return Err(SpecError::invalid(
+                "kind",
+                format!("expected Cluster, got {:?}", spec.kind),
+            ));
         }
         if spec.spec.node_groups.is_empty() {
-            return Err(SpecError::invalid("spec.nodeGroups", "needs at least one group".into()));
+            return Err(SpecError::invalid(
+                "spec.nodeGroups",
+                "needs at least one group".into(),
+            ));
         }
         let total: u64 = spec.spec.node_groups.iter().map(|g| g.count as u64).sum();
         if total > MAX_NODES {
@@ -183,17 +203,31 @@ impl Cluster {
         let mut nodes = Vec::with_capacity(total as usize);
         for (gi, g) in spec.spec.node_groups.iter().enumerate() {
             let field = |f: &str| format!("spec.nodeGroups[{gi}].{f}");
-            if g.name.is_empty() || !g.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            if g.name.is_empty()
+                || !g
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
                 return Err(SpecError::invalid(
                     &field("name"),
-                    format!("{:?} must be non-empty letters, digits, '-', '_' or '.'", g.name),
+                    format!(
+                        "{:?} must be non-empty letters, digits, '-', '_' or '.'",
+                        g.name
+                    ),
                 ));
             }
             if groups.iter().any(|x: &NodeGroup| x.name == g.name) {
-                return Err(SpecError::invalid(&field("name"), format!("duplicate group {:?}", g.name)));
+                return Err(SpecError::invalid(
+                    &field("name"),
+                    format!("duplicate group {:?}", g.name),
+                ));
             }
             if g.count == 0 {
-                return Err(SpecError::invalid(&field("count"), "must be at least 1".into()));
+                return Err(SpecError::invalid(
+                    &field("count"),
+                    "must be at least 1".into(),
+                ));
             }
             if g.gpus_per_node > 64 {
                 return Err(SpecError::invalid(
@@ -202,12 +236,20 @@ impl Cluster {
                 ));
             }
             if g.cpus.0 == 0 {
-                return Err(SpecError::invalid(&field("cpus"), "must be positive".into()));
+                return Err(SpecError::invalid(
+                    &field("cpus"),
+                    "must be positive".into(),
+                ));
             }
             if g.memory.0 == 0 {
-                return Err(SpecError::invalid(&field("memory"), "must be positive".into()));
+                return Err(SpecError::invalid(
+                    &field("memory"),
+                    "must be positive".into(),
+                ));
             }
-            let gpu = catalog.resolve(&g.gpu).map_err(|e| SpecError::invalid(&field("gpu"), e.to_string()))?;
+            let gpu = catalog
+                .resolve(&g.gpu)
+                .map_err(|e| SpecError::invalid(&field("gpu"), e.to_string()))?;
             let first_node = nodes.len() as u32;
             for i in 0..g.count {
                 nodes.push(Node {
@@ -236,7 +278,12 @@ impl Cluster {
             .as_ref()
             .and_then(|m| m.name.clone())
             .unwrap_or_else(|| "cluster".to_string());
-        Ok(Cluster { name, catalog: catalog.clone(), groups, nodes })
+        Ok(Cluster {
+            name,
+            catalog: catalog.clone(),
+            groups,
+            nodes,
+        })
     }
 
     /// A cluster of one group, for tests and built-in setups.
@@ -270,7 +317,11 @@ impl Cluster {
     pub fn capacity(&self, node: NodeId) -> Resources {
         self.nodes
             .get(node.index())
-            .map(|n| Resources { gpus: n.gpus, cpu: n.cpu, memory: n.memory })
+            .map(|n| Resources {
+                gpus: n.gpus,
+                cpu: n.cpu,
+                memory: n.memory,
+            })
             .unwrap_or_default()
     }
 
@@ -324,11 +375,23 @@ spec:
     fn errors_name_the_field() {
         let cat = GpuCatalog::builtin();
         let cases = [
-            (MINIMAL.replace("V100-32GB", "V200"), "spec.nodeGroups[0].gpu"),
-            (MINIMAL.replace("count: 256", "count: 0"), "spec.nodeGroups[0].count"),
-            (MINIMAL.replace("memory: 512Gi", "memory: 512Qi"), "invalid quantity"),
+            (
+                MINIMAL.replace("V100-32GB", "V200"),
+                "spec.nodeGroups[0].gpu",
+            ),
+            (
+                MINIMAL.replace("count: 256", "count: 0"),
+                "spec.nodeGroups[0].count",
+            ),
+            (
+                MINIMAL.replace("memory: 512Gi", "memory: 512Qi"),
+                "invalid quantity",
+            ),
             (MINIMAL.replace("kind: Cluster", "kind: Pod"), "kind"),
-            (MINIMAL.replace("cpus: 48", "cpus: 48\n      colour: red"), "unknown field"),
+            (
+                MINIMAL.replace("cpus: 48", "cpus: 48\n      colour: red"),
+                "unknown field",
+            ),
         ];
         for (text, needle) in cases {
             let err = Cluster::from_yaml(&text, &cat).unwrap_err().to_string();
@@ -338,8 +401,11 @@ spec:
 
     #[test]
     fn syntax_errors_carry_a_line() {
-        let err = Cluster::from_yaml("apiVersion: tessera/v1\nkind: Cluster\nspec: [\n", &GpuCatalog::builtin())
-            .unwrap_err();
+        let err = Cluster::from_yaml(
+            "apiVersion: tessera/v1\nkind: Cluster\nspec: [\n",
+            &GpuCatalog::builtin(),
+        )
+        .unwrap_err();
         assert!(err.line().is_some(), "{err:?}");
     }
 }

@@ -45,7 +45,10 @@ fn location_prefix(line: Option<usize>, column: Option<usize>) -> String {
 
 impl SpecError {
     pub(crate) fn invalid(field: &str, reason: String) -> SpecError {
-        SpecError::Invalid { field: field.to_string(), reason }
+        SpecError::Invalid {
+            field: field.to_string(),
+            reason,
+        }
     }
 
     pub(crate) fn from_yaml(e: serde_norway::Error) -> SpecError {

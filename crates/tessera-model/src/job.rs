@@ -128,14 +128,19 @@ mod tests {
     #[test]
     fn workload_sorts_stably_and_renumbers() {
         let mk = |name: &str, t: u64| {
-            let mut j = TrainingJob::simple(99, SimTime::from_secs(t), 1, SimDuration::from_secs(10));
+            let mut j =
+                TrainingJob::simple(99, SimTime::from_secs(t), 1, SimDuration::from_secs(10));
             j.name = name.into();
             j
         };
         let w = Workload::new(vec![mk("c", 5), mk("a", 1), mk("b", 5)]);
         let names: Vec<_> = w.jobs().iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["a", "c", "b"]);
-        assert!(w.jobs().iter().enumerate().all(|(i, j)| j.id == JobId(i as u32)));
+        assert!(w
+            .jobs()
+            .iter()
+            .enumerate()
+            .all(|(i, j)| j.id == JobId(i as u32)));
         assert_eq!(w.jobs()[0].reference_throughput(), 1.0);
     }
 }

@@ -22,7 +22,10 @@ pub struct QuantityError {
 /// Parses a quantity into a non-negative value scaled by `unit` (1000 for millicores, 1 for
 /// bytes), rounding up as Kubernetes does, so that a request is never silently shrunk.
 fn parse_scaled(input: &str, unit: f64) -> Result<u64, QuantityError> {
-    let err = |reason| QuantityError { input: input.to_string(), reason };
+    let err = |reason| QuantityError {
+        input: input.to_string(),
+        reason,
+    };
     let s = input.trim();
     if s.is_empty() {
         return Err(err("empty"));
@@ -46,7 +49,11 @@ fn parse_scaled(input: &str, unit: f64) -> Result<u64, QuantityError> {
         "Ti" => 1024.0f64.powi(4),
         "Pi" => 1024.0f64.powi(5),
         "Ei" => 1024.0f64.powi(6),
-        _ => return Err(err("unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)")),
+        _ => {
+            return Err(err(
+                "unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)",
+            ))
+        }
     };
     if num.is_empty() {
         return Err(err("missing number"));
@@ -124,8 +131,12 @@ impl fmt::Display for MilliCpu {
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(&str, u64); 4] =
-            [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+        const UNITS: [(&str, u64); 4] = [
+            ("Ti", 1 << 40),
+            ("Gi", 1 << 30),
+            ("Mi", 1 << 20),
+            ("Ki", 1 << 10),
+        ];
         for (suffix, size) in UNITS {
             if self.0 >= size && self.0 % size == 0 {
                 return write!(f, "{}{}", self.0 / size, suffix);
@@ -134,6 +145,36 @@ impl fmt::Display for Bytes {
         write!(f, "{}", self.0)
     }
 }
+
+macro_rules! quantity_arith {
+    ($ty:ident) => {
+        impl std::ops::Add for $ty {
+            type Output = $ty;
+            fn add(self, o: $ty) -> $ty {
+                $ty(self.0.saturating_add(o.0))
+            }
+        }
+        impl std::ops::AddAssign for $ty {
+            fn add_assign(&mut self, o: $ty) {
+                self.0 = self.0.saturating_add(o.0);
+            }
+        }
+        impl std::ops::Sub for $ty {
+            type Output = $ty;
+            /// Saturating at zero; callers check [`PartialOrd`] first where it matters.
+            fn sub(self, o: $ty) -> $ty {
+                $ty(self.0.saturating_sub(o.0))
+            }
+        }
+        impl std::ops::SubAssign for $ty {
+            fn sub_assign(&mut self, o: $ty) {
+                self.0 = self.0.saturating_sub(o.0);
+            }
+        }
+    };
+}
+quantity_arith!(MilliCpu);
+quantity_arith!(Bytes);
 
 /// Serde glue: quantities are written as strings and read from strings or plain numbers
 /// (YAML `cpus: 48` and `cpus: "500m"` both work).

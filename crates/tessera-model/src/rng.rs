@@ -15,7 +15,9 @@ pub struct SimRng {
 impl SimRng {
     /// A generator for `seed`.
     pub fn seed_from_u64(seed: u64) -> SimRng {
-        SimRng { inner: ChaCha8Rng::seed_from_u64(seed) }
+        SimRng {
+            inner: ChaCha8Rng::seed_from_u64(seed),
+        }
     }
 
     /// Uniform in [0, 1) with 53 random bits.
@@ -60,7 +62,10 @@ impl SimRng {
             }
             x -= w;
         }
-        weights.iter().rposition(|w| w.is_finite() && *w > 0.0).unwrap_or(0)
+        weights
+            .iter()
+            .rposition(|w| w.is_finite() && *w > 0.0)
+            .unwrap_or(0)
     }
 
     /// Raw 64 random bits.

@@ -74,7 +74,11 @@ impl SimDuration {
             return SimDuration(0);
         }
         let us = (s * MICROS_PER_SEC as f64).ceil();
-        SimDuration(if us >= u64::MAX as f64 { u64::MAX } else { us as u64 })
+        SimDuration(if us >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            us as u64
+        })
     }
     /// Whole microseconds.
     pub const fn as_micros(self) -> u64 {
@@ -153,6 +157,9 @@ mod tests {
         assert_eq!(SimTime::from_secs_f64(f64::NAN), SimTime::ZERO);
         assert_eq!(SimDuration::from_secs_f64_ceil(0.000_000_1).as_micros(), 1);
         assert_eq!(SimTime::MAX + SimDuration::from_secs(1), SimTime::MAX);
-        assert_eq!(SimTime::from_secs(1) - SimTime::from_secs(2), SimDuration::ZERO);
+        assert_eq!(
+            SimTime::from_secs(1) - SimTime::from_secs(2),
+            SimDuration::ZERO
+        );
     }
 }

@@ -77,7 +77,10 @@ impl Default for RestartCosts {
 impl RestartCosts {
     /// Every model costs the same.
     pub fn uniform(cost: SimDuration) -> RestartCosts {
-        RestartCosts { per_model: BTreeMap::new(), default: cost }
+        RestartCosts {
+            per_model: BTreeMap::new(),
+            default: cost,
+        }
     }
 
     /// No restart costs at all (for hand-checked scenarios).
@@ -108,13 +111,29 @@ mod tests {
 
     #[test]
     fn trace_throughput_scales_with_gpus() {
-        let cluster =
-            Cluster::homogeneous("V100-32GB", 2, 8, MilliCpu::from_cores(48), Bytes::from_gib(512))
-                .unwrap();
+        let cluster = Cluster::homogeneous(
+            "V100-32GB",
+            2,
+            8,
+            MilliCpu::from_cores(48),
+            Bytes::from_gib(512),
+        )
+        .unwrap();
         let job = TrainingJob::simple(0, SimTime::ZERO, 4, SimDuration::from_secs(100));
-        let share = |gpus| NodeShare { node: NodeId(0), gpus, cpu: MilliCpu(0), memory: Bytes(0) };
+        let share = |gpus| NodeShare {
+            node: NodeId(0),
+            gpus,
+            cpu: MilliCpu(0),
+            memory: Bytes(0),
+        };
         let at = |gpus| {
-            TraceThroughput.throughput(&job, &Allocation { shares: vec![share(gpus)] }, &cluster)
+            TraceThroughput.throughput(
+                &job,
+                &Allocation {
+                    shares: vec![share(gpus)],
+                },
+                &cluster,
+            )
         };
         assert_eq!(at(4), 1.0);
         assert_eq!(at(2), 0.5);

@@ -77,7 +77,11 @@ pub struct OrderedPolicy {
 impl OrderedPolicy {
     /// A policy ranking by `order`, re-planning every `round` (or every event if `None`).
     pub fn new(order: JobOrder, round: Option<SimDuration>) -> OrderedPolicy {
-        OrderedPolicy { order, round, ranked: Vec::new() }
+        OrderedPolicy {
+            order,
+            round,
+            ranked: Vec::new(),
+        }
     }
 
     /// Ranks `view.active` into `self.ranked` as (key, submit, id, index), best first.
@@ -89,11 +93,11 @@ impl OrderedPolicy {
             }
             let Some(spec) = view.spec(job) else { continue };
             let key = self.order.key(view, job, spec);
-            self.ranked.push((key, spec.submit.as_micros(), job.id.0, i));
+            self.ranked
+                .push((key, spec.submit.as_micros(), job.id.0, i));
         }
-        self.ranked.sort_unstable_by(|a, b| {
-            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
-        });
+        self.ranked
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     }
 
     fn fill(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
@@ -109,7 +113,10 @@ impl OrderedPolicy {
             let job = &view.active[i];
             let Some(spec) = view.spec(job) else { continue };
             if let Some(allocation) = ledger.place(spec) {
-                actions.push(Action::Start { job: job.id, allocation });
+                actions.push(Action::Start {
+                    job: job.id,
+                    allocation,
+                });
             }
         }
     }
@@ -120,7 +127,9 @@ impl OrderedPolicy {
         let mut budget = total_gpus;
         let mut selected = vec![false; self.ranked.len()];
         for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
-            let Some(spec) = view.spec(&view.active[i]) else { continue };
+            let Some(spec) = view.spec(&view.active[i]) else {
+                continue;
+            };
             if spec.gpus as u64 <= budget {
                 budget -= spec.gpus as u64;
                 selected[r] = true;
@@ -137,7 +146,10 @@ impl OrderedPolicy {
         let start = |ledger: &mut Ledger<'_>, i: usize, actions: &mut Vec<Action>| {
             let job = &view.active[i];
             if let Some(allocation) = view.spec(job).and_then(|s| ledger.place(s)) {
-                actions.push(Action::Start { job: job.id, allocation });
+                actions.push(Action::Start {
+                    job: job.id,
+                    allocation,
+                });
             }
         };
         for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
@@ -184,4 +196,3 @@ impl Policy for OrderedPolicy {
         }
     }
 }
-

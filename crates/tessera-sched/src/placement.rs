@@ -27,7 +27,11 @@ impl<'c> Ledger<'c> {
         for (node, f) in cluster.nodes.iter().zip(free) {
             group_free_gpus[node.group as usize] += f.gpus as u64;
         }
-        Ledger { cluster, free: free.to_vec(), group_free_gpus }
+        Ledger {
+            cluster,
+            free: free.to_vec(),
+            group_free_gpus,
+        }
     }
 
     /// Free resources per node.
@@ -44,9 +48,7 @@ impl<'c> Ledger<'c> {
     pub fn release(&mut self, alloc: &Allocation) {
         for s in &alloc.shares {
             if let Some(f) = self.free.get_mut(s.node.index()) {
-                f.gpus += s.gpus;
-                f.cpu.0 += s.cpu.0;
-                f.memory.0 += s.memory.0;
+                f.add(&s.resources());
                 self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] +=
                     s.gpus as u64;
             }
@@ -58,16 +60,15 @@ impl<'c> Ledger<'c> {
     pub fn reserve(&mut self, alloc: &Allocation) -> bool {
         let fits = alloc.nodes_distinct()
             && alloc.shares.iter().all(|s| {
-                self.free.get(s.node.index()).is_some_and(|f| f.fits(&s.resources()))
+                self.free
+                    .get(s.node.index())
+                    .is_some_and(|f| f.fits(&s.resources()))
             });
         if !fits {
             return false;
         }
         for s in &alloc.shares {
-            let f = &mut self.free[s.node.index()];
-            f.gpus -= s.gpus;
-            f.cpu.0 -= s.cpu.0;
-            f.memory.0 -= s.memory.0;
+            self.free[s.node.index()].sub(&s.resources());
             self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] -=
                 s.gpus as u64;
         }
@@ -101,7 +102,9 @@ impl<'c> Ledger<'c> {
         for n in nodes.clone() {
             let share = proportional_share(job, group, NodeId(n as u32), job.gpus);
             if self.free[n].fits(&share.resources()) {
-                return Some(Allocation { shares: vec![share] });
+                return Some(Allocation {
+                    shares: vec![share],
+                });
             }
         }
         // Several nodes: emptiest first, so the job spans as few as possible.
@@ -126,7 +129,12 @@ impl<'c> Ledger<'c> {
 
 /// The CPU and memory that come with `gpus` GPUs of `job` on a node of `group`: the job's
 /// explicit request split by GPUs, or the node's capacity split by GPUs.
-pub fn proportional_share(job: &TrainingJob, group: &NodeGroup, node: NodeId, gpus: u32) -> NodeShare {
+pub fn proportional_share(
+    job: &TrainingJob,
+    group: &NodeGroup,
+    node: NodeId,
+    gpus: u32,
+) -> NodeShare {
     let split = |total: u64, of: u32| -> u64 {
         if of == 0 {
             0
@@ -142,7 +150,12 @@ pub fn proportional_share(job: &TrainingJob, group: &NodeGroup, node: NodeId, gp
         Some(m) => split(m.0, job.gpus),
         None => split(group.memory.0, group.gpus_per_node),
     };
-    NodeShare { node, gpus, cpu: MilliCpu(cpu), memory: Bytes(memory) }
+    NodeShare {
+        node,
+        gpus,
+        cpu: MilliCpu(cpu),
+        memory: Bytes(memory),
+    }
 }
 
 #[cfg(test)]
@@ -151,8 +164,14 @@ mod tests {
     use tessera_model::{SimDuration, SimTime};
 
     fn cluster(nodes: u32, gpus: u32) -> Cluster {
-        Cluster::homogeneous("V100-32GB", nodes, gpus, MilliCpu::from_cores(24), Bytes::from_gib(500))
-            .unwrap()
+        Cluster::homogeneous(
+            "V100-32GB",
+            nodes,
+            gpus,
+            MilliCpu::from_cores(24),
+            Bytes::from_gib(500),
+        )
+        .unwrap()
     }
 
     fn job(gpus: u32) -> TrainingJob {

@@ -60,10 +60,22 @@ pub struct PolicyInfo {
 
 /// Every policy the registry can build.
 pub const POLICIES: &[PolicyInfo] = &[
-    PolicyInfo { name: "fifo", about: "first in, first out; non-preemptive, with backfill" },
-    PolicyInfo { name: "srtf", about: "shortest remaining time first; preemptive" },
-    PolicyInfo { name: "las", about: "least attained GPU-service first (Tiresias-style); preemptive" },
-    PolicyInfo { name: "ftf", about: "finish-time fairness (Themis): largest rho first; preemptive" },
+    PolicyInfo {
+        name: "fifo",
+        about: "first in, first out; non-preemptive, with backfill",
+    },
+    PolicyInfo {
+        name: "srtf",
+        about: "shortest remaining time first; preemptive",
+    },
+    PolicyInfo {
+        name: "las",
+        about: "least attained GPU-service first (Tiresias-style); preemptive",
+    },
+    PolicyInfo {
+        name: "ftf",
+        about: "finish-time fairness (Themis): largest rho first; preemptive",
+    },
 ];
 
 /// Builds a policy by registry name (case-insensitive).
@@ -76,7 +88,11 @@ pub fn build_policy(name: &str, options: &PolicyOptions) -> Result<Box<dyn Polic
         _ => {
             return Err(PolicyError::Unknown {
                 name: name.to_string(),
-                known: POLICIES.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+                known: POLICIES
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
     };
@@ -94,7 +110,10 @@ mod tests {
             assert_eq!(built.name(), p.name);
         }
         assert!(build_policy("LAS", &PolicyOptions::default()).is_ok());
-        let err = build_policy("lottery", &PolicyOptions::default()).err().unwrap().to_string();
+        let err = build_policy("lottery", &PolicyOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("lottery") && err.contains("fifo"), "{err}");
     }
 }

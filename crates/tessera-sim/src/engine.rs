@@ -1,0 +1,768 @@
+//! The event loop.
+//!
+//! ```text
+//!   arrivals (trace cursor) ─┐
+//!   completions (heap)  ─────┼─► next instant t ─► apply every event at t ─► sync progress
+//!   round ticks (policy) ────┘                                               │
+//!        ▲                                                                   ▼
+//!        └──── reschedule completions ◄── validate + apply actions ◄── Policy::schedule(view)
+//! ```
+//!
+//! Time is [`SimTime`] (integer µs). Events at the same instant are all applied before the
+//! policy is called once; completion events carry a version stamp, so a completion made stale
+//! by a preemption or resize is skipped. Equal-time completions come out in the order they
+//! were scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use tessera_model::{
+    Allocation, Cluster, JobId, Resources, SimDuration, SimTime, TrainingJob, Workload,
+};
+use tessera_perf::{RestartCosts, ThroughputModel};
+use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
+use thiserror::Error;
+
+use crate::metrics::{percentile, JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+
+/// Settings of one run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Checkpoint + restore cost charged on every restart (after a preemption or resize).
+    pub restart_costs: RestartCosts,
+    /// Stop the run at this instant; jobs still active are reported unfinished.
+    pub time_limit: Option<SimTime>,
+    /// Record allocation changes over time.
+    pub record_timeseries: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            restart_costs: RestartCosts::default(),
+            time_limit: None,
+            record_timeseries: true,
+        }
+    }
+}
+
+/// A policy asked for something impossible, or the run could not proceed. All variants are
+/// fatal for the run: they indicate a bug in the policy (or a performance model).
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// An action that does not fit the job's state or the free resources.
+    #[error("policy {policy} at {now}: invalid action {action}: {reason}")]
+    InvalidAction {
+        /// Policy name.
+        policy: String,
+        /// When.
+        now: SimTime,
+        /// The action, rendered.
+        action: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The performance model gave a job no (or a non-finite) speed on the allocation it got.
+    #[error("job {job} has throughput {rate} on its allocation at {now}")]
+    BadThroughput {
+        /// The job.
+        job: String,
+        /// The rate returned.
+        rate: f64,
+        /// When.
+        now: SimTime,
+    },
+}
+
+/// Reports progress of long runs (drawn by the CLI; tests may count calls).
+pub trait Progress {
+    /// Called every few thousand events and once at the end.
+    fn update(&mut self, jobs_done: usize, jobs_total: usize, now: SimTime);
+}
+
+impl Progress for () {
+    fn update(&mut self, _: usize, _: usize, _: SimTime) {}
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Completion { job: JobId, version: u32 },
+}
+
+/// Per-job mutable state, indexed by job id.
+#[derive(Clone, Debug)]
+struct Progressing {
+    /// Iterations per second on the current allocation (0 while queued).
+    rate: f64,
+    /// Progress and attained service are accounted up to this instant.
+    synced_at: SimTime,
+    /// Progress starts only after a restart's checkpoint/restore.
+    resumes_at: SimTime,
+    done: f64,
+    /// Bumped on every allocation change; stale completions carry an older version.
+    version: u32,
+    gpus_held: u32,
+    gpu_secs: f64,
+    record_outcome: Option<JobOutcome>,
+    first_start: Option<SimTime>,
+    finish: Option<SimTime>,
+    preemptions: u32,
+    ever_started: bool,
+}
+
+const NOT_ACTIVE: u32 = u32::MAX;
+
+/// One simulation run of one policy over one workload on one cluster.
+pub struct Simulation<'a> {
+    cluster: &'a Cluster,
+    jobs: &'a [TrainingJob],
+    truth: &'a dyn ThroughputModel,
+    policy: Box<dyn Policy>,
+    config: SimConfig,
+
+    now: SimTime,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
+    next_arrival: usize,
+    round: Option<SimDuration>,
+    next_round: Option<SimTime>,
+
+    free: Vec<Resources>,
+    capacity: (u64, u64, u64),
+    used: (u64, u64, u64),
+    active: Vec<ActiveJob>,
+    /// Position of each job in `active`, or `NOT_ACTIVE`.
+    active_pos: Vec<u32>,
+    state: Vec<Progressing>,
+    done_jobs: usize,
+
+    first_arrival: Option<SimTime>,
+    last_completion: SimTime,
+    util_synced_at: SimTime,
+    util_integral: (f64, f64, f64),
+    timeseries: Vec<UtilSample>,
+    events: u64,
+    scheduling_points: u64,
+    actions: Vec<Action>,
+    finished: bool,
+}
+
+impl<'a> Simulation<'a> {
+    /// Prepares a run. Nothing happens until [`step`](Self::step) or [`run`](Self::run).
+    pub fn new(
+        cluster: &'a Cluster,
+        workload: &'a Workload,
+        truth: &'a dyn ThroughputModel,
+        policy: Box<dyn Policy>,
+        config: SimConfig,
+    ) -> Simulation<'a> {
+        let jobs = workload.jobs();
+        let round = policy.round_length().filter(|d| !d.is_zero());
+        let fresh = Progressing {
+            rate: 0.0,
+            synced_at: SimTime::ZERO,
+            resumes_at: SimTime::ZERO,
+            done: 0.0,
+            version: 0,
+            gpus_held: 0,
+            gpu_secs: 0.0,
+            record_outcome: None,
+            first_start: None,
+            finish: None,
+            preemptions: 0,
+            ever_started: false,
+        };
+        Simulation {
+            cluster,
+            jobs,
+            truth,
+            policy,
+            config,
+            now: SimTime::ZERO,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            next_arrival: 0,
+            round,
+            next_round: None,
+            free: cluster
+                .nodes
+                .iter()
+                .map(|n| cluster.capacity(n.id))
+                .collect(),
+            capacity: cluster.totals(),
+            used: (0, 0, 0),
+            active: Vec::new(),
+            active_pos: vec![NOT_ACTIVE; jobs.len()],
+            state: vec![fresh; jobs.len()],
+            done_jobs: 0,
+            first_arrival: None,
+            last_completion: SimTime::ZERO,
+            util_synced_at: SimTime::ZERO,
+            util_integral: (0.0, 0.0, 0.0),
+            timeseries: Vec::new(),
+            events: 0,
+            scheduling_points: 0,
+            actions: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Free resources per node.
+    pub fn free(&self) -> &[Resources] {
+        &self.free
+    }
+
+    /// Jobs that arrived and have not ended.
+    pub fn active(&self) -> &[ActiveJob] {
+        &self.active
+    }
+
+    /// True once every job has ended (or the time limit passed).
+    pub fn is_done(&self) -> bool {
+        self.finished
+    }
+
+    /// Runs to the end, reporting progress every few thousand events.
+    pub fn run(mut self, progress: &mut dyn Progress) -> Result<SimReport, SimError> {
+        let total = self.jobs.len();
+        while self.step()? {
+            if self.events % 4096 == 0 {
+                progress.update(self.done_jobs, total, self.now);
+            }
+        }
+        progress.update(self.done_jobs, total, self.now);
+        Ok(self.into_report())
+    }
+
+    /// Advances to the next instant with events, applies them and calls the policy.
+    /// Returns `Ok(false)` once the run is over.
+    pub fn step(&mut self) -> Result<bool, SimError> {
+        if self.finished {
+            return Ok(false);
+        }
+        let Some(t) = self.next_instant() else {
+            self.finish_run("no further events: the job could never be placed");
+            return Ok(false);
+        };
+        if let Some(limit) = self.config.time_limit {
+            if t > limit {
+                self.advance_clock(limit);
+                self.finish_run("time limit reached");
+                return Ok(false);
+            }
+        }
+        self.advance_clock(t);
+
+        let mut trigger = Trigger::default();
+        while let Some(Reverse((when, _, event))) = self.heap.peek().copied() {
+            if when != t {
+                break;
+            }
+            self.heap.pop();
+            self.events += 1;
+            match event {
+                Event::Completion { job, version } => {
+                    if self.complete(job, version) {
+                        trigger.completion = true;
+                    }
+                }
+            }
+        }
+        while let Some(job) = self.jobs.get(self.next_arrival) {
+            if job.submit != t {
+                break;
+            }
+            self.next_arrival += 1;
+            self.events += 1;
+            self.arrive(job);
+            trigger.arrival = true;
+        }
+        if self.next_round == Some(t) {
+            self.events += 1;
+            trigger.round = true;
+        }
+        self.plan_next_round();
+
+        if !self.active.is_empty() && (trigger.round || trigger.arrival || trigger.completion) {
+            self.schedule(trigger)?;
+        }
+        if self.done_jobs == self.jobs.len() {
+            self.finished = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn next_instant(&self) -> Option<SimTime> {
+        let completion = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        let arrival = self.jobs.get(self.next_arrival).map(|j| j.submit);
+        [completion, arrival, self.next_round]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Rounds tick while jobs are active; with nothing active they pause until the next
+    /// arrival, so an idle cluster costs no events.
+    fn plan_next_round(&mut self) {
+        let Some(len) = self.round else { return };
+        let len = len.as_micros().max(1);
+        let next_multiple =
+            |after: SimTime| SimTime::from_micros((after.as_micros() / len + 1) * len);
+        self.next_round = if !self.active.is_empty() {
+            Some(next_multiple(self.now))
+        } else {
+            None
+        };
+    }
+
+    fn advance_clock(&mut self, t: SimTime) {
+        let dt = t.saturating_since(self.util_synced_at).as_secs_f64();
+        if self.first_arrival.is_some() {
+            self.util_integral.0 += self.used.0 as f64 * dt;
+            self.util_integral.1 += self.used.1 as f64 * dt;
+            self.util_integral.2 += self.used.2 as f64 * dt;
+        }
+        self.util_synced_at = t;
+        self.now = t;
+    }
+
+    fn arrive(&mut self, job: &TrainingJob) {
+        self.first_arrival.get_or_insert(job.submit);
+        let max = self.cluster.max_gpus_for(&job.gpu_types);
+        if job.gpus == 0 || job.gpus as u64 > max {
+            let st = &mut self.state[job.id.index()];
+            st.record_outcome = Some(JobOutcome::Rejected {
+                reason: format!(
+                    "asks for {} GPUs; the largest eligible node group has {max}",
+                    job.gpus
+                ),
+            });
+            self.done_jobs += 1;
+            return;
+        }
+        self.active_pos[job.id.index()] = self.active.len() as u32;
+        self.active.push(ActiveJob {
+            id: job.id,
+            state: JobState::Queued,
+            allocation: None,
+            attained_gpu_secs: 0.0,
+            remaining_iters: job.iterations as f64,
+            throughput_estimate: job.reference_throughput(),
+            first_start: None,
+            preemptions: 0,
+        });
+        self.state[job.id.index()].synced_at = self.now;
+    }
+
+    /// Brings a running job's progress and attained service up to `self.now`.
+    fn sync(&mut self, job: JobId) {
+        let now = self.now;
+        let total = self.jobs[job.index()].iterations as f64;
+        let st = &mut self.state[job.index()];
+        let held = now.saturating_since(st.synced_at).as_secs_f64();
+        let working_from = st.synced_at.max(st.resumes_at);
+        let worked = now.saturating_since(working_from).as_secs_f64();
+        st.done = (st.done + st.rate * worked).min(total);
+        st.gpu_secs += st.gpus_held as f64 * held;
+        st.synced_at = now;
+        if let Some(&pos) = self.active_pos.get(job.index()) {
+            if let Some(a) = self.active.get_mut(pos as usize) {
+                a.attained_gpu_secs = st.gpu_secs;
+                a.remaining_iters = total - st.done;
+            }
+        }
+    }
+
+    fn complete(&mut self, job: JobId, version: u32) -> bool {
+        let pos = self.active_pos[job.index()];
+        if pos == NOT_ACTIVE || self.state[job.index()].version != version {
+            return false; // stale: the job was preempted or resized since
+        }
+        self.sync(job);
+        let total = self.jobs[job.index()].iterations as f64;
+        let alloc = self.active[pos as usize].allocation.take();
+        if let Some(a) = &alloc {
+            self.release(a);
+        }
+        let st = &mut self.state[job.index()];
+        st.done = total; // float rounding must not leave a sliver of work
+        st.rate = 0.0;
+        st.gpus_held = 0;
+        st.finish = Some(self.now);
+        st.record_outcome = Some(JobOutcome::Finished);
+        self.remove_active(job);
+        self.done_jobs += 1;
+        self.last_completion = self.now;
+        true
+    }
+
+    fn remove_active(&mut self, job: JobId) {
+        let pos = self.active_pos[job.index()] as usize;
+        self.active.swap_remove(pos);
+        if let Some(moved) = self.active.get(pos) {
+            self.active_pos[moved.id.index()] = pos as u32;
+        }
+        self.active_pos[job.index()] = NOT_ACTIVE;
+    }
+
+    fn schedule(&mut self, trigger: Trigger) -> Result<(), SimError> {
+        for i in 0..self.active.len() {
+            if self.active[i].state == JobState::Running {
+                self.sync(self.active[i].id);
+            }
+        }
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        let view = ClusterView {
+            now: self.now,
+            trigger,
+            cluster: self.cluster,
+            free: &self.free,
+            jobs: self.jobs,
+            active: &self.active,
+        };
+        self.policy.schedule(&view, &mut actions);
+        self.scheduling_points += 1;
+        let changed = !actions.is_empty();
+        let mut result = Ok(());
+        for action in actions.drain(..) {
+            if let Err(e) = self.apply(action) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.actions = actions;
+        result?;
+        if changed {
+            self.record_sample();
+        }
+        Ok(())
+    }
+
+    fn invalid(&self, action: &Action, reason: impl Into<String>) -> SimError {
+        SimError::InvalidAction {
+            policy: self.policy.name().to_string(),
+            now: self.now,
+            action: format!("{action:?}"),
+            reason: reason.into(),
+        }
+    }
+
+    fn apply(&mut self, action: Action) -> Result<(), SimError> {
+        let job = match &action {
+            Action::Start { job, .. } | Action::Preempt { job } | Action::Resize { job, .. } => {
+                *job
+            }
+        };
+        let pos = match self.active_pos.get(job.index()) {
+            Some(&p) if p != NOT_ACTIVE => p as usize,
+            _ => return Err(self.invalid(&action, "job is not active")),
+        };
+        let state = self.active[pos].state;
+        match (&action, state) {
+            (Action::Start { allocation, .. }, JobState::Queued) => {
+                self.check_fits(&action, job, allocation)?;
+                self.take(allocation);
+                let restart = self.state[job.index()].ever_started;
+                self.begin(job, pos, allocation.clone(), restart)
+            }
+            (Action::Preempt { .. }, JobState::Running) => {
+                self.stop(job, pos);
+                self.active[pos].state = JobState::Queued;
+                Ok(())
+            }
+            (Action::Resize { allocation, .. }, JobState::Running) => {
+                let old = self.stop(job, pos);
+                if let Err(e) = self.check_fits(&action, job, allocation) {
+                    // Leave the world as it was before the invalid action.
+                    self.take(&old);
+                    self.active[pos].allocation = Some(old);
+                    return Err(e);
+                }
+                self.take(allocation);
+                self.begin(job, pos, allocation.clone(), true)
+            }
+            _ => Err(self.invalid(&action, format!("job is {state:?}"))),
+        }
+    }
+
+    fn check_fits(&self, action: &Action, job: JobId, alloc: &Allocation) -> Result<(), SimError> {
+        let spec = &self.jobs[job.index()];
+        if alloc.shares.is_empty() || alloc.gpus() == 0 {
+            return Err(self.invalid(action, "allocation holds no GPUs"));
+        }
+        if !alloc.nodes_distinct() {
+            return Err(self.invalid(action, "a node appears twice"));
+        }
+        for s in &alloc.shares {
+            let Some(node) = self.cluster.nodes.get(s.node.index()) else {
+                return Err(self.invalid(action, format!("no node {}", s.node.0)));
+            };
+            if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&node.gpu) {
+                return Err(self.invalid(
+                    action,
+                    format!("node {} has a GPU model the job does not allow", node.name),
+                ));
+            }
+            if !self.free[s.node.index()].fits(&s.resources()) {
+                return Err(self.invalid(action, format!("over-allocates node {}", node.name)));
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, alloc: &Allocation) {
+        for s in &alloc.shares {
+            self.free[s.node.index()].sub(&s.resources());
+        }
+        self.used.0 += alloc.gpus() as u64;
+        self.used.1 += alloc.cpu().0;
+        self.used.2 += alloc.memory().0;
+    }
+
+    fn release(&mut self, alloc: &Allocation) {
+        for s in &alloc.shares {
+            self.free[s.node.index()].add(&s.resources());
+        }
+        self.used.0 -= alloc.gpus() as u64;
+        self.used.1 -= alloc.cpu().0;
+        self.used.2 -= alloc.memory().0;
+    }
+
+    /// Stops a running job where it is (progress kept) and returns what it held.
+    fn stop(&mut self, job: JobId, pos: usize) -> Allocation {
+        self.sync(job);
+        let alloc = self.active[pos].allocation.take().unwrap_or_default();
+        self.release(&alloc);
+        let st = &mut self.state[job.index()];
+        st.rate = 0.0;
+        st.gpus_held = 0;
+        st.version = st.version.wrapping_add(1);
+        st.preemptions += 1;
+        self.active[pos].preemptions = st.preemptions;
+        alloc
+    }
+
+    /// Puts a job on `alloc` (already taken from `free`) and schedules its completion.
+    fn begin(
+        &mut self,
+        job: JobId,
+        pos: usize,
+        alloc: Allocation,
+        restart: bool,
+    ) -> Result<(), SimError> {
+        let spec = &self.jobs[job.index()];
+        let rate = self.truth.throughput(spec, &alloc, self.cluster);
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(SimError::BadThroughput {
+                job: spec.name.clone(),
+                rate,
+                now: self.now,
+            });
+        }
+        let cost = if restart {
+            self.config.restart_costs.for_model(&spec.model)
+        } else {
+            SimDuration::ZERO
+        };
+        let now = self.now;
+        let st = &mut self.state[job.index()];
+        st.rate = rate;
+        st.synced_at = now;
+        st.resumes_at = now + cost;
+        st.gpus_held = alloc.gpus();
+        st.ever_started = true;
+        st.first_start.get_or_insert(now);
+        st.version = st.version.wrapping_add(1);
+        let remaining = (spec.iterations as f64 - st.done).max(0.0);
+        let finish = st.resumes_at + SimDuration::from_secs_f64_ceil(remaining / rate);
+        let version = st.version;
+        let a = &mut self.active[pos];
+        a.state = JobState::Running;
+        a.allocation = Some(alloc);
+        a.first_start.get_or_insert(now);
+        self.seq += 1;
+        self.heap.push(Reverse((
+            finish,
+            self.seq,
+            Event::Completion { job, version },
+        )));
+        Ok(())
+    }
+
+    fn record_sample(&mut self) {
+        if !self.config.record_timeseries {
+            return;
+        }
+        let running = self
+            .active
+            .iter()
+            .filter(|a| a.state == JobState::Running)
+            .count() as u32;
+        let sample = UtilSample {
+            time: self.now,
+            gpus: self.used.0,
+            cpu_milli: self.used.1,
+            memory_bytes: self.used.2,
+            running,
+            queued: self.active.len() as u32 - running,
+        };
+        match self.timeseries.last_mut() {
+            Some(last) if last.time == sample.time => *last = sample,
+            _ => self.timeseries.push(sample),
+        }
+    }
+
+    fn finish_run(&mut self, reason: &str) {
+        let ids: Vec<JobId> = self.active.iter().map(|a| a.id).collect();
+        for id in ids {
+            if self.active[self.active_pos[id.index()] as usize].state == JobState::Running {
+                self.sync(id);
+            }
+            self.state[id.index()].record_outcome = Some(JobOutcome::Unfinished {
+                reason: reason.to_string(),
+            });
+        }
+        self.finished = true;
+    }
+
+    /// Checks the engine's invariants; used by tests after every step.
+    ///
+    /// - no node has more GPUs, CPU or memory allocated than it has;
+    /// - free resources plus what running jobs hold equals capacity, node by node;
+    /// - no job has done more iterations than it has, and finished jobs did all of them.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held: Vec<Resources> = vec![Resources::default(); self.free.len()];
+        for a in &self.active {
+            match (&a.state, &a.allocation) {
+                (JobState::Running, Some(alloc)) => {
+                    for s in &alloc.shares {
+                        held[s.node.index()].add(&s.resources());
+                    }
+                }
+                (JobState::Queued, None) => {}
+                (st, alloc) => {
+                    return Err(format!(
+                        "job {:?} is {st:?} with allocation {alloc:?}",
+                        a.id
+                    ))
+                }
+            }
+        }
+        for (node, (f, h)) in self.cluster.nodes.iter().zip(self.free.iter().zip(&held)) {
+            let cap = self.cluster.capacity(node.id);
+            let mut sum = *f;
+            sum.add(h);
+            if sum != cap {
+                return Err(format!(
+                    "node {}: free {f:?} + held {h:?} != capacity {cap:?}",
+                    node.name
+                ));
+            }
+        }
+        for (job, st) in self.jobs.iter().zip(&self.state) {
+            let total = job.iterations as f64;
+            if st.done > total {
+                return Err(format!(
+                    "job {} did {} of {total} iterations",
+                    job.name, st.done
+                ));
+            }
+            if st.record_outcome == Some(JobOutcome::Finished) && st.done != total {
+                return Err(format!(
+                    "job {} finished after {} of {total} iterations",
+                    job.name, st.done
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the run and builds its report (also valid mid-run, for inspection).
+    pub fn into_report(mut self) -> SimReport {
+        if !self.finished {
+            self.finish_run("run stopped early");
+        }
+        let policy = self.policy.name().to_string();
+        let jobs: Vec<JobRecord> = self
+            .jobs
+            .iter()
+            .zip(&self.state)
+            .map(|(job, st)| JobRecord {
+                job: job.id,
+                name: job.name.clone(),
+                gpus: job.gpus,
+                submit: job.submit,
+                first_start: st.first_start,
+                finish: st.finish,
+                outcome: st.record_outcome.clone().unwrap_or(JobOutcome::Unfinished {
+                    reason: "never arrived before the run stopped".to_string(),
+                }),
+                preemptions: st.preemptions,
+                gpu_secs: st.gpu_secs,
+                iterations_done: st.done,
+            })
+            .collect();
+        let summary = self.summarize(&jobs);
+        SimReport {
+            policy,
+            summary,
+            jobs,
+            timeseries: std::mem::take(&mut self.timeseries),
+        }
+    }
+
+    fn summarize(&self, jobs: &[JobRecord]) -> Summary {
+        let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
+        jcts.sort_by(f64::total_cmp);
+        let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        let count = |f: fn(&JobOutcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
+        let start = self.first_arrival.unwrap_or(SimTime::ZERO);
+        let end = self.last_completion.max(start);
+        let span = end.saturating_since(start).as_secs_f64();
+        // The integral runs to the last event; past the last completion nothing is held
+        // unless jobs were left unfinished, so dividing by the makespan is exact for
+        // completed runs.
+        let span_all = self.now.saturating_since(start).as_secs_f64();
+        let util = |integral: f64, cap: u64| {
+            let denom = span.max(span_all) * cap as f64;
+            if denom > 0.0 {
+                integral / denom
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            jobs: jobs.len(),
+            finished: count(|o| matches!(o, JobOutcome::Finished)),
+            rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
+            unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
+            avg_jct_s: mean(&jcts),
+            p50_jct_s: percentile(&jcts, 50.0),
+            p95_jct_s: percentile(&jcts, 95.0),
+            p99_jct_s: percentile(&jcts, 99.0),
+            makespan_s: span,
+            avg_queue_s: mean(&queues),
+            gpu_util: util(self.util_integral.0, self.capacity.0),
+            cpu_util: util(self.util_integral.1, self.capacity.1),
+            mem_util: util(self.util_integral.2, self.capacity.2),
+            preemptions: jobs.iter().map(|j| j.preemptions as u64).sum(),
+            events: self.events,
+            scheduling_points: self.scheduling_points,
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! What a run produces: per-job records, a summary, and a utilization time series.
+
+use serde::Serialize;
+use tessera_model::{JobId, SimTime};
+
+/// How a job ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobOutcome {
+    /// Did all its iterations.
+    Finished,
+    /// Could never run on this cluster; the reason says why.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// Still queued or running when the run stopped.
+    Unfinished {
+        /// Why the run stopped with it unfinished.
+        reason: String,
+    },
+}
+
+/// One job's history.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobRecord {
+    /// Dense id.
+    pub job: JobId,
+    /// Name in the trace.
+    pub name: String,
+    /// GPUs requested.
+    pub gpus: u32,
+    /// Submission.
+    pub submit: SimTime,
+    /// First start, if any.
+    pub first_start: Option<SimTime>,
+    /// Completion, if finished.
+    pub finish: Option<SimTime>,
+    /// How it ended.
+    pub outcome: JobOutcome,
+    /// Times it was preempted or resized.
+    pub preemptions: u32,
+    /// GPU-seconds it held GPUs for.
+    pub gpu_secs: f64,
+    /// Iterations done (equals the total for finished jobs).
+    pub iterations_done: f64,
+}
+
+impl JobRecord {
+    /// Job completion time in seconds (finish − submit), for finished jobs.
+    pub fn jct_secs(&self) -> Option<f64> {
+        self.finish
+            .map(|f| f.saturating_since(self.submit).as_secs_f64())
+    }
+
+    /// Queueing delay in seconds (first start − submit), for jobs that started.
+    pub fn queue_secs(&self) -> Option<f64> {
+        self.first_start
+            .map(|s| s.saturating_since(self.submit).as_secs_f64())
+    }
+}
+
+/// Allocated resources at one instant (recorded when they change).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct UtilSample {
+    /// When.
+    pub time: SimTime,
+    /// GPUs allocated.
+    pub gpus: u64,
+    /// Millicores allocated.
+    pub cpu_milli: u64,
+    /// Bytes of memory allocated.
+    pub memory_bytes: u64,
+    /// Jobs running.
+    pub running: u32,
+    /// Jobs queued.
+    pub queued: u32,
+}
+
+/// Aggregate figures of one run. Times are seconds, utilizations fractions of capacity.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Jobs in the workload.
+    pub jobs: usize,
+    /// Jobs that finished.
+    pub finished: usize,
+    /// Jobs rejected as never able to run.
+    pub rejected: usize,
+    /// Jobs unfinished when the run stopped.
+    pub unfinished: usize,
+    /// Mean job completion time of finished jobs.
+    pub avg_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 95th-percentile JCT.
+    pub p95_jct_s: f64,
+    /// 99th-percentile JCT.
+    pub p99_jct_s: f64,
+    /// Last completion minus first submission.
+    pub makespan_s: f64,
+    /// Mean of first start − submit over started jobs.
+    pub avg_queue_s: f64,
+    /// Time-averaged GPU allocation over the makespan.
+    pub gpu_util: f64,
+    /// Time-averaged CPU allocation over the makespan.
+    pub cpu_util: f64,
+    /// Time-averaged memory allocation over the makespan.
+    pub mem_util: f64,
+    /// Preemptions and resizes, all jobs.
+    pub preemptions: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Scheduling points (policy calls).
+    pub scheduling_points: u64,
+}
+
+/// Nearest-rank percentile of sorted values (0 for an empty slice).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Everything a run produces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimReport {
+    /// Policy name.
+    pub policy: String,
+    /// Aggregates.
+    pub summary: Summary,
+    /// One record per job, by id.
+    pub jobs: Vec<JobRecord>,
+    /// Allocation over time.
+    pub timeseries: Vec<UtilSample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+}

@@ -1,0 +1,187 @@
+//! Randomized runs checked after every event: capacity is never exceeded, free + held equals
+//! capacity, work is conserved, every job ends, and a run is a pure function of its inputs.
+
+use proptest::prelude::*;
+use tessera_model::{
+    Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
+};
+use tessera_perf::{RestartCosts, TraceThroughput};
+use tessera_sched::{build_policy, PolicyOptions, POLICIES};
+use tessera_sim::{JobOutcome, SimConfig, SimReport, Simulation};
+
+fn cluster_strategy() -> impl Strategy<Value = Cluster> {
+    prop::collection::vec(
+        (
+            1u32..5,
+            prop::sample::select(vec![1u32, 2, 4, 8]),
+            0usize..3,
+        ),
+        1..3,
+    )
+    .prop_map(|groups| {
+        let gpus = ["V100-32GB", "A100-40GB", "T4"];
+        let node_groups = groups
+            .iter()
+            .enumerate()
+            .map(
+                |(i, &(count, per_node, gpu))| tessera_model::cluster::NodeGroupSpec {
+                    name: format!("g{i}"),
+                    count,
+                    gpu: gpus[gpu].to_string(),
+                    gpus_per_node: per_node,
+                    cpus: MilliCpu::from_cores(8 * per_node as u64),
+                    memory: Bytes::from_gib(64 * per_node as u64),
+                    rack: None,
+                },
+            )
+            .collect();
+        let spec = ClusterSpec {
+            api_version: "tessera/v1".into(),
+            kind: "Cluster".into(),
+            metadata: None,
+            spec: tessera_model::cluster::ClusterBody { node_groups },
+        };
+        Cluster::from_spec(&spec, &GpuCatalog::builtin()).unwrap()
+    })
+}
+
+fn jobs_strategy() -> impl Strategy<Value = Vec<TrainingJob>> {
+    prop::collection::vec(
+        (
+            0u64..3_000,
+            prop::sample::select(vec![1u32, 1, 1, 2, 4, 8, 16]),
+            1u64..2_000,
+        ),
+        1..40,
+    )
+    .prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (submit, gpus, secs))| {
+                let mut j = TrainingJob::simple(
+                    i as u32,
+                    SimTime::from_secs(submit),
+                    gpus,
+                    SimDuration::from_secs(secs),
+                );
+                j.model = ["resnet50", "bert", "gnmt"][i % 3].into();
+                j
+            })
+            .collect()
+    })
+}
+
+fn simulate(
+    cluster: &Cluster,
+    workload: &Workload,
+    policy: &str,
+    round: Option<u64>,
+    check: bool,
+) -> SimReport {
+    let policy = build_policy(
+        policy,
+        &PolicyOptions {
+            round: round.map(SimDuration::from_secs),
+        },
+    )
+    .unwrap();
+    let mut sim = Simulation::new(
+        cluster,
+        workload,
+        &TraceThroughput,
+        policy,
+        SimConfig::default(),
+    );
+    let mut steps = 0u64;
+    while sim.step().unwrap() {
+        if check {
+            if let Err(e) = sim.check_invariants() {
+                panic!("after step {steps} at {}: {e}", sim.now());
+            }
+        }
+        steps += 1;
+        assert!(steps < 1_000_000, "run does not terminate");
+    }
+    sim.check_invariants().unwrap();
+    sim.into_report()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn invariants_hold_after_every_event(
+        cluster in cluster_strategy(),
+        jobs in jobs_strategy(),
+        policy in prop::sample::select(POLICIES.iter().map(|p| p.name).collect::<Vec<_>>()),
+        round in prop::option::of(30u64..600),
+    ) {
+        let workload = Workload::new(jobs);
+        let report = simulate(&cluster, &workload, policy, round, true);
+        let (total_gpus, _, _) = cluster.totals();
+        for (rec, job) in report.jobs.iter().zip(workload.jobs()) {
+            let max = cluster.max_gpus_for(&job.gpu_types);
+            match &rec.outcome {
+                JobOutcome::Finished => {
+                    prop_assert_eq!(rec.iterations_done, job.iterations as f64);
+                    // Nothing finishes faster than its isolated run time.
+                    let jct = rec.jct_secs().unwrap();
+                    prop_assert!(jct + 1e-6 >= job.duration.as_secs_f64(), "{} < {}", jct, job.duration);
+                }
+                JobOutcome::Rejected { .. } => prop_assert!(job.gpus as u64 > max),
+                JobOutcome::Unfinished { reason } => prop_assert!(false, "job {} unfinished: {}", job.name, reason),
+            }
+        }
+        prop_assert!(report.summary.gpu_util <= 1.0 + 1e-9);
+        prop_assert!(report.timeseries.iter().all(|s| s.gpus <= total_gpus));
+    }
+
+    #[test]
+    fn same_inputs_same_report(
+        cluster in cluster_strategy(),
+        jobs in jobs_strategy(),
+        policy in prop::sample::select(POLICIES.iter().map(|p| p.name).collect::<Vec<_>>()),
+    ) {
+        let workload = Workload::new(jobs);
+        let a = simulate(&cluster, &workload, policy, Some(120), false);
+        let b = simulate(&cluster, &workload, policy, Some(120), false);
+        prop_assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn restart_costs_never_lose_work() {
+    // Heavy preemption under event-driven LAS with large restart costs still finishes all.
+    let cluster = Cluster::homogeneous(
+        "V100-32GB",
+        2,
+        4,
+        MilliCpu::from_cores(32),
+        Bytes::from_gib(256),
+    )
+    .unwrap();
+    let jobs = (0..60)
+        .map(|i| {
+            TrainingJob::simple(
+                i,
+                SimTime::from_secs(i as u64 * 7),
+                1 + i % 4,
+                SimDuration::from_secs(50 + (i as u64 * 37) % 400),
+            )
+        })
+        .collect();
+    let workload = Workload::new(jobs);
+    let policy = build_policy("las", &PolicyOptions::default()).unwrap();
+    let config = SimConfig {
+        restart_costs: RestartCosts::uniform(SimDuration::from_secs(40)),
+        ..SimConfig::default()
+    };
+    let mut sim = Simulation::new(&cluster, &workload, &TraceThroughput, policy, config);
+    while sim.step().unwrap() {
+        sim.check_invariants().unwrap();
+    }
+    let report = sim.into_report();
+    assert_eq!(report.summary.finished, 60);
+    assert!(report.summary.preemptions > 0);
+}

@@ -1,0 +1,67 @@
+//! Integration tests of the simulator: hand-computed scenarios and randomized invariants.
+
+mod invariants;
+mod scenarios;
+
+use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
+use tessera_perf::{RestartCosts, TraceThroughput};
+use tessera_sched::{build_policy, PolicyOptions};
+use tessera_sim::{SimConfig, SimReport, Simulation};
+
+/// One node with `gpus` V100s, 24 cores and 256 GiB.
+pub fn one_node(gpus: u32) -> Cluster {
+    Cluster::homogeneous(
+        "V100-32GB",
+        1,
+        gpus,
+        MilliCpu::from_cores(24),
+        Bytes::from_gib(256),
+    )
+    .unwrap()
+}
+
+/// A job submitted at `submit` s asking for `gpus` GPUs for `secs` seconds.
+pub fn job(name: &str, submit: u64, gpus: u32, secs: u64) -> TrainingJob {
+    let mut j = TrainingJob::simple(
+        0,
+        SimTime::from_secs(submit),
+        gpus,
+        SimDuration::from_secs(secs),
+    );
+    j.name = name.to_string();
+    j
+}
+
+/// Runs `policy` with free restarts unless `costs` says otherwise.
+pub fn run(
+    cluster: &Cluster,
+    jobs: Vec<TrainingJob>,
+    policy: &str,
+    round: Option<u64>,
+    costs: RestartCosts,
+) -> SimReport {
+    let workload = Workload::new(jobs);
+    let policy = build_policy(
+        policy,
+        &PolicyOptions {
+            round: round.map(SimDuration::from_secs),
+        },
+    )
+    .unwrap();
+    let config = SimConfig {
+        restart_costs: costs,
+        ..SimConfig::default()
+    };
+    Simulation::new(cluster, &workload, &TraceThroughput, policy, config)
+        .run(&mut ())
+        .unwrap()
+}
+
+/// JCT in seconds of each job, by name.
+pub fn jcts(report: &SimReport) -> Vec<(String, f64)> {
+    report
+        .jobs
+        .iter()
+        .map(|j| (j.name.clone(), j.jct_secs().unwrap_or(f64::NAN)))
+        .collect()
+}
