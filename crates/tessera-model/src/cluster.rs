@@ -169,7 +169,7 @@ impl Cluster {
     /// Parses and validates a `kind: Cluster` YAML document.
     pub fn from_yaml(text: &str, catalog: &GpuCatalog) -> Result<Cluster, SpecError> {
         let spec: ClusterSpec = serde_norway::from_str(text).map_err(SpecError::from_yaml)?;
-        Cluster::from_spec(&spec, catalog)
+        Cluster::from_spec(&spec, catalog).map_err(|e| e.located_in(text))
     }
 
     /// Validates a parsed spec.
@@ -394,9 +394,22 @@ spec:
             ),
         ];
         for (text, needle) in cases {
-            let err = Cluster::from_yaml(&text, &cat).unwrap_err().to_string();
+            let err = Cluster::from_yaml(&text, &cat).unwrap_err();
+            assert!(err.line().is_some(), "{err:?} has no line");
+            let err = err.to_string();
             assert!(err.contains(needle), "{err:?} lacks {needle:?}");
         }
+    }
+
+    #[test]
+    fn invalid_fields_point_at_their_line() {
+        let text = MINIMAL.replace("gpusPerNode: 8", "gpusPerNode: 99");
+        let err = Cluster::from_yaml(&text, &GpuCatalog::builtin()).unwrap_err();
+        assert_eq!(err.line(), Some(9), "{err}");
+        assert!(err.to_string().starts_with("line 9: field spec.nodeGroups[0].gpusPerNode"), "{err}");
+        let two = format!("{MINIMAL}    - name: b\n      count: 1\n      gpu: Z80\n      gpusPerNode: 1\n      cpus: 1\n      memory: 1Gi\n");
+        let err = Cluster::from_yaml(&two, &GpuCatalog::builtin()).unwrap_err();
+        assert_eq!(err.line(), Some(14), "{err}");
     }
 
     #[test]
