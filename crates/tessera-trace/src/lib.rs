@@ -1,1 +1,353 @@
-//! placeholder
+//! Workload traces for Tessera: readers, a writer, synthetic generators and statistics.
+//!
+//! A trace is a list of training jobs (submit time, GPUs, work). This crate turns trace files
+//! into a [`Workload`] of [`tessera_model::TrainingJob`]s and back:
+//!
+//! - [`read_trace`] / [`parse_trace`] read any supported [`TraceFormat`], or detect it
+//!   ([`detect_format`]) from the header line or file extension:
+//!   - `tessera`: the canonical CSV (documented in `docs/trace-format.md`), written by
+//!     [`write_tessera_csv`];
+//!   - `pollux-philly`: the Philly job list of Pollux's artifact (date-time submit times);
+//!   - `gavel`: Gavel's TSV job traces (run time from Gavel's V100 throughputs);
+//!   - `pollux`: Pollux/Sia workloads (run time derived from Pollux's application facts);
+//!   - `tiresias`: the Tiresias simulator CSV.
+//! - Every reader checks each value, never panics on any input, and reports the first bad row
+//!   as a [`TraceError`] displayed as `FILE:LINE: field FIELD: reason`; with
+//!   [`ReadOptions::skip_invalid`] bad rows are counted and skipped instead.
+//! - Jobs come out sorted by submit time (stable), with ids equal to their positions, and
+//!   [`LoadedTrace::lines`] gives the source line of each.
+//! - [`synthetic`] generates Poisson workloads (Philly GPU mix and run times built in);
+//!   [`builtin_trace`] names ready-made workloads ([`BUILTIN_TRACES`]).
+//! - [`TraceStats`] summarises a workload.
+//!
+//! ```
+//! use tessera_model::GpuCatalog;
+//! use tessera_trace::{parse_trace, ReadOptions, TraceFormat};
+//!
+//! let csv = "job_id,submit_s,gpus,duration_s\na,10,4,3600\nb,0,1,60.5\n";
+//! let catalog = GpuCatalog::builtin();
+//! let trace = parse_trace(csv, "jobs.csv", None, &catalog, &ReadOptions::default()).unwrap();
+//! assert_eq!(trace.format, TraceFormat::Tessera);
+//! assert!(trace.detected);
+//! assert_eq!(trace.workload.jobs()[0].name, "b");
+//! assert_eq!(trace.lines, [3, 2]);
+//! ```
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use tessera_model::{GpuCatalog, SimTime, Workload};
+
+mod error;
+pub(crate) mod fields;
+pub mod formats;
+mod stats;
+pub mod synthetic;
+
+pub use error::{TraceError, TraceErrorKind};
+pub use formats::tessera::write_tessera_csv;
+pub use stats::{human_duration, TraceStats};
+
+use fields::{Ctx, Parsed};
+use synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
+
+/// The trace formats this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TraceFormat {
+    /// Tessera's canonical CSV.
+    Tessera,
+    /// The Philly job list of Pollux's artifact (`timestamp,duration,num_gpus,gpu_time,cluster`).
+    PolluxPhilly,
+    /// Gavel's TSV job traces.
+    Gavel,
+    /// Pollux/Sia workloads (`name,time,application,num_replicas,batch_size`).
+    Pollux,
+    /// The Tiresias simulator CSV.
+    Tiresias,
+}
+
+impl TraceFormat {
+    /// Every format, in the order they are listed to users.
+    pub const ALL: [TraceFormat; 5] = [
+        TraceFormat::Tessera,
+        TraceFormat::PolluxPhilly,
+        TraceFormat::Gavel,
+        TraceFormat::Pollux,
+        TraceFormat::Tiresias,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Tessera => "tessera",
+            TraceFormat::PolluxPhilly => "pollux-philly",
+            TraceFormat::Gavel => "gavel",
+            TraceFormat::Pollux => "pollux",
+            TraceFormat::Tiresias => "tiresias",
+        }
+    }
+
+    /// One line about the format.
+    pub fn description(self) -> &'static str {
+        match self {
+            TraceFormat::Tessera => {
+                "canonical CSV: job_id,submit_s,gpus,duration_s[,iterations,model,...]"
+            }
+            TraceFormat::PolluxPhilly => {
+                "Pollux's Philly job list: timestamp,duration,num_gpus,gpu_time,cluster"
+            }
+            TraceFormat::Gavel => "Gavel TSV (7 fields, no header), run time from V100 throughputs",
+            TraceFormat::Pollux => "Pollux/Sia workload: name,time,application,num_replicas,batch_size",
+            TraceFormat::Tiresias => {
+                "Tiresias CSV: job_id,num_gpu,submit_time,iterations,model_name,duration,interval"
+            }
+        }
+    }
+
+    /// Whether submit times are absolute (and so are made relative to the earliest job).
+    fn absolute_times(self) -> bool {
+        matches!(self, TraceFormat::PolluxPhilly)
+    }
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A trace format name that is not one of [`TraceFormat::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown trace format {0:?}")]
+pub struct UnknownTraceFormat(pub String);
+
+impl FromStr for TraceFormat {
+    type Err = UnknownTraceFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let key = s.trim().to_ascii_lowercase().replace('_', "-");
+        TraceFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == key)
+            .ok_or_else(|| UnknownTraceFormat(s.to_string()))
+    }
+}
+
+/// How to treat bad rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Count and skip bad rows instead of failing on the first one.
+    pub skip_invalid: bool,
+}
+
+/// A trace read from a file or text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedTrace {
+    /// The format it was read as.
+    pub format: TraceFormat,
+    /// True when the format was detected rather than given.
+    pub detected: bool,
+    /// The jobs, sorted by submit time.
+    pub workload: Workload,
+    /// 1-based source line of each job, aligned with `workload.jobs()`.
+    pub lines: Vec<u64>,
+    /// Rows skipped as invalid (only with [`ReadOptions::skip_invalid`]).
+    pub skipped: usize,
+}
+
+/// Reads a trace file in `format`, or in the detected format when `format` is `None`.
+///
+/// Bytes that are not UTF-8 are reported as an error at their line and field (or skipped
+/// with the row under `skip_invalid`).
+pub fn read_trace(
+    path: &Path,
+    format: Option<TraceFormat>,
+    catalog: &GpuCatalog,
+    opts: &ReadOptions,
+) -> Result<LoadedTrace, TraceError> {
+    let source = path.display().to_string();
+    let bytes = std::fs::read(path)
+        .map_err(|e| TraceError::whole(&source, TraceErrorKind::Io(e.to_string())))?;
+    let text = fields::decode(&bytes);
+    parse_trace(&text, &source, format, catalog, opts)
+}
+
+/// Parses trace text; `source` names it in messages and, for detection, by its extension.
+pub fn parse_trace(
+    text: &str,
+    source: &str,
+    format: Option<TraceFormat>,
+    catalog: &GpuCatalog,
+    opts: &ReadOptions,
+) -> Result<LoadedTrace, TraceError> {
+    let (format, detected) = match format {
+        Some(f) => (f, false),
+        None => match detect_format(source, head(text)) {
+            Some(f) => (f, true),
+            None => {
+                let names: Vec<&str> = TraceFormat::ALL.iter().map(|f| f.name()).collect();
+                let kind = TraceErrorKind::UnknownFormat(names.join(", "));
+                return Err(TraceError::at(source, 1, None, kind));
+            }
+        },
+    };
+    let ctx = Ctx { source, catalog, opts };
+    let parsed = match format {
+        TraceFormat::Tessera => formats::tessera::parse(&ctx, text),
+        TraceFormat::PolluxPhilly => formats::pollux_philly::parse(&ctx, text),
+        TraceFormat::Gavel => formats::gavel::parse(&ctx, text),
+        TraceFormat::Pollux => formats::pollux::parse(&ctx, text),
+        TraceFormat::Tiresias => formats::tiresias::parse(&ctx, text),
+    }?;
+    Ok(finish(parsed, format, detected))
+}
+
+/// The first few KiB of `text`, cut at a character boundary.
+fn head(text: &str) -> &str {
+    let mut end = text.len().min(4096);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Sorts by submit time (stably, keeping lines aligned), makes absolute times relative and
+/// numbers the jobs.
+fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
+    let mut rows = parsed.jobs;
+    rows.sort_by_key(|(job, _)| job.submit);
+    if format.absolute_times() {
+        if let Some(base) = rows.first().map(|(job, _)| job.submit) {
+            for (job, _) in &mut rows {
+                job.submit = SimTime::from_micros((job.submit - base).as_micros());
+            }
+        }
+    }
+    let lines = rows.iter().map(|(_, line)| *line).collect();
+    let workload = Workload::new(rows.into_iter().map(|(job, _)| job).collect());
+    LoadedTrace { format, detected, workload, lines, skipped: parsed.skipped }
+}
+
+/// Recognises a format from the first non-blank line of the text (its header, or a Gavel
+/// row of seven tab-separated fields), else from the file extension (`.trace` = Gavel).
+pub fn detect_format(file_name: &str, text_head: &str) -> Option<TraceFormat> {
+    let first = text_head
+        .lines()
+        .map(|l| l.trim_start_matches('\u{feff}').trim())
+        .find(|l| !l.is_empty());
+    if let Some(line) = first {
+        if line.split('\t').count() == formats::gavel::FIELDS.len() {
+            return Some(TraceFormat::Gavel);
+        }
+        let cols: Vec<String> =
+            line.split(',').map(|c| c.trim().trim_matches('"').to_ascii_lowercase()).collect();
+        let has = |names: &[&str]| names.iter().all(|n| cols.iter().any(|c| c == n));
+        if has(&["job_id", "submit_s", "duration_s"]) {
+            return Some(TraceFormat::Tessera);
+        }
+        if has(&["timestamp", "duration", "num_gpus"]) {
+            return Some(TraceFormat::PolluxPhilly);
+        }
+        if has(&["time", "application", "num_replicas"]) {
+            return Some(TraceFormat::Pollux);
+        }
+        if has(&["num_gpu", "submit_time", "duration"]) {
+            return Some(TraceFormat::Tiresias);
+        }
+    }
+    let ext = Path::new(file_name).extension().and_then(|e| e.to_str());
+    match ext {
+        Some(e) if e.eq_ignore_ascii_case("trace") => Some(TraceFormat::Gavel),
+        _ => None,
+    }
+}
+
+/// Arrival rate of `philly-synthetic-2k`, in jobs per hour.
+pub const DEFAULT_JOBS_PER_HOUR: f64 = 30.0;
+
+/// Built-in workloads for `--trace builtin:NAME`: (name, description).
+pub const BUILTIN_TRACES: &[(&str, &str)] = &[
+    (
+        "philly-synthetic-2k",
+        "2,000 jobs, Poisson arrivals (DEFAULT_JOBS_PER_HOUR), Philly GPU mix and run times; seeded",
+    ),
+    ("tiresias-60", "the 60-job trace of the Tiresias simulator (fixed; seed ignored)"),
+];
+
+const TIRESIAS_60: &str = include_str!("../data/tiresias_60_job.csv");
+
+/// A built-in workload by name (see [`BUILTIN_TRACES`]); generated ones use `seed`.
+pub fn builtin_trace(name: &str, seed: u64) -> Option<Workload> {
+    match name {
+        "philly-synthetic-2k" => Some(
+            PoissonWorkload {
+                jobs: 2_000,
+                jobs_per_hour: DEFAULT_JOBS_PER_HOUR,
+                gpu_mix: PHILLY_GPU_MIX.to_vec(),
+                durations: DurationDist::PhillyRuntimes,
+                seed,
+            }
+            .generate(),
+        ),
+        "tiresias-60" => {
+            let catalog = GpuCatalog::builtin();
+            let opts = ReadOptions::default();
+            let trace = parse_trace(
+                TIRESIAS_60,
+                "builtin:tiresias-60",
+                Some(TraceFormat::Tiresias),
+                &catalog,
+                &opts,
+            );
+            trace.ok().map(|t| t.workload)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_names_round_trip() {
+        for f in TraceFormat::ALL {
+            assert_eq!(f.to_string().parse::<TraceFormat>(), Ok(f));
+        }
+        assert_eq!("Pollux_Philly".parse::<TraceFormat>(), Ok(TraceFormat::PolluxPhilly));
+        assert!("auto".parse::<TraceFormat>().is_err());
+    }
+
+    #[test]
+    fn every_builtin_trace_exists() {
+        for (name, _) in BUILTIN_TRACES {
+            assert!(builtin_trace(name, 1).is_some_and(|w| !w.is_empty()), "{name}");
+        }
+        assert!(builtin_trace("nope", 1).is_none());
+        assert_eq!(builtin_trace("tiresias-60", 0).map(|w| w.len()), Some(60));
+    }
+
+    #[test]
+    fn detection_by_header_and_extension() {
+        let d = detect_format;
+        assert_eq!(d("x.csv", "job_id,submit_s,gpus,duration_s\n"), Some(TraceFormat::Tessera));
+        assert_eq!(
+            d("x.csv", "\u{feff}timestamp,duration,num_gpus,gpu_time,cluster\n"),
+            Some(TraceFormat::PolluxPhilly)
+        );
+        assert_eq!(
+            d("x", "name,time,application,num_replicas,batch_size"),
+            Some(TraceFormat::Pollux)
+        );
+        assert_eq!(
+            d("x", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval"),
+            Some(TraceFormat::Tiresias)
+        );
+        assert_eq!(d("x.txt", "a\tb\tc\td\te\tf\tg\n"), Some(TraceFormat::Gavel));
+        assert_eq!(d("dir/x.TRACE", ""), Some(TraceFormat::Gavel));
+        assert_eq!(d("x.csv", "what,is,this"), None);
+        assert_eq!(d("x.csv", ""), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! Command-line arguments. Doc comments here are the `--help` text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
+///
+/// Start with `tessera simulate`: it runs a built-in cluster and workload under the baseline
+/// policies and prints a comparison.
+#[derive(Debug, Parser)]
+#[command(name = "tessera", version, about, long_about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay a workload trace on a cluster under one or more policies and compare them.
+    Simulate(SimulateArgs),
+    /// Inspect, convert or generate workload traces.
+    #[command(subcommand)]
+    Trace(TraceCommand),
+    /// Run the speed benchmarks and print their figures (see BENCHMARKS.md).
+    Bench(BenchArgs),
+    /// Reproduce a paper's setup and print our figures beside the published ones.
+    #[command(subcommand)]
+    Repro(ReproCommand),
+    /// List built-in clusters, traces and policies.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReproCommand {
+    /// Synergy (OSDI'22): resource-sensitive CPU/memory allocation on 128 GPUs.
+    Synergy(crate::cmd::repro::synergy::SynergyArgs),
+}
+
+/// Where a cluster or trace comes from: a file path, or `builtin:NAME`.
+pub type Source = String;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera list`).
+    #[arg(long, default_value = "builtin:default", value_name = "PATH|builtin:NAME")]
+    pub cluster: Source,
+
+    /// Workload trace: a file or `builtin:NAME` (see `tessera list`).
+    #[arg(long, default_value = "builtin:philly-synthetic-2k", value_name = "PATH|builtin:NAME")]
+    pub trace: Source,
+
+    /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
+    /// pollux, tiresias.
+    #[arg(long, default_value = "auto", value_name = "NAME")]
+    pub trace_format: String,
+
+    /// Policy to run; repeat to compare several. Default: every baseline (fifo, srtf, las, ftf).
+    #[arg(long = "policy", value_name = "NAME")]
+    pub policies: Vec<String>,
+
+    /// Round length in seconds for preemptive policies (leases end and jobs are re-planned
+    /// every round). Without it, they re-plan at every arrival and completion.
+    #[arg(long, value_name = "SECS")]
+    pub round: Option<f64>,
+
+    /// Seed for generated workloads and anything stochastic.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Report jobs that can never fit the cluster as rejected instead of failing.
+    #[arg(long)]
+    pub reject_unfit: bool,
+
+    /// Skip malformed trace rows (counting them) instead of failing on the first.
+    #[arg(long)]
+    pub skip_invalid: bool,
+
+    /// Charge no checkpoint/restore cost on preemption.
+    #[arg(long)]
+    pub no_restart_cost: bool,
+
+    /// Write jobs.csv, summary.json and timeseries.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Print the comparison as JSON (the summary.json document) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads for running policies in parallel (default: available cores).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Print a trace's job count, time span, GPU-count histogram and duration percentiles.
+    Inspect(InspectArgs),
+    /// Convert a trace to Tessera's canonical CSV format.
+    Convert(ConvertArgs),
+    /// Generate a synthetic trace: Poisson arrivals, Philly job runtimes and GPU counts.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Trace file or `builtin:NAME`.
+    pub path: Source,
+    /// Trace format (default: detect).
+    #[arg(long, default_value = "auto")]
+    pub trace_format: String,
+    /// Skip malformed rows instead of failing.
+    #[arg(long)]
+    pub skip_invalid: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Input trace file or `builtin:NAME`.
+    pub input: Source,
+    /// Output CSV (canonical Tessera format); `-` for stdout.
+    #[arg(long, short, default_value = "-")]
+    pub output: String,
+    /// Input format (default: detect).
+    #[arg(long, default_value = "auto")]
+    pub trace_format: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Number of jobs.
+    #[arg(long, default_value_t = 1000)]
+    pub jobs: usize,
+    /// Arrival rate in jobs per hour (Poisson).
+    #[arg(long, default_value_t = 30.0)]
+    pub load: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// GPU count of every job (default: the Philly mix 1/2/4/8 GPUs).
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Output CSV; `-` for stdout.
+    #[arg(long, short, default_value = "-")]
+    pub output: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which benchmark: `philly` (82,247 jobs on 2,048 GPUs, fifo and las with 5-minute
+    /// rounds) or `all`.
+    #[arg(default_value = "philly")]
+    pub which: String,
+    /// Number of jobs of the synthetic Philly-sized trace.
+    #[arg(long, default_value_t = 82_247)]
+    pub jobs: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A human-readable table.
+    Table,
+    /// One JSON document.
+    Json,
+}

@@ -1,0 +1,67 @@
+//! `tessera trace inspect|convert|generate`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use tessera_model::GpuCatalog;
+use tessera_trace::synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
+use tessera_trace::TraceStats;
+
+use crate::args::{ConvertArgs, GenerateArgs, InspectArgs, TraceCommand};
+use crate::inputs::{load_trace, parse_format};
+
+pub fn run(cmd: &TraceCommand) -> Result<()> {
+    match cmd {
+        TraceCommand::Inspect(a) => inspect(a),
+        TraceCommand::Convert(a) => convert(a),
+        TraceCommand::Generate(a) => generate(a),
+    }
+}
+
+fn inspect(args: &InspectArgs) -> Result<()> {
+    let catalog = GpuCatalog::builtin();
+    let trace = load_trace(&args.path, parse_format(&args.trace_format)?, &catalog, args.skip_invalid, 1)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}: format {}{}", args.path, trace.format, if trace.detected { " (detected)" } else { "" })?;
+    if trace.skipped > 0 {
+        writeln!(out, "skipped rows: {}", trace.skipped)?;
+    }
+    write!(out, "{}", TraceStats::of(&trace.workload))?;
+    Ok(())
+}
+
+fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCatalog) -> Result<()> {
+    if output == "-" {
+        tessera_trace::write_tessera_csv(std::io::stdout().lock(), workload, catalog)?;
+    } else {
+        let file = std::fs::File::create(output).with_context(|| format!("creating {output}"))?;
+        tessera_trace::write_tessera_csv(std::io::BufWriter::new(file), workload, catalog)
+            .with_context(|| format!("writing {output}"))?;
+        eprintln!("wrote {} jobs to {output}", workload.len());
+    }
+    Ok(())
+}
+
+fn convert(args: &ConvertArgs) -> Result<()> {
+    let catalog = GpuCatalog::builtin();
+    let trace = load_trace(&args.input, parse_format(&args.trace_format)?, &catalog, false, 1)?;
+    write_csv(&args.output, &trace.workload, &catalog)
+}
+
+fn generate(args: &GenerateArgs) -> Result<()> {
+    anyhow::ensure!(args.load.is_finite() && args.load > 0.0, "--load must be positive, got {}", args.load);
+    let gpu_mix = match args.gpus {
+        Some(0) => anyhow::bail!("--gpus must be at least 1"),
+        Some(g) => vec![(g, 1.0)],
+        None => PHILLY_GPU_MIX.to_vec(),
+    };
+    let workload = PoissonWorkload {
+        jobs: args.jobs,
+        jobs_per_hour: args.load,
+        gpu_mix,
+        durations: DurationDist::PhillyRuntimes,
+        seed: args.seed,
+    }
+    .generate();
+    write_csv(&args.output, &workload, &GpuCatalog::builtin())
+}

@@ -1,0 +1,194 @@
+//! Rendering results: the comparison table, `summary.json`, `jobs.csv`, `timeseries.csv`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tessera_sim::{JobOutcome, SimReport};
+
+/// One policy's line of `summary.json` (a stable contract: extend, do not break).
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    pub policy: String,
+    pub jobs: usize,
+    pub finished: usize,
+    pub rejected: usize,
+    pub unfinished: usize,
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    pub p95_jct_s: f64,
+    pub p99_jct_s: f64,
+    pub makespan_s: f64,
+    pub avg_queue_s: f64,
+    pub gpu_util: f64,
+    pub cpu_util: f64,
+    pub mem_util: f64,
+    pub preemptions: u64,
+    pub events: u64,
+    pub wall_s: f64,
+}
+
+impl PolicySummary {
+    pub fn new(report: &SimReport, wall_s: f64) -> PolicySummary {
+        let s = &report.summary;
+        PolicySummary {
+            policy: report.policy.clone(),
+            jobs: s.jobs,
+            finished: s.finished,
+            rejected: s.rejected,
+            unfinished: s.unfinished,
+            avg_jct_s: s.avg_jct_s,
+            p50_jct_s: s.p50_jct_s,
+            p95_jct_s: s.p95_jct_s,
+            p99_jct_s: s.p99_jct_s,
+            makespan_s: s.makespan_s,
+            avg_queue_s: s.avg_queue_s,
+            gpu_util: s.gpu_util,
+            cpu_util: s.cpu_util,
+            mem_util: s.mem_util,
+            preemptions: s.preemptions,
+            events: s.events,
+            wall_s,
+        }
+    }
+}
+
+/// The whole `summary.json` document.
+#[derive(Debug, Serialize)]
+pub struct SummaryDoc {
+    pub cluster: String,
+    pub gpus: u64,
+    pub trace: String,
+    pub trace_format: String,
+    pub seed: u64,
+    pub round_s: Option<f64>,
+    pub policies: Vec<PolicySummary>,
+}
+
+/// Hours with one decimal, or seconds/minutes for short times.
+pub fn human_secs(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{:.2} h", s / 3600.0)
+    } else if s >= 60.0 {
+        format!("{:.1} m", s / 60.0)
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// Renders rows as an aligned text table (first column left-aligned, others right).
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[String]| {
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            let sep = if i == 0 { "" } else { "  " };
+            if i == 0 {
+                let _ = write!(out, "{sep}{cell:<w$}");
+            } else {
+                let _ = write!(out, "{sep}{cell:>w$}");
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut out, &header.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    line(&mut out, &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
+    for row in rows {
+        line(&mut out, row);
+    }
+    out
+}
+
+/// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.
+pub fn comparison_table(summaries: &[PolicySummary]) -> String {
+    let base = summaries.first().map(|s| s.avg_jct_s).unwrap_or(0.0);
+    let rows: Vec<Vec<String>> = summaries
+        .iter()
+        .map(|s| {
+            let speedup = if s.avg_jct_s > 0.0 { format!("{:.2}x", base / s.avg_jct_s) } else { "-".into() };
+            vec![
+                s.policy.clone(),
+                format!("{}/{}", s.finished, s.jobs),
+                human_secs(s.avg_jct_s),
+                speedup,
+                human_secs(s.p50_jct_s),
+                human_secs(s.p99_jct_s),
+                human_secs(s.makespan_s),
+                human_secs(s.avg_queue_s),
+                format!("{:.1}%", 100.0 * s.gpu_util),
+                s.preemptions.to_string(),
+                format!("{:.2} s", s.wall_s),
+            ]
+        })
+        .collect();
+    table(
+        &["policy", "finished", "avg JCT", "vs first", "p50 JCT", "p99 JCT", "makespan", "avg queue", "GPU util", "preempt", "wall"],
+        &rows,
+    )
+}
+
+/// Writes `jobs.csv` (one row per job and policy), `summary.json` and `timeseries.csv`.
+pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let summary_path = dir.join("summary.json");
+    let json = serde_json::to_string_pretty(doc)?;
+    std::fs::write(&summary_path, json + "\n").with_context(|| format!("writing {}", summary_path.display()))?;
+
+    let jobs_path = dir.join("jobs.csv");
+    let mut w = csv::Writer::from_path(&jobs_path).with_context(|| format!("writing {}", jobs_path.display()))?;
+    w.write_record([
+        "policy", "job_id", "name", "gpus", "submit_s", "start_s", "finish_s", "jct_s", "queue_s", "outcome",
+        "reason", "preemptions", "gpu_secs",
+    ])?;
+    let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+    for r in reports {
+        for j in &r.jobs {
+            let (outcome, reason) = match &j.outcome {
+                JobOutcome::Finished => ("finished", String::new()),
+                JobOutcome::Rejected { reason } => ("rejected", reason.clone()),
+                JobOutcome::Unfinished { reason } => ("unfinished", reason.clone()),
+            };
+            w.write_record([
+                r.policy.clone(),
+                j.job.0.to_string(),
+                j.name.clone(),
+                j.gpus.to_string(),
+                format!("{}", j.submit.as_secs_f64()),
+                opt(j.first_start.map(|t| t.as_secs_f64())),
+                opt(j.finish.map(|t| t.as_secs_f64())),
+                opt(j.jct_secs()),
+                opt(j.queue_secs()),
+                outcome.to_string(),
+                reason,
+                j.preemptions.to_string(),
+                format!("{:.3}", j.gpu_secs),
+            ])?;
+        }
+    }
+    w.flush()?;
+
+    let ts_path = dir.join("timeseries.csv");
+    let mut w = csv::Writer::from_path(&ts_path).with_context(|| format!("writing {}", ts_path.display()))?;
+    w.write_record(["policy", "time_s", "gpus", "cpu_cores", "memory_gib", "running", "queued"])?;
+    for r in reports {
+        for s in &r.timeseries {
+            w.write_record([
+                r.policy.clone(),
+                format!("{}", s.time.as_secs_f64()),
+                s.gpus.to_string(),
+                format!("{:.3}", s.cpu_milli as f64 / 1000.0),
+                format!("{:.3}", s.memory_bytes as f64 / (1u64 << 30) as f64),
+                s.running.to_string(),
+                s.queued.to_string(),
+            ])?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}

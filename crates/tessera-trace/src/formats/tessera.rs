@@ -1,0 +1,121 @@
+//! The canonical Tessera trace: CSV with a header, columns in any order (see
+//! `docs/trace-format.md`). The writer emits every column; reading what it wrote gives back an
+//! equal workload.
+
+use std::io::Write;
+
+use tessera_model::{GpuCatalog, JobId, TrainingJob, Workload};
+
+use crate::error::{TraceError, TraceErrorKind};
+use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
+
+/// Every column, in the order the writer emits them.
+pub const COLUMNS: [&str; 12] = [
+    "job_id",
+    "submit_s",
+    "gpus",
+    "duration_s",
+    "iterations",
+    "model",
+    "batch_size",
+    "gpu_types",
+    "tenant",
+    "priority",
+    "cpu",
+    "memory",
+];
+
+/// Columns a Tessera trace must have.
+pub const REQUIRED: [&str; 4] = ["job_id", "submit_s", "gpus", "duration_s"];
+
+pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
+    let layout = Layout {
+        delimiter: b',',
+        quoting: true,
+        positional: None,
+        required: &REQUIRED,
+    };
+    read_rows(ctx, text, &layout, job)
+}
+
+fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
+    let duration = row.duration("duration_s")?;
+    let iterations = match row.opt("iterations")? {
+        Some(_) => row.count("iterations")?,
+        None => default_iterations(duration),
+    };
+    Ok(TrainingJob {
+        id: JobId(0),
+        name: row.text("job_id")?.to_string(),
+        submit: row.time("submit_s")?,
+        tenant: row.text("tenant")?.to_string(),
+        priority: row.opt_i32("priority", 0)?,
+        model: row.text("model")?.to_string(),
+        batch_size: row.opt_u32("batch_size")?,
+        gpus: row.gpus("gpus")?,
+        gpu_types: row.gpu_types("gpu_types")?,
+        iterations,
+        duration,
+        cpu: row.opt_cpu("cpu")?,
+        memory: row.opt_memory("memory")?,
+    })
+}
+
+/// Seconds with up to six decimals, exactly representing whole microseconds.
+pub(crate) fn format_secs(micros: u64) -> String {
+    let (whole, frac) = (micros / 1_000_000, micros % 1_000_000);
+    if frac == 0 {
+        whole.to_string()
+    } else {
+        let frac = format!("{frac:06}");
+        format!("{whole}.{}", frac.trim_end_matches('0'))
+    }
+}
+
+/// Writes `workload` as a canonical Tessera CSV (header and every column).
+///
+/// Text fields are written as they are (quoted where CSV needs it); the reader trims
+/// surrounding whitespace, so names with leading or trailing blanks do not round-trip.
+pub fn write_tessera_csv<W: Write>(
+    w: W,
+    workload: &Workload,
+    catalog: &GpuCatalog,
+) -> Result<(), TraceError> {
+    let io = |e: csv::Error| TraceError::whole("<output>", TraceErrorKind::Io(e.to_string()));
+    let mut out = csv::WriterBuilder::new().from_writer(w);
+    out.write_record(COLUMNS).map_err(io)?;
+    for j in workload.jobs() {
+        let gpu_types: Vec<&str> =
+            j.gpu_types.iter().map(|id| catalog.get(*id).name.as_str()).collect();
+        out.write_record([
+            j.name.as_str(),
+            &format_secs(j.submit.as_micros()),
+            &j.gpus.to_string(),
+            &format_secs(j.duration.as_micros()),
+            &j.iterations.to_string(),
+            &j.model,
+            &j.batch_size.map(|b| b.to_string()).unwrap_or_default(),
+            &gpu_types.join("|"),
+            &j.tenant,
+            &j.priority.to_string(),
+            &j.cpu.map(|c| c.to_string()).unwrap_or_default(),
+            &j.memory.map(|m| m.to_string()).unwrap_or_default(),
+        ])
+        .map_err(io)?;
+    }
+    out.flush()
+        .map_err(|e| TraceError::whole("<output>", TraceErrorKind::Io(e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_format_exactly() {
+        assert_eq!(format_secs(0), "0");
+        assert_eq!(format_secs(1_500_000), "1.5");
+        assert_eq!(format_secs(1), "0.000001");
+        assert_eq!(format_secs(u64::MAX), "18446744073709.551615");
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests of tessera-trace: golden fixtures per reader, bad input, properties,
+//! generators and built-in traces.
+
+mod bad_input;
+mod common;
+mod generator;
+mod golden;
+mod props;

@@ -1,0 +1,99 @@
+//! Properties: no reader panics on any input; canonical write → read is the identity.
+
+use proptest::prelude::*;
+use tessera_model::{Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
+use tessera_trace::{parse_trace, ReadOptions, TraceFormat};
+
+use crate::common::{canonical, catalog, parse};
+
+/// Text that looks enough like a trace to reach the field parsers.
+fn tracey_text() -> impl Strategy<Value = String> {
+    let headers = prop::sample::select(vec![
+        "job_id,submit_s,gpus,duration_s,iterations,model,batch_size,gpu_types,tenant,priority,cpu,memory\n",
+        "timestamp,duration,num_gpus,gpu_time,cluster\n",
+        "name,time,application,num_replicas,batch_size\n",
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n",
+        "",
+    ]);
+    let body = "([-+0-9.eE,\t\"|:TZ a-zA-Z()\n]|NaN|inf|cifar10|V100|2017-10-09 07:01:55|LM \\(batch size 5\\)){0,60}";
+    (headers, body).prop_map(|(h, b)| format!("{h}{b}"))
+}
+
+fn every_reader(text: &str) {
+    let c = catalog();
+    for skip_invalid in [false, true] {
+        let opts = ReadOptions { skip_invalid };
+        for format in TraceFormat::ALL.into_iter().map(Some).chain([None]) {
+            if let Ok(t) = parse_trace(text, "p.trace", format, &c, &opts) {
+                assert_eq!(t.lines.len(), t.workload.len());
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "(?s).{0,200}") {
+        every_reader(&text);
+    }
+
+    #[test]
+    fn trace_like_text_never_panics(text in tracey_text()) {
+        every_reader(&text);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        every_reader(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn canonical_round_trip(jobs in prop::collection::vec(job(), 0..12)) {
+        let w = Workload::new(jobs);
+        let text = canonical(&w);
+        let back = parse(&text, Some(TraceFormat::Tessera)).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        prop_assert_eq!(&back.workload, &w, "{}", text);
+        // Detection finds the canonical format too.
+        prop_assert_eq!(parse(&text, None).map(|t| t.format).ok(), Some(TraceFormat::Tessera));
+    }
+}
+
+/// Text fields as the reader keeps them: CSV-special characters inside, no blanks around.
+fn text_field() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9_ ,\"|\n#-]{0,10}".prop_map(|s| s.trim().to_string())
+}
+
+fn job() -> impl Strategy<Value = TrainingJob> {
+    let models = catalog().models().len() as u16;
+    (
+        (text_field(), 0u64..1_000_000_000_000_000, 1u32..=1_000_000, 1u64..10_000_000_000_000),
+        (1u64..=u64::MAX, text_field(), prop::option::of(1u32..=u32::MAX)),
+        (prop::collection::vec(0..models, 0..4), text_field(), any::<i32>()),
+        (prop::option::of(0u64..1_000_000_000_000), prop::option::of(0u64..1u64 << 60)),
+    )
+        .prop_map(|((name, submit, gpus, duration), (iterations, model, batch_size), (types, tenant, priority), (cpu, memory))| {
+            let mut gpu_types: Vec<GpuModelId> = Vec::new();
+            for t in types {
+                if !gpu_types.contains(&GpuModelId(t)) {
+                    gpu_types.push(GpuModelId(t));
+                }
+            }
+            TrainingJob {
+                id: JobId(0),
+                name,
+                submit: SimTime::from_micros(submit),
+                tenant,
+                priority,
+                model,
+                batch_size,
+                gpus,
+                gpu_types,
+                iterations,
+                duration: SimDuration::from_micros(duration),
+                cpu: cpu.map(MilliCpu),
+                memory: memory.map(Bytes),
+            }
+        })
+}
