@@ -21,11 +21,8 @@ pub struct QuantityError {
 
 /// Parses a quantity into a non-negative value scaled by `unit` (1000 for millicores, 1 for
 /// bytes), rounding up as Kubernetes does, so that a request is never silently shrunk.
-fn parse_scaled(input: &str, unit: f64) -> Result<u64, QuantityError> {
-    let err = |reason| QuantityError {
-        input: input.to_string(),
-        reason,
-    };
+fn parse_scaled(input: &str, unit: u64) -> Result<u64, QuantityError> {
+    let err = |reason| QuantityError { input: input.to_string(), reason };
     let s = input.trim();
     if s.is_empty() {
         return Err(err("empty"));
@@ -34,26 +31,23 @@ fn parse_scaled(input: &str, unit: f64) -> Result<u64, QuantityError> {
         .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
         .unwrap_or(s.len());
     let (num, suffix) = s.split_at(suffix_start);
-    let multiplier: f64 = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024.0f64.powi(4),
-        "Pi" => 1024.0f64.powi(5),
-        "Ei" => 1024.0f64.powi(6),
-        _ => {
-            return Err(err(
-                "unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)",
-            ))
-        }
+    // The suffix as an exact fraction num/den.
+    let (mul, den): (u128, u128) = match suffix {
+        "" => (1, 1),
+        "m" => (1, 1000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        _ => return Err(err("unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)")),
     };
     if num.is_empty() {
         return Err(err("missing number"));
@@ -61,16 +55,28 @@ fn parse_scaled(input: &str, unit: f64) -> Result<u64, QuantityError> {
     if num.starts_with('-') {
         return Err(err("must not be negative"));
     }
-    let value: f64 = num.parse().map_err(|_| err("not a number"))?;
-    if !value.is_finite() {
-        return Err(err("not a finite number"));
-    }
-    // Scale the unit first: `500m` of millicores is then exactly 500.
-    let scaled = (value * (multiplier * unit)).ceil();
-    if scaled >= u64::MAX as f64 {
-        return Err(err("too large"));
-    }
-    Ok(scaled as u64)
+    let too_large = || err("too large");
+    // Plain integers are scaled exactly; decimals and exponents go through f64.
+    let scaled: u128 = if num.bytes().all(|b| b.is_ascii_digit()) {
+        let value: u128 = num.parse().map_err(|_| too_large())?;
+        let product = value
+            .checked_mul(mul)
+            .and_then(|v| v.checked_mul(unit as u128))
+            .ok_or_else(too_large)?;
+        product.div_ceil(den)
+    } else {
+        let value: f64 = num.parse().map_err(|_| err("not a number"))?;
+        if !value.is_finite() {
+            return Err(err("not a finite number"));
+        }
+        // Scale the unit first: `0.5` cores is then exactly 500 millicores.
+        let x = (value * (mul as f64 * unit as f64 / den as f64)).ceil();
+        if x >= u64::MAX as f64 {
+            return Err(too_large());
+        }
+        x as u128
+    };
+    u64::try_from(scaled).map_err(|_| too_large())
 }
 
 /// CPU in millicores (`1` = 1000, `500m` = 500).
@@ -108,20 +114,20 @@ impl Bytes {
 impl FromStr for MilliCpu {
     type Err = QuantityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_scaled(s, 1000.0).map(MilliCpu)
+        parse_scaled(s, 1000).map(MilliCpu)
     }
 }
 
 impl FromStr for Bytes {
     type Err = QuantityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_scaled(s, 1.0).map(Bytes)
+        parse_scaled(s, 1).map(Bytes)
     }
 }
 
 impl fmt::Display for MilliCpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1000 == 0 {
+        if self.0.is_multiple_of(1000) {
             write!(f, "{}", self.0 / 1000)
         } else {
             write!(f, "{}m", self.0)
@@ -138,7 +144,7 @@ impl fmt::Display for Bytes {
             ("Ki", 1 << 10),
         ];
         for (suffix, size) in UNITS {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{}", self.0 / size, suffix);
             }
         }
@@ -224,6 +230,14 @@ mod tests {
     }
 
     #[test]
+    fn integers_are_exact_beyond_f64_precision() {
+        assert_eq!("9007199254740993".parse::<Bytes>().unwrap(), Bytes(9_007_199_254_740_993));
+        assert_eq!("9007199254740993m".parse::<MilliCpu>().unwrap(), MilliCpu(9_007_199_254_740_993));
+        assert_eq!("1500m".parse::<Bytes>().unwrap(), Bytes(2), "fractional bytes round up");
+        assert!("99999999999999999999Ei".parse::<Bytes>().is_err());
+    }
+
+    #[test]
     fn rejects_bad_forms() {
         for bad in ["", "-1", "12Q", "Gi", "abc", "1..2", "inf", "NaN"] {
             assert!(bad.parse::<MilliCpu>().is_err(), "{bad:?} accepted");
@@ -251,13 +265,13 @@ mod tests {
         }
 
         #[test]
-        fn bytes_display_parse_identity(n in 0u64..(1u64 << 50)) {
+        fn bytes_display_parse_identity(n in any::<u64>()) {
             let b = Bytes(n);
             prop_assert_eq!(b.to_string().parse::<Bytes>().unwrap(), b);
         }
 
         #[test]
-        fn cpu_display_parse_identity(n in 0u64..(1u64 << 40)) {
+        fn cpu_display_parse_identity(n in any::<u64>()) {
             let c = MilliCpu(n);
             prop_assert_eq!(c.to_string().parse::<MilliCpu>().unwrap(), c);
         }

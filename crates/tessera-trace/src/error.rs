@@ -108,7 +108,12 @@ pub enum TraceErrorKind {
 impl TraceError {
     /// An error about the whole source (no line, no field).
     pub fn whole(source: &str, kind: TraceErrorKind) -> TraceError {
-        TraceError { source: source.to_string(), line: None, field: None, kind }
+        TraceError {
+            source: source.to_string(),
+            line: None,
+            field: None,
+            kind,
+        }
     }
 
     /// An error at a line, optionally naming a field.

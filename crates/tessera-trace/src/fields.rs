@@ -44,7 +44,12 @@ impl Header {
         Header {
             names: names
                 .into_iter()
-                .map(|n| n.trim().trim_start_matches('\u{feff}').trim().to_ascii_lowercase())
+                .map(|n| {
+                    n.trim()
+                        .trim_start_matches('\u{feff}')
+                        .trim()
+                        .to_ascii_lowercase()
+                })
                 .collect(),
         }
     }
@@ -92,17 +97,31 @@ pub(crate) fn read_rows(
         Some(names) => Header::new(names.iter().map(|n| n.to_string())),
         None => read_header(ctx, &mut records, layout.required)?,
     };
-    let mut parsed = Parsed { jobs: Vec::new(), skipped: 0 };
+    let mut parsed = Parsed {
+        jobs: Vec::new(),
+        skipped: 0,
+    };
     for (index, result) in records.enumerate() {
         let outcome = match result {
             Ok(record) => {
                 let line = record_line(&record);
-                let row = Row { ctx, header: &header, record: &record, line, index };
+                let row = Row {
+                    ctx,
+                    header: &header,
+                    record: &record,
+                    line,
+                    index,
+                };
                 make(&row).map(|job| (job, line))
             }
             Err(e) => {
                 let line = e.position().map_or(0, |p| p.line());
-                Err(TraceError::at(ctx.source, line, None, K::Invalid(e.to_string())))
+                Err(TraceError::at(
+                    ctx.source,
+                    line,
+                    None,
+                    K::Invalid(e.to_string()),
+                ))
             }
         };
         match outcome {
@@ -127,7 +146,12 @@ fn read_header(
         None => return Err(TraceError::whole(ctx.source, K::Empty("no header row"))),
         Some(Err(e)) => {
             let line = e.position().map_or(1, |p| p.line());
-            return Err(TraceError::at(ctx.source, line, None, K::Invalid(e.to_string())));
+            return Err(TraceError::at(
+                ctx.source,
+                line,
+                None,
+                K::Invalid(e.to_string()),
+            ));
         }
         Some(Ok(r)) => r,
     };
@@ -136,7 +160,12 @@ fn read_header(
     if let Some(missing) = required.iter().find(|c| header.index(c).is_none()) {
         let have = header.names.join(",");
         let have: String = have.chars().take(200).collect();
-        return Err(TraceError::at(ctx.source, line, Some(missing), K::MissingColumn(have)));
+        return Err(TraceError::at(
+            ctx.source,
+            line,
+            Some(missing),
+            K::MissingColumn(have),
+        ));
     }
     Ok(header)
 }
@@ -159,7 +188,13 @@ impl Row<'_> {
         };
         let Some(value) = self.record.get(i) else {
             let want = i + 1;
-            return Err(self.err(name, K::MissingField { got: self.record.len(), want }));
+            return Err(self.err(
+                name,
+                K::MissingField {
+                    got: self.record.len(),
+                    want,
+                },
+            ));
         };
         // Invalid bytes were replaced when the file was decoded (see `decode`).
         if value.contains('\u{fffd}') {
@@ -188,7 +223,9 @@ impl Row<'_> {
 
     /// A non-negative time in seconds, as an instant.
     pub(crate) fn time(&self, name: &str) -> Result<SimTime, TraceError> {
-        parse_micros(self.nonempty(name)?).map(SimTime::from_micros).map_err(|k| self.err(name, k))
+        parse_micros(self.nonempty(name)?)
+            .map(SimTime::from_micros)
+            .map_err(|k| self.err(name, k))
     }
 
     /// A positive span in seconds.
@@ -234,11 +271,13 @@ impl Row<'_> {
         let Some(value) = self.opt(name)? else {
             return Ok(default);
         };
-        value.parse::<i32>().map_err(|_| match value.parse::<f64>() {
-            Ok(x) if !x.is_finite() => self.err(name, K::NotFinite(value.to_string())),
-            Ok(_) => self.err(name, K::OutOfRange(value.to_string())),
-            Err(_) => self.err(name, K::NotANumber(value.to_string())),
-        })
+        value
+            .parse::<i32>()
+            .map_err(|_| match value.parse::<f64>() {
+                Ok(x) if !x.is_finite() => self.err(name, K::NotFinite(value.to_string())),
+                Ok(_) => self.err(name, K::OutOfRange(value.to_string())),
+                Err(_) => self.err(name, K::NotANumber(value.to_string())),
+            })
     }
 
     /// Optional CPU as a Kubernetes quantity (`2`, `500m`); empty = `None`.
@@ -254,9 +293,10 @@ impl Row<'_> {
         };
         match exact {
             Some(m) => Ok(Some(MilliCpu(m))),
-            None => value.parse().map(Some).map_err(|e: QuantityError| {
-                self.err(name, K::BadQuantity(e.to_string()))
-            }),
+            None => value
+                .parse()
+                .map(Some)
+                .map_err(|e: QuantityError| self.err(name, K::BadQuantity(e.to_string()))),
         }
     }
 
@@ -267,9 +307,10 @@ impl Row<'_> {
         };
         match plain_integer(value) {
             Some(b) => Ok(Some(Bytes(b))),
-            None => value.parse().map(Some).map_err(|e: QuantityError| {
-                self.err(name, K::BadQuantity(e.to_string()))
-            }),
+            None => value
+                .parse()
+                .map(Some)
+                .map_err(|e: QuantityError| self.err(name, K::BadQuantity(e.to_string()))),
         }
     }
 
@@ -281,9 +322,19 @@ impl Row<'_> {
         let mut ids = Vec::new();
         for part in value.split('|').map(str::trim).filter(|p| !p.is_empty()) {
             let id = self.catalog().find(part).ok_or_else(|| {
-                let known: Vec<&str> =
-                    self.catalog().models().iter().map(|g| g.name.as_str()).collect();
-                self.err(name, K::UnknownGpuType { name: part.to_string(), known: known.join(", ") })
+                let known: Vec<&str> = self
+                    .catalog()
+                    .models()
+                    .iter()
+                    .map(|g| g.name.as_str())
+                    .collect();
+                self.err(
+                    name,
+                    K::UnknownGpuType {
+                        name: part.to_string(),
+                        known: known.join(", "),
+                    },
+                )
             })?;
             if !ids.contains(&id) {
                 ids.push(id);
@@ -411,7 +462,7 @@ pub(crate) fn check_gpus(n: u64, value: &str) -> Result<u32, K> {
 /// Iterations for a job that states none: one per second of its run time, at least one.
 pub(crate) fn default_iterations(duration: SimDuration) -> u64 {
     let us = duration.as_micros();
-    (us / MICROS_PER_SEC + u64::from(us % MICROS_PER_SEC != 0)).max(1)
+    us.div_ceil(MICROS_PER_SEC).max(1)
 }
 
 /// Seconds from a positive, finite `f64` that the caller computed (not read): at least 1 µs.
@@ -447,7 +498,10 @@ mod tests {
         assert!(matches!(parse_micros("inf"), Err(K::NotFinite(_))));
         assert!(matches!(parse_micros("abc"), Err(K::NotANumber(_))));
         assert!(matches!(parse_micros("."), Err(K::NotANumber(_))));
-        assert!(matches!(parse_micros("99999999999999999999"), Err(K::OutOfRange(_))));
+        assert!(matches!(
+            parse_micros("99999999999999999999"),
+            Err(K::OutOfRange(_))
+        ));
         assert!(matches!(parse_micros(""), Err(K::EmptyValue)));
     }
 

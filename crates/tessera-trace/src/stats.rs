@@ -46,12 +46,19 @@ impl TraceStats {
         for j in jobs {
             *histogram.entry(j.gpus).or_default() += 1;
         }
-        let gpu_hours =
-            jobs.iter().map(|j| f64::from(j.gpus) * j.duration.as_secs_f64()).sum::<f64>() / 3600.0;
+        let gpu_hours = jobs
+            .iter()
+            .map(|j| f64::from(j.gpus) * j.duration.as_secs_f64())
+            .sum::<f64>()
+            / 3600.0;
         let mut durations: Vec<u64> = jobs.iter().map(|j| j.duration.as_micros()).collect();
         durations.sort_unstable();
         let total: u128 = durations.iter().map(|d| u128::from(*d)).sum();
-        let mean = if durations.is_empty() { 0 } else { total / durations.len() as u128 };
+        let mean = if durations.is_empty() {
+            0
+        } else {
+            total / durations.len() as u128
+        };
         let pct = |p: f64| SimDuration::from_micros(nearest_rank(&durations, p));
         TraceStats {
             jobs: jobs.len(),
@@ -65,7 +72,11 @@ impl TraceStats {
             duration_p90: pct(90.0),
             duration_p99: pct(99.0),
             duration_max: SimDuration::from_micros(durations.last().copied().unwrap_or(0)),
-            tenants: jobs.iter().map(|j| j.tenant.as_str()).collect::<BTreeSet<_>>().len(),
+            tenants: jobs
+                .iter()
+                .map(|j| j.tenant.as_str())
+                .collect::<BTreeSet<_>>()
+                .len(),
             models: jobs
                 .iter()
                 .filter(|j| !j.model.is_empty())
@@ -82,7 +93,10 @@ fn nearest_rank(sorted: &[u64], p: f64) -> u64 {
         return 0;
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len()) - 1).copied().unwrap_or(0)
+    sorted
+        .get(rank.clamp(1, sorted.len()) - 1)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// A span in the most readable unit: `45 s`, `12.5 min`, `3.20 h`, `2.1 d`.
@@ -117,7 +131,15 @@ impl fmt::Display for TraceStats {
                 format!("{g}: {n} ({share:.1}%)")
             })
             .collect();
-        writeln!(f, "GPUs per job:   {}", if hist.is_empty() { "-".into() } else { hist.join(", ") })?;
+        writeln!(
+            f,
+            "GPUs per job:   {}",
+            if hist.is_empty() {
+                "-".into()
+            } else {
+                hist.join(", ")
+            }
+        )?;
         writeln!(f, "GPU-hours:      {:.1}", self.gpu_hours)?;
         writeln!(
             f,
@@ -146,7 +168,9 @@ mod tests {
             j
         };
         let w = Workload::new(
-            (1..=100).map(|i| mk(i * 10, if i % 4 == 0 { 4 } else { 1 }, i * 60, "a")).collect(),
+            (1..=100)
+                .map(|i| mk(i * 10, if i % 4 == 0 { 4 } else { 1 }, i * 60, "a"))
+                .collect(),
         );
         let s = TraceStats::of(&w);
         assert_eq!(s.jobs, 100);
@@ -158,7 +182,10 @@ mod tests {
         assert_eq!(s.duration_max, SimDuration::from_secs(100 * 60));
         assert_eq!(s.tenants, 1);
         let text = s.to_string();
-        assert!(text.contains("jobs:           100") && text.contains("4: 25 (25.0%)"), "{text}");
+        assert!(
+            text.contains("jobs:           100") && text.contains("4: 25 (25.0%)"),
+            "{text}"
+        );
         let empty = TraceStats::of(&Workload::default());
         assert_eq!(empty.jobs, 0);
         assert!(empty.to_string().contains("GPUs per job:   -"));

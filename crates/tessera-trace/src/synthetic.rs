@@ -24,7 +24,9 @@ pub fn philly_runtimes() -> &'static [f64] {
     RUNTIMES.get_or_init(|| {
         let mut out = Vec::new();
         for line in PHILLY_RUNTIMES.lines().skip(1) {
-            let Some((value, count)) = line.split_once(',') else { continue };
+            let Some((value, count)) = line.split_once(',') else {
+                continue;
+            };
             let (Ok(value), Ok(count)) = (value.parse::<f64>(), count.parse::<usize>()) else {
                 continue;
             };

@@ -16,6 +16,9 @@ use crate::inputs::{check_fit, load_cluster, load_trace, parse_format};
 use crate::progress::Bars;
 use crate::report::{comparison_table, write_outputs, PolicySummary, SummaryDoc};
 
+/// A finished run: its report and wall time in seconds.
+pub type RunResult = Result<(SimReport, f64)>;
+
 /// One policy to run: its registry name and options.
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
@@ -109,7 +112,7 @@ pub fn run_policies(
 ) -> Result<Vec<(SimReport, f64)>> {
     let bars = Bars::new();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<(SimReport, f64)>>>> = Mutex::new((0..runs.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<RunResult>>> = Mutex::new((0..runs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads.clamp(1, runs.len().max(1)) {
             scope.spawn(|| loop {

@@ -91,7 +91,12 @@ pub fn model_and_batch(job_type: &str) -> (String, Option<u32>) {
 }
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout { delimiter: b'\t', quoting: false, positional: Some(&FIELDS), required: &[] };
+    let layout = Layout {
+        delimiter: b'\t',
+        quoting: false,
+        positional: Some(&FIELDS),
+        required: &[],
+    };
     read_rows(ctx, text, &layout, job)
 }
 
@@ -144,7 +149,10 @@ mod tests {
 
     #[test]
     fn job_type_names_split() {
-        assert_eq!(model_and_batch("ResNet-50 (batch size 128)"), ("resnet50".into(), Some(128)));
+        assert_eq!(
+            model_and_batch("ResNet-50 (batch size 128)"),
+            ("resnet50".into(), Some(128))
+        );
         assert_eq!(model_and_batch("LM (batch size 5)"), ("lm".into(), Some(5)));
         assert_eq!(model_and_batch("CycleGAN"), ("cyclegan".into(), None));
     }

@@ -1,5 +1,5 @@
 //! One module per trace format. Each has a `parse` over text that returns jobs with their
-//! source lines, built on the shared helpers in [`crate::fields`].
+//! source lines, built on the shared field helpers (`src/fields.rs`).
 
 pub mod gavel;
 pub mod pollux;

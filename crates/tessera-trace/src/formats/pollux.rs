@@ -46,7 +46,9 @@ impl Application {
     /// Iterations and seconds to train at global `batch_size` over `replicas` GPUs.
     pub fn work(&self, replicas: u32, batch_size: u32) -> (u64, f64) {
         let batch = u64::from(batch_size.max(1));
-        let iterations = (self.epochs * self.samples_per_epoch).div_ceil(batch).max(1);
+        let iterations = (self.epochs * self.samples_per_epoch)
+            .div_ceil(batch)
+            .max(1);
         let local = batch.div_ceil(u64::from(replicas.max(1))) as f64;
         let max_local = self.step_times.last().map_or(1.0, |(b, _)| f64::from(*b));
         let accumulation = (local / max_local).ceil().max(1.0);
@@ -100,7 +102,9 @@ pub fn applications() -> &'static [Application] {
             let (Some(name), Some(bsz), Some(t)) = (f.first(), f.get(1), f.get(2)) else {
                 continue;
             };
-            let (Ok(bsz), Ok(t)) = (bsz.parse::<u32>(), t.parse::<f64>()) else { continue };
+            let (Ok(bsz), Ok(t)) = (bsz.parse::<u32>(), t.parse::<f64>()) else {
+                continue;
+            };
             if let Some(app) = apps.iter_mut().find(|a| a.name == *name) {
                 app.step_times.push((bsz, t));
             }
@@ -118,7 +122,12 @@ pub fn application(name: &str) -> Option<&'static Application> {
 }
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout { delimiter: b',', quoting: true, positional: None, required: &REQUIRED };
+    let layout = Layout {
+        delimiter: b',',
+        quoting: true,
+        positional: None,
+        required: &REQUIRED,
+    };
     read_rows(ctx, text, &layout, job)
 }
 
@@ -129,7 +138,10 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         let known: Vec<&str> = applications().iter().map(|a| a.name.as_str()).collect();
         return Err(row.err(
             "application",
-            TraceErrorKind::UnknownApplication { name: name.to_string(), known: known.join(", ") },
+            TraceErrorKind::UnknownApplication {
+                name: name.to_string(),
+                known: known.join(", "),
+            },
         ));
     };
     let gpus = row.gpus("num_replicas")?;
@@ -152,7 +164,17 @@ mod tests {
     #[test]
     fn applications_are_complete() {
         let names: Vec<&str> = applications().iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(names, ["bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"]);
+        assert_eq!(
+            names,
+            [
+                "bert",
+                "cifar10",
+                "deepspeech2",
+                "imagenet",
+                "ncf",
+                "yolov3"
+            ]
+        );
         assert!(applications().iter().all(|a| a.step_times.len() >= 5));
     }
 

@@ -17,7 +17,12 @@ use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
 pub const REQUIRED: [&str; 3] = ["timestamp", "duration", "num_gpus"];
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout { delimiter: b',', quoting: true, positional: None, required: &REQUIRED };
+    let layout = Layout {
+        delimiter: b',',
+        quoting: true,
+        positional: None,
+        required: &REQUIRED,
+    };
     read_rows(ctx, text, &layout, job)
 }
 
@@ -60,12 +65,19 @@ pub(crate) fn parse_datetime(text: &str) -> Option<u64> {
         at += 3;
         if is(at, b".,") {
             let start = at + 1;
-            let end = start + b.get(start..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+            let end = start
+                + b.get(start..)?
+                    .iter()
+                    .take_while(|c| c.is_ascii_digit())
+                    .count();
             if end == start {
                 return None;
             }
             for i in 0..6 {
-                micros = micros * 10 + b.get(start + i).filter(|_| start + i < end).map_or(0, |c| u64::from(c - b'0'));
+                micros = micros * 10
+                    + b.get(start + i)
+                        .filter(|_| start + i < end)
+                        .map_or(0, |c| u64::from(c - b'0'));
             }
             at = end;
         }
@@ -97,7 +109,9 @@ fn parse_offset(rest: &[u8]) -> Option<i64> {
                 _ => return None,
             };
             let two = |d: [u8; 2]| -> Option<i64> {
-                d.iter().all(u8::is_ascii_digit).then(|| i64::from((d[0] - b'0') * 10 + (d[1] - b'0')))
+                d.iter()
+                    .all(u8::is_ascii_digit)
+                    .then(|| i64::from((d[0] - b'0') * 10 + (d[1] - b'0')))
             };
             let (h, m) = (two([*h1, *h2])?, two(minutes)?);
             if h > 23 || m > 59 {
@@ -111,7 +125,8 @@ fn parse_offset(rest: &[u8]) -> Option<i64> {
 }
 
 fn is_leap(y: u64) -> bool {
-    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+    // Divisible by 4 and not by 100, or by 400 (written as a match to stay within Rust 1.85).
+    matches!((y % 4, y % 100, y % 400), (0, 1.., _) | (_, _, 0))
 }
 
 fn days_in_month(y: u64, m: u64) -> u64 {
@@ -151,12 +166,27 @@ mod tests {
         assert_eq!(secs("2017-10-09 08:01:55+01:00"), base);
         assert_eq!(secs("2017-10-09 07:01:55Z"), base);
         assert_eq!(secs("2017-10-09 07:01"), base - 55);
-        assert_eq!(parse_datetime("2017-10-09 07:01:55.25").unwrap() % 1_000_000, 250_000);
+        assert_eq!(
+            parse_datetime("2017-10-09 07:01:55.25").unwrap() % 1_000_000,
+            250_000
+        );
         // 2016 is a leap year, 1900 is not, 2000 is.
-        assert_eq!(secs("2016-03-01 00:00:00") - secs("2016-02-28 00:00:00"), 2 * 86_400);
-        assert_eq!(secs("1900-03-01 00:00:00") - secs("1900-02-28 00:00:00"), 86_400);
-        assert_eq!(secs("2000-03-01 00:00:00") - secs("2000-02-28 00:00:00"), 2 * 86_400);
-        assert_eq!(secs("1970-01-01 00:00:00") - secs("1969-12-31 00:00:00"), 86_400);
+        assert_eq!(
+            secs("2016-03-01 00:00:00") - secs("2016-02-28 00:00:00"),
+            2 * 86_400
+        );
+        assert_eq!(
+            secs("1900-03-01 00:00:00") - secs("1900-02-28 00:00:00"),
+            86_400
+        );
+        assert_eq!(
+            secs("2000-03-01 00:00:00") - secs("2000-02-28 00:00:00"),
+            2 * 86_400
+        );
+        assert_eq!(
+            secs("1970-01-01 00:00:00") - secs("1969-12-31 00:00:00"),
+            86_400
+        );
     }
 
     #[test]

@@ -85,8 +85,11 @@ pub fn write_tessera_csv<W: Write>(
     let mut out = csv::WriterBuilder::new().from_writer(w);
     out.write_record(COLUMNS).map_err(io)?;
     for j in workload.jobs() {
-        let gpu_types: Vec<&str> =
-            j.gpu_types.iter().map(|id| catalog.get(*id).name.as_str()).collect();
+        let gpu_types: Vec<&str> = j
+            .gpu_types
+            .iter()
+            .map(|id| catalog.get(*id).name.as_str())
+            .collect();
         out.write_record([
             j.name.as_str(),
             &format_secs(j.submit.as_micros()),

@@ -11,7 +11,12 @@ use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
 pub const REQUIRED: [&str; 3] = ["num_gpu", "submit_time", "duration"];
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout { delimiter: b',', quoting: true, positional: None, required: &REQUIRED };
+    let layout = Layout {
+        delimiter: b',',
+        quoting: true,
+        positional: None,
+        required: &REQUIRED,
+    };
     read_rows(ctx, text, &layout, job)
 }
 

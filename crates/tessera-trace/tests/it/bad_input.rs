@@ -69,10 +69,22 @@ const CASES: &[Case] = &[
         bad: &[
             ("garbage", "command"),
             ("LM (batch size 5)\tc\t--steps\t1\t0\t1.0\t4", "total_steps"),
-            ("LM (batch size 5)\tc\t--steps\t1\t10\t-1.0\t4", "arrival_time_s"),
-            ("LM (batch size 5)\tc\t--steps\t1\t10\t1.0\t0", "scale_factor"),
-            ("LM (batch size 5)\tc\t--steps\t1\t10\t1.0\t1000001", "scale_factor"),
-            ("ResNet-51 (batch size 1)\tc\t--steps\t1\t10\t1.0\t1", "job_type"),
+            (
+                "LM (batch size 5)\tc\t--steps\t1\t10\t-1.0\t4",
+                "arrival_time_s",
+            ),
+            (
+                "LM (batch size 5)\tc\t--steps\t1\t10\t1.0\t0",
+                "scale_factor",
+            ),
+            (
+                "LM (batch size 5)\tc\t--steps\t1\t10\t1.0\t1000001",
+                "scale_factor",
+            ),
+            (
+                "ResNet-51 (batch size 1)\tc\t--steps\t1\t10\t1.0\t1",
+                "job_type",
+            ),
         ],
     },
     Case {
@@ -112,7 +124,12 @@ fn each_bad_row_is_located() {
             let line = offset + 2;
             let shown = err.to_string();
             assert_eq!(err.line, Some(line), "{}: {row:?}: {shown}", case.format);
-            assert_eq!(err.field.as_deref(), Some(*field), "{}: {row:?}: {shown}", case.format);
+            assert_eq!(
+                err.field.as_deref(),
+                Some(*field),
+                "{}: {row:?}: {shown}",
+                case.format
+            );
             assert!(
                 shown.starts_with(&format!("t.csv:{line}: field {field}: ")),
                 "{}: {row:?}: {shown}",
@@ -142,14 +159,28 @@ fn skip_invalid_counts_bad_rows() {
 fn missing_columns_are_named_at_the_header() {
     for (format, header, missing) in [
         (TraceFormat::Tessera, "job_id,submit_s,duration_s", "gpus"),
-        (TraceFormat::Tiresias, "job_id,num_gpu,duration", "submit_time"),
+        (
+            TraceFormat::Tiresias,
+            "job_id,num_gpu,duration",
+            "submit_time",
+        ),
         (TraceFormat::PolluxPhilly, "timestamp,num_gpus", "duration"),
-        (TraceFormat::Pollux, "name,time,num_replicas,batch_size", "application"),
+        (
+            TraceFormat::Pollux,
+            "name,time,num_replicas,batch_size",
+            "application",
+        ),
     ] {
         let err = parse(&format!("{header}\n"), Some(format)).unwrap_err();
-        assert_eq!((err.line, err.field.as_deref()), (Some(1), Some(missing)), "{err}");
+        assert_eq!(
+            (err.line, err.field.as_deref()),
+            (Some(1), Some(missing)),
+            "{err}"
+        );
         assert!(matches!(err.kind, TraceErrorKind::MissingColumn(_)));
-        assert!(err.to_string().starts_with(&format!("t.csv:1: field {missing}: missing column")));
+        assert!(err
+            .to_string()
+            .starts_with(&format!("t.csv:1: field {missing}: missing column")));
         // Even when skipping rows: the file as a whole is unusable.
         assert!(parse_skipping(&format!("{header}\n"), format).is_err());
     }
@@ -161,10 +192,19 @@ fn empty_and_unrecognised_input() {
     assert!(matches!(err.kind, TraceErrorKind::Empty(_)), "{err}");
     assert!(err.to_string().starts_with("t.csv: "));
     let err = parse("hello,world\n1,2\n", None).unwrap_err();
-    assert!(matches!(err.kind, TraceErrorKind::UnknownFormat(_)), "{err}");
-    assert!(err.to_string().starts_with("t.csv:1: cannot detect"), "{err}");
+    assert!(
+        matches!(err.kind, TraceErrorKind::UnknownFormat(_)),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("t.csv:1: cannot detect"),
+        "{err}"
+    );
     // A Gavel file with no rows is an empty workload, not an error.
-    assert!(parse("", Some(TraceFormat::Gavel)).unwrap().workload.is_empty());
+    assert!(parse("", Some(TraceFormat::Gavel))
+        .unwrap()
+        .workload
+        .is_empty());
 }
 
 #[test]
@@ -176,16 +216,35 @@ fn non_utf8_bytes_are_located() {
     std::fs::write(&path, bytes).unwrap();
     let catalog = GpuCatalog::builtin();
     let err = read_trace(&path, None, &catalog, &ReadOptions::default()).unwrap_err();
-    assert_eq!((err.line, err.field.as_deref()), (Some(3), Some("job_id")), "{err}");
+    assert_eq!(
+        (err.line, err.field.as_deref()),
+        (Some(3), Some("job_id")),
+        "{err}"
+    );
     assert!(matches!(err.kind, TraceErrorKind::NotUtf8));
-    assert!(err.to_string().contains("bad.csv:3: field job_id: not valid UTF-8"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("bad.csv:3: field job_id: not valid UTF-8"),
+        "{err}"
+    );
     let t = read_trace(&path, None, &catalog, &ReadOptions { skip_invalid: true }).unwrap();
-    assert_eq!((t.workload.len(), t.skipped, t.lines.clone()), (2, 1, vec![2, 4]));
+    assert_eq!(
+        (t.workload.len(), t.skipped, t.lines.clone()),
+        (2, 1, vec![2, 4])
+    );
 
-    let missing = read_trace(&dir.join("absent.csv"), None, &catalog, &ReadOptions::default())
-        .unwrap_err();
+    let missing = read_trace(
+        &dir.join("absent.csv"),
+        None,
+        &catalog,
+        &ReadOptions::default(),
+    )
+    .unwrap_err();
     assert!(matches!(missing.kind, TraceErrorKind::Io(_)));
-    assert!(missing.to_string().contains("absent.csv: I/O error"), "{missing}");
+    assert!(
+        missing.to_string().contains("absent.csv: I/O error"),
+        "{missing}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

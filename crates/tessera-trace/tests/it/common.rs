@@ -3,11 +3,15 @@
 use std::path::PathBuf;
 
 use tessera_model::{GpuCatalog, Workload};
-use tessera_trace::{parse_trace, write_tessera_csv, LoadedTrace, ReadOptions, TraceError, TraceFormat};
+use tessera_trace::{
+    parse_trace, write_tessera_csv, LoadedTrace, ReadOptions, TraceError, TraceFormat,
+};
 
 /// `tests/data/NAME`.
 pub fn data_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 pub fn catalog() -> GpuCatalog {
@@ -21,7 +25,13 @@ pub fn parse(text: &str, format: Option<TraceFormat>) -> Result<LoadedTrace, Tra
 
 /// Parses `text` as `format`, skipping bad rows.
 pub fn parse_skipping(text: &str, format: TraceFormat) -> Result<LoadedTrace, TraceError> {
-    parse_trace(text, "t.csv", Some(format), &catalog(), &ReadOptions { skip_invalid: true })
+    parse_trace(
+        text,
+        "t.csv",
+        Some(format),
+        &catalog(),
+        &ReadOptions { skip_invalid: true },
+    )
 }
 
 /// The canonical CSV of a workload.
@@ -42,7 +52,10 @@ pub fn assert_golden(name: &str, w: &Workload) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} (run with TESSERA_BLESS=1 to create it)", path.display())
+        panic!(
+            "{}: {e} (run with TESSERA_BLESS=1 to create it)",
+            path.display()
+        )
     });
     assert_eq!(
         actual,

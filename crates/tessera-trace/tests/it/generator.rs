@@ -23,12 +23,19 @@ fn same_seed_same_workload() {
 #[test]
 fn mean_inter_arrival_matches_the_rate() {
     for rate in [2.0, 30.0, 400.0] {
-        let w = PoissonWorkload { jobs_per_hour: rate, ..philly(20_000, 7) }.generate();
+        let w = PoissonWorkload {
+            jobs_per_hour: rate,
+            ..philly(20_000, 7)
+        }
+        .generate();
         let jobs = w.jobs();
         let span = (jobs[jobs.len() - 1].submit - jobs[0].submit).as_secs_f64();
         let mean = span / (jobs.len() - 1) as f64;
         let want = 3600.0 / rate;
-        assert!((mean - want).abs() / want < 0.05, "rate {rate}: mean gap {mean}, want {want}");
+        assert!(
+            (mean - want).abs() / want < 0.05,
+            "rate {rate}: mean gap {mean}, want {want}"
+        );
     }
 }
 
@@ -47,18 +54,43 @@ fn gpu_mix_frequencies_match() {
 #[test]
 fn no_zero_length_jobs() {
     let w = philly(50_000, 3).generate();
-    assert!(w.jobs().iter().all(|j| j.duration >= MIN_DURATION && j.iterations >= 1));
-    let fixed = PoissonWorkload { durations: DurationDist::Fixed(SimDuration::ZERO), ..philly(10, 1) };
-    assert!(fixed.generate().jobs().iter().all(|j| j.duration == MIN_DURATION));
-    let tiny = PoissonWorkload { durations: DurationDist::Exponential { mean_s: 1e-3 }, ..philly(100, 1) };
-    assert!(tiny.generate().jobs().iter().all(|j| j.duration == MIN_DURATION));
+    assert!(w
+        .jobs()
+        .iter()
+        .all(|j| j.duration >= MIN_DURATION && j.iterations >= 1));
+    let fixed = PoissonWorkload {
+        durations: DurationDist::Fixed(SimDuration::ZERO),
+        ..philly(10, 1)
+    };
+    assert!(fixed
+        .generate()
+        .jobs()
+        .iter()
+        .all(|j| j.duration == MIN_DURATION));
+    let tiny = PoissonWorkload {
+        durations: DurationDist::Exponential { mean_s: 1e-3 },
+        ..philly(100, 1)
+    };
+    assert!(tiny
+        .generate()
+        .jobs()
+        .iter()
+        .all(|j| j.duration == MIN_DURATION));
 }
 
 #[test]
 fn exponential_durations_have_their_mean() {
-    let w = PoissonWorkload { durations: DurationDist::Exponential { mean_s: 3600.0 }, ..philly(20_000, 5) }
-        .generate();
-    let mean = w.jobs().iter().map(|j| j.duration.as_secs_f64()).sum::<f64>() / 20_000.0;
+    let w = PoissonWorkload {
+        durations: DurationDist::Exponential { mean_s: 3600.0 },
+        ..philly(20_000, 5)
+    }
+    .generate();
+    let mean = w
+        .jobs()
+        .iter()
+        .map(|j| j.duration.as_secs_f64())
+        .sum::<f64>()
+        / 20_000.0;
     assert!((mean - 3600.0).abs() / 3600.0 < 0.03, "{mean}");
 }
 
@@ -76,18 +108,36 @@ fn philly_runtimes_are_sampled_faithfully() {
 
 #[test]
 fn degenerate_parameters_do_not_panic() {
-    let w = PoissonWorkload { jobs_per_hour: f64::NAN, gpu_mix: vec![], ..philly(5, 1) }.generate();
-    assert!(w.jobs().iter().all(|j| j.submit.as_micros() == 0 && j.gpus == 1));
-    assert!(PoissonWorkload { jobs: 0, ..philly(0, 1) }.generate().is_empty());
+    let w = PoissonWorkload {
+        jobs_per_hour: f64::NAN,
+        gpu_mix: vec![],
+        ..philly(5, 1)
+    }
+    .generate();
+    assert!(w
+        .jobs()
+        .iter()
+        .all(|j| j.submit.as_micros() == 0 && j.gpus == 1));
+    assert!(PoissonWorkload {
+        jobs: 0,
+        ..philly(0, 1)
+    }
+    .generate()
+    .is_empty());
 }
 
 #[test]
 fn builtin_philly_synthetic() {
-    assert!(BUILTIN_TRACES.iter().any(|(n, _)| *n == "philly-synthetic-2k"));
+    assert!(BUILTIN_TRACES
+        .iter()
+        .any(|(n, _)| *n == "philly-synthetic-2k"));
     let a = builtin_trace("philly-synthetic-2k", 1).unwrap();
     assert_eq!(a.len(), 2_000);
     assert_eq!(Some(&a), builtin_trace("philly-synthetic-2k", 1).as_ref());
     assert_ne!(Some(&a), builtin_trace("philly-synthetic-2k", 2).as_ref());
-    let expected = PoissonWorkload { jobs_per_hour: DEFAULT_JOBS_PER_HOUR, ..philly(2_000, 1) };
+    let expected = PoissonWorkload {
+        jobs_per_hour: DEFAULT_JOBS_PER_HOUR,
+        ..philly(2_000, 1)
+    };
     assert_eq!(a, expected.generate());
 }

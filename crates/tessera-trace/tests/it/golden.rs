@@ -8,8 +8,7 @@ use crate::common::{assert_golden, catalog, data_path};
 
 fn read_fixture(name: &str, format: Option<TraceFormat>) -> tessera_trace::LoadedTrace {
     let path = data_path(name);
-    read_trace(&path, format, &catalog(), &ReadOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"))
+    read_trace(&path, format, &catalog(), &ReadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn secs(s: u64) -> SimDuration {
@@ -19,7 +18,10 @@ fn secs(s: u64) -> SimDuration {
 #[test]
 fn tessera_fixture() {
     let t = read_fixture("tessera_small.csv", None);
-    assert_eq!((t.format, t.detected, t.skipped), (TraceFormat::Tessera, true, 0));
+    assert_eq!(
+        (t.format, t.detected, t.skipped),
+        (TraceFormat::Tessera, true, 0)
+    );
     assert_eq!(t.lines, [3, 5, 2, 4]);
     let c = catalog();
     let jobs = t.workload.jobs();
@@ -32,19 +34,45 @@ fn tessera_fixture() {
     assert_eq!(jobs[0], a);
 
     assert_eq!(jobs[1].submit, SimTime::from_micros(30_000_001));
-    assert_eq!((jobs[1].gpus, jobs[1].duration, jobs[1].iterations), (2, secs(1), 7));
-    assert_eq!((jobs[1].model.as_str(), jobs[1].tenant.as_str()), ("bert", "team-a"));
+    assert_eq!(
+        (jobs[1].gpus, jobs[1].duration, jobs[1].iterations),
+        (2, secs(1), 7)
+    );
+    assert_eq!(
+        (jobs[1].model.as_str(), jobs[1].tenant.as_str()),
+        ("bert", "team-a")
+    );
     assert_eq!(jobs[1].batch_size, None);
 
     let b = &jobs[2];
-    assert_eq!((b.submit, b.gpus, b.duration, b.iterations), (SimTime::from_secs(120), 4, secs(3600), 1000));
-    assert_eq!((b.model.as_str(), b.batch_size, b.tenant.as_str(), b.priority), ("resnet50", Some(256), "team-a", 2));
-    assert_eq!(b.gpu_types, vec![c.find("V100-32GB").unwrap(), c.find("A100-40GB").unwrap()]);
-    assert_eq!((b.cpu, b.memory), (Some(MilliCpu(16_000)), Some(Bytes::from_gib(64))));
+    assert_eq!(
+        (b.submit, b.gpus, b.duration, b.iterations),
+        (SimTime::from_secs(120), 4, secs(3600), 1000)
+    );
+    assert_eq!(
+        (
+            b.model.as_str(),
+            b.batch_size,
+            b.tenant.as_str(),
+            b.priority
+        ),
+        ("resnet50", Some(256), "team-a", 2)
+    );
+    assert_eq!(
+        b.gpu_types,
+        vec![c.find("V100-32GB").unwrap(), c.find("A100-40GB").unwrap()]
+    );
+    assert_eq!(
+        (b.cpu, b.memory),
+        (Some(MilliCpu(16_000)), Some(Bytes::from_gib(64)))
+    );
 
     let d = &jobs[3];
     assert_eq!(d.duration, SimDuration::from_micros(7_200_250_000));
-    assert_eq!((d.priority, d.cpu, d.memory), (-1, Some(MilliCpu(500)), Some(Bytes(512 << 20))));
+    assert_eq!(
+        (d.priority, d.cpu, d.memory),
+        (-1, Some(MilliCpu(500)), Some(Bytes(512 << 20)))
+    );
     assert_eq!(d.gpu_types, vec![c.find("A100-80GB").unwrap()]);
     assert!(jobs.iter().enumerate().all(|(i, j)| j.id.index() == i));
     assert_golden("tessera_small", &t.workload);
@@ -57,7 +85,10 @@ fn tiresias_fixture() {
     assert_eq!(t.lines, [2, 3, 5, 4]);
     let j = &t.workload.jobs()[2];
     assert_eq!(j.name, "2");
-    assert_eq!((j.submit, j.gpus, j.iterations, j.duration), (SimTime::from_secs(53), 2, 157, secs(127)));
+    assert_eq!(
+        (j.submit, j.gpus, j.iterations, j.duration),
+        (SimTime::from_secs(53), 2, 157, secs(127))
+    );
     assert_eq!(j.model, "inception4");
     assert_golden("tiresias_small", &t.workload);
 }
@@ -80,10 +111,19 @@ fn pollux_philly_fixture() {
     // Sorted by submit; equal times (rows 3 and 5) keep file order.
     assert_eq!(t.lines, [4, 3, 5, 2]);
     let jobs = t.workload.jobs();
-    let submits: Vec<u64> = jobs.iter().map(|j| j.submit.as_micros() / 1_000_000).collect();
+    let submits: Vec<u64> = jobs
+        .iter()
+        .map(|j| j.submit.as_micros() / 1_000_000)
+        .collect();
     assert_eq!(submits, [0, 190_884, 190_884, 193_816]);
-    assert_eq!((jobs[0].gpus, jobs[0].duration, jobs[0].tenant.as_str()), (8, secs(193_256), "ee9e8c"));
-    assert_eq!((jobs[2].gpus, jobs[2].duration, jobs[2].name.as_str()), (4, secs(30), "3"));
+    assert_eq!(
+        (jobs[0].gpus, jobs[0].duration, jobs[0].tenant.as_str()),
+        (8, secs(193_256), "ee9e8c")
+    );
+    assert_eq!(
+        (jobs[2].gpus, jobs[2].duration, jobs[2].name.as_str()),
+        (4, secs(30), "3")
+    );
     assert_eq!(jobs[3].iterations, 66);
     assert_golden("pollux_philly_small", &t.workload);
 }
@@ -91,16 +131,26 @@ fn pollux_philly_fixture() {
 #[test]
 fn gavel_real_trace() {
     let t = read_fixture("gavel_51b7ef.trace", None);
-    assert_eq!((t.format, t.detected, t.skipped), (TraceFormat::Gavel, true, 0));
+    assert_eq!(
+        (t.format, t.detected, t.skipped),
+        (TraceFormat::Gavel, true, 0)
+    );
     assert_eq!(t.workload.len(), 18);
     let s = TraceStats::of(&t.workload);
     assert_eq!(s.gpu_histogram, vec![(1, 3), (4, 2), (8, 13)]);
     assert_eq!(s.models, 6);
     let first = &t.workload.jobs()[0];
-    assert_eq!((first.model.as_str(), first.batch_size, first.gpus), ("transformer", Some(128), 1));
+    assert_eq!(
+        (first.model.as_str(), first.batch_size, first.gpus),
+        ("transformer", Some(128), 1)
+    );
     assert_eq!(first.iterations, 246_378);
     let expect = 246_378.0 / 5.44610521981264;
-    assert!((first.duration.as_secs_f64() - expect).abs() < 1e-5, "{}", first.duration);
+    assert!(
+        (first.duration.as_secs_f64() - expect).abs() < 1e-5,
+        "{}",
+        first.duration
+    );
     let last = t.workload.jobs().last().unwrap();
     assert_eq!(last.submit, SimTime::from_secs(3_022_240));
     assert!((last.duration.as_secs_f64() - 272_001.0 / 81.5065873273903).abs() < 1e-5);
@@ -112,12 +162,29 @@ fn pollux_fixture() {
     let t = read_fixture("pollux_small.csv", None);
     assert_eq!((t.format, t.detected), (TraceFormat::Pollux, true));
     let names: Vec<&str> = t.workload.jobs().iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(names, ["bert-3", "cifar10-0", "deepspeech2-1", "ncf-2", "imagenet-4", "yolov3-5"]);
+    assert_eq!(
+        names,
+        [
+            "bert-3",
+            "cifar10-0",
+            "deepspeech2-1",
+            "ncf-2",
+            "imagenet-4",
+            "yolov3-5"
+        ]
+    );
     let c = &t.workload.jobs()[1];
-    assert_eq!((c.model.as_str(), c.gpus, c.batch_size, c.iterations), ("cifar10", 6, Some(2048), 2442));
+    assert_eq!(
+        (c.model.as_str(), c.gpus, c.batch_size, c.iterations),
+        ("cifar10", 6, Some(2048), 2442)
+    );
     // Local batch ceil(2048 / 6) = 342, between the profiled 257 and 363.
     let step = 0.18708271980285646 + (0.2595393657684326 - 0.18708271980285646) * 85.0 / 106.0;
-    assert!((c.duration.as_secs_f64() - 2442.0 * step).abs() < 1e-5, "{}", c.duration);
+    assert!(
+        (c.duration.as_secs_f64() - 2442.0 * step).abs() < 1e-5,
+        "{}",
+        c.duration
+    );
     assert_golden("pollux_small", &t.workload);
 }
 

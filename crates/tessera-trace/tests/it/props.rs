@@ -1,7 +1,9 @@
 //! Properties: no reader panics on any input; canonical write → read is the identity.
 
 use proptest::prelude::*;
-use tessera_model::{Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
+use tessera_model::{
+    Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
+};
 use tessera_trace::{parse_trace, ReadOptions, TraceFormat};
 
 use crate::common::{canonical, catalog, parse};
@@ -68,32 +70,55 @@ fn text_field() -> impl Strategy<Value = String> {
 fn job() -> impl Strategy<Value = TrainingJob> {
     let models = catalog().models().len() as u16;
     (
-        (text_field(), 0u64..1_000_000_000_000_000, 1u32..=1_000_000, 1u64..10_000_000_000_000),
-        (1u64..=u64::MAX, text_field(), prop::option::of(1u32..=u32::MAX)),
-        (prop::collection::vec(0..models, 0..4), text_field(), any::<i32>()),
-        (prop::option::of(0u64..1_000_000_000_000), prop::option::of(0u64..1u64 << 60)),
+        (
+            text_field(),
+            0u64..1_000_000_000_000_000,
+            1u32..=1_000_000,
+            1u64..10_000_000_000_000,
+        ),
+        (
+            1u64..=u64::MAX,
+            text_field(),
+            prop::option::of(1u32..=u32::MAX),
+        ),
+        (
+            prop::collection::vec(0..models, 0..4),
+            text_field(),
+            any::<i32>(),
+        ),
+        (
+            prop::option::of(0u64..1_000_000_000_000),
+            prop::option::of(0u64..1u64 << 60),
+        ),
     )
-        .prop_map(|((name, submit, gpus, duration), (iterations, model, batch_size), (types, tenant, priority), (cpu, memory))| {
-            let mut gpu_types: Vec<GpuModelId> = Vec::new();
-            for t in types {
-                if !gpu_types.contains(&GpuModelId(t)) {
-                    gpu_types.push(GpuModelId(t));
+        .prop_map(
+            |(
+                (name, submit, gpus, duration),
+                (iterations, model, batch_size),
+                (types, tenant, priority),
+                (cpu, memory),
+            )| {
+                let mut gpu_types: Vec<GpuModelId> = Vec::new();
+                for t in types {
+                    if !gpu_types.contains(&GpuModelId(t)) {
+                        gpu_types.push(GpuModelId(t));
+                    }
                 }
-            }
-            TrainingJob {
-                id: JobId(0),
-                name,
-                submit: SimTime::from_micros(submit),
-                tenant,
-                priority,
-                model,
-                batch_size,
-                gpus,
-                gpu_types,
-                iterations,
-                duration: SimDuration::from_micros(duration),
-                cpu: cpu.map(MilliCpu),
-                memory: memory.map(Bytes),
-            }
-        })
+                TrainingJob {
+                    id: JobId(0),
+                    name,
+                    submit: SimTime::from_micros(submit),
+                    tenant,
+                    priority,
+                    model,
+                    batch_size,
+                    gpus,
+                    gpu_types,
+                    iterations,
+                    duration: SimDuration::from_micros(duration),
+                    cpu: cpu.map(MilliCpu),
+                    memory: memory.map(Bytes),
+                }
+            },
+        )
 }
