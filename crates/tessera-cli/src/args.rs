@@ -43,11 +43,19 @@ pub type Source = String;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera list`).
-    #[arg(long, default_value = "builtin:default", value_name = "PATH|builtin:NAME")]
+    #[arg(
+        long,
+        default_value = "builtin:default",
+        value_name = "PATH|builtin:NAME"
+    )]
     pub cluster: Source,
 
     /// Workload trace: a file or `builtin:NAME` (see `tessera list`).
-    #[arg(long, default_value = "builtin:philly-synthetic-2k", value_name = "PATH|builtin:NAME")]
+    #[arg(
+        long,
+        default_value = "builtin:philly-synthetic-2k",
+        value_name = "PATH|builtin:NAME"
+    )]
     pub trace: Source,
 
     /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,

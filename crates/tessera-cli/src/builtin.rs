@@ -2,16 +2,39 @@
 
 /// (name, description, YAML).
 pub const CLUSTERS: &[(&str, &str, &str)] = &[
-    ("default", "32 servers x 8 V100-32GB (256 GPUs), 48 CPUs, 512 GiB", include_str!("../data/clusters/default.yaml")),
-    ("philly-2048", "256 servers x 8 V100-32GB (2,048 GPUs)", include_str!("../data/clusters/philly-2048.yaml")),
-    ("synergy-128", "Synergy's cluster: 16 x 8 GPUs, 24 CPUs, 500 GB per server", include_str!("../data/clusters/synergy-128.yaml")),
-    ("tiresias-n32g4", "Tiresias' n32g4: 32 servers x 4 P100", include_str!("../data/clusters/tiresias-n32g4.yaml")),
-    ("hetero-gavel-108", "Gavel's 36 K80 + 36 P100 + 36 V100", include_str!("../data/clusters/hetero-gavel-108.yaml")),
+    (
+        "default",
+        "32 servers x 8 V100-32GB (256 GPUs), 48 CPUs, 512 GiB",
+        include_str!("../data/clusters/default.yaml"),
+    ),
+    (
+        "philly-2048",
+        "256 servers x 8 V100-32GB (2,048 GPUs)",
+        include_str!("../data/clusters/philly-2048.yaml"),
+    ),
+    (
+        "synergy-128",
+        "Synergy's cluster: 16 x 8 GPUs, 24 CPUs, 500 GB per server",
+        include_str!("../data/clusters/synergy-128.yaml"),
+    ),
+    (
+        "tiresias-n32g4",
+        "Tiresias' n32g4: 32 servers x 4 P100",
+        include_str!("../data/clusters/tiresias-n32g4.yaml"),
+    ),
+    (
+        "hetero-gavel-108",
+        "Gavel's 36 K80 + 36 P100 + 36 V100",
+        include_str!("../data/clusters/hetero-gavel-108.yaml"),
+    ),
 ];
 
 /// The YAML of a built-in cluster.
 pub fn cluster_yaml(name: &str) -> Option<&'static str> {
-    CLUSTERS.iter().find(|(n, _, _)| *n == name).map(|(_, _, y)| *y)
+    CLUSTERS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, y)| *y)
 }
 
 #[cfg(test)]
@@ -21,7 +44,8 @@ mod tests {
     #[test]
     fn every_builtin_cluster_is_valid() {
         for (name, _, yaml) in super::CLUSTERS {
-            Cluster::from_yaml(yaml, &GpuCatalog::builtin()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            Cluster::from_yaml(yaml, &GpuCatalog::builtin())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 }

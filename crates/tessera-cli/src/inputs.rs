@@ -13,11 +13,16 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let Some(yaml) = builtin::cluster_yaml(name) else {
             let known: Vec<_> = builtin::CLUSTERS.iter().map(|(n, _, _)| *n).collect();
-            bail!("unknown built-in cluster {name:?} (known: {})", known.join(", "));
+            bail!(
+                "unknown built-in cluster {name:?} (known: {})",
+                known.join(", ")
+            );
         };
-        return Cluster::from_yaml(yaml, catalog).with_context(|| format!("built-in cluster {name}"));
+        return Cluster::from_yaml(yaml, catalog)
+            .with_context(|| format!("built-in cluster {name}"));
     }
-    let text = std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
+    let text =
+        std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
     // The error names the line (when known) and the field: `FILE: line 9: field spec...`.
     Cluster::from_yaml(&text, catalog).map_err(|e| anyhow::anyhow!("{source}: {e}"))
 }
@@ -29,7 +34,10 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
     }
     name.parse::<TraceFormat>().map(Some).map_err(|_| {
         let known: Vec<String> = TraceFormat::ALL.iter().map(|f| f.to_string()).collect();
-        anyhow::anyhow!("unknown trace format {name:?} (known: auto, {})", known.join(", "))
+        anyhow::anyhow!(
+            "unknown trace format {name:?} (known: auto, {})",
+            known.join(", ")
+        )
     })
 }
 
@@ -43,19 +51,41 @@ pub fn load_trace(
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let Some(workload) = tessera_trace::builtin_trace(name, seed) else {
-            let known: Vec<_> = tessera_trace::BUILTIN_TRACES.iter().map(|(n, _)| *n).collect();
-            bail!("unknown built-in trace {name:?} (known: {})", known.join(", "));
+            let known: Vec<_> = tessera_trace::BUILTIN_TRACES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            bail!(
+                "unknown built-in trace {name:?} (known: {})",
+                known.join(", ")
+            );
         };
         let lines = (1..=workload.len() as u64).collect();
-        return Ok(LoadedTrace { format: TraceFormat::Tessera, detected: false, workload, lines, skipped: 0 });
+        return Ok(LoadedTrace {
+            format: TraceFormat::Tessera,
+            detected: false,
+            workload,
+            lines,
+            skipped: 0,
+        });
     }
     let opts = ReadOptions { skip_invalid };
-    Ok(tessera_trace::read_trace(Path::new(source), format, catalog, &opts)?)
+    Ok(tessera_trace::read_trace(
+        Path::new(source),
+        format,
+        catalog,
+        &opts,
+    )?)
 }
 
 /// Fails on the first job that can never fit the cluster, naming the trace line, unless the
 /// user asked for such jobs to be reported as rejected.
-pub fn check_fit(source: &str, trace: &LoadedTrace, cluster: &Cluster, reject_unfit: bool) -> Result<usize> {
+pub fn check_fit(
+    source: &str,
+    trace: &LoadedTrace,
+    cluster: &Cluster,
+    reject_unfit: bool,
+) -> Result<usize> {
     let mut unfit = 0;
     for (job, line) in trace.workload.jobs().iter().zip(&trace.lines) {
         let max = cluster.max_gpus_for(&job.gpu_types);

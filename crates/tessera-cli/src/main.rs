@@ -23,7 +23,10 @@ fn main() -> ExitCode {
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            if err.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)) {
+            if err.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
             // One line per distinct fact: a cause already spelled out by the message above it
@@ -37,7 +40,9 @@ fn main() -> ExitCode {
                     shown = text;
                 }
             }
-            let internal = err.chain().any(|c| c.downcast_ref::<tessera_sim::SimError>().is_some());
+            let internal = err
+                .chain()
+                .any(|c| c.downcast_ref::<tessera_sim::SimError>().is_some());
             ExitCode::from(if internal { 2 } else { 1 })
         }
     }

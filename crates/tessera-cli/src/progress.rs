@@ -29,11 +29,16 @@ impl Bars {
 
     pub fn bar(&self, label: &str, total: usize) -> RunBar {
         let bar = self.multi.add(ProgressBar::new(total as u64));
-        if let Ok(style) = ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} jobs  {msg}") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} jobs  {msg}")
+        {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(label.to_string());
-        RunBar { bar, bars: self.clone() }
+        RunBar {
+            bar,
+            bars: self.clone(),
+        }
     }
 
     fn maybe_show(&self) {
@@ -56,7 +61,8 @@ pub struct RunBar {
 impl tessera_sim::Progress for RunBar {
     fn update(&mut self, done: usize, _total: usize, now: SimTime) {
         self.bar.set_position(done as u64);
-        self.bar.set_message(format!("simulated {:.1} h", now.as_secs_f64() / 3600.0));
+        self.bar
+            .set_message(format!("simulated {:.1} h", now.as_secs_f64() / 3600.0));
         self.bars.maybe_show();
     }
 }

@@ -97,8 +97,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
         out.push('\n');
     };
-    line(&mut out, &header.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    line(&mut out, &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
+    line(
+        &mut out,
+        &header.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    );
+    line(
+        &mut out,
+        &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
+    );
     for row in rows {
         line(&mut out, row);
     }
@@ -111,7 +117,11 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|s| {
-            let speedup = if s.avg_jct_s > 0.0 { format!("{:.2}x", base / s.avg_jct_s) } else { "-".into() };
+            let speedup = if s.avg_jct_s > 0.0 {
+                format!("{:.2}x", base / s.avg_jct_s)
+            } else {
+                "-".into()
+            };
             vec![
                 s.policy.clone(),
                 format!("{}/{}", s.finished, s.jobs),
@@ -128,7 +138,19 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
         })
         .collect();
     table(
-        &["policy", "finished", "avg JCT", "vs first", "p50 JCT", "p99 JCT", "makespan", "avg queue", "GPU util", "preempt", "wall"],
+        &[
+            "policy",
+            "finished",
+            "avg JCT",
+            "vs first",
+            "p50 JCT",
+            "p99 JCT",
+            "makespan",
+            "avg queue",
+            "GPU util",
+            "preempt",
+            "wall",
+        ],
         &rows,
     )
 }
@@ -138,13 +160,26 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let summary_path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(doc)?;
-    std::fs::write(&summary_path, json + "\n").with_context(|| format!("writing {}", summary_path.display()))?;
+    std::fs::write(&summary_path, json + "\n")
+        .with_context(|| format!("writing {}", summary_path.display()))?;
 
     let jobs_path = dir.join("jobs.csv");
-    let mut w = csv::Writer::from_path(&jobs_path).with_context(|| format!("writing {}", jobs_path.display()))?;
+    let mut w = csv::Writer::from_path(&jobs_path)
+        .with_context(|| format!("writing {}", jobs_path.display()))?;
     w.write_record([
-        "policy", "job_id", "name", "gpus", "submit_s", "start_s", "finish_s", "jct_s", "queue_s", "outcome",
-        "reason", "preemptions", "gpu_secs",
+        "policy",
+        "job_id",
+        "name",
+        "gpus",
+        "submit_s",
+        "start_s",
+        "finish_s",
+        "jct_s",
+        "queue_s",
+        "outcome",
+        "reason",
+        "preemptions",
+        "gpu_secs",
     ])?;
     let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
     for r in reports {
@@ -174,8 +209,17 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
     w.flush()?;
 
     let ts_path = dir.join("timeseries.csv");
-    let mut w = csv::Writer::from_path(&ts_path).with_context(|| format!("writing {}", ts_path.display()))?;
-    w.write_record(["policy", "time_s", "gpus", "cpu_cores", "memory_gib", "running", "queued"])?;
+    let mut w = csv::Writer::from_path(&ts_path)
+        .with_context(|| format!("writing {}", ts_path.display()))?;
+    w.write_record([
+        "policy",
+        "time_s",
+        "gpus",
+        "cpu_cores",
+        "memory_gib",
+        "running",
+        "queued",
+    ])?;
     for r in reports {
         for s in &r.timeseries {
             w.write_record([

@@ -406,7 +406,11 @@ spec:
         let text = MINIMAL.replace("gpusPerNode: 8", "gpusPerNode: 99");
         let err = Cluster::from_yaml(&text, &GpuCatalog::builtin()).unwrap_err();
         assert_eq!(err.line(), Some(9), "{err}");
-        assert!(err.to_string().starts_with("line 9: field spec.nodeGroups[0].gpusPerNode"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("line 9: field spec.nodeGroups[0].gpusPerNode"),
+            "{err}"
+        );
         let two = format!("{MINIMAL}    - name: b\n      count: 1\n      gpu: Z80\n      gpusPerNode: 1\n      cpus: 1\n      memory: 1Gi\n");
         let err = Cluster::from_yaml(&two, &GpuCatalog::builtin()).unwrap_err();
         assert_eq!(err.line(), Some(14), "{err}");

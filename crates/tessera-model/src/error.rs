@@ -47,15 +47,25 @@ fn location_prefix(line: Option<usize>, column: Option<usize>) -> String {
 
 impl SpecError {
     pub(crate) fn invalid(field: &str, reason: String) -> SpecError {
-        SpecError::Invalid { line: None, field: field.to_string(), reason }
+        SpecError::Invalid {
+            line: None,
+            field: field.to_string(),
+            reason,
+        }
     }
 
     /// Fills in the line of an `Invalid` field by looking its path up in the YAML source.
     pub(crate) fn located_in(self, text: &str) -> SpecError {
         match self {
-            SpecError::Invalid { line: None, field, reason } => {
-                SpecError::Invalid { line: locate_field(text, &field), field, reason }
-            }
+            SpecError::Invalid {
+                line: None,
+                field,
+                reason,
+            } => SpecError::Invalid {
+                line: locate_field(text, &field),
+                field,
+                reason,
+            },
             other => other,
         }
     }
@@ -97,8 +107,9 @@ pub fn locate_field(text: &str, path: &str) -> Option<usize> {
         };
         pos = (pos..lines.len()).find(|&l| has_key(lines[l], key))?;
         if let Some(i) = index {
-            let items: Vec<usize> =
-                (pos + 1..lines.len()).filter(|&l| lines[l].trim_start().starts_with('-')).collect();
+            let items: Vec<usize> = (pos + 1..lines.len())
+                .filter(|&l| lines[l].trim_start().starts_with('-'))
+                .collect();
             pos = *items.get(i)?;
         }
     }

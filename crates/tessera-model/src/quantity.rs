@@ -22,7 +22,10 @@ pub struct QuantityError {
 /// Parses a quantity into a non-negative value scaled by `unit` (1000 for millicores, 1 for
 /// bytes), rounding up as Kubernetes does, so that a request is never silently shrunk.
 fn parse_scaled(input: &str, unit: u64) -> Result<u64, QuantityError> {
-    let err = |reason| QuantityError { input: input.to_string(), reason };
+    let err = |reason| QuantityError {
+        input: input.to_string(),
+        reason,
+    };
     let s = input.trim();
     if s.is_empty() {
         return Err(err("empty"));
@@ -47,7 +50,11 @@ fn parse_scaled(input: &str, unit: u64) -> Result<u64, QuantityError> {
         "Ti" => (1 << 40, 1),
         "Pi" => (1 << 50, 1),
         "Ei" => (1 << 60, 1),
-        _ => return Err(err("unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)")),
+        _ => {
+            return Err(err(
+                "unknown suffix (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei)",
+            ))
+        }
     };
     if num.is_empty() {
         return Err(err("missing number"));
@@ -231,9 +238,19 @@ mod tests {
 
     #[test]
     fn integers_are_exact_beyond_f64_precision() {
-        assert_eq!("9007199254740993".parse::<Bytes>().unwrap(), Bytes(9_007_199_254_740_993));
-        assert_eq!("9007199254740993m".parse::<MilliCpu>().unwrap(), MilliCpu(9_007_199_254_740_993));
-        assert_eq!("1500m".parse::<Bytes>().unwrap(), Bytes(2), "fractional bytes round up");
+        assert_eq!(
+            "9007199254740993".parse::<Bytes>().unwrap(),
+            Bytes(9_007_199_254_740_993)
+        );
+        assert_eq!(
+            "9007199254740993m".parse::<MilliCpu>().unwrap(),
+            MilliCpu(9_007_199_254_740_993)
+        );
+        assert_eq!(
+            "1500m".parse::<Bytes>().unwrap(),
+            Bytes(2),
+            "fractional bytes round up"
+        );
         assert!("99999999999999999999Ei".parse::<Bytes>().is_err());
     }
 

@@ -8,10 +8,14 @@
 //!   trace implies (`iterations / duration`) on the GPUs it asked for, scaled linearly when it
 //!   holds a different number.
 //! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
+//! - [`synergy`]: CPU/memory sensitivity tables (the Synergy truth), the reference simulator's
+//!   scalar rule, and optimistic profiling.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
+
+pub mod synergy;
 
 use tessera_model::{Allocation, Cluster, SimDuration, TrainingJob};
 

@@ -4,6 +4,7 @@ use tessera_model::SimDuration;
 use thiserror::Error;
 
 use crate::baselines::{JobOrder, OrderedPolicy};
+use crate::synergy::{Mechanism, SynergyPolicy};
 use crate::view::{Action, ClusterView};
 
 /// A scheduling policy: given a view of the world, decide what to start, stop or move.
@@ -26,6 +27,12 @@ pub trait Policy: Send {
 
     /// Appends this scheduling point's decisions to `actions` (which arrives empty).
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>);
+
+    /// Policy-specific counters for the run report (e.g. solver time and optimality gap of
+    /// LP-based policies), as (name, value) pairs in a fixed order. Default: none.
+    fn stats(&self) -> Vec<(String, f64)> {
+        Vec::new()
+    }
 }
 
 /// Options shared by the policies the registry builds.
@@ -78,24 +85,68 @@ pub const POLICIES: &[PolicyInfo] = &[
     },
 ];
 
-/// Builds a policy by registry name (case-insensitive).
-pub fn build_policy(name: &str, options: &PolicyOptions) -> Result<Box<dyn Policy>, PolicyError> {
-    let order = match name.to_ascii_lowercase().as_str() {
+/// Synergy (issue 3): every ordering composed with a CPU/memory allocation mechanism, named
+/// `ORDER+MECH` with ORDER in fifo|srtf|las|ftf and MECH in proportional|greedy|tune|opt; they
+/// re-plan every round (default [`SYNERGY_ROUND`]). `synergy` alone means `fifo+tune`. Kept
+/// apart from [`POLICIES`] so that default comparisons stay the four baselines.
+pub const SYNERGY_POLICIES: &[&str] = &[
+    "fifo+proportional",
+    "fifo+greedy",
+    "fifo+tune",
+    "fifo+opt",
+    "srtf+proportional",
+    "srtf+greedy",
+    "srtf+tune",
+    "srtf+opt",
+    "las+proportional",
+    "las+greedy",
+    "las+tune",
+    "las+opt",
+    "ftf+proportional",
+    "ftf+greedy",
+    "ftf+tune",
+    "ftf+opt",
+];
+
+/// Round length of Synergy policies when none is given: the reference's 300 s leases.
+pub const SYNERGY_ROUND: SimDuration = SimDuration::from_secs(300);
+
+fn parse_order(s: &str) -> Option<JobOrder> {
+    Some(match s {
         "fifo" => JobOrder::Fifo,
         "srtf" => JobOrder::Srtf,
         "las" => JobOrder::Las,
         "ftf" => JobOrder::Ftf,
-        _ => {
-            return Err(PolicyError::Unknown {
-                name: name.to_string(),
-                known: POLICIES
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-        }
+        _ => return None,
+    })
+}
+
+/// Builds a policy by registry name (case-insensitive).
+pub fn build_policy(name: &str, options: &PolicyOptions) -> Result<Box<dyn Policy>, PolicyError> {
+    let lower = name.to_ascii_lowercase();
+    let lower = if lower == "synergy" {
+        "fifo+tune".to_string()
+    } else {
+        lower
     };
+    let unknown = || PolicyError::Unknown {
+        name: name.to_string(),
+        known: POLICIES
+            .iter()
+            .map(|p| p.name)
+            .chain(["synergy"])
+            .chain(SYNERGY_POLICIES.iter().copied())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    if let Some((order, mech)) = lower.split_once('+') {
+        let (Some(order), Some(mech)) = (parse_order(order), Mechanism::parse(mech)) else {
+            return Err(unknown());
+        };
+        let round = options.round.or(Some(SYNERGY_ROUND));
+        return Ok(Box::new(SynergyPolicy::new(order, mech, round)));
+    }
+    let order = parse_order(&lower).ok_or_else(unknown)?;
     Ok(Box::new(OrderedPolicy::new(order, options.round)))
 }
 
@@ -110,6 +161,18 @@ mod tests {
             assert_eq!(built.name(), p.name);
         }
         assert!(build_policy("LAS", &PolicyOptions::default()).is_ok());
+        for name in SYNERGY_POLICIES {
+            let built = build_policy(name, &PolicyOptions::default()).unwrap();
+            assert_eq!(built.name(), *name);
+            assert_eq!(built.round_length(), Some(SYNERGY_ROUND));
+        }
+        assert_eq!(
+            build_policy("synergy", &PolicyOptions::default())
+                .unwrap()
+                .name(),
+            "fifo+tune"
+        );
+        assert!(build_policy("fifo+magic", &PolicyOptions::default()).is_err());
         let err = build_policy("lottery", &PolicyOptions::default())
             .err()
             .unwrap()

@@ -1,6 +1,9 @@
 //! What a policy sees ([`ClusterView`]) and what it may ask for ([`Action`]).
 
+use std::sync::Arc;
+
 use tessera_model::{Allocation, Cluster, JobId, Resources, SimTime, TrainingJob};
+use tessera_perf::synergy::SensitivityEstimate;
 
 /// Whether a job waits or runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +33,9 @@ pub struct ActiveJob {
     pub first_start: Option<SimTime>,
     /// Times it was preempted.
     pub preemptions: u32,
+    /// What profiling learned about its CPU/memory sensitivity (Synergy), if the driver
+    /// profiles jobs; `None` = unknown, treat as insensitive.
+    pub sensitivity: Option<Arc<SensitivityEstimate>>,
 }
 
 impl ActiveJob {

@@ -15,10 +15,12 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Cluster, JobId, Resources, SimDuration, SimTime, TrainingJob, Workload,
+    Allocation, Cluster, JobId, Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
 };
+use tessera_perf::synergy::{Profiler, SensitivityEstimate};
 use tessera_perf::{RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
 use thiserror::Error;
@@ -34,6 +36,15 @@ pub struct SimConfig {
     pub time_limit: Option<SimTime>,
     /// Record allocation changes over time.
     pub record_timeseries: bool,
+    /// Profile every job when it arrives (Synergy's optimistic profiling): the job becomes
+    /// visible to the policy after the profiler's cost, carrying its estimate in
+    /// [`ActiveJob::sensitivity`]. `None` = no profiling, no estimates.
+    pub profiler: Option<Arc<dyn Profiler>>,
+    /// Seed of the profiler's measurement noise.
+    pub profile_seed: u64,
+    /// Stop once every job with an id in `lo..hi` has ended (a steady-state measurement
+    /// window, e.g. Synergy's jobs 4000–4999); later jobs are reported unfinished.
+    pub stop_after_window: Option<(u32, u32)>,
 }
 
 impl Default for SimConfig {
@@ -42,6 +53,9 @@ impl Default for SimConfig {
             restart_costs: RestartCosts::default(),
             time_limit: None,
             record_timeseries: true,
+            profiler: None,
+            profile_seed: 0,
+            stop_after_window: None,
         }
     }
 }
@@ -87,7 +101,14 @@ impl Progress for () {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Completion { job: JobId, version: u32 },
+    Completion {
+        job: JobId,
+        version: u32,
+    },
+    /// Profiling of a job ended: it becomes visible to the policy.
+    ProfileDone {
+        job: JobId,
+    },
 }
 
 /// Per-job mutable state, indexed by job id.
@@ -109,6 +130,12 @@ struct Progressing {
     finish: Option<SimTime>,
     preemptions: u32,
     ever_started: bool,
+    /// While holding GPUs: (CPU cores per GPU, memory GiB per GPU, speed-up over the
+    /// proportional-share rate).
+    cur: (f64, f64, f64),
+    /// Seconds spent holding GPUs, and the time integrals of `cur` over them.
+    held_secs: f64,
+    integ: (f64, f64, f64),
 }
 
 const NOT_ACTIVE: u32 = u32::MAX;
@@ -146,6 +173,12 @@ pub struct Simulation<'a> {
     scheduling_points: u64,
     actions: Vec<Action>,
     finished: bool,
+    /// Estimates of jobs being profiled, by job index (empty without a profiler).
+    estimates: Vec<Option<Arc<SensitivityEstimate>>>,
+    profile_rng: SimRng,
+    profiling_gpu_secs: f64,
+    /// Jobs of the measurement window not yet ended.
+    window_left: usize,
 }
 
 impl<'a> Simulation<'a> {
@@ -172,7 +205,19 @@ impl<'a> Simulation<'a> {
             finish: None,
             preemptions: 0,
             ever_started: false,
+            cur: (0.0, 0.0, 0.0),
+            held_secs: 0.0,
+            integ: (0.0, 0.0, 0.0),
         };
+        let window_left = config.stop_after_window.map_or(0, |(lo, hi)| {
+            jobs.iter().filter(|j| (lo..hi).contains(&j.id.0)).count()
+        });
+        let estimates = if config.profiler.is_some() {
+            vec![None; jobs.len()]
+        } else {
+            Vec::new()
+        };
+        let profile_rng = SimRng::seed_from_u64(config.profile_seed);
         Simulation {
             cluster,
             jobs,
@@ -205,6 +250,10 @@ impl<'a> Simulation<'a> {
             scheduling_points: 0,
             actions: Vec::new(),
             finished: false,
+            estimates,
+            profile_rng,
+            profiling_gpu_secs: 0.0,
+            window_left,
         }
     }
 
@@ -231,8 +280,11 @@ impl<'a> Simulation<'a> {
     /// Runs to the end, reporting progress every few thousand events.
     pub fn run(mut self, progress: &mut dyn Progress) -> Result<SimReport, SimError> {
         let total = self.jobs.len();
+        let mut reported_at = 0;
         while self.step()? {
-            if self.events % 4096 == 0 {
+            // A step may process several events, so compare against the last report.
+            if self.events - reported_at >= 4096 {
+                reported_at = self.events;
                 progress.update(self.done_jobs, total, self.now);
             }
         }
@@ -272,6 +324,11 @@ impl<'a> Simulation<'a> {
                         trigger.completion = true;
                     }
                 }
+                Event::ProfileDone { job } => {
+                    let estimate = self.estimates.get_mut(job.index()).and_then(Option::take);
+                    self.activate(job, estimate);
+                    trigger.arrival = true;
+                }
             }
         }
         while let Some(job) = self.jobs.get(self.next_arrival) {
@@ -296,7 +353,20 @@ impl<'a> Simulation<'a> {
             self.finished = true;
             return Ok(false);
         }
+        if self.config.stop_after_window.is_some() && self.window_left == 0 {
+            self.finish_run("measurement window drained");
+            return Ok(false);
+        }
         Ok(true)
+    }
+
+    fn job_ended(&mut self, job: JobId) {
+        self.done_jobs += 1;
+        if let Some((lo, hi)) = self.config.stop_after_window {
+            if (lo..hi).contains(&job.0) {
+                self.window_left = self.window_left.saturating_sub(1);
+            }
+        }
     }
 
     fn next_instant(&self) -> Option<SimTime> {
@@ -344,9 +414,34 @@ impl<'a> Simulation<'a> {
                     job.gpus
                 ),
             });
-            self.done_jobs += 1;
+            self.job_ended(job.id);
             return;
         }
+        if let Some(profiler) = self.config.profiler.clone() {
+            let estimate = profiler
+                .profile(job, self.cluster, &mut self.profile_rng)
+                .map(Arc::new);
+            let cost = profiler.cost();
+            self.profiling_gpu_secs += profiler.gpus() as f64 * cost.as_secs_f64();
+            if !cost.is_zero() {
+                self.estimates[job.id.index()] = estimate;
+                self.seq += 1;
+                self.heap.push(Reverse((
+                    self.now + cost,
+                    self.seq,
+                    Event::ProfileDone { job: job.id },
+                )));
+                return;
+            }
+            self.activate(job.id, estimate);
+            return;
+        }
+        self.activate(job.id, None);
+    }
+
+    /// Makes an arrived (and profiled) job visible to the policy.
+    fn activate(&mut self, id: JobId, sensitivity: Option<Arc<SensitivityEstimate>>) {
+        let job = &self.jobs[id.index()];
         self.active_pos[job.id.index()] = self.active.len() as u32;
         self.active.push(ActiveJob {
             id: job.id,
@@ -357,6 +452,7 @@ impl<'a> Simulation<'a> {
             throughput_estimate: job.reference_throughput(),
             first_start: None,
             preemptions: 0,
+            sensitivity,
         });
         self.state[job.id.index()].synced_at = self.now;
     }
@@ -371,6 +467,12 @@ impl<'a> Simulation<'a> {
         let worked = now.saturating_since(working_from).as_secs_f64();
         st.done = (st.done + st.rate * worked).min(total);
         st.gpu_secs += st.gpus_held as f64 * held;
+        if st.gpus_held > 0 {
+            st.held_secs += held;
+            st.integ.0 += st.cur.0 * held;
+            st.integ.1 += st.cur.1 * held;
+            st.integ.2 += st.cur.2 * held;
+        }
         st.synced_at = now;
         if let Some(&pos) = self.active_pos.get(job.index()) {
             if let Some(a) = self.active.get_mut(pos as usize) {
@@ -398,7 +500,7 @@ impl<'a> Simulation<'a> {
         st.finish = Some(self.now);
         st.record_outcome = Some(JobOutcome::Finished);
         self.remove_active(job);
-        self.done_jobs += 1;
+        self.job_ended(job);
         self.last_completion = self.now;
         true
     }
@@ -573,7 +675,18 @@ impl<'a> Simulation<'a> {
             SimDuration::ZERO
         };
         let now = self.now;
+        let g = alloc.gpus().max(1) as f64;
+        let proportional = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
         let st = &mut self.state[job.index()];
+        st.cur = (
+            alloc.cpu().as_cores() / g,
+            alloc.memory().as_gib() / g,
+            if proportional > 0.0 {
+                rate / proportional
+            } else {
+                1.0
+            },
+        );
         st.rate = rate;
         st.synced_at = now;
         st.resumes_at = now + cost;
@@ -708,6 +821,9 @@ impl<'a> Simulation<'a> {
                 preemptions: st.preemptions,
                 gpu_secs: st.gpu_secs,
                 iterations_done: st.done,
+                cpu_per_gpu: (st.held_secs > 0.0).then(|| st.integ.0 / st.held_secs),
+                mem_gib_per_gpu: (st.held_secs > 0.0).then(|| st.integ.1 / st.held_secs),
+                speedup: (st.held_secs > 0.0).then(|| st.integ.2 / st.held_secs),
             })
             .collect();
         let summary = self.summarize(&jobs);
@@ -716,6 +832,7 @@ impl<'a> Simulation<'a> {
             summary,
             jobs,
             timeseries: std::mem::take(&mut self.timeseries),
+            policy_stats: self.policy.stats(),
         }
     }
 
@@ -763,6 +880,7 @@ impl<'a> Simulation<'a> {
             preemptions: jobs.iter().map(|j| j.preemptions as u64).sum(),
             events: self.events,
             scheduling_points: self.scheduling_points,
+            profiling_gpu_secs: self.profiling_gpu_secs,
         }
     }
 }

@@ -27,6 +27,10 @@
 
 mod engine;
 pub mod metrics;
+pub mod reference;
+pub mod synergy_experiment;
+pub mod synergy_workload;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation};
 pub use metrics::{JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use reference::run_reference;

@@ -44,6 +44,13 @@ pub struct JobRecord {
     pub gpu_secs: f64,
     /// Iterations done (equals the total for finished jobs).
     pub iterations_done: f64,
+    /// CPU cores per GPU it held, averaged over the time it held GPUs.
+    pub cpu_per_gpu: Option<f64>,
+    /// Memory GiB per GPU it held, averaged over the time it held GPUs.
+    pub mem_gib_per_gpu: Option<f64>,
+    /// Its throughput relative to the GPU-proportional share's, averaged over the time it
+    /// held GPUs (1.0 under proportional allocation).
+    pub speedup: Option<f64>,
 }
 
 impl JobRecord {
@@ -112,6 +119,8 @@ pub struct Summary {
     pub events: u64,
     /// Scheduling points (policy calls).
     pub scheduling_points: u64,
+    /// GPU-seconds spent profiling arriving jobs (outside the cluster's GPUs).
+    pub profiling_gpu_secs: f64,
 }
 
 /// Nearest-rank percentile of sorted values (0 for an empty slice).
@@ -134,6 +143,8 @@ pub struct SimReport {
     pub jobs: Vec<JobRecord>,
     /// Allocation over time.
     pub timeseries: Vec<UtilSample>,
+    /// Policy-specific counters ([`tessera_sched::Policy::stats`]).
+    pub policy_stats: Vec<(String, f64)>,
 }
 
 #[cfg(test)]

@@ -289,7 +289,10 @@ pub const BUILTIN_TRACES: &[(&str, &str)] = &[
         "philly-synthetic-2k",
         "2,000 jobs, Poisson 200 jobs/h, Philly GPU mix and run times; seeded",
     ),
-    ("tiresias-60", "the 60-job trace of the Tiresias simulator (fixed; seed ignored)"),
+    (
+        "tiresias-60",
+        "the 60-job trace of the Tiresias simulator (fixed; seed ignored)",
+    ),
 ];
 
 const TIRESIAS_60: &str = include_str!("../data/tiresias_60_job.csv");

@@ -67,10 +67,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     ];
     let mut rows = Vec::new();
     for (policy, round, target_s) in cases {
-        let run = PolicyRun { name: policy.to_string(), options: PolicyOptions { round } };
-        let config = SimConfig { record_timeseries: false, ..SimConfig::default() };
-        let mut results = run_policies(&cluster, &workload, std::slice::from_ref(&run), &config, 1)?;
-        let Some((report, wall_s)) = results.pop() else { bail!("benchmark {policy} produced no result") };
+        let run = PolicyRun {
+            name: policy.to_string(),
+            options: PolicyOptions { round },
+        };
+        let config = SimConfig {
+            record_timeseries: false,
+            ..SimConfig::default()
+        };
+        let mut results =
+            run_policies(&cluster, &workload, std::slice::from_ref(&run), &config, 1)?;
+        let Some((report, wall_s)) = results.pop() else {
+            bail!("benchmark {policy} produced no result")
+        };
         let name = match round {
             Some(r) => format!("{policy}, {} s rounds", r.as_secs_f64()),
             None => policy.to_string(),
@@ -108,16 +117,34 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         format!("{}", r.events),
                         format!("{:.0}", r.events_per_s),
                         format!("{}", r.scheduling_points),
-                        r.peak_rss_mib.map(|m| format!("{m:.0} MiB")).unwrap_or_else(|| "n/a".into()),
+                        r.peak_rss_mib
+                            .map(|m| format!("{m:.0} MiB"))
+                            .unwrap_or_else(|| "n/a".into()),
                     ]
                 })
                 .collect();
             write!(
                 out,
                 "{}",
-                table(&["run", "finished", "wall", "target", "events", "events/s", "sched points", "peak RSS"], &cells)
+                table(
+                    &[
+                        "run",
+                        "finished",
+                        "wall",
+                        "target",
+                        "events",
+                        "events/s",
+                        "sched points",
+                        "peak RSS"
+                    ],
+                    &cells
+                )
             )?;
-            writeln!(out, "\n(trace generation: {}; peak RSS is the process's high-water mark so far)", human_secs(generate_s))?;
+            writeln!(
+                out,
+                "\n(trace generation: {}; peak RSS is the process's high-water mark so far)",
+                human_secs(generate_s)
+            )?;
         }
     }
     Ok(())

@@ -6,7 +6,6 @@ pub mod repro;
 mod simulate;
 mod trace;
 
-
 use anyhow::Result;
 
 use crate::args::{Cli, Command};

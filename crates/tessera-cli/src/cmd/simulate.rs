@@ -39,11 +39,16 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
-        eprintln!("{}: {unfit} jobs can never fit this cluster and are reported as rejected", args.trace);
+        eprintln!(
+            "{}: {unfit} jobs can never fit this cluster and are reported as rejected",
+            args.trace
+        );
     }
 
     let round = match args.round {
-        Some(s) if !(s.is_finite() && s > 0.0) => anyhow::bail!("--round must be a positive number of seconds, got {s}"),
+        Some(s) if !(s.is_finite() && s > 0.0) => {
+            anyhow::bail!("--round must be a positive number of seconds, got {s}")
+        }
         Some(s) => Some(SimDuration::from_secs_f64(s)),
         None => None,
     };
@@ -52,20 +57,34 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     } else {
         args.policies.clone()
     };
-    let runs: Vec<PolicyRun> =
-        names.into_iter().map(|name| PolicyRun { name, options: PolicyOptions { round } }).collect();
+    let runs: Vec<PolicyRun> = names
+        .into_iter()
+        .map(|name| PolicyRun {
+            name,
+            options: PolicyOptions { round },
+        })
+        .collect();
     // Fail on an unknown name before any run starts.
     for r in &runs {
         build_policy(&r.name, &r.options).with_context(|| "--policy".to_string())?;
     }
     let config = SimConfig {
-        restart_costs: if args.no_restart_cost { RestartCosts::free() } else { RestartCosts::default() },
+        restart_costs: if args.no_restart_cost {
+            RestartCosts::free()
+        } else {
+            RestartCosts::default()
+        },
         ..SimConfig::default()
     };
-    let threads = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let results = run_policies(&cluster, &trace.workload, &runs, &config, threads)?;
 
-    let summaries: Vec<PolicySummary> = results.iter().map(|(r, wall)| PolicySummary::new(r, *wall)).collect();
+    let summaries: Vec<PolicySummary> = results
+        .iter()
+        .map(|(r, wall)| PolicySummary::new(r, *wall))
+        .collect();
     let doc = SummaryDoc {
         cluster: format!("{} ({})", args.cluster, cluster.name),
         gpus: cluster.totals().0,
@@ -88,7 +107,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             trace.format,
             args.cluster,
             cluster.nodes.len(),
-            round.map(|r| format!(", {} s rounds", r.as_secs_f64())).unwrap_or_default()
+            round
+                .map(|r| format!(", {} s rounds", r.as_secs_f64()))
+                .unwrap_or_default()
         )?;
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
@@ -96,7 +117,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         let reports: Vec<SimReport> = results.into_iter().map(|(r, _)| r).collect();
         write_outputs(dir, &doc, &reports)?;
-        eprintln!("wrote {}/{{summary.json,jobs.csv,timeseries.csv}}", dir.display());
+        eprintln!(
+            "wrote {}/{{summary.json,jobs.csv,timeseries.csv}}",
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -112,7 +136,8 @@ pub fn run_policies(
 ) -> Result<Vec<(SimReport, f64)>> {
     let bars = Bars::new();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<RunResult>>> = Mutex::new((0..runs.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<RunResult>>> =
+        Mutex::new((0..runs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads.clamp(1, runs.len().max(1)) {
             scope.spawn(|| loop {
@@ -122,8 +147,16 @@ pub fn run_policies(
                     let policy = build_policy(&spec.name, &spec.options)?;
                     let mut bar = bars.bar(&spec.name, workload.len());
                     let started = Instant::now();
-                    let sim = Simulation::new(cluster, workload, &TraceThroughput, policy, config.clone());
-                    let report = sim.run(&mut bar).with_context(|| format!("simulating policy {}", spec.name))?;
+                    let sim = Simulation::new(
+                        cluster,
+                        workload,
+                        &TraceThroughput,
+                        policy,
+                        config.clone(),
+                    );
+                    let report = sim
+                        .run(&mut bar)
+                        .with_context(|| format!("simulating policy {}", spec.name))?;
                     Ok((report, started.elapsed().as_secs_f64()))
                 })();
                 if let Ok(mut slots) = results.lock() {
@@ -132,7 +165,9 @@ pub fn run_policies(
             });
         }
     });
-    let slots = results.into_inner().map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
+    let slots = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
     slots
         .into_iter()
         .map(|s| s.unwrap_or_else(|| Err(anyhow::anyhow!("a simulation did not run"))))

@@ -20,9 +20,21 @@ pub fn run(cmd: &TraceCommand) -> Result<()> {
 
 fn inspect(args: &InspectArgs) -> Result<()> {
     let catalog = GpuCatalog::builtin();
-    let trace = load_trace(&args.path, parse_format(&args.trace_format)?, &catalog, args.skip_invalid, 1)?;
+    let trace = load_trace(
+        &args.path,
+        parse_format(&args.trace_format)?,
+        &catalog,
+        args.skip_invalid,
+        1,
+    )?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}: format {}{}", args.path, trace.format, if trace.detected { " (detected)" } else { "" })?;
+    writeln!(
+        out,
+        "{}: format {}{}",
+        args.path,
+        trace.format,
+        if trace.detected { " (detected)" } else { "" }
+    )?;
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
     }
@@ -44,12 +56,22 @@ fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCata
 
 fn convert(args: &ConvertArgs) -> Result<()> {
     let catalog = GpuCatalog::builtin();
-    let trace = load_trace(&args.input, parse_format(&args.trace_format)?, &catalog, false, 1)?;
+    let trace = load_trace(
+        &args.input,
+        parse_format(&args.trace_format)?,
+        &catalog,
+        false,
+        1,
+    )?;
     write_csv(&args.output, &trace.workload, &catalog)
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
-    anyhow::ensure!(args.load.is_finite() && args.load > 0.0, "--load must be positive, got {}", args.load);
+    anyhow::ensure!(
+        args.load.is_finite() && args.load > 0.0,
+        "--load must be positive, got {}",
+        args.load
+    );
     let gpu_mix = match args.gpus {
         Some(0) => anyhow::bail!("--gpus must be at least 1"),
         Some(g) => vec![(g, 1.0)],

@@ -2,6 +2,7 @@
 
 mod invariants;
 mod scenarios;
+mod synergy;
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};

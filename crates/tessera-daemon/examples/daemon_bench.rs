@@ -1,0 +1,159 @@
+//! Daemon benchmarks (not a timed test): prints each figure with the command that produced it.
+//!
+//! `cargo run --release -p tessera-daemon --example daemon-bench [-- SUBMISSIONS CLIENTS]`
+//!
+//! 1. Submissions per second through the HTTP API (JSON bodies, bearer auth, `synchronous=FULL`
+//!    SQLite in WAL mode, group commit), with the FIFO policy starting jobs on 1,000 nodes as
+//!    they arrive (a backend that runs nothing).
+//! 2. One scheduling round over 1,000 nodes (8 GPUs each) and 5,000 pending jobs, for FIFO and
+//!    LAS: the decision (view + policy + validation), and the whole round including durable
+//!    writes of every transition and the backend calls.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tessera_daemon::backend::{GresCount, InventoryNode, NodeHealth, NullBackend};
+use tessera_daemon::config::TenantConfig;
+use tessera_daemon::{hash_token, Client, DaemonConfig, Engine, ManualClock, SystemClock};
+use tessera_model::{Bytes, MilliCpu, SimDuration, SimTime};
+
+const TOKEN: &str = "bench-token";
+
+fn nodes(n: usize) -> Vec<InventoryNode> {
+    (0..n)
+        .map(|i| InventoryNode {
+            name: format!("node{i}"),
+            cpu: MilliCpu::from_cores(64),
+            memory: Bytes::from_gib(512),
+            gres: vec![GresCount {
+                kind: Some("a100".into()),
+                count: 8,
+            }],
+            health: NodeHealth::Up,
+        })
+        .collect()
+}
+
+fn config(dir: &std::path::Path, policy: &str) -> DaemonConfig {
+    let text = format!(
+        "listen: 127.0.0.1:0\nstore: {}\npolicy: {policy}\nroundSeconds: 60\nbackend: {{kind: local, workDir: {}}}\n",
+        dir.join("bench.db").display(),
+        dir.display()
+    );
+    let mut c = DaemonConfig::from_yaml(&text).expect("bench config");
+    c.tenants = vec![TenantConfig {
+        name: "bench".into(),
+        token_sha256: hash_token(TOKEN),
+        admin: false,
+    }];
+    c.limits.max_active_jobs_per_tenant = 1_000_000;
+    c.limits.max_active_jobs = 1_000_000;
+    c
+}
+
+fn spec(i: usize, gpus: u32) -> String {
+    format!(
+        r#"{{"name":"bench-{i}","command":["sleep","3600"],"gpus":{gpus},"gpuType":"a100","hints":{{"durationSeconds":{}}}}}"#,
+        600 + i % 7200
+    )
+}
+
+fn submissions(total: usize, clients: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config(dir.path(), "fifo");
+    c.round_seconds = None;
+    let d = tessera_daemon::spawn(
+        c,
+        Box::new(NullBackend::new(nodes(1000))),
+        Arc::new(SystemClock::new()),
+    )
+    .expect("daemon");
+    let url = d.url();
+    // Warm up connections and the store.
+    Client::new(&url, Some(TOKEN.into()))
+        .submit(&spec(0, 1))
+        .expect("warm-up");
+    let per = total / clients;
+    let start = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let c = Client::new(&url, Some(TOKEN.into()));
+                for i in 0..per {
+                    c.submit(&spec(t * per + i, 1 + (i % 2) as u32))
+                        .expect("submit");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let n = per * clients;
+    let jobs = Client::new(&url, Some(TOKEN.into())).list().expect("list");
+    let running = jobs
+        .iter()
+        .filter(|j| j.state == tessera_daemon::types::JobState::Running)
+        .count();
+    println!(
+        "submissions: {n} via HTTP from {clients} clients in {secs:.2} s = {:.0} jobs/s (durable: WAL, synchronous=FULL; {running} started by FIFO meanwhile)",
+        n as f64 / secs
+    );
+    drop(d);
+}
+
+fn round(policy: &str, pending: usize, node_count: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config(dir.path(), policy);
+    let clock = Arc::new(ManualClock::new(SimTime::from_secs(1_700_000_000)));
+    let mut e = Engine::open(
+        &c,
+        Box::new(NullBackend::new(nodes(node_count))),
+        clock.clone(),
+    )
+    .expect("engine");
+    let specs: Vec<String> = (0..pending).map(|i| spec(i, 1 + (i % 4) as u32)).collect();
+    for chunk in specs.chunks(1000) {
+        for r in e.submit_many(TOKEN, chunk) {
+            r.expect("submit");
+        }
+    }
+    clock.advance(SimDuration::from_secs(61)); // a round boundary: preemptive policies re-plan
+    let start = Instant::now();
+    e.schedule();
+    let whole = start.elapsed().as_secs_f64();
+    let counts = e.count_by_state();
+    println!(
+        "round[{policy}]: {node_count} nodes, {pending} pending jobs: decision {:.1} ms, whole round {:.1} ms (started {}, still pending {}; includes durable writes and backend calls)",
+        e.last_decision_secs() * 1e3,
+        whole * 1e3,
+        counts.get(&tessera_daemon::types::JobState::Running).copied().unwrap_or(0),
+        counts.get(&tessera_daemon::types::JobState::Pending).copied().unwrap_or(0),
+    );
+    // A second round with the cluster full: the steady state.
+    clock.advance(SimDuration::from_secs(61));
+    e.schedule();
+    println!(
+        "round[{policy}]: steady state (cluster full, {} pending): decision {:.1} ms",
+        e.count_by_state()
+            .get(&tessera_daemon::types::JobState::Pending)
+            .copied()
+            .unwrap_or(0),
+        e.last_decision_secs() * 1e3
+    );
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let total = args.first().copied().unwrap_or(10_000);
+    let clients = args.get(1).copied().unwrap_or(16).max(1);
+    println!("command: cargo run --release -p tessera-daemon --example daemon-bench -- {total} {clients}");
+    submissions(total, clients);
+    round("fifo", 5000, 1000);
+    round("las", 5000, 1000);
+}

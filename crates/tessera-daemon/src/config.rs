@@ -1,0 +1,328 @@
+//! The daemon's YAML config file (see `docs/daemon.md` for a commented example).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tessera_model::{Bytes, MilliCpu};
+
+use crate::error::DaemonError;
+
+/// Everything `tessera serve --config FILE` reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Address of the HTTP API (default `127.0.0.1:8765`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// SQLite database file (created if absent).
+    pub store: PathBuf,
+    /// Policy name for `tessera_sched::build_policy` (default `fifo`).
+    #[serde(default = "default_policy")]
+    pub policy: String,
+    /// Periodic scheduling round in seconds; absent = schedule on events only.
+    #[serde(default)]
+    pub round_seconds: Option<f64>,
+    /// How often the backend is polled for job state changes, in milliseconds (default 500).
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u64,
+    /// `full` (default): every commit is fsynced; `normal`: WAL fsynced at checkpoints only.
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// API clients: one bearer token per tenant, stored as its SHA-256.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// Request and queue limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// When true, `GET /metrics` needs no token (default false: any valid token).
+    #[serde(default)]
+    pub public_metrics: bool,
+    /// The resource manager that runs jobs.
+    pub backend: BackendConfig,
+}
+
+/// SQLite durability.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// `synchronous=FULL`: a commit survives power loss.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a commit survives a daemon crash, not a power loss.
+    Normal,
+}
+
+/// One API tenant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant name (letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// Lower-case hex SHA-256 of the bearer token (`tessera-daemon::hash_token`,
+    /// or `printf %s TOKEN | sha256sum`).
+    pub token_sha256: String,
+    /// An admin sees and cancels every tenant's jobs.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+/// Limits on requests and queues.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request body in bytes (default 65536).
+    pub max_body_bytes: usize,
+    /// Most pending + running jobs per tenant (default 10000).
+    pub max_active_jobs_per_tenant: usize,
+    /// Most pending + running jobs in total (default 100000).
+    pub max_active_jobs: usize,
+    /// Most GPUs one job may request (default 1024).
+    pub max_gpus_per_job: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 64 * 1024,
+            max_active_jobs_per_tenant: 10_000,
+            max_active_jobs: 100_000,
+            max_gpus_per_job: 1024,
+        }
+    }
+}
+
+/// Which backend runs the jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BackendConfig {
+    /// Slurm, through its command-line tools.
+    Slurm(SlurmConfig),
+    /// Child processes on this machine.
+    Local(LocalConfig),
+}
+
+/// Slurm backend settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// Directory for job scripts and output files (created; must be visible to the nodes).
+    pub work_dir: PathBuf,
+    /// Partition to submit to and take nodes from (default: all nodes, default partition).
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// `SLURM_CONF` for every Slurm command (default: inherited environment).
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
+    /// Directory of `sbatch`, `squeue`, `scontrol`, `scancel` (default: `PATH`).
+    #[serde(default)]
+    pub bin_dir: Option<PathBuf>,
+    /// Slurm GRES type -> catalog GPU name, on top of the defaults (`a100` -> `A100-80GB`,
+    /// `v100` -> `V100-32GB`, ...). MIG types `BASE_PROFILE` (`a100_3g.40gb`) are derived.
+    #[serde(default)]
+    pub gres_map: BTreeMap<String, String>,
+    /// Catalog GPU for untyped GRES (`gpu:8`; default `A100-80GB`).
+    #[serde(default)]
+    pub default_gpu: Option<String>,
+    /// Seconds before a Slurm command is killed (default 30).
+    #[serde(default = "default_cmd_timeout")]
+    pub command_timeout_seconds: u64,
+}
+
+/// One machine of the local backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalNodeConfig {
+    /// Node name.
+    pub name: String,
+    /// Catalog GPU model name.
+    pub gpu: String,
+    /// GPUs (device indices `0..gpus` go into `CUDA_VISIBLE_DEVICES`).
+    pub gpus: u32,
+    /// CPU capacity.
+    pub cpus: MilliCpu,
+    /// Memory capacity.
+    pub memory: Bytes,
+}
+
+/// Local backend settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalConfig {
+    /// Directory for job scripts, output and exit-status files (created).
+    pub work_dir: PathBuf,
+    /// The logical nodes (default: one node `local` with 4 `A100-80GB`, 8 CPUs, 32Gi).
+    #[serde(default = "default_local_nodes")]
+    pub nodes: Vec<LocalNodeConfig>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8765))
+}
+fn default_policy() -> String {
+    "fifo".to_string()
+}
+fn default_poll_ms() -> u64 {
+    500
+}
+fn default_cmd_timeout() -> u64 {
+    30
+}
+fn default_local_nodes() -> Vec<LocalNodeConfig> {
+    vec![LocalNodeConfig {
+        name: "local".into(),
+        gpu: "A100-80GB".into(),
+        gpus: 4,
+        cpus: MilliCpu::from_cores(8),
+        memory: Bytes::from_gib(32),
+    }]
+}
+
+/// Lower-case hex SHA-256 of a bearer token, as stored in the config and the store.
+pub fn hash_token(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// True for 1..=63 characters of ASCII letters, digits, `-`, `_`, `.`, starting with a letter
+/// or digit: the only names the daemon accepts (tenants, queues, jobs, nodes it shows).
+pub fn is_safe_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+impl DaemonConfig {
+    /// Reads and validates a YAML config file.
+    pub fn from_file(path: &Path) -> Result<DaemonConfig, DaemonError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DaemonError::ConfigRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        DaemonConfig::from_yaml(&text)
+    }
+
+    /// Parses and validates YAML config text.
+    pub fn from_yaml(text: &str) -> Result<DaemonConfig, DaemonError> {
+        let config: DaemonConfig =
+            serde_norway::from_str(text).map_err(|e| DaemonError::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), DaemonError> {
+        let bad = |m: String| Err(DaemonError::Config(m));
+        let mut names = std::collections::BTreeSet::new();
+        for t in &self.tenants {
+            if !is_safe_name(&t.name) {
+                return bad(format!("tenant name {:?} is not a safe name", t.name));
+            }
+            if !names.insert(t.name.as_str()) {
+                return bad(format!("duplicate tenant {:?}", t.name));
+            }
+            if t.token_sha256.len() != 64 || !t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return bad(format!(
+                    "tenant {:?}: tokenSha256 must be 64 hex digits",
+                    t.name
+                ));
+            }
+        }
+        if let Some(r) = self.round_seconds {
+            if !(r.is_finite() && r > 0.0) {
+                return bad(format!("roundSeconds must be positive, got {r}"));
+            }
+        }
+        if self.poll_interval_ms == 0 {
+            return bad("pollIntervalMs must be positive".into());
+        }
+        if self.limits.max_body_bytes < 256 {
+            return bad("limits.maxBodyBytes must be at least 256".into());
+        }
+        if let BackendConfig::Local(l) = &self.backend {
+            if l.nodes.is_empty() {
+                return bad("backend.nodes must not be empty".into());
+            }
+            for n in &l.nodes {
+                if !is_safe_name(&n.name) {
+                    return bad(format!("local node name {:?} is not a safe name", n.name));
+                }
+            }
+        }
+        if let BackendConfig::Slurm(s) = &self.backend {
+            if let Some(p) = &s.partition {
+                if !is_safe_name(p) {
+                    return bad(format!("partition {p:?} is not a safe name"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_config() {
+        let text = format!(
+            "listen: 127.0.0.1:9000\nstore: /tmp/x.db\npolicy: las\nroundSeconds: 30\n\
+             tenants:\n  - {{name: alice, tokenSha256: {}}}\n  - {{name: ops, tokenSha256: {}, admin: true}}\n\
+             limits: {{maxBodyBytes: 4096}}\n\
+             backend:\n  kind: slurm\n  workDir: /tmp/jobs\n  gresMap: {{a100: A100-40GB}}\n",
+            hash_token("a"),
+            hash_token("b")
+        );
+        let c = DaemonConfig::from_yaml(&text).unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.limits.max_body_bytes, 4096);
+        assert_eq!(c.limits.max_active_jobs, 100_000);
+        assert!(c.tenants[1].admin);
+        let BackendConfig::Slurm(s) = &c.backend else {
+            panic!("slurm expected")
+        };
+        assert_eq!(s.gres_map["a100"], "A100-40GB");
+    }
+
+    #[test]
+    fn defaults_and_rejections() {
+        let c = DaemonConfig::from_yaml("store: x.db\nbackend: {kind: local, workDir: /tmp/w}\n")
+            .unwrap();
+        assert_eq!(c.listen, default_listen());
+        assert!(c.listen.ip().is_loopback());
+        assert_eq!(c.policy, "fifo");
+        for bad in [
+            "store: x\nbackend: {kind: k8s}\n",
+            "store: x\nbogus: 1\nbackend: {kind: local, workDir: /w}\n",
+            "store: x\ntenants: [{name: 'a b', tokenSha256: x}]\nbackend: {kind: local, workDir: /w}\n",
+            "store: x\nroundSeconds: -1\nbackend: {kind: local, workDir: /w}\n",
+        ] {
+            assert!(DaemonConfig::from_yaml(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn safe_names() {
+        for ok in ["a", "job-1", "A.b_c", "0x"] {
+            assert!(is_safe_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a b", "a;rm", "é", "a/b", &"x".repeat(64)] {
+            assert!(!is_safe_name(bad), "{bad}");
+        }
+        assert_eq!(hash_token("abc").len(), 64);
+    }
+}

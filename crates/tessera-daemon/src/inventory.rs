@@ -1,0 +1,442 @@
+//! From the resource manager's inventory to the scheduling core's [`Cluster`].
+//!
+//! Each (node, GRES type) pair becomes one logical node of the cluster: a node with MIG slices
+//! of two profiles (`gpu:a100_1g.10gb:7,gpu:a100_3g.40gb:2`) becomes two logical nodes, and its
+//! CPU and memory are split between them in proportion to their GPUs, so that the policy can
+//! never over-allocate the physical node. Logical nodes of the same shape form one node group.
+//!
+//! GRES type names map to catalog GPU names: the config's `gresMap`, then the catalog itself
+//! (`A100-80GB`, `t4`), then built-in defaults (`a100` -> `A100-80GB`, `v100` -> `V100-32GB`, ...).
+//! A MIG type `BASE_PROFILE` (`a100_3g.40gb`) becomes a GPU model of its own, derived from the
+//! base model and the profile in its MIG geometry, whose alias is the GRES type; jobs ask for it
+//! by that name.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tessera_model::cluster::{ClusterBody, NodeGroupSpec};
+use tessera_model::{
+    Bytes, Cluster, ClusterSpec, GpuCatalog, GpuModel, GpuModelId, MigGeometry, MilliCpu, NodeId,
+};
+
+use crate::backend::{InventoryNode, NodeHealth, PlacedShare};
+use crate::error::DaemonError;
+
+/// Default GRES type -> catalog name.
+pub const DEFAULT_GRES_MAP: &[(&str, &str)] = &[
+    ("k80", "K80"),
+    ("p100", "P100"),
+    ("v100", "V100-32GB"),
+    ("t4", "T4"),
+    ("a10", "A10"),
+    ("a40", "A40"),
+    ("a100", "A100-80GB"),
+    ("h100", "H100-80GB"),
+    ("h200", "H200"),
+];
+
+/// One logical node: a backend node and one of its GRES types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogicalNode {
+    /// Backend node name.
+    pub node: String,
+    /// GRES type (`None` for untyped GPUs or a GPU-less node).
+    pub gres_type: Option<String>,
+    /// Health at inventory time.
+    pub health: NodeHealth,
+}
+
+/// The cluster the policies see, and how its nodes map back to the backend's.
+#[derive(Clone, Debug)]
+pub struct ClusterMap {
+    /// The cluster (its catalog includes derived MIG models).
+    pub cluster: Cluster,
+    /// Indexed by [`NodeId`].
+    pub logical: Vec<LogicalNode>,
+    gres_map: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CatalogOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    gpus: &'a [GpuModel],
+    mig_geometries: Vec<&'a MigGeometry>,
+}
+
+fn is_mig_profile(p: &str) -> bool {
+    // `3g.40gb`
+    let Some((g, mem)) = p.split_once('.') else {
+        return false;
+    };
+    g.len() >= 2
+        && g.ends_with('g')
+        && g[..g.len() - 1].bytes().all(|b| b.is_ascii_digit())
+        && mem.ends_with("gb")
+        && mem[..mem.len() - 2].bytes().all(|b| b.is_ascii_digit())
+}
+
+impl ClusterMap {
+    /// Builds the cluster from an inventory.
+    pub fn build(
+        nodes: &[InventoryNode],
+        gres_map: &BTreeMap<String, String>,
+        default_gpu: Option<&str>,
+        base: &GpuCatalog,
+    ) -> Result<ClusterMap, DaemonError> {
+        let mut map: BTreeMap<String, String> = DEFAULT_GRES_MAP
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (k, v) in gres_map {
+            map.insert(k.to_ascii_lowercase(), v.clone());
+        }
+        let default_gpu = default_gpu.unwrap_or("A100-80GB").to_string();
+        if base.find(&default_gpu).is_none() {
+            return Err(DaemonError::Inventory(format!(
+                "defaultGpu {default_gpu:?} is not in the catalog"
+            )));
+        }
+        for v in map.values() {
+            if base.find(v).is_none() {
+                return Err(DaemonError::Inventory(format!(
+                    "gresMap target {v:?} is not in the catalog"
+                )));
+            }
+        }
+        // Pass 1: every GRES type -> a catalog name, deriving MIG models.
+        let mut models: Vec<GpuModel> = base.models().to_vec();
+        let mut type_model: BTreeMap<String, String> = BTreeMap::new();
+        for n in nodes {
+            for g in &n.gres {
+                let Some(t) = &g.kind else { continue };
+                if type_model.contains_key(t) {
+                    continue;
+                }
+                match resolve_type(t, &map, base) {
+                    Some(Resolved::Model(name)) => {
+                        type_model.insert(t.clone(), name);
+                    }
+                    Some(Resolved::Mig(model)) => {
+                        type_model.insert(t.clone(), model.name.clone());
+                        if !models.iter().any(|m| m.name == model.name) {
+                            models.push(model);
+                        }
+                    }
+                    None => {
+                        tracing::warn!(node = %n.name, gres = %t, "unknown GRES type; its GPUs are not scheduled");
+                    }
+                }
+            }
+        }
+        let mut geos: Vec<&MigGeometry> = Vec::new();
+        for i in 0..base.models().len() {
+            if let Some(g) = base.mig_geometry(GpuModelId(i as u16)) {
+                if !geos.iter().any(|x| x.name == g.name) {
+                    geos.push(g);
+                }
+            }
+        }
+        let text = serde_norway::to_string(&CatalogOut {
+            api_version: "tessera/v1",
+            kind: "GpuCatalog",
+            gpus: &models,
+            mig_geometries: geos,
+        })
+        .map_err(|e| DaemonError::Inventory(e.to_string()))?;
+        let catalog =
+            GpuCatalog::from_yaml(&text).map_err(|e| DaemonError::Inventory(e.to_string()))?;
+
+        // Pass 2: logical nodes, grouped by shape in first-seen order.
+        struct Pending {
+            logical: LogicalNode,
+            gpu: String,
+            gpus: u32,
+            cpu: MilliCpu,
+            memory: Bytes,
+        }
+        let mut pending: Vec<Pending> = Vec::new();
+        for n in nodes {
+            let typed: Vec<(Option<String>, String, u32)> = n
+                .gres
+                .iter()
+                .filter_map(|g| match &g.kind {
+                    Some(t) => type_model
+                        .get(t)
+                        .map(|m| (Some(t.clone()), m.clone(), g.count)),
+                    None => Some((None, default_gpu.clone(), g.count)),
+                })
+                .collect();
+            let total: u64 = typed.iter().map(|t| t.2 as u64).sum();
+            if typed.is_empty() {
+                pending.push(Pending {
+                    logical: LogicalNode {
+                        node: n.name.clone(),
+                        gres_type: None,
+                        health: n.health,
+                    },
+                    gpu: default_gpu.clone(),
+                    gpus: 0,
+                    cpu: n.cpu,
+                    memory: n.memory,
+                });
+                continue;
+            }
+            for (t, model, count) in typed {
+                // Whole cores and whole MiB, rounded down, so the parts never exceed the node.
+                let share = |v: u64, unit: u64| -> u64 {
+                    ((v as u128 * count as u128 / total.max(1) as u128) as u64) / unit * unit
+                };
+                pending.push(Pending {
+                    logical: LogicalNode {
+                        node: n.name.clone(),
+                        gres_type: t,
+                        health: n.health,
+                    },
+                    gpu: model,
+                    gpus: count,
+                    cpu: MilliCpu(share(n.cpu.0, 1000).max(1000)),
+                    memory: Bytes(share(n.memory.0, 1 << 20).max(1 << 20)),
+                });
+            }
+        }
+        if pending.is_empty() {
+            return Err(DaemonError::Inventory(
+                "the backend reports no nodes".into(),
+            ));
+        }
+        let mut groups: Vec<(NodeGroupSpec, Vec<usize>)> = Vec::new();
+        for (i, p) in pending.iter().enumerate() {
+            let found = groups.iter_mut().find(|(g, _)| {
+                g.gpu == p.gpu
+                    && g.gpus_per_node == p.gpus
+                    && g.cpus == p.cpu
+                    && g.memory == p.memory
+            });
+            match found {
+                Some((g, members)) => {
+                    g.count += 1;
+                    members.push(i);
+                }
+                None => {
+                    let spec = NodeGroupSpec {
+                        name: format!("g{}", groups.len()),
+                        count: 1,
+                        gpu: p.gpu.clone(),
+                        gpus_per_node: p.gpus,
+                        cpus: p.cpu,
+                        memory: p.memory,
+                        rack: None,
+                    };
+                    groups.push((spec, vec![i]));
+                }
+            }
+        }
+        let mut logical = Vec::with_capacity(pending.len());
+        for (_, members) in &groups {
+            for &i in members {
+                logical.push(pending[i].logical.clone());
+            }
+        }
+        let spec = ClusterSpec {
+            api_version: "tessera/v1".into(),
+            kind: "Cluster".into(),
+            metadata: None,
+            spec: ClusterBody {
+                node_groups: groups.into_iter().map(|(g, _)| g).collect(),
+            },
+        };
+        let cluster = Cluster::from_spec(&spec, &catalog)
+            .map_err(|e| DaemonError::Inventory(e.to_string()))?;
+        Ok(ClusterMap {
+            cluster,
+            logical,
+            gres_map: map,
+        })
+    }
+
+    /// Resolves a job's GPU type (a GRES type or a catalog name) to a model of this cluster.
+    pub fn resolve_gpu(&self, name: &str) -> Option<GpuModelId> {
+        let lower = name.to_ascii_lowercase();
+        if let Some(target) = self.gres_map.get(&lower) {
+            return self.cluster.catalog.find(target);
+        }
+        self.cluster.catalog.find(name)
+    }
+
+    /// The node id of a backend node and GRES type.
+    pub fn node_id(&self, node: &str, gres_type: Option<&str>) -> Option<NodeId> {
+        self.logical
+            .iter()
+            .position(|l| l.node == node && l.gres_type.as_deref() == gres_type)
+            .map(|i| NodeId(i as u32))
+    }
+
+    /// An allocation in backend terms.
+    pub fn placement(&self, alloc: &tessera_model::Allocation) -> Vec<PlacedShare> {
+        alloc
+            .shares
+            .iter()
+            .filter_map(|s| {
+                let l = self.logical.get(s.node.index())?;
+                Some(PlacedShare {
+                    node: l.node.clone(),
+                    gres_type: l.gres_type.clone(),
+                    gpus: s.gpus,
+                    cpu: s.cpu,
+                    memory: s.memory,
+                })
+            })
+            .collect()
+    }
+
+    /// A placement back to an allocation of this cluster (`None` if a node is gone).
+    pub fn allocation(&self, placement: &[PlacedShare]) -> Option<tessera_model::Allocation> {
+        let mut shares = Vec::with_capacity(placement.len());
+        for p in placement {
+            let node = self.node_id(&p.node, p.gres_type.as_deref())?;
+            shares.push(tessera_model::NodeShare {
+                node,
+                gpus: p.gpus,
+                cpu: p.cpu,
+                memory: p.memory,
+            });
+        }
+        Some(tessera_model::Allocation { shares })
+    }
+}
+
+enum Resolved {
+    Model(String),
+    Mig(GpuModel),
+}
+
+fn resolve_type(t: &str, map: &BTreeMap<String, String>, base: &GpuCatalog) -> Option<Resolved> {
+    let lower = t.to_ascii_lowercase();
+    if let Some(name) = map.get(&lower) {
+        return Some(Resolved::Model(base.get(base.find(name)?).name.clone()));
+    }
+    if let Some(id) = base.find(t) {
+        return Some(Resolved::Model(base.get(id).name.clone()));
+    }
+    let (base_name, profile) = lower.rsplit_once('_')?;
+    if !is_mig_profile(profile) {
+        return None;
+    }
+    let mut candidates: Vec<GpuModelId> = Vec::new();
+    if let Some(id) = map
+        .get(base_name)
+        .and_then(|n| base.find(n))
+        .or_else(|| base.find(base_name))
+    {
+        candidates.push(id);
+    }
+    for i in 0..base.models().len() {
+        let id = GpuModelId(i as u16);
+        if base
+            .get(id)
+            .name
+            .to_ascii_lowercase()
+            .starts_with(base_name)
+            && !candidates.contains(&id)
+        {
+            candidates.push(id);
+        }
+    }
+    for id in candidates {
+        let model = base.get(id);
+        let Some(geo) = base.mig_geometry(id) else {
+            continue;
+        };
+        let Some(p) = geo.profiles.iter().find(|p| p.name == profile) else {
+            continue;
+        };
+        let frac_c = p.compute_slices as f64 / 7.0;
+        let frac_m = p.memory_slices as f64 / 8.0;
+        return Some(Resolved::Mig(GpuModel {
+            name: format!("{}-MIG-{}", model.name, p.name),
+            aliases: vec![t.to_string()],
+            memory_gib: p.memory_gib,
+            fp16_tflops: model.fp16_tflops * frac_c,
+            fp32_tflops: model.fp32_tflops * frac_c,
+            memory_bandwidth_g_bs: model.memory_bandwidth_g_bs * frac_m,
+            sms: p.sms,
+            nvlink_g_bs: 0.0,
+            mig: None,
+        }));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::GresCount;
+
+    fn node(name: &str, cores: u64, mem_mb: u64, gres: &[(&str, u32)]) -> InventoryNode {
+        InventoryNode {
+            name: name.into(),
+            cpu: MilliCpu::from_cores(cores),
+            memory: Bytes(mem_mb << 20),
+            gres: gres
+                .iter()
+                .map(|(t, c)| GresCount {
+                    kind: Some(t.to_string()),
+                    count: *c,
+                })
+                .collect(),
+            health: NodeHealth::Up,
+        }
+    }
+
+    #[test]
+    fn maps_slurm_test_cluster() {
+        let nodes = vec![
+            node("n1", 64, 512_000, &[("a100", 8)]),
+            node("n2", 64, 512_000, &[("a100", 8)]),
+            node("n3", 32, 256_000, &[("v100", 4)]),
+            node(
+                "n4",
+                63,
+                512_000,
+                &[("a100_1g.10gb", 7), ("a100_3g.40gb", 2)],
+            ),
+            node("n5", 8, 1000, &[("mystery", 2)]),
+        ];
+        let m = ClusterMap::build(&nodes, &BTreeMap::new(), None, &GpuCatalog::builtin()).unwrap();
+        let c = &m.cluster;
+        assert_eq!(c.nodes.len(), 6, "n4 splits in two, n5 has no known GPUs");
+        assert_eq!(c.groups[0].count, 2, "n1 and n2 share a group");
+        assert_eq!(m.logical[0].node, "n1");
+        assert_eq!(m.logical[1].node, "n2");
+        let a100 = m.resolve_gpu("a100").unwrap();
+        assert_eq!(c.catalog.get(a100).name, "A100-80GB");
+        assert_eq!(m.resolve_gpu("A100-80GB"), Some(a100));
+        let mig = m.resolve_gpu("a100_3g.40gb").unwrap();
+        assert_eq!(c.catalog.get(mig).name, "A100-80GB-MIG-3g.40gb");
+        assert!(m.resolve_gpu("a100_5g.99gb").is_none());
+        let id = m.node_id("n4", Some("a100_3g.40gb")).unwrap();
+        let n = &c.nodes[id.index()];
+        assert_eq!((n.gpu, n.gpus), (mig, 2));
+        let small = &c.nodes[m.node_id("n4", Some("a100_1g.10gb")).unwrap().index()];
+        // CPU and memory split 7:2, whole cores and MiB, never more than the node.
+        assert_eq!(small.cpu.0 + n.cpu.0, 49_000 + 14_000);
+        assert!(small.memory.0 + n.memory.0 <= 512_000 << 20);
+        assert_eq!(
+            m.node_id("n5", None).map(|i| c.nodes[i.index()].gpus),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn config_map_overrides_defaults() {
+        let nodes = vec![node("x", 8, 1000, &[("tesla", 2)])];
+        let map: BTreeMap<String, String> = [("tesla".to_string(), "T4".to_string())].into();
+        let m = ClusterMap::build(&nodes, &map, None, &GpuCatalog::builtin()).unwrap();
+        assert_eq!(m.cluster.catalog.get(m.cluster.nodes[0].gpu).name, "T4");
+        assert_eq!(m.resolve_gpu("TESLA"), Some(m.cluster.nodes[0].gpu));
+        let bad: BTreeMap<String, String> = [("tesla".to_string(), "V900".to_string())].into();
+        assert!(ClusterMap::build(&nodes, &bad, None, &GpuCatalog::builtin()).is_err());
+    }
+}

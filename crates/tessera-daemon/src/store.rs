@@ -1,0 +1,605 @@
+//! The durable store: SQLite (bundled) in WAL mode.
+//!
+//! Tables: `jobs` (one row per job, rewritten at every transition), `transitions` (append-only
+//! history), `runs` (every backend run the daemon started, and whether it must still be
+//! stopped), `tenants` (hashed tokens) and `meta` (schema version). The engine writes a batch of
+//! changes in one transaction and only then acts on the backend.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::backend::PlacedShare;
+use crate::config::SyncMode;
+use crate::error::DaemonError;
+use crate::types::JobState;
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL, admin INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL, queue TEXT NOT NULL, name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    submit_us INTEGER NOT NULL, start_us INTEGER, end_us INTEGER,
+    attempt INTEGER NOT NULL,
+    placement TEXT,
+    handle TEXT,
+    exit_code INTEGER,
+    message TEXT,
+    progress_iters INTEGER NOT NULL DEFAULT 0,
+    samples_per_sec REAL, iters_per_sec REAL, progress_us INTEGER,
+    attained_gpu_secs REAL NOT NULL DEFAULT 0,
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    job_token_sha256 TEXT,
+    backend_state TEXT);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id INTEGER NOT NULL, at_us INTEGER NOT NULL,
+    from_state TEXT, to_state TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job_id);
+CREATE TABLE IF NOT EXISTS runs (
+    handle TEXT PRIMARY KEY, job_id INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    state TEXT NOT NULL);
+";
+
+/// A job as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRow {
+    /// Daemon job id.
+    pub id: i64,
+    /// Tenant.
+    pub tenant: String,
+    /// Queue label.
+    pub queue: String,
+    /// Name.
+    pub name: String,
+    /// The spec as JSON.
+    pub spec_json: String,
+    /// State.
+    pub state: JobState,
+    /// Priority.
+    pub priority: i32,
+    /// Submission (µs since the Unix epoch).
+    pub submit_us: u64,
+    /// Start of the current attempt.
+    pub start_us: Option<u64>,
+    /// End.
+    pub end_us: Option<u64>,
+    /// Attempts started.
+    pub attempt: u32,
+    /// Allocation in backend terms while starting or running.
+    pub placement: Vec<PlacedShare>,
+    /// Backend run id while running.
+    pub handle: Option<String>,
+    /// Exit code of the last run.
+    pub exit_code: Option<i32>,
+    /// Last transition's explanation.
+    pub message: Option<String>,
+    /// SDK-reported iterations.
+    pub progress_iters: u64,
+    /// SDK-reported samples/s.
+    pub samples_per_sec: Option<f64>,
+    /// SDK-reported iterations/s.
+    pub iters_per_sec: Option<f64>,
+    /// When progress was last reported.
+    pub progress_us: Option<u64>,
+    /// GPU-seconds received.
+    pub attained_gpu_secs: f64,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// SHA-256 of the current attempt's job token.
+    pub job_token_sha256: Option<String>,
+    /// Backend's view of the run.
+    pub backend_state: Option<String>,
+}
+
+/// One history entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransitionRow {
+    /// Job.
+    pub job_id: i64,
+    /// When (µs since the Unix epoch).
+    pub at_us: u64,
+    /// Old state.
+    pub from: Option<JobState>,
+    /// New state.
+    pub to: JobState,
+    /// Why.
+    pub detail: String,
+}
+
+/// State of a backend run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// The job runs on it.
+    Live,
+    /// Must be stopped (cancel or preemption decided, maybe not yet done).
+    Stop,
+    /// Over.
+    Gone,
+}
+
+impl RunState {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunState::Live => "live",
+            RunState::Stop => "stop",
+            RunState::Gone => "gone",
+        }
+    }
+    fn parse(s: &str) -> RunState {
+        match s {
+            "live" => RunState::Live,
+            "stop" => RunState::Stop,
+            _ => RunState::Gone,
+        }
+    }
+}
+
+/// A backend run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    /// Backend handle.
+    pub handle: String,
+    /// Job.
+    pub job_id: i64,
+    /// Attempt.
+    pub attempt: u32,
+    /// State.
+    pub state: RunState,
+}
+
+/// Changes written in one transaction.
+#[derive(Debug, Default)]
+pub struct WriteBatch {
+    /// Jobs to insert or rewrite.
+    pub jobs: Vec<JobRow>,
+    /// History to append.
+    pub transitions: Vec<TransitionRow>,
+    /// Runs to insert or update.
+    pub runs: Vec<RunRow>,
+}
+
+impl WriteBatch {
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.transitions.is_empty() && self.runs.is_empty()
+    }
+}
+
+/// The SQLite store.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+}
+
+fn bad(e: impl std::fmt::Display) -> DaemonError {
+    DaemonError::StoreFormat(e.to_string())
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: &Path, sync: SyncMode) -> Result<Store, DaemonError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            match sync {
+                SyncMode::Full => "FULL",
+                SyncMode::Normal => "NORMAL",
+            },
+        )?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match version {
+            None => {
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
+                    [SCHEMA_VERSION.to_string()],
+                )?;
+            }
+            Some(v) if v == SCHEMA_VERSION.to_string() => {}
+            Some(v) => {
+                return Err(bad(format!(
+                    "schema version {v}, expected {SCHEMA_VERSION}"
+                )))
+            }
+        }
+        let instance: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if instance.is_none() {
+            let id = crate::config::hex(&crate::engine::random_bytes::<4>());
+            conn.execute("INSERT INTO meta(key, value) VALUES ('instance', ?1)", [id])?;
+        }
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(bad(format!("integrity check: {check}")));
+        }
+        Ok(Store { conn })
+    }
+
+    /// A random id of this store, fixed at creation; part of every backend run name.
+    pub fn instance(&self) -> Result<String, DaemonError> {
+        let v: String =
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                    r.get(0)
+                })?;
+        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(bad(format!("instance id {v:?}")));
+        }
+        Ok(v)
+    }
+
+    /// Replaces the tenants table with the configured tenants.
+    pub fn set_tenants(
+        &mut self,
+        tenants: &[crate::config::TenantConfig],
+    ) -> Result<(), DaemonError> {
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM tenants", [])?;
+        for t in tenants {
+            tx.execute(
+                "INSERT INTO tenants(name, token_sha256, admin) VALUES (?1, ?2, ?3)",
+                params![t.name, t.token_sha256.to_ascii_lowercase(), t.admin],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The tenants as (name, token hash, admin).
+    pub fn tenants(&self) -> Result<Vec<(String, String, bool)>, DaemonError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT name, token_sha256, admin FROM tenants ORDER BY name")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Writes a batch in one transaction.
+    pub fn commit(&mut self, batch: &WriteBatch) -> Result<(), DaemonError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut job = tx.prepare_cached(
+                "INSERT OR REPLACE INTO jobs (id, tenant, queue, name, spec, state, priority, submit_us,
+                 start_us, end_us, attempt, placement, handle, exit_code, message, progress_iters,
+                 samples_per_sec, iters_per_sec, progress_us, attained_gpu_secs, preemptions,
+                 job_token_sha256, backend_state)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+            )?;
+            for j in &batch.jobs {
+                let placement = if j.placement.is_empty() {
+                    None
+                } else {
+                    Some(serde_json::to_string(&j.placement).map_err(bad)?)
+                };
+                job.execute(params![
+                    j.id,
+                    j.tenant,
+                    j.queue,
+                    j.name,
+                    j.spec_json,
+                    j.state.as_str(),
+                    j.priority,
+                    j.submit_us as i64,
+                    j.start_us.map(|v| v as i64),
+                    j.end_us.map(|v| v as i64),
+                    j.attempt,
+                    placement,
+                    j.handle,
+                    j.exit_code,
+                    j.message,
+                    j.progress_iters as i64,
+                    j.samples_per_sec,
+                    j.iters_per_sec,
+                    j.progress_us.map(|v| v as i64),
+                    j.attained_gpu_secs,
+                    j.preemptions,
+                    j.job_token_sha256,
+                    j.backend_state,
+                ])?;
+            }
+            let mut tr = tx.prepare_cached(
+                "INSERT INTO transitions (job_id, at_us, from_state, to_state, detail) VALUES (?1,?2,?3,?4,?5)",
+            )?;
+            for t in &batch.transitions {
+                tr.execute(params![
+                    t.job_id,
+                    t.at_us as i64,
+                    t.from.map(JobState::as_str),
+                    t.to.as_str(),
+                    t.detail
+                ])?;
+            }
+            let mut run = tx.prepare_cached(
+                "INSERT OR REPLACE INTO runs (handle, job_id, attempt, state) VALUES (?1,?2,?3,?4)",
+            )?;
+            for r in &batch.runs {
+                run.execute(params![r.handle, r.job_id, r.attempt, r.state.as_str()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every job, by id.
+    pub fn load_jobs(&self) -> Result<Vec<JobRow>, DaemonError> {
+        let mut st = self.conn.prepare(
+            "SELECT id, tenant, queue, name, spec, state, priority, submit_us, start_us, end_us, attempt,
+             placement, handle, exit_code, message, progress_iters, samples_per_sec, iters_per_sec,
+             progress_us, attained_gpu_secs, preemptions, job_token_sha256, backend_state
+             FROM jobs ORDER BY id",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, i32>(6)?,
+                r.get::<_, i64>(7)?,
+                r.get::<_, Option<i64>>(8)?,
+                r.get::<_, Option<i64>>(9)?,
+                r.get::<_, u32>(10)?,
+                r.get::<_, Option<String>>(11)?,
+                (
+                    r.get::<_, Option<String>>(12)?,
+                    r.get::<_, Option<i32>>(13)?,
+                    r.get::<_, Option<String>>(14)?,
+                    r.get::<_, i64>(15)?,
+                    r.get::<_, Option<f64>>(16)?,
+                    r.get::<_, Option<f64>>(17)?,
+                    r.get::<_, Option<i64>>(18)?,
+                    r.get::<_, f64>(19)?,
+                    r.get::<_, u32>(20)?,
+                    r.get::<_, Option<String>>(21)?,
+                    r.get::<_, Option<String>>(22)?,
+                ),
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (
+                id,
+                tenant,
+                queue,
+                name,
+                spec_json,
+                state,
+                priority,
+                submit,
+                start,
+                end,
+                attempt,
+                placement,
+                rest,
+            ) = row?;
+            let state =
+                JobState::parse(&state).ok_or_else(|| bad(format!("job {id}: state {state:?}")))?;
+            let placement: Vec<PlacedShare> = match placement {
+                Some(p) => serde_json::from_str(&p)
+                    .map_err(|e| bad(format!("job {id}: placement: {e}")))?,
+                None => Vec::new(),
+            };
+            let (
+                handle,
+                exit_code,
+                message,
+                iters,
+                sps,
+                ips,
+                pus,
+                attained,
+                preemptions,
+                token,
+                bstate,
+            ) = rest;
+            out.push(JobRow {
+                id,
+                tenant,
+                queue,
+                name,
+                spec_json,
+                state,
+                priority,
+                submit_us: submit.max(0) as u64,
+                start_us: start.map(|v| v.max(0) as u64),
+                end_us: end.map(|v| v.max(0) as u64),
+                attempt,
+                placement,
+                handle,
+                exit_code,
+                message,
+                progress_iters: iters.max(0) as u64,
+                samples_per_sec: sps,
+                iters_per_sec: ips,
+                progress_us: pus.map(|v| v.max(0) as u64),
+                attained_gpu_secs: attained,
+                preemptions,
+                job_token_sha256: token,
+                backend_state: bstate,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Runs not yet gone.
+    pub fn open_runs(&self) -> Result<Vec<RunRow>, DaemonError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT handle, job_id, attempt, state FROM runs WHERE state != 'gone'")?;
+        let rows = st.query_map([], |r| {
+            Ok(RunRow {
+                handle: r.get(0)?,
+                job_id: r.get(1)?,
+                attempt: r.get(2)?,
+                state: RunState::parse(&r.get::<_, String>(3)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every run of a job (tests and diagnostics).
+    pub fn runs_of(&self, job_id: i64) -> Result<Vec<RunRow>, DaemonError> {
+        let mut st = self.conn.prepare(
+            "SELECT handle, job_id, attempt, state FROM runs WHERE job_id = ?1 ORDER BY attempt",
+        )?;
+        let rows = st.query_map([job_id], |r| {
+            Ok(RunRow {
+                handle: r.get(0)?,
+                job_id: r.get(1)?,
+                attempt: r.get(2)?,
+                state: RunState::parse(&r.get::<_, String>(3)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// History of a job, oldest first.
+    pub fn transitions(&self, job_id: i64) -> Result<Vec<TransitionRow>, DaemonError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT at_us, from_state, to_state, detail FROM transitions WHERE job_id = ?1 ORDER BY seq",
+        )?;
+        let rows = st.query_map([job_id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (at, from, to, detail) = row?;
+            out.push(TransitionRow {
+                job_id,
+                at_us: at.max(0) as u64,
+                from: from.as_deref().and_then(JobState::parse),
+                to: JobState::parse(&to).ok_or_else(|| bad(format!("transition state {to:?}")))?,
+                detail,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_model::{Bytes, MilliCpu};
+
+    pub(crate) fn row(id: i64) -> JobRow {
+        JobRow {
+            id,
+            tenant: "alice".into(),
+            queue: "alice".into(),
+            name: format!("j{id}"),
+            spec_json: "{}".into(),
+            state: JobState::Pending,
+            priority: 0,
+            submit_us: 1,
+            start_us: None,
+            end_us: None,
+            attempt: 0,
+            placement: vec![],
+            handle: None,
+            exit_code: None,
+            message: None,
+            progress_iters: 0,
+            samples_per_sec: None,
+            iters_per_sec: None,
+            progress_us: None,
+            attained_gpu_secs: 0.0,
+            preemptions: 0,
+            job_token_sha256: None,
+            backend_state: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_jobs_runs_and_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open(&path, SyncMode::Full).unwrap();
+        let mut j = row(1);
+        let mut batch = WriteBatch::default();
+        batch.jobs.push(j.clone());
+        batch.transitions.push(TransitionRow {
+            job_id: 1,
+            at_us: 1,
+            from: None,
+            to: JobState::Pending,
+            detail: "submitted".into(),
+        });
+        s.commit(&batch).unwrap();
+        j.state = JobState::Running;
+        j.handle = Some("42".into());
+        j.placement = vec![PlacedShare {
+            node: "n1".into(),
+            gres_type: Some("a100".into()),
+            gpus: 2,
+            cpu: MilliCpu(16_000),
+            memory: Bytes(1 << 30),
+        }];
+        let batch = WriteBatch {
+            jobs: vec![j.clone()],
+            transitions: vec![TransitionRow {
+                job_id: 1,
+                at_us: 2,
+                from: Some(JobState::Pending),
+                to: JobState::Running,
+                detail: "started".into(),
+            }],
+            runs: vec![RunRow {
+                handle: "42".into(),
+                job_id: 1,
+                attempt: 1,
+                state: RunState::Live,
+            }],
+        };
+        s.commit(&batch).unwrap();
+        drop(s);
+        let s = Store::open(&path, SyncMode::Normal).unwrap();
+        assert_eq!(s.load_jobs().unwrap(), vec![j]);
+        assert_eq!(s.transitions(1).unwrap().len(), 2);
+        assert_eq!(s.open_runs().unwrap()[0].state, RunState::Live);
+    }
+
+    #[test]
+    fn rejects_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("junk.db");
+        std::fs::write(
+            &path,
+            b"this is not a database, just junk bytes of some length........",
+        )
+        .unwrap();
+        assert!(Store::open(&path, SyncMode::Full).is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! The JSON bodies of the HTTP API, shared by the server and [`crate::Client`].
+//!
+//! Times are Unix seconds (floating point); CPU and memory are quantity strings (`"8"`,
+//! `"500m"`, `"32Gi"`).
+
+use serde::{Deserialize, Serialize};
+use tessera_model::{Bytes, MilliCpu};
+
+use crate::backend::PlacedShare;
+
+/// Life cycle of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for the policy to start it.
+    Pending,
+    /// The daemon decided to start it and is submitting it to the backend.
+    Starting,
+    /// Submitted to the backend on its allocation (the backend may still queue it briefly).
+    Running,
+    /// Exited with status 0.
+    Completed,
+    /// Exited non-zero, was killed, or was lost by the backend.
+    Failed,
+    /// Cancelled by a client.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in display order.
+    pub const ALL: [JobState; 6] = [
+        JobState::Pending,
+        JobState::Starting,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Starting => "starting",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+    /// Parses [`as_str`](Self::as_str).
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+    /// True for completed, failed and cancelled.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+/// Progress a job reported through the SDK.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// Iterations done so far (cumulative over attempts).
+    pub iterations: u64,
+    /// Latest training throughput in samples per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_second: Option<f64>,
+    /// Latest iterations per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations_per_second: Option<f64>,
+    /// When it was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<f64>,
+}
+
+/// One job as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    /// Daemon job id.
+    pub id: i64,
+    /// Name from the spec.
+    pub name: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Queue label.
+    pub queue: String,
+    /// State.
+    pub state: JobState,
+    /// GPUs requested.
+    pub gpus: u32,
+    /// GPU type requested, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Priority.
+    pub priority: i32,
+    /// Submission time.
+    pub submitted_at: f64,
+    /// Start of the current (or last) attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<f64>,
+    /// End time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<f64>,
+    /// Attempts started (preemptions add one each).
+    pub attempt: u32,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// Where it runs (empty unless starting or running).
+    #[serde(default)]
+    pub allocation: Vec<PlacedShare>,
+    /// Why a pending job waits: `Resources`, `Priority`, or a backend reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_reason: Option<String>,
+    /// 1-based position among pending jobs (priority, then submission order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u32>,
+    /// Backend run id (a Slurm job id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_id: Option<String>,
+    /// Backend's view of the run (`PENDING (Resources)`, `RUNNING`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_state: Option<String>,
+    /// Exit code of the last run, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Last transition's explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// SDK progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+}
+
+/// `GET /v1/jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    /// Jobs visible to the caller, by id.
+    pub jobs: Vec<JobView>,
+}
+
+/// One recorded state change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitionView {
+    /// When.
+    pub at: f64,
+    /// Previous state (`None` for the submission).
+    #[serde(default)]
+    pub from: Option<JobState>,
+    /// New state.
+    pub to: JobState,
+    /// Why.
+    pub detail: String,
+}
+
+/// `GET /v1/jobs/{id}`: the job and its history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobDetail {
+    /// The job.
+    #[serde(flatten)]
+    pub job: JobView,
+    /// The spec as submitted (normalised).
+    pub spec: crate::spec::JobSpec,
+    /// Its transitions, oldest first.
+    pub transitions: Vec<TransitionView>,
+}
+
+/// One node as `GET /v1/nodes` shows it (a logical node: one GRES type of a machine).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    /// Backend node name.
+    pub name: String,
+    /// GRES type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres_type: Option<String>,
+    /// Catalog GPU model.
+    pub gpu_model: String,
+    /// `up`, `draining` or `down`.
+    pub health: crate::backend::NodeHealth,
+    /// GPUs.
+    pub gpus: u32,
+    /// GPUs allocated by the daemon.
+    pub gpus_allocated: u32,
+    /// CPU capacity.
+    pub cpu: MilliCpu,
+    /// CPU allocated.
+    pub cpu_allocated: MilliCpu,
+    /// Memory capacity.
+    pub memory: Bytes,
+    /// Memory allocated.
+    pub memory_allocated: Bytes,
+}
+
+/// `GET /v1/nodes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    /// Nodes in cluster order.
+    pub nodes: Vec<NodeView>,
+}
+
+/// Per-queue counts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSummary {
+    /// Queue label.
+    pub name: String,
+    /// Pending jobs.
+    pub pending: u32,
+    /// Starting or running jobs.
+    pub running: u32,
+    /// GPUs requested by pending jobs.
+    pub pending_gpus: u64,
+    /// GPUs held by running jobs.
+    pub running_gpus: u64,
+}
+
+/// `GET /v1/queue`: per-queue counts and the pending jobs in queue order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    /// The policy scheduling the queue.
+    pub policy: String,
+    /// Counts per queue (visible jobs only).
+    pub queues: Vec<QueueSummary>,
+    /// Pending jobs, by queue position.
+    pub pending: Vec<JobView>,
+}
+
+/// `POST /v1/jobs/{id}/progress` body.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProgressReport {
+    /// Iterations done so far (cumulative).
+    pub iterations: u64,
+    /// Samples per second over the last reporting interval.
+    #[serde(default)]
+    pub samples_per_second: Option<f64>,
+    /// Iterations per second over the last reporting interval.
+    #[serde(default)]
+    pub iterations_per_second: Option<f64>,
+}
+
+/// Answer to a progress report: what the job currently holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressAck {
+    /// Job state.
+    pub state: JobState,
+    /// CPU workers the job should use for data loading (whole cores on its first node).
+    pub cpu_workers: u32,
+    /// GPUs held.
+    pub gpus: u32,
+    /// Memory held, in bytes.
+    pub memory_bytes: u64,
+}

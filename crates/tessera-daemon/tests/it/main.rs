@@ -1,0 +1,13 @@
+//! Integration tests of the daemon: one test binary, a module per area.
+//!
+//! - `api`: security, bad input, scheduling through the API (no processes).
+//! - `local`: the local backend running real processes.
+//! - `slurm`: a real Slurm (`scripts/slurm/up.sh`); skipped outside CI when absent, and a
+//!   failure when `CI=true` and Slurm is missing.
+//! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
+
+mod api;
+mod common;
+mod local;
+mod restart;
+mod slurm;

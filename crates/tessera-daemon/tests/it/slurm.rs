@@ -1,0 +1,328 @@
+//! Against a real Slurm brought up by `scripts/slurm/up.sh` (nodes n1, n2: 8x a100; n3: 4x
+//! v100; n4: 7x a100_1g.10gb + 2x a100_3g.40gb).
+//!
+//! When no Slurm answers, these tests skip (print and pass) unless `CI=true`, where they fail.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tessera_daemon::config::SlurmConfig;
+use tessera_daemon::types::JobState;
+use tessera_daemon::{BackendConfig, Client, SystemClock};
+
+use crate::common::*;
+use crate::restart::{free_port, sigkill, start_tesserad};
+
+/// The tests share one Slurm: run them one at a time.
+static SLURM: Mutex<()> = Mutex::new(());
+
+fn slurm_conf() -> Option<PathBuf> {
+    let conf = std::env::var_os("SLURM_CONF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/tessera-slurm/etc/slurm.conf"));
+    let up = conf.exists()
+        && Command::new("scontrol")
+            .arg("ping")
+            .env("SLURM_CONF", &conf)
+            .output()
+            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
+    if up {
+        return Some(conf);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!(
+            "CI=true but no Slurm answers (SLURM_CONF={}); run scripts/slurm/up.sh",
+            conf.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: no Slurm answers at SLURM_CONF={} (run scripts/slurm/up.sh)",
+        conf.display()
+    );
+    None
+}
+
+fn lock() -> MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn slurm_backend(dir: &std::path::Path, conf: &std::path::Path) -> BackendConfig {
+    BackendConfig::Slurm(SlurmConfig {
+        work_dir: dir.join("slurm-jobs"),
+        partition: None,
+        slurm_conf: Some(conf.to_path_buf()),
+        bin_dir: None,
+        gres_map: Default::default(),
+        default_gpu: None,
+        command_timeout_seconds: 30,
+    })
+}
+
+fn scontrol_job(conf: &std::path::Path, id: &str) -> String {
+    let o = Command::new("scontrol")
+        .args(["show", "job", "-d", id])
+        .env("SLURM_CONF", conf)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Slurm jobs (id, state) whose name starts with `prefix`.
+fn slurm_jobs(conf: &std::path::Path, prefix: &str) -> Vec<(String, String, String)> {
+    let o = Command::new("squeue")
+        .args(["-h", "-t", "all", "-o", "%i|%T|%j"])
+        .env("SLURM_CONF", conf)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split('|');
+            Some((
+                it.next()?.to_string(),
+                it.next()?.to_string(),
+                it.next()?.to_string(),
+            ))
+        })
+        .filter(|(_, _, n)| n.starts_with(prefix))
+        .collect()
+}
+
+fn instance(dir: &std::path::Path) -> String {
+    tessera_daemon::store::Store::open(&dir.join("t.db"), Default::default())
+        .unwrap()
+        .instance()
+        .unwrap()
+}
+
+#[test]
+fn slurm_places_on_the_chosen_node_and_gres_waits_and_cancels() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(dir.path(), slurm_backend(dir.path(), &conf));
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
+    let alice = client(&d, ALICE);
+    let nodes = alice.nodes().unwrap().nodes;
+    let names: Vec<_> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.gres_type.as_deref(), n.gpus))
+        .collect();
+    assert!(names.contains(&("n1", Some("a100"), 8)), "{names:?}");
+    assert!(
+        names.contains(&("n4", Some("a100_3g.40gb"), 2)),
+        "{names:?}"
+    );
+    assert!(nodes.iter().any(|n| n.gpu_model == "A100-80GB-MIG-1g.10gb"));
+
+    let two = alice
+        .submit(&format!(
+            "{}gpuType: a100\ncpu: 4\nmemory: 8Gi\n",
+            job("two", 2, "sleep 60")
+        ))
+        .unwrap();
+    let mig = alice
+        .submit(&format!(
+            "{}gpuType: a100_3g.40gb\n",
+            job("mig", 1, "sleep 60")
+        ))
+        .unwrap();
+    let full = alice
+        .submit(&format!("{}gpuType: a100\n", job("full", 8, "sleep 60")))
+        .unwrap();
+    let wait = alice
+        .submit(&format!("{}gpuType: a100\n", job("wait", 8, "sleep 60")))
+        .unwrap();
+    let done = alice
+        .submit(&format!("{}gpuType: v100\n", job("done", 1, "true")))
+        .unwrap();
+    let bad = alice
+        .submit(&format!("{}gpuType: v100\n", job("bad", 1, "false")))
+        .unwrap();
+    let running = |id| alice.describe(id).unwrap().job.backend_state.as_deref() == Some("RUNNING");
+    wait_until("jobs running in Slurm", Duration::from_secs(30), || {
+        running(two.id) && running(mig.id) && running(full.id)
+    });
+
+    // The policy (FIFO, first fit) chose n1 for `two`, n2 for `full`, n4's 3g slices for `mig`;
+    // Slurm ran each exactly there, with exactly that GRES.
+    let t = alice.describe(two.id).unwrap().job;
+    assert_eq!(
+        (
+            t.allocation[0].node.as_str(),
+            t.allocation[0].gres_type.as_deref(),
+            t.allocation[0].gpus
+        ),
+        ("n1", Some("a100"), 2)
+    );
+    let sj = scontrol_job(&conf, t.backend_id.as_deref().unwrap());
+    assert!(
+        sj.contains("Nodes=n1 ") && sj.contains("GRES=gpu:a100:2(IDX:"),
+        "{sj}"
+    );
+    assert!(sj.contains("NumCPUs=4") && sj.contains("Mem=8192"), "{sj}");
+    let f = alice.describe(full.id).unwrap().job;
+    assert_eq!(f.allocation[0].node, "n2");
+    assert!(
+        scontrol_job(&conf, f.backend_id.as_deref().unwrap()).contains("GRES=gpu:a100:8(IDX:0-7)")
+    );
+    let m = alice.describe(mig.id).unwrap().job;
+    assert_eq!(
+        (
+            m.allocation[0].node.as_str(),
+            m.allocation[0].gres_type.as_deref()
+        ),
+        ("n4", Some("a100_3g.40gb"))
+    );
+    assert!(scontrol_job(&conf, m.backend_id.as_deref().unwrap())
+        .contains("GRES=gpu:a100_3g.40gb:1(IDX:"));
+
+    // `wait` needs 8 a100 and only 6 are free on n1: it waits, and starts on n2 once `full` is cancelled.
+    let w = alice.describe(wait.id).unwrap().job;
+    assert_eq!(
+        (w.state, w.pending_reason.as_deref()),
+        (JobState::Pending, Some("Resources"))
+    );
+    let full_slurm = f.backend_id.clone().unwrap();
+    assert_eq!(alice.cancel(full.id).unwrap().state, JobState::Cancelled);
+    wait_until("wait starts", Duration::from_secs(30), || running(wait.id));
+    let w = alice.describe(wait.id).unwrap().job;
+    assert_eq!(w.allocation[0].node, "n2");
+    wait_until("Slurm cancelled `full`", Duration::from_secs(30), || {
+        scontrol_job(&conf, &full_slurm).contains("JobState=CANCELLED")
+    });
+
+    wait_until("done and bad end", Duration::from_secs(30), || {
+        alice.describe(done.id).unwrap().job.state.is_terminal()
+            && alice.describe(bad.id).unwrap().job.state.is_terminal()
+    });
+    assert_eq!(
+        alice.describe(done.id).unwrap().job.state,
+        JobState::Completed
+    );
+    let b = alice.describe(bad.id).unwrap().job;
+    assert_eq!((b.state, b.exit_code), (JobState::Failed, Some(1)));
+    // One Slurm job per started tessera job.
+    let prefix = format!("tessera-{}-", instance(dir.path()));
+    assert_eq!(slurm_jobs(&conf, &prefix).len(), 6);
+    for j in [two.id, mig.id, wait.id] {
+        alice.cancel(j).unwrap();
+    }
+}
+
+#[test]
+fn slurm_sigkill_and_restart_loses_and_duplicates_nothing() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), slurm_backend(dir.path(), &conf));
+    let port = free_port();
+    let d = start_tesserad(dir.path(), config.clone(), port);
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    let short = alice
+        .submit(&format!("{}gpuType: v100\n", job("short", 4, "sleep 3")))
+        .unwrap();
+    let long = alice
+        .submit(&format!("{}gpuType: v100\n", job("long", 4, "sleep 60")))
+        .unwrap();
+    let on_a100 = alice
+        .submit(&format!("{}gpuType: a100\n", job("a", 8, "sleep 60")))
+        .unwrap();
+    wait_until("short and a running", Duration::from_secs(30), || {
+        [short.id, on_a100.id]
+            .iter()
+            .all(|&id| alice.describe(id).unwrap().job.backend_state.as_deref() == Some("RUNNING"))
+    });
+    assert_eq!(
+        alice.describe(long.id).unwrap().job.state,
+        JobState::Pending
+    );
+    let a_handle = alice.describe(on_a100.id).unwrap().job.backend_id.unwrap();
+    sigkill(d);
+    std::thread::sleep(Duration::from_secs(5)); // `short` ends while the daemon is down
+    let d = start_tesserad(dir.path(), config, port);
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    wait_until("short recorded", Duration::from_secs(30), || {
+        alice.describe(short.id).unwrap().job.state == JobState::Completed
+    });
+    let a = alice.describe(on_a100.id).unwrap().job;
+    assert_eq!(
+        (a.state, a.attempt, a.backend_id.as_deref()),
+        (JobState::Running, 1, Some(a_handle.as_str()))
+    );
+    wait_until(
+        "long starts on the freed v100s",
+        Duration::from_secs(30),
+        || {
+            alice
+                .describe(long.id)
+                .unwrap()
+                .job
+                .backend_state
+                .as_deref()
+                == Some("RUNNING")
+        },
+    );
+    let prefix = format!("tessera-{}-", instance(dir.path()));
+    let mut names: Vec<String> = slurm_jobs(&conf, &prefix)
+        .into_iter()
+        .map(|(_, _, n)| n)
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 3, "one Slurm job per tessera job: {names:?}");
+    assert_eq!(slurm_jobs(&conf, &prefix).len(), 3);
+    assert_eq!(alice.list().unwrap().len(), 3);
+    alice.cancel(long.id).unwrap();
+    alice.cancel(on_a100.id).unwrap();
+}
+
+#[test]
+fn slurm_runs_a_multi_node_placement_as_a_heterogeneous_job() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(dir.path(), slurm_backend(dir.path(), &conf));
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
+    let alice = client(&d, ALICE);
+    let wide = alice
+        .submit(&format!("{}gpuType: a100\n", job("wide", 10, "sleep 60")))
+        .unwrap();
+    wait_until("wide runs", Duration::from_secs(30), || {
+        alice
+            .describe(wide.id)
+            .unwrap()
+            .job
+            .backend_state
+            .as_deref()
+            == Some("RUNNING")
+    });
+    let w = alice.describe(wide.id).unwrap().job;
+    let shares: Vec<_> = w
+        .allocation
+        .iter()
+        .map(|s| (s.node.as_str(), s.gpus))
+        .collect();
+    assert_eq!(shares, vec![("n1", 8), ("n2", 2)]);
+    let id = w.backend_id.clone().unwrap();
+    let first = scontrol_job(&conf, &id);
+    assert!(
+        first.contains("HetJobOffset=0") && first.contains("GRES=gpu:a100:8(IDX:0-7)"),
+        "{first}"
+    );
+    let second = scontrol_job(&conf, &(id.parse::<u64>().unwrap() + 1).to_string());
+    assert!(
+        second.contains("HetJobOffset=1")
+            && second.contains("Nodes=n2 ")
+            && second.contains("GRES=gpu:a100:2("),
+        "{second}"
+    );
+    alice.cancel(wide.id).unwrap();
+    wait_until("both components cancelled", Duration::from_secs(30), || {
+        scontrol_job(&conf, &id).contains("JobState=CANCELLED")
+    });
+}

@@ -1,0 +1,332 @@
+//! `--semantics synergy`: the Synergy reference simulator's round semantics, for like-for-like
+//! comparison with its published figures. Our default engine ([`crate::Simulation`]) is exact
+//! (completions inside rounds, progress at the true rate); this one quantises as the
+//! reference does:
+//!
+//! - rounds of the policy's length (300 s leases); at every boundary all resources are
+//!   released and the policy re-plans from scratch (every job is offered as queued);
+//! - a placed job is credited floor(round / iteration time at its allocation) iterations at
+//!   placement;
+//! - a job completes, and its JCT is counted, at the end of the round in which it reaches its
+//!   total (JCTs are multiples of the round after arrival rounding);
+//! - at equal times: arrivals, then job ends, then lease ends, then scheduling;
+//! - no restart costs.
+//!
+//! The cap of jobs demanding more than one server is a property of the demand, applied by
+//! [`tessera_perf::synergy::ReferenceProfiler`] and [`tessera_perf::synergy::ReferenceSpeedup`].
+
+use std::sync::Arc;
+
+use tessera_model::{Cluster, JobId, SimDuration, SimRng, SimTime, Workload};
+use tessera_perf::ThroughputModel;
+use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
+
+use crate::engine::{SimConfig, SimError};
+use crate::metrics::{percentile, JobOutcome, JobRecord, SimReport, Summary};
+
+/// Default round of the reference semantics when the policy has none.
+pub const REFERENCE_ROUND: SimDuration = SimDuration::from_secs(300);
+
+#[derive(Clone, Debug, Default)]
+struct JobState2 {
+    done: u64,
+    gpu_secs: f64,
+    first_start: Option<SimTime>,
+    finish: Option<SimTime>,
+    outcome: Option<JobOutcome>,
+    preemptions: u32,
+    last_round_ran: bool,
+    held_secs: f64,
+    integ: (f64, f64, f64),
+}
+
+/// Runs `policy` under the reference's round semantics.
+pub fn run_reference(
+    cluster: &Cluster,
+    workload: &Workload,
+    truth: &dyn ThroughputModel,
+    mut policy: Box<dyn Policy>,
+    config: &SimConfig,
+) -> Result<SimReport, SimError> {
+    let jobs = workload.jobs();
+    let round = policy
+        .round_length()
+        .filter(|d| !d.is_zero())
+        .unwrap_or(REFERENCE_ROUND);
+    let round_s = round.as_secs_f64();
+    let capacity: Vec<_> = cluster
+        .nodes
+        .iter()
+        .map(|n| cluster.capacity(n.id))
+        .collect();
+    let totals = cluster.totals();
+    let mut st: Vec<JobState2> = vec![JobState2::default(); jobs.len()];
+    let mut active: Vec<ActiveJob> = Vec::new();
+    let mut rng = SimRng::seed_from_u64(config.profile_seed);
+    let cost = config
+        .profiler
+        .as_ref()
+        .map_or(SimDuration::ZERO, |p| p.cost());
+    let mut profiling_gpu_secs = 0.0;
+    let mut next = 0usize;
+    let mut t = SimTime::ZERO;
+    let mut actions: Vec<Action> = Vec::new();
+    let mut window_left = config.stop_after_window.map_or(usize::MAX, |(lo, hi)| {
+        jobs.iter().filter(|j| (lo..hi).contains(&j.id.0)).count()
+    });
+    let in_window = |id: JobId| {
+        config
+            .stop_after_window
+            .is_some_and(|(lo, hi)| (lo..hi).contains(&id.0))
+    };
+    let first_arrival = jobs.first().map(|j| j.submit);
+    let mut last_completion = SimTime::ZERO;
+    let mut util = (0.0f64, 0.0f64, 0.0f64);
+    let mut events = 0u64;
+    let mut points = 0u64;
+    let mut stop_reason: Option<&str> = None;
+
+    loop {
+        // Arrivals visible by now (after profiling).
+        while let Some(job) = jobs.get(next) {
+            if job.submit + cost > t {
+                break;
+            }
+            next += 1;
+            events += 1;
+            if job.gpus == 0 || job.gpus as u64 > cluster.max_gpus_for(&job.gpu_types) {
+                st[job.id.index()].outcome = Some(JobOutcome::Rejected {
+                    reason: format!("asks for {} GPUs, more than any node group has", job.gpus),
+                });
+                if in_window(job.id) {
+                    window_left = window_left.saturating_sub(1);
+                }
+                continue;
+            }
+            let sensitivity = config.profiler.as_ref().and_then(|p| {
+                profiling_gpu_secs += p.gpus() as f64 * p.cost().as_secs_f64();
+                p.profile(job, cluster, &mut rng).map(Arc::new)
+            });
+            active.push(ActiveJob {
+                id: job.id,
+                state: JobState::Queued,
+                allocation: None,
+                attained_gpu_secs: 0.0,
+                remaining_iters: job.iterations as f64,
+                throughput_estimate: job.reference_throughput(),
+                first_start: None,
+                preemptions: 0,
+                sensitivity,
+            });
+        }
+        if window_left == 0 {
+            stop_reason = Some("measurement window drained");
+            break;
+        }
+        if active.is_empty() {
+            let Some(job) = jobs.get(next) else { break };
+            // Jump to the first round boundary at or after the next arrival.
+            let at = (job.submit + cost).as_micros();
+            let len = round.as_micros().max(1);
+            t = SimTime::from_micros(at.div_ceil(len) * len);
+            continue;
+        }
+        if let Some(limit) = config.time_limit {
+            if t > limit {
+                stop_reason = Some("time limit reached");
+                break;
+            }
+        }
+        // Every lease ended: offer every job as queued on an empty cluster.
+        for a in active.iter_mut() {
+            a.state = JobState::Queued;
+            a.allocation = None;
+        }
+        actions.clear();
+        let view = ClusterView {
+            now: t,
+            trigger: Trigger {
+                round: true,
+                arrival: false,
+                completion: false,
+            },
+            cluster,
+            free: &capacity,
+            jobs,
+            active: &active,
+        };
+        policy.schedule(&view, &mut actions);
+        points += 1;
+        events += 1;
+        let mut free = capacity.clone();
+        let mut placed: Vec<(usize, tessera_model::Allocation)> = Vec::new();
+        for action in actions.drain(..) {
+            let Action::Start { job, allocation } = action else {
+                continue; // nothing runs between rounds, so preemptions are no-ops
+            };
+            let invalid = |reason: &str| SimError::InvalidAction {
+                policy: policy.name().to_string(),
+                now: t,
+                action: format!("start {job:?}"),
+                reason: reason.to_string(),
+            };
+            let Some(pos) = active.iter().position(|a| a.id == job) else {
+                return Err(invalid("job is not active"));
+            };
+            if active[pos].allocation.is_some() {
+                return Err(invalid("started twice in one round"));
+            }
+            if allocation.gpus() == 0 || !allocation.nodes_distinct() {
+                return Err(invalid("allocation holds no GPUs or repeats a node"));
+            }
+            for s in &allocation.shares {
+                match free.get_mut(s.node.index()) {
+                    Some(f) if f.fits(&s.resources()) => f.sub(&s.resources()),
+                    _ => return Err(invalid("over-allocates a node")),
+                }
+            }
+            active[pos].allocation = Some(allocation.clone());
+            active[pos].state = JobState::Running;
+            placed.push((pos, allocation));
+        }
+        // Credit the round.
+        let end = t + round;
+        let mut used = (0u64, 0u64, 0u64);
+        let mut ran = vec![false; active.len()];
+        for (pos, alloc) in &placed {
+            let a = &mut active[*pos];
+            let spec = &jobs[a.id.index()];
+            let rate = truth.throughput(spec, alloc, cluster);
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(SimError::BadThroughput {
+                    job: spec.name.clone(),
+                    rate,
+                    now: t,
+                });
+            }
+            let s = &mut st[a.id.index()];
+            let credit = (round_s * rate + 1e-9).floor() as u64;
+            s.done = (s.done + credit).min(spec.iterations);
+            let g = alloc.gpus() as f64;
+            s.gpu_secs += g * round_s;
+            s.first_start.get_or_insert(t);
+            a.first_start.get_or_insert(t);
+            let prop = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
+            s.held_secs += round_s;
+            s.integ.0 += alloc.cpu().as_cores() / g * round_s;
+            s.integ.1 += alloc.memory().as_gib() / g * round_s;
+            s.integ.2 += if prop > 0.0 { rate / prop } else { 1.0 } * round_s;
+            a.attained_gpu_secs += g * round_s;
+            a.remaining_iters = (spec.iterations - s.done) as f64;
+            used.0 += alloc.gpus() as u64;
+            used.1 += alloc.cpu().0;
+            used.2 += alloc.memory().0;
+            ran[*pos] = true;
+        }
+        for (i, a) in active.iter().enumerate() {
+            let s = &mut st[a.id.index()];
+            if s.last_round_ran && !ran[i] {
+                s.preemptions += 1;
+            }
+            s.last_round_ran = ran[i];
+        }
+        util.0 += used.0 as f64 * round_s;
+        util.1 += used.1 as f64 * round_s;
+        util.2 += used.2 as f64 * round_s;
+        // Jobs that reached their total end with the lease.
+        let mut i = 0;
+        while i < active.len() {
+            let id = active[i].id;
+            let s = &mut st[id.index()];
+            if s.done >= jobs[id.index()].iterations {
+                s.finish = Some(end);
+                s.outcome = Some(JobOutcome::Finished);
+                last_completion = end;
+                events += 1;
+                if in_window(id) {
+                    window_left = window_left.saturating_sub(1);
+                }
+                active.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        t = end;
+    }
+    let reason = stop_reason.unwrap_or("no further events");
+    for a in &active {
+        st[a.id.index()]
+            .outcome
+            .get_or_insert(JobOutcome::Unfinished {
+                reason: reason.to_string(),
+            });
+    }
+    let records: Vec<JobRecord> = jobs
+        .iter()
+        .zip(&st)
+        .map(|(job, s)| JobRecord {
+            job: job.id,
+            name: job.name.clone(),
+            gpus: job.gpus,
+            submit: job.submit,
+            first_start: s.first_start,
+            finish: s.finish,
+            outcome: s.outcome.clone().unwrap_or(JobOutcome::Unfinished {
+                reason: "never arrived before the run stopped".to_string(),
+            }),
+            preemptions: s.preemptions,
+            gpu_secs: s.gpu_secs,
+            iterations_done: s.done as f64,
+            cpu_per_gpu: (s.held_secs > 0.0).then(|| s.integ.0 / s.held_secs),
+            mem_gib_per_gpu: (s.held_secs > 0.0).then(|| s.integ.1 / s.held_secs),
+            speedup: (s.held_secs > 0.0).then(|| s.integ.2 / s.held_secs),
+        })
+        .collect();
+    let mut jcts: Vec<f64> = records.iter().filter_map(JobRecord::jct_secs).collect();
+    jcts.sort_by(f64::total_cmp);
+    let queues: Vec<f64> = records.iter().filter_map(JobRecord::queue_secs).collect();
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let count = |f: fn(&JobOutcome) -> bool| records.iter().filter(|j| f(&j.outcome)).count();
+    let start = first_arrival.unwrap_or(SimTime::ZERO);
+    let span = last_completion.saturating_since(start).as_secs_f64();
+    let span_all = t.saturating_since(start).as_secs_f64().max(span);
+    let frac = |x: f64, cap: u64| {
+        if span_all > 0.0 && cap > 0 {
+            x / (span_all * cap as f64)
+        } else {
+            0.0
+        }
+    };
+    let summary = Summary {
+        jobs: records.len(),
+        finished: count(|o| matches!(o, JobOutcome::Finished)),
+        rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
+        unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
+        avg_jct_s: mean(&jcts),
+        p50_jct_s: percentile(&jcts, 50.0),
+        p95_jct_s: percentile(&jcts, 95.0),
+        p99_jct_s: percentile(&jcts, 99.0),
+        makespan_s: span,
+        avg_queue_s: mean(&queues),
+        gpu_util: frac(util.0, totals.0),
+        cpu_util: frac(util.1, totals.1),
+        mem_util: frac(util.2, totals.2),
+        preemptions: records.iter().map(|r| r.preemptions as u64).sum(),
+        events,
+        scheduling_points: points,
+        profiling_gpu_secs,
+    };
+    Ok(SimReport {
+        policy: policy.name().to_string(),
+        summary,
+        jobs: records,
+        timeseries: Vec::new(),
+        policy_stats: policy.stats(),
+    })
+}

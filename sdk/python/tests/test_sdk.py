@@ -1,0 +1,127 @@
+"""Unit tests of the SDK against a tiny fake daemon (stdlib http.server)."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from tessera_sdk import JobContext, TesseraIterator, report_progress
+
+
+class FakeDaemon:
+    def __init__(self, workers=4, status=200):
+        self.requests = []
+        self.workers = workers
+        self.status = status
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length))
+                outer.requests.append((self.path, self.headers.get("Authorization"), body))
+                answer = json.dumps(
+                    {"state": "running", "cpuWorkers": outer.workers, "gpus": 2, "memoryBytes": 1024}
+                ).encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def daemon():
+    d = FakeDaemon()
+    yield d
+    d.close()
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def ctx(url, **kw):
+    base = dict(url=url, job_id=7, token="tok", cpu_workers=2, start_iteration=0)
+    base.update(kw)
+    return JobContext(**base)
+
+
+def test_context_from_env():
+    c = JobContext.from_env(
+        {"TESSERA_URL": "http://x", "TESSERA_JOB_ID": "12", "TESSERA_TOKEN": "t",
+         "TESSERA_CPU_WORKERS": "6", "TESSERA_START_ITERATION": "40"}
+    )
+    assert (c.url, c.job_id, c.token, c.cpu_workers, c.start_iteration) == ("http://x", 12, "t", 6, 40)
+    assert c.enabled
+    empty = JobContext.from_env({"TESSERA_CPU_WORKERS": "junk"})
+    assert not empty.enabled and empty.cpu_workers == 1
+
+
+def test_iterator_yields_everything_and_reports_throughput(daemon):
+    clock = FakeClock()
+    resized = []
+    it = TesseraIterator(range(10), batch_size=32, report_interval=1.0, context=ctx(daemon.url),
+                         on_resize=resized.append, clock=clock)
+    assert it.cpu_workers == 2
+    out = []
+    for x in it:
+        out.append(x)
+        clock.t += 0.25  # 4 iterations per second
+    assert out == list(range(10))
+    paths = {p for p, _, _ in daemon.requests}
+    assert paths == {"/v1/jobs/7/progress"}
+    assert all(auth == "Bearer tok" for _, auth, _ in daemon.requests)
+    bodies = [b for _, _, b in daemon.requests]
+    assert bodies[-1]["iterations"] == 10  # the final report at exhaustion
+    rated = [b for b in bodies if "iterationsPerSecond" in b]
+    # Steady state: 4 iterations/s, 128 samples/s (the first window also counts the first fetch).
+    assert len(rated) >= 2
+    assert abs(rated[1]["iterationsPerSecond"] - 4.0) < 1e-6
+    assert abs(rated[1]["samplesPerSecond"] - 4.0 * 32) < 1e-6
+    # Reports are rate limited: far fewer than iterations.
+    assert len(bodies) <= 4
+    assert it.cpu_workers == 4 and resized == [4]
+
+
+def test_resumes_iteration_count_after_preemption(daemon):
+    it = TesseraIterator([1, 2], context=ctx(daemon.url, start_iteration=100), report_interval=0)
+    list(it)
+    assert daemon.requests[-1][2]["iterations"] == 102
+
+
+def test_no_daemon_means_no_reports_and_no_errors():
+    it = TesseraIterator(range(3), context=JobContext(url=None, job_id=None, token=None))
+    assert list(it) == [0, 1, 2]
+    assert it.reports_sent == 0
+    # A daemon that is down or answers errors never breaks training.
+    down = ctx("http://127.0.0.1:9")
+    assert report_progress(down, 5, timeout=0.5) is None
+    assert list(TesseraIterator(range(2), context=down, report_interval=0)) == [0, 1]
+
+
+def test_error_answers_are_ignored():
+    d = FakeDaemon(status=500)
+    try:
+        it = TesseraIterator(range(3), context=ctx(d.url), report_interval=0)
+        assert list(it) == [0, 1, 2]
+        assert it.cpu_workers == 2 and it.reports_sent == 0
+    finally:
+        d.close()
