@@ -824,7 +824,6 @@ impl Engine {
                 .filter(|v| *v > 0.0)
                 .unwrap_or_else(|| spec.reference_throughput());
             self.active_buf.push(ActiveJob {
-                id: spec.id,
                 state: if running {
                     tessera_sched::JobState::Running
                 } else {
@@ -837,7 +836,7 @@ impl Engine {
                 first_start: job.row.start_us.map(SimTime::from_micros),
                 preemptions: job.row.preemptions,
                 // The daemon does not profile jobs (yet): policies treat them as insensitive.
-                sensitivity: None,
+                ..ActiveJob::arrived(spec)
             });
         }
     }

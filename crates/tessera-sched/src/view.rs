@@ -39,6 +39,24 @@ pub struct ActiveJob {
 }
 
 impl ActiveJob {
+    /// A job that has just arrived: queued, nothing done, the trace's reference throughput as
+    /// the estimate, nothing learned by profiling. Drivers start from this and override what
+    /// they know (`ActiveJob { state, ..ActiveJob::arrived(job) }`), so that fields added later
+    /// get a sensible default everywhere.
+    pub fn arrived(job: &TrainingJob) -> ActiveJob {
+        ActiveJob {
+            id: job.id,
+            state: JobState::Queued,
+            allocation: None,
+            attained_gpu_secs: 0.0,
+            remaining_iters: job.iterations as f64,
+            throughput_estimate: job.reference_throughput(),
+            first_start: None,
+            preemptions: 0,
+            sensitivity: None,
+        }
+    }
+
     /// Estimated seconds of work left on the requested allocation (infinite when the
     /// estimate is zero).
     pub fn remaining_secs_estimate(&self) -> f64 {

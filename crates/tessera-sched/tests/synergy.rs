@@ -11,7 +11,7 @@ use tessera_sched::baselines::JobOrder;
 use tessera_sched::synergy::{
     estimated_relative, exact_estimate, FreeMap, Mechanism, Slice, SynergyPolicy,
 };
-use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
+use tessera_sched::{Action, ActiveJob, ClusterView, Policy, Trigger};
 
 fn servers(n: u32, cores: u64, gib: u64) -> Cluster {
     Cluster::homogeneous(
@@ -37,15 +37,8 @@ fn spec(id: u32, model: &str, gpus: u32) -> TrainingJob {
 
 fn active(job: &TrainingJob, est: Option<Arc<SensitivityEstimate>>) -> ActiveJob {
     ActiveJob {
-        id: job.id,
-        state: JobState::Queued,
-        allocation: None,
-        attained_gpu_secs: 0.0,
-        remaining_iters: job.iterations as f64,
-        throughput_estimate: job.reference_throughput(),
-        first_start: None,
-        preemptions: 0,
         sensitivity: est,
+        ..ActiveJob::arrived(job)
     }
 }
 

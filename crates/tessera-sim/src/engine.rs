@@ -444,15 +444,8 @@ impl<'a> Simulation<'a> {
         let job = &self.jobs[id.index()];
         self.active_pos[job.id.index()] = self.active.len() as u32;
         self.active.push(ActiveJob {
-            id: job.id,
-            state: JobState::Queued,
-            allocation: None,
-            attained_gpu_secs: 0.0,
-            remaining_iters: job.iterations as f64,
-            throughput_estimate: job.reference_throughput(),
-            first_start: None,
-            preemptions: 0,
             sensitivity,
+            ..ActiveJob::arrived(job)
         });
         self.state[job.id.index()].synced_at = self.now;
     }

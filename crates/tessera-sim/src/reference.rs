@@ -108,15 +108,8 @@ pub fn run_reference(
                 p.profile(job, cluster, &mut rng).map(Arc::new)
             });
             active.push(ActiveJob {
-                id: job.id,
-                state: JobState::Queued,
-                allocation: None,
-                attained_gpu_secs: 0.0,
-                remaining_iters: job.iterations as f64,
-                throughput_estimate: job.reference_throughput(),
-                first_start: None,
-                preemptions: 0,
                 sensitivity,
+                ..ActiveJob::arrived(job)
             });
         }
         if window_left == 0 {
