@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
 /// Start with `tessera simulate`: it runs a built-in cluster and workload under the baseline
-/// policies and prints a comparison.
+/// policies and prints a comparison. `tessera serve` runs the same policies on real jobs;
+/// `submit`, `list`, `describe`, `cancel`, `nodes` and `queue` talk to it.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about, long_about, max_term_width = 100)]
 pub struct Cli {
@@ -27,8 +28,22 @@ pub enum Command {
     /// Reproduce a paper's setup and print our figures beside the published ones.
     #[command(subcommand)]
     Repro(ReproCommand),
-    /// List built-in clusters, traces and policies.
-    List,
+    /// List built-in clusters, traces, policies and trace formats.
+    Builtins,
+    /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
+    Serve(crate::cmd::daemon::ServeArgs),
+    /// Submit a job spec (YAML or JSON) to the daemon.
+    Submit(crate::cmd::daemon::SubmitArgs),
+    /// List your jobs (all jobs with an admin token).
+    List(crate::cmd::daemon::ListArgs),
+    /// Show one job: state, allocation, pending reason, queue position, history.
+    Describe(crate::cmd::daemon::IdArgs),
+    /// Cancel a job.
+    Cancel(crate::cmd::daemon::IdArgs),
+    /// Show the cluster's nodes with allocated and total resources.
+    Nodes(crate::cmd::daemon::ClientArgs),
+    /// Show queues and the pending jobs in scheduling order.
+    Queue(crate::cmd::daemon::ClientArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,7 +57,7 @@ pub type Source = String;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera list`).
+    /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
         default_value = "builtin:default",
@@ -50,7 +65,7 @@ pub struct SimulateArgs {
     )]
     pub cluster: Source,
 
-    /// Workload trace: a file or `builtin:NAME` (see `tessera list`).
+    /// Workload trace: a file or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
         default_value = "builtin:philly-synthetic-2k",

@@ -1,7 +1,8 @@
 //! One module per command.
 
 mod bench;
-mod list;
+mod builtins;
+pub mod daemon;
 pub mod repro;
 mod simulate;
 mod trace;
@@ -16,6 +17,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Trace(cmd) => trace::run(&cmd),
         Command::Bench(args) => bench::run(&args),
         Command::Repro(cmd) => repro::run(&cmd),
-        Command::List => list::run(),
+        Command::Builtins => builtins::run(),
+        Command::Serve(a) => daemon::serve(&a),
+        Command::Submit(a) => daemon::submit(&a),
+        Command::List(a) => daemon::list(&a),
+        Command::Describe(a) => daemon::describe(&a),
+        Command::Cancel(a) => daemon::cancel(&a),
+        Command::Nodes(a) => daemon::nodes(&a),
+        Command::Queue(a) => daemon::queue(&a),
     }
 }

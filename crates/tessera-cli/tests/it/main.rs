@@ -1,5 +1,7 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
+mod realmode;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -1,4 +1,4 @@
-//! `tessera list`: what is built in.
+//! `tessera builtins`: what is built in.
 
 use std::io::Write;
 
