@@ -19,6 +19,9 @@ pub struct ServeArgs {
     /// (slurm or local), policy, round length, tenants and their token hashes.
     #[arg(long, value_name = "PATH")]
     pub config: PathBuf,
+    /// Log level on stderr: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
 }
 
 /// Where the daemon is and who is asking.
@@ -69,6 +72,16 @@ pub struct IdArgs {
 }
 
 pub fn serve(args: &ServeArgs) -> Result<()> {
+    let level: tracing_subscriber::filter::LevelFilter = args.log_level.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--log-level: unknown level {:?} (error, warn, info, debug, trace)",
+            args.log_level
+        )
+    })?;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .init();
     let config = DaemonConfig::from_file(&args.config)
         .with_context(|| format!("reading daemon config {}", args.config.display()))?;
     tessera_daemon::run(config).context("daemon stopped")?;
