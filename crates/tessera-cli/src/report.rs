@@ -5,50 +5,23 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tessera_sim::{JobOutcome, SimReport};
+use tessera_sim::{JobOutcome, SimReport, Summary};
 
-/// One policy's line of `summary.json` (a stable contract: extend, do not break).
+/// One policy's line of `summary.json` (a stable contract: extend, do not break): the policy,
+/// every field of the simulator's [`Summary`] flattened beside it, and the wall time.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicySummary {
     pub policy: String,
-    pub jobs: usize,
-    pub finished: usize,
-    pub rejected: usize,
-    pub unfinished: usize,
-    pub avg_jct_s: f64,
-    pub p50_jct_s: f64,
-    pub p95_jct_s: f64,
-    pub p99_jct_s: f64,
-    pub makespan_s: f64,
-    pub avg_queue_s: f64,
-    pub gpu_util: f64,
-    pub cpu_util: f64,
-    pub mem_util: f64,
-    pub preemptions: u64,
-    pub events: u64,
+    #[serde(flatten)]
+    pub summary: Summary,
     pub wall_s: f64,
 }
 
 impl PolicySummary {
     pub fn new(report: &SimReport, wall_s: f64) -> PolicySummary {
-        let s = &report.summary;
         PolicySummary {
             policy: report.policy.clone(),
-            jobs: s.jobs,
-            finished: s.finished,
-            rejected: s.rejected,
-            unfinished: s.unfinished,
-            avg_jct_s: s.avg_jct_s,
-            p50_jct_s: s.p50_jct_s,
-            p95_jct_s: s.p95_jct_s,
-            p99_jct_s: s.p99_jct_s,
-            makespan_s: s.makespan_s,
-            avg_queue_s: s.avg_queue_s,
-            gpu_util: s.gpu_util,
-            cpu_util: s.cpu_util,
-            mem_util: s.mem_util,
-            preemptions: s.preemptions,
-            events: s.events,
+            summary: report.summary.clone(),
             wall_s,
         }
     }
@@ -113,17 +86,21 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.
 pub fn comparison_table(summaries: &[PolicySummary]) -> String {
-    let base = summaries.first().map(|s| s.avg_jct_s).unwrap_or(0.0);
+    let base = summaries
+        .first()
+        .map(|p| p.summary.avg_jct_s)
+        .unwrap_or(0.0);
     let rows: Vec<Vec<String>> = summaries
         .iter()
-        .map(|s| {
+        .map(|p| {
+            let s = &p.summary;
             let speedup = if s.avg_jct_s > 0.0 {
                 format!("{:.2}x", base / s.avg_jct_s)
             } else {
                 "-".into()
             };
             vec![
-                s.policy.clone(),
+                p.policy.clone(),
                 format!("{}/{}", s.finished, s.jobs),
                 human_secs(s.avg_jct_s),
                 speedup,
@@ -133,7 +110,7 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
                 human_secs(s.avg_queue_s),
                 format!("{:.1}%", 100.0 * s.gpu_util),
                 s.preemptions.to_string(),
-                format!("{:.2} s", s.wall_s),
+                format!("{:.2} s", p.wall_s),
             ]
         })
         .collect();

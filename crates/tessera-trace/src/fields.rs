@@ -34,6 +34,18 @@ pub(crate) struct Layout<'a> {
     pub(crate) required: &'a [&'a str],
 }
 
+impl<'a> Layout<'a> {
+    /// A comma-separated file with a header row naming at least `required`.
+    pub(crate) const fn csv_with_header(required: &'a [&'a str]) -> Layout<'a> {
+        Layout {
+            delimiter: b',',
+            quoting: true,
+            positional: None,
+            required,
+        }
+    }
+}
+
 /// Column names and where they are.
 pub(crate) struct Header {
     names: Vec<String>,

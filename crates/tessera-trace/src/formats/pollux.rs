@@ -122,13 +122,7 @@ pub fn application(name: &str) -> Option<&'static Application> {
 }
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout {
-        delimiter: b',',
-        quoting: true,
-        positional: None,
-        required: &REQUIRED,
-    };
-    read_rows(ctx, text, &layout, job)
+    read_rows(ctx, text, &Layout::csv_with_header(&REQUIRED), job)
 }
 
 fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {

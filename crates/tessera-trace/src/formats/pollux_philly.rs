@@ -17,13 +17,7 @@ use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
 pub const REQUIRED: [&str; 3] = ["timestamp", "duration", "num_gpus"];
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout {
-        delimiter: b',',
-        quoting: true,
-        positional: None,
-        required: &REQUIRED,
-    };
-    read_rows(ctx, text, &layout, job)
+    read_rows(ctx, text, &Layout::csv_with_header(&REQUIRED), job)
 }
 
 fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {

@@ -29,13 +29,7 @@ pub const COLUMNS: [&str; 12] = [
 pub const REQUIRED: [&str; 4] = ["job_id", "submit_s", "gpus", "duration_s"];
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
-    let layout = Layout {
-        delimiter: b',',
-        quoting: true,
-        positional: None,
-        required: &REQUIRED,
-    };
-    read_rows(ctx, text, &layout, job)
+    read_rows(ctx, text, &Layout::csv_with_header(&REQUIRED), job)
 }
 
 fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
