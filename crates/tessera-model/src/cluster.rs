@@ -416,6 +416,19 @@ spec:
         assert_eq!(err.line(), Some(14), "{err}");
     }
 
+    proptest::proptest! {
+        /// Arbitrary text, and mutations of a valid file, never panic the parser.
+        #[test]
+        fn parser_never_panics(text in ".{0,200}", cut in 0usize..200, junk in ".{0,12}") {
+            let cat = GpuCatalog::builtin();
+            let _ = Cluster::from_yaml(&text, &cat);
+            let mut mutated = MINIMAL.to_string();
+            let at = (0..=cut.min(mutated.len())).rev().find(|i| mutated.is_char_boundary(*i)).unwrap_or(0);
+            mutated.insert_str(at, &junk);
+            let _ = Cluster::from_yaml(&mutated, &cat);
+        }
+    }
+
     #[test]
     fn syntax_errors_carry_a_line() {
         let err = Cluster::from_yaml(
