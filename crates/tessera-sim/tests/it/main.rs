@@ -1,5 +1,6 @@
 //! Integration tests of the simulator: hand-computed scenarios and randomized invariants.
 
+mod chaos;
 mod invariants;
 mod scenarios;
 mod synergy;
