@@ -11,9 +11,14 @@ use tessera_perf::TraceThroughput;
 use tessera_sched::{Action, ClusterView, Policy};
 use tessera_sim::{SimConfig, Simulation};
 
+/// A raw share: (node, GPUs, millicores, bytes).
+type RawShare = (u32, u32, u64, u64);
+/// A raw action: (kind, job, shares).
+type RawAction = (u8, u32, Vec<RawShare>);
+
 /// Replays a scripted list of raw actions, a few per scheduling point.
 struct Chaos {
-    script: Vec<(u8, u32, Vec<(u32, u32, u64, u64)>)>,
+    script: Vec<RawAction>,
     next: usize,
 }
 
