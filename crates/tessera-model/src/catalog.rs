@@ -121,7 +121,10 @@ impl GpuCatalog {
 
     fn validate(&self) -> Result<(), SpecError> {
         if self.gpus.is_empty() {
-            return Err(SpecError::invalid("gpus", "the catalog lists no GPU model".to_string()));
+            return Err(SpecError::invalid(
+                "gpus",
+                "the catalog lists no GPU model".to_string(),
+            ));
         }
         if self.gpus.len() > u16::MAX as usize {
             return Err(SpecError::invalid(
@@ -257,6 +260,8 @@ mod tests {
         let neg = "apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n- {name: X, memoryGiB: -1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n";
         assert!(GpuCatalog::from_yaml(neg).is_err());
         assert!(GpuCatalog::from_yaml("kind: [").is_err());
-        assert!(GpuCatalog::from_yaml("apiVersion: tessera/v1\nkind: GpuCatalog\ngpus: []\n").is_err());
+        assert!(
+            GpuCatalog::from_yaml("apiVersion: tessera/v1\nkind: GpuCatalog\ngpus: []\n").is_err()
+        );
     }
 }
