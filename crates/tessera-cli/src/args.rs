@@ -74,7 +74,7 @@ pub struct SimulateArgs {
     pub trace: Source,
 
     /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
-    /// pollux, tiresias.
+    /// pollux, tiresias, philly-json.
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub trace_format: String,
 
@@ -114,6 +114,53 @@ pub struct SimulateArgs {
     /// Worker threads for running policies in parallel (default: available cores).
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+
+    /// Engine semantics: exact (completions inside rounds, progress at the true rate) or
+    /// synergy (the Synergy reference simulator's rounds: 300 s leases, credit at placement,
+    /// completion at the end of the round, scalar speed-ups, exact free profiles).
+    #[arg(long, value_enum, default_value_t = SemanticsArg::Exact)]
+    pub semantics: SemanticsArg,
+
+    /// Truth model: trace (each job's trace throughput, CPU/memory do not matter), synergy
+    /// (Synergy's per-model CPU/memory sensitivity tables; jobs of models without a table run
+    /// at their trace throughput; jobs are profiled on arrival), or auto: synergy when any
+    /// ORDER+MECH policy (or `synergy`) is requested, else trace.
+    #[arg(long, value_enum, default_value_t = PerfArg::Auto)]
+    pub perf: PerfArg,
+
+    /// Profiling cost in seconds of one GPU per job (synergy truth, exact semantics).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub profile_cost: f64,
+
+    /// Profiling relative error: each measurement is scaled by 1 + e·U(-1, 1) (synergy
+    /// truth, exact semantics).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub profile_error: f64,
+
+    /// Arrival times: `trace` (as the trace has them) or `poisson:JOBS_PER_HOUR` (re-drawn
+    /// as a Poisson process at that rate, seeded by --seed; job order is kept).
+    #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
+    pub arrivals: String,
+}
+
+/// `--semantics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SemanticsArg {
+    /// Our engine.
+    Exact,
+    /// The Synergy reference simulator's rounds.
+    Synergy,
+}
+
+/// `--perf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PerfArg {
+    /// synergy if a Synergy policy is requested, else trace.
+    Auto,
+    /// The trace's throughput.
+    Trace,
+    /// Synergy's sensitivity tables with optimistic profiling.
+    Synergy,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,6 +195,12 @@ pub struct ConvertArgs {
     /// Input format (default: detect).
     #[arg(long, default_value = "auto")]
     pub trace_format: String,
+    /// Arrival times: `trace` or `poisson:JOBS_PER_HOUR` (re-drawn, seeded by --seed).
+    #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
+    pub arrivals: String,
+    /// Seed of re-drawn arrivals.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -172,7 +225,8 @@ pub struct GenerateArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which benchmark: `philly` (82,247 jobs on 2,048 GPUs, fifo and las with 5-minute
-    /// rounds) or `all`.
+    /// rounds), `synergy` (one Synergy policy on the standard experiment, the 16-policy x
+    /// 8-load sweep, OPT's LP for 500 jobs) or `all`.
     #[arg(default_value = "philly")]
     pub which: String,
     /// Number of jobs of the synthetic Philly-sized trace.

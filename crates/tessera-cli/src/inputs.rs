@@ -67,6 +67,7 @@ pub fn load_trace(
             workload,
             lines,
             skipped: 0,
+            dropped: 0,
         });
     }
     let opts = ReadOptions { skip_invalid };

@@ -15,6 +15,10 @@ pub struct PolicySummary {
     #[serde(flatten)]
     pub summary: Summary,
     pub wall_s: f64,
+    /// Policy counters (e.g. Synergy-OPT's solve time and gap), as [name, value] pairs;
+    /// absent for policies without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_stats: Vec<(String, f64)>,
 }
 
 impl PolicySummary {
@@ -23,8 +27,24 @@ impl PolicySummary {
             policy: report.policy.clone(),
             summary: report.summary.clone(),
             wall_s,
+            policy_stats: report.policy_stats.clone(),
         }
     }
+}
+
+/// Truth model and engine semantics of a run, when not the defaults (trace, exact).
+#[derive(Debug, Serialize)]
+pub struct EngineInfo {
+    /// `trace` or `synergy` (sensitivity tables).
+    pub perf: String,
+    /// `exact` or `synergy` (the reference's rounds).
+    pub semantics: String,
+    /// Optimistic profiling cost, seconds of one GPU per job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_cost_s: Option<f64>,
+    /// Optimistic profiling relative error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_error: Option<f64>,
 }
 
 /// The whole `summary.json` document.
@@ -36,6 +56,19 @@ pub struct SummaryDoc {
     pub trace_format: String,
     pub seed: u64,
     pub round_s: Option<f64>,
+    /// Truth and semantics, present only when not the defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineInfo>,
+    /// Re-drawn arrivals (`poisson:RATE`), present only when not the trace's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<String>,
+    /// Trace rows or jobs the reader skipped, present only when some were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_skipped: Option<usize>,
+    /// Jobs the reader dropped as not replayable (philly-json: unfinished, zero-length),
+    /// present only when some were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_dropped: Option<usize>,
     pub policies: Vec<PolicySummary>,
 }
 

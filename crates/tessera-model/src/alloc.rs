@@ -55,8 +55,45 @@ impl Allocation {
     }
     /// True when no node appears twice.
     pub fn nodes_distinct(&self) -> bool {
+        // Allocations span few nodes: compare pairs without allocating (schedulers call
+        // this for every placement they reserve).
+        if self.shares.len() <= 16 {
+            return self
+                .shares
+                .iter()
+                .enumerate()
+                .all(|(i, a)| self.shares[i + 1..].iter().all(|b| b.node != a.node));
+        }
         let mut nodes: Vec<NodeId> = self.shares.iter().map(|s| s.node).collect();
         nodes.sort_unstable();
         nodes.windows(2).all(|w| w[0] != w[1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(node: u32) -> NodeShare {
+        NodeShare {
+            node: NodeId(node),
+            gpus: 1,
+            cpu: MilliCpu(0),
+            memory: Bytes(0),
+        }
+    }
+
+    #[test]
+    fn nodes_distinct_small_and_large() {
+        for n in [0usize, 1, 2, 5, 16, 17, 40] {
+            let shares: Vec<NodeShare> = (0..n as u32).map(share).collect();
+            let a = Allocation { shares };
+            assert!(a.nodes_distinct(), "{n}");
+            if n >= 2 {
+                let mut dup = a.clone();
+                dup.shares[n - 1].node = NodeId(0);
+                assert!(!dup.nodes_distinct(), "{n}");
+            }
+        }
     }
 }

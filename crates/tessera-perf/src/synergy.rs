@@ -233,7 +233,9 @@ struct RawProfile {
 /// Sensitivity profiles by model and GPU count.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynergyProfiles {
-    by_key: BTreeMap<(String, u32), ModelProfile>,
+    /// Sorted by (lower-case model, GPUs): looked up by binary search without allocating
+    /// (truth models look a profile up for every placement).
+    by_key: Vec<((String, u32), ModelProfile)>,
 }
 
 /// The Synergy simulator's tables (MIT, Microsoft), embedded.
@@ -245,9 +247,8 @@ impl SynergyProfiles {
         static CELL: OnceLock<SynergyProfiles> = OnceLock::new();
         CELL.get_or_init(|| {
             // The embedded file is checked by a unit test; an empty set is the safe fallback.
-            SynergyProfiles::from_json(BUILTIN_JSON).unwrap_or(SynergyProfiles {
-                by_key: BTreeMap::new(),
-            })
+            SynergyProfiles::from_json(BUILTIN_JSON)
+                .unwrap_or(SynergyProfiles { by_key: Vec::new() })
         })
     }
 
@@ -297,12 +298,25 @@ impl SynergyProfiles {
                 },
             );
         }
-        Ok(SynergyProfiles { by_key })
+        Ok(SynergyProfiles {
+            by_key: by_key.into_iter().collect(),
+        })
     }
 
     /// The profile measured with exactly `gpus` GPUs.
     pub fn exact(&self, model: &str, gpus: u32) -> Option<&ModelProfile> {
-        self.by_key.get(&(model.to_ascii_lowercase(), gpus))
+        let lower;
+        let model = if model.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = model.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            model
+        };
+        self.by_key
+            .binary_search_by(|((m, g), _)| (m.as_str(), *g).cmp(&(model, gpus)))
+            .ok()
+            .and_then(|i| self.by_key.get(i))
+            .map(|(_, p)| p)
     }
 
     /// The profile for a job of `gpus` GPUs: the 1-, 2- or 4-GPU table (4 for larger jobs,

@@ -25,9 +25,11 @@
 //! with the most free GPUs first (so the job spans as few servers as possible), each GPU
 //! carrying its per-GPU slice of CPU and memory.
 
+use std::borrow::Cow;
+
 use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, SimDuration,
-    TrainingJob,
+    SimTime, TrainingJob,
 };
 use tessera_perf::synergy::{gb_to_bytes, SensitivityEstimate};
 
@@ -255,21 +257,113 @@ impl<'c> FreeMap<'c> {
 
 /// A job the mechanism placed in this call.
 #[derive(Clone, Debug)]
-struct Placed {
+struct Placed<'v> {
     /// Index into `view.active`.
     idx: usize,
-    alloc: Allocation,
+    /// Borrowed from the view when a running job keeps its allocation (no copy per round).
+    alloc: Cow<'v, Allocation>,
     /// Demoted to its proportional share by TUNE (never demoted twice).
     demoted: bool,
 }
 
+/// Estimated speed-up at the best case used for ordering (1 under proportional).
+fn speedup(mechanism: Mechanism, job: &ActiveJob) -> f64 {
+    match (mechanism, &job.sensitivity) {
+        (Mechanism::Proportional, _) | (_, None) => 1.0,
+        (_, Some(e)) => e.speedup.max(1e-9),
+    }
+}
+
+/// One job's rank. The order is total (job ids are unique among active jobs), so popping
+/// from a heap yields exactly the sorted order.
 #[derive(Clone, Copy, Debug)]
 struct Ranked {
     starved: bool,
     key: f64,
     submit: u64,
     id: u32,
+    /// GPUs asked for (so that the walk need not read the job's spec).
+    gpus: u32,
     idx: usize,
+}
+
+impl Ranked {
+    /// Best first: starved jobs, then the smallest key, earliest submission, smallest id.
+    fn rank_cmp(&self, b: &Ranked) -> std::cmp::Ordering {
+        b.starved
+            .cmp(&self.starved)
+            .then(self.key.total_cmp(&b.key))
+            .then(self.submit.cmp(&b.submit))
+            .then(self.id.cmp(&b.id))
+    }
+}
+
+/// A ranking taken best first without sorting all of it: each time the sorted prefix runs
+/// out, the next chunk (doubling) is selected from the rest in O(n) and only that chunk is
+/// sorted. A walk stops once no GPU is free, so with thousands queued it sorts a few hundred.
+/// The order is total, so the sequence is exactly that of a full sort.
+#[derive(Debug, Default)]
+struct LazyRanking {
+    items: Vec<Ranked>,
+    /// Items before this index are in final order.
+    sorted: usize,
+    /// The next item to hand out.
+    next: usize,
+}
+
+impl LazyRanking {
+    /// Slack added to the caller's hint for jobs that will be skipped.
+    const MIN_CHUNK: usize = 16;
+
+    fn clear(&mut self) {
+        self.items.clear();
+        self.sorted = 0;
+        self.next = 0;
+    }
+
+    /// The next job, best first; `hint` = how many more the caller expects to take.
+    fn pop(&mut self, hint: usize) -> Option<Ranked> {
+        if self.next >= self.items.len() {
+            return None;
+        }
+        if self.next == self.sorted {
+            let rest = &mut self.items[self.sorted..];
+            let want = self
+                .sorted
+                .max(hint.saturating_add(Self::MIN_CHUNK))
+                .min(rest.len());
+            if want < rest.len() {
+                rest.select_nth_unstable_by(want - 1, Ranked::rank_cmp);
+            }
+            rest[..want].sort_unstable_by(Ranked::rank_cmp);
+            self.sorted += want;
+        }
+        let r = self.items[self.next];
+        self.next += 1;
+        Some(r)
+    }
+}
+
+/// What the policy keeps per job id.
+#[derive(Clone, Copy, Debug)]
+struct JobMeta {
+    /// Submission, µs (`u64::MAX` = not yet seen).
+    submit: u64,
+    /// When last placed, µs (`u64::MAX` = never).
+    last_run: u64,
+    /// Iterations (FTF's ideal time).
+    iterations: u64,
+    /// GPUs asked for.
+    gpus: u32,
+}
+
+impl JobMeta {
+    const UNSEEN: JobMeta = JobMeta {
+        submit: u64::MAX,
+        last_run: u64::MAX,
+        iterations: 0,
+        gpus: 0,
+    };
 }
 
 /// An OPT class: GPU count and the bit patterns of its grid options.
@@ -282,9 +376,19 @@ pub struct SynergyPolicy {
     order: JobOrder,
     mechanism: Mechanism,
     round: Option<SimDuration>,
-    /// When each job (by id) was last placed, in µs; `u64::MAX` = never.
-    last_run: Vec<u64>,
-    ranked: Vec<Ranked>,
+    /// Per job id: submission and last placement (compact, so that ranking thousands of
+    /// queued jobs reads 16 bytes per job rather than each job's spec).
+    meta: Vec<JobMeta>,
+    /// This call's ranking, taken only as far as the walk goes (at most a few hundred jobs
+    /// fit however many are queued). Reused between calls.
+    ranked: LazyRanking,
+    /// Per job id: its best-case slice, keyed on the estimate's best-case values.
+    best_of: Vec<Option<((u64, u64), Slice)>>,
+    /// Reused buffers: the walk's candidates, and per active index its plan entry.
+    candidates: Vec<usize>,
+    planned: Vec<u32>,
+    /// Indices (into `view.active`) of the jobs holding an allocation, found while ranking.
+    holding: Vec<usize>,
     opt: OptStats,
     /// Wall-clock limit for one OPT solve, seconds.
     opt_time_limit_s: f64,
@@ -309,8 +413,12 @@ impl SynergyPolicy {
             order,
             mechanism,
             round,
-            last_run: Vec::new(),
-            ranked: Vec::new(),
+            meta: Vec::new(),
+            ranked: LazyRanking::default(),
+            best_of: Vec::new(),
+            candidates: Vec::new(),
+            planned: Vec::new(),
+            holding: Vec::new(),
             opt: OptStats::default(),
             opt_time_limit_s: 1.0,
             opt_class_of: Vec::new(),
@@ -324,74 +432,101 @@ impl SynergyPolicy {
         &self.opt
     }
 
-    /// Estimated speed-up at the best case used for ordering (1 under proportional).
-    fn speedup(&self, job: &ActiveJob) -> f64 {
-        match (&self.mechanism, &job.sensitivity) {
-            (Mechanism::Proportional, _) | (_, None) => 1.0,
-            (_, Some(e)) => e.speedup.max(1e-9),
-        }
-    }
-
-    fn rank(&mut self, view: &ClusterView<'_>, only_queued: bool) {
-        self.ranked.clear();
+    /// Ranks the active jobs (only the queued ones unless re-planning). When re-planning,
+    /// the same pass releases every held allocation on `ledger` and records the holders in
+    /// `self.holding` (view order), so that no other pass over all jobs is needed.
+    fn rank(&mut self, view: &ClusterView<'_>, replan: Option<&mut FreeMap<'_>>) {
+        let mut ranked = std::mem::take(&mut self.ranked);
+        ranked.clear();
+        self.holding.clear();
+        let only_queued = replan.is_none();
+        let mut ledger = replan;
         let now = view.now.as_micros();
+        let (order, mechanism) = (self.order, self.mechanism);
         for (idx, job) in view.active.iter().enumerate() {
+            if let (Some(l), Some(a)) = (ledger.as_deref_mut(), &job.allocation) {
+                l.release(a);
+                self.holding.push(idx);
+            }
             if only_queued && job.state != JobState::Queued {
                 continue;
             }
             let Some(spec) = view.spec(job) else { continue };
-            let remaining = job.remaining_secs_estimate() / self.speedup(job);
-            let key = match self.order {
+            let id = job.id.index();
+            if self.meta.len() <= id {
+                self.meta.resize(id + 1, JobMeta::UNSEEN);
+            }
+            if self.meta[id].submit == u64::MAX {
+                let m = &mut self.meta[id];
+                m.submit = spec.submit.as_micros();
+                m.iterations = spec.iterations;
+                m.gpus = spec.gpus;
+            }
+            let meta = self.meta[id];
+            let remaining = || job.remaining_secs_estimate() / speedup(mechanism, job);
+            let key = match order {
                 JobOrder::Fifo => 0.0,
-                JobOrder::Srtf => remaining,
+                JobOrder::Srtf => remaining(),
                 JobOrder::Las => job.attained_gpu_secs,
                 JobOrder::Ftf => {
                     let ideal = if job.throughput_estimate > 0.0 {
-                        spec.iterations as f64 / job.throughput_estimate
+                        meta.iterations as f64 / job.throughput_estimate
                     } else {
                         f64::INFINITY
                     };
-                    let in_system = view.now.saturating_since(spec.submit).as_secs_f64();
-                    -((in_system + remaining) / ideal.max(1e-9))
+                    let in_system = view
+                        .now
+                        .saturating_since(SimTime::from_micros(meta.submit))
+                        .as_secs_f64();
+                    -((in_system + remaining()) / ideal.max(1e-9))
                 }
             };
-            let last = self
-                .last_run
-                .get(job.id.index())
-                .copied()
-                .filter(|&t| t != u64::MAX)
-                .unwrap_or(spec.submit.as_micros());
             // FIFO ignores the guard, as the reference does (it sorts by arrival only).
-            let starved = !matches!(self.order, JobOrder::Fifo)
-                && now.saturating_sub(last) > STARVATION.as_micros();
-            self.ranked.push(Ranked {
+            let starved = !matches!(order, JobOrder::Fifo) && {
+                let last = if meta.last_run == u64::MAX {
+                    meta.submit
+                } else {
+                    meta.last_run
+                };
+                now.saturating_sub(last) > STARVATION.as_micros()
+            };
+            ranked.items.push(Ranked {
                 starved,
                 key,
-                submit: spec.submit.as_micros(),
+                submit: meta.submit,
                 id: job.id.0,
+                gpus: meta.gpus,
                 idx,
             });
         }
-        self.ranked.sort_unstable_by(|a, b| {
-            b.starved
-                .cmp(&a.starved)
-                .then(a.key.total_cmp(&b.key))
-                .then(a.submit.cmp(&b.submit))
-                .then(a.id.cmp(&b.id))
-        });
+        self.ranked = ranked;
     }
 
-    /// The job's best-case slice and whether it differs from the proportional one.
-    fn best_slice(job: &ActiveJob) -> Slice {
-        match &job.sensitivity {
-            Some(e) => Slice::from_cores_gb(e.best_cpu_per_gpu, e.best_mem_per_gpu),
-            None => Slice::Fair,
+    /// The job's best-case slice, memoised per job id on the estimate's values (the
+    /// conversion rounds, which costs a libm call per job per round otherwise).
+    fn best_slice(&mut self, job: &ActiveJob) -> Slice {
+        let Some(e) = &job.sensitivity else {
+            return Slice::Fair;
+        };
+        let key = (e.best_cpu_per_gpu.to_bits(), e.best_mem_per_gpu.to_bits());
+        let id = job.id.index();
+        if self.best_of.len() <= id {
+            self.best_of.resize(id + 1, None);
+        }
+        match self.best_of[id] {
+            Some((k, slice)) if k == key => slice,
+            _ => {
+                let slice = Slice::from_cores_gb(e.best_cpu_per_gpu, e.best_mem_per_gpu);
+                self.best_of[id] = Some((key, slice));
+                slice
+            }
         }
     }
 
     /// The reference's "make fair share": if the best case exceeds the proportional share in
-    /// any resource, the proportional share; otherwise the job asked for less and keeps it.
-    fn fair_slice(cluster: &Cluster, job: &ActiveJob) -> Slice {
+    /// any resource, the proportional share; otherwise the job asked for less and keeps it
+    /// (`best` is its best-case slice).
+    fn fair_slice(cluster: &Cluster, job: &ActiveJob, best: Slice) -> Slice {
         let Some(e) = &job.sensitivity else {
             return Slice::Fair;
         };
@@ -403,41 +538,42 @@ impl SynergyPolicy {
         if e.best_cpu_per_gpu > fc * (1.0 + 1e-6) || e.best_mem_per_gpu > fm * (1.0 + 1e-6) {
             Slice::Fair
         } else {
-            Self::best_slice(job)
+            best
         }
     }
 
     /// Keeps a running job where it is if its current allocation is exactly `slice`.
-    fn keep_if_same(
+    fn keep_if_same<'v>(
         ledger: &mut FreeMap<'_>,
         spec: &TrainingJob,
-        job: &ActiveJob,
+        job: &'v ActiveJob,
         slice: Slice,
-    ) -> Option<Allocation> {
+    ) -> Option<Cow<'v, Allocation>> {
         let a = job.allocation.as_ref()?;
         let same = a.gpus() == spec.gpus
             && a.shares
                 .iter()
                 .all(|s| *s == ledger.share(spec, s.node, s.gpus, slice));
-        (same && ledger.reserve(a)).then(|| a.clone())
+        (same && ledger.reserve(a)).then_some(Cow::Borrowed(a))
     }
 
-    fn try_slice(
+    fn try_slice<'v>(
         ledger: &mut FreeMap<'_>,
         spec: &TrainingJob,
-        job: &ActiveJob,
+        job: &'v ActiveJob,
         slice: Slice,
-    ) -> Option<Allocation> {
-        Self::keep_if_same(ledger, spec, job, slice).or_else(|| ledger.place(spec, slice))
+    ) -> Option<Cow<'v, Allocation>> {
+        Self::keep_if_same(ledger, spec, job, slice)
+            .or_else(|| ledger.place(spec, slice).map(Cow::Owned))
     }
 
     /// Allocates one job with the mechanism (OPT outside a round boundary behaves as TUNE
     /// without demotion). Pushes onto `plan` on success.
-    fn allocate(
-        &self,
-        view: &ClusterView<'_>,
+    fn allocate<'v>(
+        &mut self,
+        view: &ClusterView<'v>,
         ledger: &mut FreeMap<'_>,
-        plan: &mut Vec<Placed>,
+        plan: &mut Vec<Placed<'v>>,
         idx: usize,
         demote: bool,
     ) {
@@ -445,16 +581,19 @@ impl SynergyPolicy {
         let Some(spec) = view.spec(job) else { return };
         let alloc = match self.mechanism {
             Mechanism::Proportional => Self::try_slice(ledger, spec, job, Slice::Fair),
-            Mechanism::Greedy => Self::try_slice(ledger, spec, job, Self::best_slice(job)),
+            Mechanism::Greedy => {
+                let best = self.best_slice(job);
+                Self::try_slice(ledger, spec, job, best)
+            }
             Mechanism::Tune | Mechanism::Opt => {
-                let best = Self::best_slice(job);
-                let fair = Self::fair_slice(view.cluster, job);
+                let best = self.best_slice(job);
+                let fair = Self::fair_slice(view.cluster, job, best);
                 Self::try_slice(ledger, spec, job, best)
                     .or_else(|| Self::try_slice(ledger, spec, job, fair))
                     .or_else(|| {
                         if demote && self.mechanism == Mechanism::Tune {
                             demote_peers(view, ledger, plan, spec);
-                            ledger.place(spec, fair)
+                            ledger.place(spec, fair).map(Cow::Owned)
                         } else {
                             None
                         }
@@ -470,66 +609,82 @@ impl SynergyPolicy {
         }
     }
 
-    fn plan<'v>(&mut self, view: &ClusterView<'v>, replan: bool) -> (Vec<Placed>, FreeMap<'v>) {
-        self.rank(view, !replan);
+    fn plan<'v>(&mut self, view: &ClusterView<'v>, replan: bool) -> (Vec<Placed<'v>>, FreeMap<'v>) {
         let mut ledger = FreeMap::new(view.cluster, view.free);
-        if replan {
-            for j in view.active {
-                if let Some(a) = &j.allocation {
-                    ledger.release(a);
-                }
-            }
+        if !replan && ledger.free_gpus() == 0 {
+            return (Vec::new(), ledger); // nothing can start: no need to rank anyone
         }
-        let mut plan: Vec<Placed> = Vec::new();
-        // The reference's LAS and every OPT take the prefix of ranked jobs whose GPUs fit;
-        // FIFO/SRTF/FTF walk the whole list (backfill).
-        let prefix = replan && (self.order == JobOrder::Las || self.mechanism == Mechanism::Opt);
-        let candidates: Vec<usize> = if prefix {
-            let mut budget = ledger.free_gpus();
-            let mut chosen: Vec<usize> = Vec::new();
-            for r in &self.ranked {
-                if budget == 0 {
-                    break;
-                }
-                let g = view.spec(&view.active[r.idx]).map_or(0, |s| s.gpus as u64);
-                if g > 0 && g <= budget {
-                    budget -= g;
-                    chosen.push(r.idx);
-                }
-            }
-            if self.order == JobOrder::Las && self.mechanism == Mechanism::Tune {
-                // The reference allocates LAS's round largest-first under TUNE (stable).
-                chosen.sort_by_key(|&i| {
-                    std::cmp::Reverse(view.spec(&view.active[i]).map_or(0, |s| s.gpus))
-                });
-            }
-            chosen
+        // Every placed job holds a GPU: size the plan once instead of growing it.
+        let can_place = if replan {
+            view.cluster.totals().0
         } else {
-            self.ranked.iter().map(|r| r.idx).collect()
+            ledger.free_gpus()
         };
-
-        if replan && self.mechanism == Mechanism::Opt {
-            self.plan_opt(view, &mut ledger, &mut plan, &candidates);
+        let mut plan: Vec<Placed<'v>> =
+            Vec::with_capacity(view.active.len().min(can_place as usize));
+        self.rank(view, replan.then_some(&mut ledger));
+        let gpus_of = |idx: usize| view.spec(&view.active[idx]).map_or(0, |s| s.gpus as u64);
+        // The reference's LAS and every OPT take the prefix of ranked jobs whose GPUs fit;
+        // FIFO/SRTF/FTF walk the whole list (backfill). Either way the walk pops the ranking
+        // only as far as it goes.
+        let prefix = replan && (self.order == JobOrder::Las || self.mechanism == Mechanism::Opt);
+        if !prefix {
+            while ledger.free_gpus() > 0 {
+                // every job needs at least one GPU
+                let hint = ledger.free_gpus() as usize;
+                let Some(r) = self.ranked.pop(hint) else {
+                    break;
+                };
+                let g = r.gpus as u64;
+                if g == 0 || g > ledger.free_gpus() {
+                    continue;
+                }
+                self.allocate(view, &mut ledger, &mut plan, r.idx, true);
+            }
             return (plan, ledger);
         }
-        for idx in candidates {
-            if ledger.free_gpus() == 0 {
-                break; // every job needs at least one GPU
+        let mut chosen = std::mem::take(&mut self.candidates);
+        chosen.clear();
+        let mut budget = ledger.free_gpus();
+        while budget > 0 {
+            let Some(r) = self.ranked.pop(budget as usize) else {
+                break;
+            };
+            let g = r.gpus as u64;
+            if g > 0 && g <= budget {
+                budget -= g;
+                chosen.push(r.idx);
             }
-            let g = view.spec(&view.active[idx]).map_or(0, |s| s.gpus as u64);
-            if g == 0 || g > ledger.free_gpus() {
-                continue;
-            }
-            self.allocate(view, &mut ledger, &mut plan, idx, true);
         }
+        if self.order == JobOrder::Las && self.mechanism == Mechanism::Tune {
+            // The reference allocates LAS's round largest-first under TUNE (stable).
+            chosen.sort_by_key(|&i| {
+                std::cmp::Reverse(view.spec(&view.active[i]).map_or(0, |s| s.gpus))
+            });
+        }
+        if self.mechanism == Mechanism::Opt {
+            self.plan_opt(view, &mut ledger, &mut plan, &chosen);
+        } else {
+            for &idx in &chosen {
+                if ledger.free_gpus() == 0 {
+                    break;
+                }
+                let g = gpus_of(idx);
+                if g == 0 || g > ledger.free_gpus() {
+                    continue;
+                }
+                self.allocate(view, &mut ledger, &mut plan, idx, true);
+            }
+        }
+        self.candidates = chosen;
         (plan, ledger)
     }
 
-    fn plan_opt(
+    fn plan_opt<'v>(
         &mut self,
-        view: &ClusterView<'_>,
+        view: &ClusterView<'v>,
         ledger: &mut FreeMap<'_>,
-        plan: &mut Vec<Placed>,
+        plan: &mut Vec<Placed<'v>>,
         candidates: &[usize],
     ) {
         let (_, cpu_total, mem_total) = free_totals(ledger.free());
@@ -614,42 +769,53 @@ impl SynergyPolicy {
     fn emit(
         &mut self,
         view: &ClusterView<'_>,
-        plan: Vec<Placed>,
+        plan: Vec<Placed<'_>>,
         replan: bool,
         actions: &mut Vec<Action>,
     ) {
-        let mut planned: Vec<Option<&Allocation>> = vec![None; view.active.len()];
-        for p in &plan {
-            planned[p.idx] = Some(&p.alloc);
+        // Per active index: its plan entry (`u32::MAX` = not planned); restarted entries are
+        // marked by setting the top bit. Reset below, so the buffer stays all-MAX between calls.
+        const NONE: u32 = u32::MAX;
+        const RESTART: u32 = 1 << 31;
+        let mut planned = std::mem::take(&mut self.planned);
+        if planned.len() < view.active.len() {
+            planned.resize(view.active.len(), NONE);
         }
-        let mut restart = vec![false; view.active.len()];
+        for (k, p) in plan.iter().enumerate() {
+            planned[p.idx] = k as u32;
+        }
         if replan {
-            for (i, j) in view.active.iter().enumerate() {
+            for &i in &self.holding {
+                let j = &view.active[i];
                 if let Some(cur) = &j.allocation {
-                    if planned[i] != Some(cur) {
+                    let same = planned[i] != NONE && *plan[planned[i] as usize].alloc == *cur;
+                    if !same {
                         actions.push(Action::Preempt { job: j.id });
-                        restart[i] = true;
+                        if planned[i] != NONE {
+                            planned[i] |= RESTART;
+                        }
                     }
                 }
             }
         }
-        for p in &plan {
+        let now = view.now.as_micros();
+        for p in plan {
             let j = &view.active[p.idx];
-            if j.state == JobState::Queued || restart[p.idx] {
+            let restart = planned[p.idx] & RESTART != 0;
+            planned[p.idx] = NONE;
+            let id = j.id.index();
+            if self.meta.len() <= id {
+                self.meta.resize(id + 1, JobMeta::UNSEEN);
+            }
+            self.meta[id].last_run = now;
+            if j.state == JobState::Queued || restart {
                 actions.push(Action::Start {
                     job: j.id,
-                    allocation: p.alloc.clone(),
+                    allocation: p.alloc.into_owned(),
                 });
             }
         }
-        let now = view.now.as_micros();
-        for p in &plan {
-            let id = view.active[p.idx].id.index();
-            if self.last_run.len() <= id {
-                self.last_run.resize(id + 1, u64::MAX);
-            }
-            self.last_run[id] = now;
-        }
+        self.planned = planned;
     }
 }
 
@@ -664,7 +830,7 @@ fn free_totals(free: &[Resources]) -> (u64, u64, u64) {
 fn demote_peers(
     view: &ClusterView<'_>,
     ledger: &mut FreeMap<'_>,
-    plan: &mut [Placed],
+    plan: &mut [Placed<'_>],
     spec: &TrainingJob,
 ) {
     let g = spec.gpus;
@@ -782,7 +948,7 @@ fn demote_peers(
                 }
                 lower
             };
-            plan[pi].alloc = new;
+            plan[pi].alloc = Cow::Owned(new);
             plan[pi].demoted = true;
             (need_cpu, need_mem) = shortfall(ledger);
             if need_cpu == 0 && need_mem == 0 {
@@ -835,4 +1001,58 @@ pub fn exact_estimate(model: &str, gpus: u32) -> Option<std::sync::Arc<Sensitivi
     Some(std::sync::Arc::new(SensitivityEstimate::from_table(
         p.table.clone(),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ranked() -> impl Strategy<Value = Ranked> {
+        (
+            any::<bool>(),
+            prop::sample::select(vec![0.0, -1.5, 2.0, 7.25, f64::INFINITY, -0.0]),
+            0u64..5,
+            0u32..1_000,
+        )
+            .prop_map(|(starved, key, submit, id)| Ranked {
+                starved,
+                key,
+                submit,
+                id,
+                gpus: 1,
+                idx: 0,
+            })
+    }
+
+    proptest! {
+        /// The lazy ranking hands out exactly the fully sorted order, whatever the hints
+        /// (chunk sizes) of the successive pops.
+        #[test]
+        fn lazy_ranking_is_the_sorted_order(
+            items in prop::collection::vec(ranked(), 0..300),
+            hints in prop::collection::vec(0usize..200, 1..20),
+        ) {
+            // Ids are unique among active jobs: make them so, and remember each item's place.
+            let mut items = items;
+            for (i, r) in items.iter_mut().enumerate() {
+                r.id = i as u32;
+                r.idx = i;
+            }
+            let mut sorted = items.clone();
+            sorted.sort_by(Ranked::rank_cmp);
+            let mut lazy = LazyRanking { items, ..LazyRanking::default() };
+            let mut got = Vec::new();
+            let mut k = 0;
+            while let Some(r) = lazy.pop(hints[k % hints.len()]) {
+                got.push(r.idx);
+                k += 1;
+            }
+            let want: Vec<usize> = sorted.iter().map(|r| r.idx).collect();
+            prop_assert_eq!(got, want);
+            // Cleared, it is empty again.
+            lazy.clear();
+            prop_assert!(lazy.pop(5).is_none());
+        }
+    }
 }

@@ -114,6 +114,8 @@ enum Event {
 /// Per-job mutable state, indexed by job id.
 #[derive(Clone, Debug)]
 struct Progressing {
+    /// The job's iterations (a copy, so that syncing does not touch the job's spec).
+    total: f64,
     /// Iterations per second on the current allocation (0 while queued).
     rate: f64,
     /// Progress and attained service are accounted up to this instant.
@@ -161,6 +163,10 @@ pub struct Simulation<'a> {
     active: Vec<ActiveJob>,
     /// Position of each job in `active`, or `NOT_ACTIVE`.
     active_pos: Vec<u32>,
+    /// Jobs holding an allocation (in no particular order), so that syncing before a
+    /// scheduling point costs O(running), not O(active); and each job's position in it.
+    running: Vec<JobId>,
+    running_pos: Vec<u32>,
     state: Vec<Progressing>,
     done_jobs: usize,
 
@@ -193,6 +199,7 @@ impl<'a> Simulation<'a> {
         let jobs = workload.jobs();
         let round = policy.round_length().filter(|d| !d.is_zero());
         let fresh = Progressing {
+            total: 0.0,
             rate: 0.0,
             synced_at: SimTime::ZERO,
             resumes_at: SimTime::ZERO,
@@ -239,7 +246,15 @@ impl<'a> Simulation<'a> {
             used: (0, 0, 0),
             active: Vec::new(),
             active_pos: vec![NOT_ACTIVE; jobs.len()],
-            state: vec![fresh; jobs.len()],
+            running: Vec::new(),
+            running_pos: vec![NOT_ACTIVE; jobs.len()],
+            state: jobs
+                .iter()
+                .map(|j| Progressing {
+                    total: j.iterations as f64,
+                    ..fresh.clone()
+                })
+                .collect(),
             done_jobs: 0,
             first_arrival: None,
             last_completion: SimTime::ZERO,
@@ -453,8 +468,8 @@ impl<'a> Simulation<'a> {
     /// Brings a running job's progress and attained service up to `self.now`.
     fn sync(&mut self, job: JobId) {
         let now = self.now;
-        let total = self.jobs[job.index()].iterations as f64;
         let st = &mut self.state[job.index()];
+        let total = st.total;
         let held = now.saturating_since(st.synced_at).as_secs_f64();
         let working_from = st.synced_at.max(st.resumes_at);
         let worked = now.saturating_since(working_from).as_secs_f64();
@@ -493,6 +508,7 @@ impl<'a> Simulation<'a> {
         st.finish = Some(self.now);
         st.record_outcome = Some(JobOutcome::Finished);
         self.remove_active(job);
+        self.mark_stopped(job);
         self.job_ended(job);
         self.last_completion = self.now;
         true
@@ -507,11 +523,29 @@ impl<'a> Simulation<'a> {
         self.active_pos[job.index()] = NOT_ACTIVE;
     }
 
+    fn mark_running(&mut self, job: JobId) {
+        if self.running_pos[job.index()] == NOT_ACTIVE {
+            self.running_pos[job.index()] = self.running.len() as u32;
+            self.running.push(job);
+        }
+    }
+
+    fn mark_stopped(&mut self, job: JobId) {
+        let pos = self.running_pos[job.index()];
+        if pos == NOT_ACTIVE {
+            return;
+        }
+        self.running.swap_remove(pos as usize);
+        if let Some(&moved) = self.running.get(pos as usize) {
+            self.running_pos[moved.index()] = pos;
+        }
+        self.running_pos[job.index()] = NOT_ACTIVE;
+    }
+
     fn schedule(&mut self, trigger: Trigger) -> Result<(), SimError> {
-        for i in 0..self.active.len() {
-            if self.active[i].state == JobState::Running {
-                self.sync(self.active[i].id);
-            }
+        // Syncs are independent per job, so their order does not matter.
+        for i in 0..self.running.len() {
+            self.sync(self.running[i]);
         }
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
@@ -571,6 +605,7 @@ impl<'a> Simulation<'a> {
             (Action::Preempt { .. }, JobState::Running) => {
                 self.stop(job, pos);
                 self.active[pos].state = JobState::Queued;
+                self.mark_stopped(job);
                 Ok(())
             }
             (Action::Resize { allocation, .. }, JobState::Running) => {
@@ -694,6 +729,7 @@ impl<'a> Simulation<'a> {
         a.state = JobState::Running;
         a.allocation = Some(alloc);
         a.first_start.get_or_insert(now);
+        self.mark_running(job);
         self.seq += 1;
         self.heap.push(Reverse((
             finish,
@@ -707,11 +743,7 @@ impl<'a> Simulation<'a> {
         if !self.config.record_timeseries {
             return;
         }
-        let running = self
-            .active
-            .iter()
-            .filter(|a| a.state == JobState::Running)
-            .count() as u32;
+        let running = self.running.len() as u32;
         let sample = UtilSample {
             time: self.now,
             gpus: self.used.0,
@@ -749,6 +781,9 @@ impl<'a> Simulation<'a> {
         for a in &self.active {
             match (&a.state, &a.allocation) {
                 (JobState::Running, Some(alloc)) => {
+                    if self.running_pos[a.id.index()] == NOT_ACTIVE {
+                        return Err(format!("job {:?} runs but is not tracked as running", a.id));
+                    }
                     for s in &alloc.shares {
                         held[s.node.index()].add(&s.resources());
                     }
@@ -761,6 +796,17 @@ impl<'a> Simulation<'a> {
                     ))
                 }
             }
+        }
+        let running = self
+            .active
+            .iter()
+            .filter(|a| a.state == JobState::Running)
+            .count();
+        if running != self.running.len() {
+            return Err(format!(
+                "{running} jobs run but {} are tracked as running",
+                self.running.len()
+            ));
         }
         for (node, (f, h)) in self.cluster.nodes.iter().zip(self.free.iter().zip(&held)) {
             let cap = self.cluster.capacity(node.id);

@@ -85,6 +85,11 @@ pub fn run_reference(
     let mut events = 0u64;
     let mut points = 0u64;
     let mut stop_reason: Option<&str> = None;
+    // Buffers reused every round.
+    let mut free = capacity.clone();
+    let mut placed: Vec<usize> = Vec::new();
+    let mut ran: Vec<bool> = Vec::new();
+    let mut pos_of: Vec<u32> = vec![u32::MAX; jobs.len()];
 
     loop {
         // Arrivals visible by now (after profiling).
@@ -151,8 +156,12 @@ pub fn run_reference(
         policy.schedule(&view, &mut actions);
         points += 1;
         events += 1;
-        let mut free = capacity.clone();
-        let mut placed: Vec<(usize, tessera_model::Allocation)> = Vec::new();
+        free.clone_from(&capacity);
+        placed.clear();
+        // Position of each active job, by job id (rebuilt: jobs arrived and ended since).
+        for (i, a) in active.iter().enumerate() {
+            pos_of[a.id.index()] = i as u32;
+        }
         for action in actions.drain(..) {
             let Action::Start { job, allocation } = action else {
                 continue; // nothing runs between rounds, so preemptions are no-ops
@@ -163,8 +172,9 @@ pub fn run_reference(
                 action: format!("start {job:?}"),
                 reason: reason.to_string(),
             };
-            let Some(pos) = active.iter().position(|a| a.id == job) else {
-                return Err(invalid("job is not active"));
+            let pos = match pos_of.get(job.index()) {
+                Some(&p) if active.get(p as usize).is_some_and(|a| a.id == job) => p as usize,
+                _ => return Err(invalid("job is not active")),
             };
             if active[pos].allocation.is_some() {
                 return Err(invalid("started twice in one round"));
@@ -178,16 +188,20 @@ pub fn run_reference(
                     _ => return Err(invalid("over-allocates a node")),
                 }
             }
-            active[pos].allocation = Some(allocation.clone());
+            active[pos].allocation = Some(allocation);
             active[pos].state = JobState::Running;
-            placed.push((pos, allocation));
+            placed.push(pos);
         }
         // Credit the round.
         let end = t + round;
         let mut used = (0u64, 0u64, 0u64);
-        let mut ran = vec![false; active.len()];
-        for (pos, alloc) in &placed {
-            let a = &mut active[*pos];
+        ran.clear();
+        ran.resize(active.len(), false);
+        for &pos in &placed {
+            let a = &mut active[pos];
+            let Some(alloc) = a.allocation.as_ref() else {
+                continue;
+            };
             let spec = &jobs[a.id.index()];
             let rate = truth.throughput(spec, alloc, cluster);
             if !(rate.is_finite() && rate >= 0.0) {
@@ -214,7 +228,7 @@ pub fn run_reference(
             used.0 += alloc.gpus() as u64;
             used.1 += alloc.cpu().0;
             used.2 += alloc.memory().0;
-            ran[*pos] = true;
+            ran[pos] = true;
         }
         for (i, a) in active.iter().enumerate() {
             let s = &mut st[a.id.index()];
@@ -226,10 +240,9 @@ pub fn run_reference(
         util.0 += used.0 as f64 * round_s;
         util.1 += used.1 as f64 * round_s;
         util.2 += used.2 as f64 * round_s;
-        // Jobs that reached their total end with the lease.
-        let mut i = 0;
-        while i < active.len() {
-            let id = active[i].id;
+        // Jobs that reached their total end with the lease (one pass, order kept).
+        active.retain(|a| {
+            let id = a.id;
             let s = &mut st[id.index()];
             if s.done >= jobs[id.index()].iterations {
                 s.finish = Some(end);
@@ -239,11 +252,11 @@ pub fn run_reference(
                 if in_window(id) {
                     window_left = window_left.saturating_sub(1);
                 }
-                active.remove(i);
+                false
             } else {
-                i += 1;
+                true
             }
-        }
+        });
         t = end;
     }
     let reason = stop_reason.unwrap_or("no further events");

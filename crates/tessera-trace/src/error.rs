@@ -103,6 +103,9 @@ pub enum TraceErrorKind {
     /// A value that is syntactically fine but unusable.
     #[error("{0}")]
     Invalid(String),
+    /// Text that is not the JSON a JSON format expects.
+    #[error("not valid JSON: {0}")]
+    NotJson(String),
 }
 
 impl TraceError {

@@ -86,6 +86,8 @@ pub(crate) struct Row<'a> {
 pub(crate) struct Parsed {
     pub(crate) jobs: Vec<(TrainingJob, u64)>,
     pub(crate) skipped: usize,
+    /// Well-formed jobs the format says cannot be replayed (see [`crate::LoadedTrace::dropped`]).
+    pub(crate) dropped: usize,
 }
 
 /// Reads every record of `text` in `layout`, turning each data row into a job with `make`.
@@ -112,6 +114,7 @@ pub(crate) fn read_rows(
     let mut parsed = Parsed {
         jobs: Vec::new(),
         skipped: 0,
+        dropped: 0,
     };
     for (index, result) in records.enumerate() {
         let outcome = match result {

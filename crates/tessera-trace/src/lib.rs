@@ -10,7 +10,9 @@
 //!   - `pollux-philly`: the Philly job list of Pollux's artifact (date-time submit times);
 //!   - `gavel`: Gavel's TSV job traces (run time from Gavel's V100 throughputs);
 //!   - `pollux`: Pollux/Sia workloads (run time derived from Pollux's application facts);
-//!   - `tiresias`: the Tiresias simulator CSV.
+//!   - `tiresias`: the Tiresias simulator CSV;
+//!   - `philly-json`: the raw Philly `cluster_job_log` (JSON); unfinished and zero-length jobs
+//!     are dropped and counted in [`LoadedTrace::dropped`].
 //! - Every reader checks each value, never panics on any input, and reports the first bad row
 //!   as a [`TraceError`] displayed as `FILE:LINE: field FIELD: reason`; with
 //!   [`ReadOptions::skip_invalid`] bad rows are counted and skipped instead.
@@ -50,6 +52,7 @@ pub mod synthetic;
 pub use error::{TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
 pub use stats::{human_duration, TraceStats};
+pub use synthetic::{with_arrivals, Arrivals, BadArrivals};
 
 use fields::{Ctx, Parsed};
 use synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
@@ -67,16 +70,19 @@ pub enum TraceFormat {
     Pollux,
     /// The Tiresias simulator CSV.
     Tiresias,
+    /// The raw Philly trace's `cluster_job_log` (a JSON list of jobs with attempts).
+    PhillyJson,
 }
 
 impl TraceFormat {
     /// Every format, in the order they are listed to users.
-    pub const ALL: [TraceFormat; 5] = [
+    pub const ALL: [TraceFormat; 6] = [
         TraceFormat::Tessera,
         TraceFormat::PolluxPhilly,
         TraceFormat::Gavel,
         TraceFormat::Pollux,
         TraceFormat::Tiresias,
+        TraceFormat::PhillyJson,
     ];
 
     /// The name used on the command line.
@@ -87,6 +93,7 @@ impl TraceFormat {
             TraceFormat::Gavel => "gavel",
             TraceFormat::Pollux => "pollux",
             TraceFormat::Tiresias => "tiresias",
+            TraceFormat::PhillyJson => "philly-json",
         }
     }
 
@@ -106,12 +113,15 @@ impl TraceFormat {
             TraceFormat::Tiresias => {
                 "Tiresias CSV: job_id,num_gpu,submit_time,iterations,model_name,duration,interval"
             }
+            TraceFormat::PhillyJson => {
+                "raw Philly cluster_job_log JSON: jobid,vc,status,submitted_time,attempts[detail[gpus]]"
+            }
         }
     }
 
     /// Whether submit times are absolute (and so are made relative to the earliest job).
     fn absolute_times(self) -> bool {
-        matches!(self, TraceFormat::PolluxPhilly)
+        matches!(self, TraceFormat::PolluxPhilly | TraceFormat::PhillyJson)
     }
 }
 
@@ -157,6 +167,9 @@ pub struct LoadedTrace {
     pub lines: Vec<u64>,
     /// Rows skipped as invalid (only with [`ReadOptions::skip_invalid`]).
     pub skipped: usize,
+    /// Well-formed jobs left out because the trace says they cannot be replayed (philly-json:
+    /// unfinished, no attempts, zero run time or no GPUs); 0 for the other formats.
+    pub dropped: usize,
 }
 
 /// Reads a trace file in `format`, or in the detected format when `format` is `None`.
@@ -206,6 +219,7 @@ pub fn parse_trace(
         TraceFormat::Gavel => formats::gavel::parse(&ctx, text),
         TraceFormat::Pollux => formats::pollux::parse(&ctx, text),
         TraceFormat::Tiresias => formats::tiresias::parse(&ctx, text),
+        TraceFormat::PhillyJson => formats::philly_json::parse(&ctx, text),
     }?;
     Ok(finish(parsed, format, detected))
 }
@@ -239,6 +253,7 @@ fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
         workload,
         lines,
         skipped: parsed.skipped,
+        dropped: parsed.dropped,
     }
 }
 
@@ -249,6 +264,13 @@ pub fn detect_format(file_name: &str, text_head: &str) -> Option<TraceFormat> {
         .lines()
         .map(|l| l.trim_start_matches('\u{feff}').trim())
         .find(|l| !l.is_empty());
+    // A JSON list of objects with a `jobid`: the raw Philly log (whatever the extension).
+    let trimmed = text_head.trim_start_matches('\u{feff}').trim_start();
+    if trimmed.starts_with('[')
+        && (text_head.contains("\"jobid\"") || text_head.contains("\"attempts\""))
+    {
+        return Some(TraceFormat::PhillyJson);
+    }
     if let Some(line) = first {
         if line.split('\t').count() == formats::gavel::FIELDS.len() {
             return Some(TraceFormat::Gavel);

@@ -112,9 +112,146 @@ impl PoissonWorkload {
     }
 }
 
+/// Where arrival times come from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrivals {
+    /// As the trace has them.
+    Trace,
+    /// Re-drawn as a Poisson process at this many jobs per hour (seeded); the trace's job
+    /// order is kept, the first job arrives at time zero.
+    Poisson {
+        /// Jobs per hour, finite and positive.
+        jobs_per_hour: f64,
+    },
+}
+
+/// An `--arrivals` value that is neither `trace` nor `poisson:RATE` with a positive rate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad arrivals {0:?}: expected `trace` or `poisson:JOBS_PER_HOUR` with a positive rate")]
+pub struct BadArrivals(pub String);
+
+impl std::str::FromStr for Arrivals {
+    type Err = BadArrivals;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().to_ascii_lowercase();
+        if t == "trace" {
+            return Ok(Arrivals::Trace);
+        }
+        let rate = t
+            .strip_prefix("poisson:")
+            .and_then(|r| r.trim().parse::<f64>().ok())
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .ok_or_else(|| BadArrivals(s.to_string()))?;
+        Ok(Arrivals::Poisson {
+            jobs_per_hour: rate,
+        })
+    }
+}
+
+impl std::fmt::Display for Arrivals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arrivals::Trace => f.write_str("trace"),
+            Arrivals::Poisson { jobs_per_hour } => write!(f, "poisson:{jobs_per_hour}"),
+        }
+    }
+}
+
+/// Applies `arrivals` to `workload`: unchanged for [`Arrivals::Trace`]; for
+/// [`Arrivals::Poisson`], the jobs keep their order (by the trace's submit time) and get
+/// submit times 0, then cumulative exponential gaps of mean 3600 / rate seconds drawn from
+/// `seed` (this is how Synergy's experiments replay Philly at a chosen load).
+pub fn with_arrivals(workload: &Workload, arrivals: Arrivals, seed: u64) -> Workload {
+    let Arrivals::Poisson { jobs_per_hour } = arrivals else {
+        return workload.clone();
+    };
+    let rate_per_s = jobs_per_hour / 3600.0;
+    let mut rng = SimRng::seed_from_u64(seed);
+    let mut now = SimTime::ZERO;
+    let mut jobs = Vec::with_capacity(workload.len());
+    for (i, job) in workload.jobs().iter().enumerate() {
+        if i > 0 && rate_per_s.is_finite() && rate_per_s > 0.0 {
+            now += SimDuration::from_secs_f64(rng.exponential(rate_per_s));
+        }
+        let mut j = job.clone();
+        j.submit = now;
+        jobs.push(j);
+    }
+    Workload::new(jobs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_parse_and_redraw() {
+        assert_eq!("trace".parse::<Arrivals>(), Ok(Arrivals::Trace));
+        assert_eq!(
+            "Poisson:9".parse::<Arrivals>(),
+            Ok(Arrivals::Poisson { jobs_per_hour: 9.0 })
+        );
+        for bad in [
+            "",
+            "poisson",
+            "poisson:",
+            "poisson:0",
+            "poisson:-1",
+            "poisson:nan",
+            "x",
+        ] {
+            assert!(bad.parse::<Arrivals>().is_err(), "{bad}");
+        }
+        let w = PoissonWorkload {
+            jobs: 2000,
+            jobs_per_hour: 100.0,
+            gpu_mix: PHILLY_GPU_MIX.to_vec(),
+            durations: DurationDist::PhillyRuntimes,
+            seed: 3,
+        }
+        .generate();
+        assert_eq!(with_arrivals(&w, Arrivals::Trace, 1), w);
+        let a = with_arrivals(
+            &w,
+            Arrivals::Poisson {
+                jobs_per_hour: 10.0,
+            },
+            7,
+        );
+        assert_eq!(
+            a,
+            with_arrivals(
+                &w,
+                Arrivals::Poisson {
+                    jobs_per_hour: 10.0
+                },
+                7
+            )
+        );
+        assert_ne!(
+            a,
+            with_arrivals(
+                &w,
+                Arrivals::Poisson {
+                    jobs_per_hour: 10.0
+                },
+                8
+            )
+        );
+        assert_eq!(a.len(), w.len());
+        // Order and everything but the submit time are kept.
+        for (x, y) in a.jobs().iter().zip(w.jobs()) {
+            assert_eq!(
+                (x.name.as_str(), x.gpus, x.duration),
+                (y.name.as_str(), y.gpus, y.duration)
+            );
+        }
+        assert_eq!(a.jobs()[0].submit, SimTime::ZERO);
+        // About 10 jobs per hour over 2,000 jobs.
+        let span_h = a.jobs()[w.len() - 1].submit.as_secs_f64() / 3600.0;
+        let rate = (w.len() - 1) as f64 / span_h;
+        assert!((rate - 10.0).abs() < 1.0, "{rate}");
+    }
 
     #[test]
     fn philly_sample_is_complete() {

@@ -38,6 +38,13 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
     }
+    if trace.dropped > 0 {
+        writeln!(
+            out,
+            "dropped jobs:   {} (did not finish, or no run time or GPUs)",
+            trace.dropped
+        )?;
+    }
     write!(out, "{}", TraceStats::of(&trace.workload))?;
     Ok(())
 }
@@ -61,9 +68,20 @@ fn convert(args: &ConvertArgs) -> Result<()> {
         parse_format(&args.trace_format)?,
         &catalog,
         false,
-        1,
+        args.seed,
     )?;
-    write_csv(&args.output, &trace.workload, &catalog)
+    if trace.skipped > 0 {
+        eprintln!("{}: skipped {} malformed rows", args.input, trace.skipped);
+    }
+    if trace.dropped > 0 {
+        eprintln!(
+            "{}: dropped {} jobs that did not finish or have no run time or GPUs",
+            args.input, trace.dropped
+        );
+    }
+    let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
+    let workload = tessera_trace::with_arrivals(&trace.workload, arrivals, args.seed);
+    write_csv(&args.output, &workload, &catalog)
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {

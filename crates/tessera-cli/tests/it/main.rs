@@ -242,3 +242,155 @@ fn same_seed_same_output() {
     };
     assert_eq!(run(), run());
 }
+
+/// Runs `simulate --json` on the one-server Synergy fixture; returns the summary document.
+fn synergy_summary(extra: &[&str]) -> serde_json::Value {
+    let (cluster, trace) = (data("synergy_server.yaml"), data("synergy_mix.csv"));
+    let mut args = vec![
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--trace",
+        &trace,
+        "--policy",
+        "fifo+proportional",
+        "--policy",
+        "fifo+tune",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let o = tessera(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+fn avg_jcts(doc: &serde_json::Value) -> Vec<f64> {
+    doc["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["avg_jct_s"].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn simulate_runs_synergy_policies_on_sensitivity_tables() {
+    // Image/speech jobs beside language jobs on one 8-GPU, 24-CPU server: TUNE moves CPU
+    // from the language models (which need 1 core) to the image models.
+    let doc = synergy_summary(&[]);
+    assert_eq!(doc["engine"]["perf"], "synergy");
+    assert_eq!(doc["engine"]["semantics"], "exact");
+    assert_eq!(doc["engine"]["profile_cost_s"], 60.0);
+    let [prop, tune] = avg_jcts(&doc)[..] else {
+        panic!("{doc}")
+    };
+    assert!(tune < 0.9 * prop, "tune {tune} vs proportional {prop}");
+    for p in doc["policies"].as_array().unwrap() {
+        assert_eq!(p["finished"], 9);
+        // 60 s of one GPU per job.
+        assert_eq!(p["profiling_gpu_secs"], 540.0);
+    }
+
+    // With the trace's throughput CPU does not matter: TUNE is proportional, no profiling.
+    let flat = synergy_summary(&["--perf", "trace"]);
+    assert_eq!(flat["engine"], serde_json::Value::Null);
+    let [prop_t, tune_t] = avg_jcts(&flat)[..] else {
+        panic!("{flat}")
+    };
+    assert_eq!(prop_t, tune_t);
+
+    // The reference's rounds: completions at 300 s boundaries, JCTs whole rounds.
+    let rounds = synergy_summary(&["--semantics", "synergy"]);
+    assert_eq!(rounds["engine"]["semantics"], "synergy");
+    assert_eq!(rounds["engine"].get("profile_cost_s"), None);
+    let [prop_r, tune_r] = avg_jcts(&rounds)[..] else {
+        panic!("{rounds}")
+    };
+    assert!(
+        tune_r < 0.9 * prop_r,
+        "tune {tune_r} vs proportional {prop_r}"
+    );
+    for p in rounds["policies"].as_array().unwrap() {
+        let makespan = p["makespan_s"].as_f64().unwrap();
+        assert_eq!(makespan % 300.0, 0.0, "{p}");
+    }
+
+    // Profiling error is seeded: same seed, same figures; bad values are refused.
+    let noisy = synergy_summary(&["--profile-error", "0.2", "--seed", "4"]);
+    assert_eq!(
+        avg_jcts(&noisy),
+        avg_jcts(&synergy_summary(&["--profile-error", "0.2", "--seed", "4"]))
+    );
+    for (bad, names) in [
+        ("--profile-error=1.5", "--profile-error"),
+        ("--profile-cost=-1", "--profile-cost"),
+        ("--profile-cost=inf", "--profile-cost"),
+        ("--arrivals=poisson:0", "--arrivals"),
+        ("--semantics=quantum", "--semantics"),
+    ] {
+        let o = tessera(&["simulate", bad]);
+        assert!(!o.status.success(), "{bad}");
+        assert!(stderr(&o).contains(names), "{bad}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn default_simulate_summary_has_no_synergy_fields() {
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("four_gpus.yaml"),
+        "--trace",
+        &data("small.csv"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for key in ["engine", "arrivals", "trace_dropped", "trace_skipped"] {
+        assert!(doc.get(key).is_none(), "{key} in {doc}");
+    }
+    assert!(doc["policies"][0].get("policy_stats").is_none());
+}
+
+#[test]
+fn philly_json_with_poisson_arrivals() {
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tessera-trace/tests/data/philly_small.json")
+        .display()
+        .to_string();
+    let o = tessera(&[
+        "simulate",
+        "--trace",
+        &trace,
+        "--policy",
+        "fifo",
+        "--arrivals",
+        "poisson:2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dropped 4 jobs"), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["trace_format"], "philly-json");
+    assert_eq!(doc["trace_dropped"], 4);
+    assert_eq!(doc["arrivals"], "poisson:2");
+    assert_eq!(doc["policies"][0]["finished"], 3);
+
+    // trace convert re-draws the same arrivals for the same seed.
+    let convert = |seed: &str| {
+        let o = tessera(&[
+            "trace",
+            "convert",
+            &trace,
+            "--arrivals",
+            "poisson:2",
+            "--seed",
+            seed,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(convert("5"), convert("5"));
+    assert_ne!(convert("5"), convert("6"));
+    assert_eq!(convert("5").lines().count(), 4);
+}

@@ -2,6 +2,7 @@
 //! source lines, built on the shared field helpers (`src/fields.rs`).
 
 pub mod gavel;
+pub mod philly_json;
 pub mod pollux;
 pub mod pollux_philly;
 pub mod tessera;

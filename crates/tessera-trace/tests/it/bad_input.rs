@@ -254,3 +254,143 @@ fn quoted_newlines_keep_line_numbers_right() {
     let err = parse(text, Some(TraceFormat::Tessera)).unwrap_err();
     assert_eq!(err.line, Some(4), "{err}");
 }
+
+/// philly-json: malformed jobs name their field and the line where the job starts; well-formed
+/// jobs that cannot be replayed are dropped (counted), not errors.
+#[test]
+fn philly_json_bad_jobs() {
+    let good = r#"{"status": "Pass", "vc": "v", "jobid": "a", "submitted_time": "2017-10-07 01:00:00",
+  "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",
+                "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#;
+    let bad: &[(&str, Option<&str>)] = &[
+        (
+            r#"{"status": "Pass", "submitted_time": "2017-10-07 01:00:00", "attempts": []}"#,
+            Some("jobid"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "", "submitted_time": "2017-10-07 01:00:00"}"#,
+            Some("jobid"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "attempts": []}"#,
+            Some("submitted_time"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "None"}"#,
+            Some("submitted_time"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-13-07 01:00:00"}"#,
+            Some("submitted_time"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": 5}"#,
+            Some("submitted_time"),
+        ),
+        (
+            r#"{"status": 1, "jobid": "b", "submitted_time": "2017-10-07 01:00:00"}"#,
+            Some("status"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00", "attempts": 3}"#,
+            Some("attempts"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00", "attempts": [7]}"#,
+            Some("attempts"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "yesterday", "end_time": "None"}]}"#,
+            Some("start_time"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00", "detail": {}}]}"#,
+            Some("detail"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",
+                          "detail": [{"ip": "m1", "gpus": 8}]}]}"#,
+            Some("gpus"),
+        ),
+        ("[1, 2]", None),
+        ("\"job\"", None),
+    ];
+    for (entry, field) in bad {
+        // The bad job starts on line 5 (after `[`, the good job's three lines and a comma).
+        let text = format!("[\n{good},\n{entry}\n]\n");
+        let err = parse(&text, Some(TraceFormat::PhillyJson)).expect_err(entry);
+        assert_eq!(err.field.as_deref(), *field, "{entry}: {err}");
+        if field.is_some() {
+            assert_eq!(err.line, Some(5), "{entry}: {err}");
+        }
+        let t = parse_skipping(&text, TraceFormat::PhillyJson)
+            .unwrap_or_else(|e| panic!("{entry}: {e}"));
+        assert_eq!(
+            (t.workload.len(), t.skipped, t.dropped),
+            (1, 1, 0),
+            "{entry}"
+        );
+    }
+    // Not JSON, or not a list: the whole read fails, even when skipping.
+    for text in [
+        "",
+        "   ",
+        "[",
+        "{\"jobid\": \"a\"}",
+        "[{\"jobid\": }]",
+        "jobid,vc\n",
+    ] {
+        for skip in [false, true] {
+            let r = if skip {
+                parse_skipping(text, TraceFormat::PhillyJson)
+            } else {
+                parse(text, Some(TraceFormat::PhillyJson))
+            };
+            let err = r.expect_err(text);
+            assert!(
+                matches!(
+                    err.kind,
+                    TraceErrorKind::NotJson(_) | TraceErrorKind::Empty(_)
+                ),
+                "{text:?}: {err}"
+            );
+        }
+    }
+    // Dropped, not errors: unfinished statuses, still running, no attempts, zero length.
+    let dropped = [
+        r#"{"status": "Running", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",
+                          "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
+        r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": null,
+                          "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
+        r#"{"status": "Killed", "jobid": "b", "submitted_time": "2017-10-07 01:00:00"}"#,
+        r#"{"status": "Failed", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 00:59:00",
+                          "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
+        r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",
+                          "detail": []}]}"#,
+    ];
+    for entry in dropped {
+        let text = format!("[{good}, {entry}]");
+        let t = parse(&text, Some(TraceFormat::PhillyJson)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (t.workload.len(), t.skipped, t.dropped),
+            (1, 0, 1),
+            "{entry}"
+        );
+    }
+    // Detection: a JSON list of jobs, whatever the file is called.
+    assert_eq!(
+        tessera_trace::detect_format(
+            "cluster_job_log",
+            "[\n  {\"status\": \"Pass\", \"jobid\": \"x\""
+        ),
+        Some(TraceFormat::PhillyJson)
+    );
+    assert_eq!(tessera_trace::detect_format("x.json", "{\"a\": 1}"), None);
+}

@@ -193,3 +193,58 @@ fn given_format_is_not_marked_detected() {
     let t = read_fixture("tiresias_small.csv", Some(TraceFormat::Tiresias));
     assert!(!t.detected);
 }
+
+#[test]
+fn philly_json_fixture() {
+    let t = read_fixture("philly_small.json", None);
+    assert_eq!(
+        (t.format, t.detected, t.skipped, t.dropped),
+        (TraceFormat::PhillyJson, true, 0, 4)
+    );
+    // Sorted by submit time; each job's line is where its object starts.
+    assert_eq!(t.lines, [26, 2, 40]);
+    let jobs = t.workload.jobs();
+    let got: Vec<(&str, u64, u32, SimDuration, &str)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                j.name.as_str(),
+                j.submit.as_micros() / 1_000_000,
+                j.gpus,
+                j.duration,
+                j.tenant.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            // One attempt of an hour on one GPU.
+            (
+                "application_1506638472019_10000",
+                0,
+                1,
+                secs(3600),
+                "11cb48"
+            ),
+            // Attempts of 74 s and 60 s summed; the GPUs of the last attempt (2 + 2).
+            (
+                "application_1506638472019_14199",
+                699,
+                4,
+                secs(134),
+                "ee9e8c"
+            ),
+            // The attempt without a start time counts nothing; the last has 2 GPUs.
+            (
+                "application_1506638472019_10001",
+                7140,
+                2,
+                secs(30),
+                "11cb48"
+            ),
+        ]
+    );
+    assert_eq!(jobs[1].iterations, 134);
+    assert_golden("philly_small", &t.workload);
+}

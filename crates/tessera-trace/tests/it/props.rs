@@ -21,6 +21,53 @@ fn tracey_text() -> impl Strategy<Value = String> {
     (headers, body).prop_map(|(h, b)| format!("{h}{b}"))
 }
 
+/// JSON that looks enough like the raw Philly log to reach the per-job checks: jobs built
+/// from arbitrary picks of well- and ill-formed values, some of them truncated.
+fn philly_json_text() -> impl Strategy<Value = String> {
+    let value = prop::sample::select(vec![
+        "\"2017-10-07 01:12:09\"",
+        "\"2017-10-07 01:13:23\"",
+        "\"None\"",
+        "null",
+        "\"\"",
+        "7",
+        "-1e400",
+        "[]",
+        "{}",
+        "\"2017-02-30 00:00:00\"",
+        "\"Pass\"",
+        "\"Killed\"",
+    ]);
+    let attempt = (value.clone(), value.clone(), 0usize..4, any::<bool>()).prop_map(
+        |(s, e, n, list)| {
+            let gpus: Vec<String> = (0..n).map(|i| format!("\"gpu{i}\"")).collect();
+            let gpus = if list { format!("[{}]", gpus.join(",")) } else { n.to_string() };
+            format!(r#"{{"start_time": {s}, "end_time": {e}, "detail": [{{"ip": "m1", "gpus": {gpus}}}]}}"#)
+        },
+    );
+    let job = (
+        value.clone(),
+        value.clone(),
+        prop::collection::vec(attempt, 0..3),
+    )
+        .prop_map(|(status, submitted, attempts)| {
+            format!(
+                r#"{{"status": {status}, "vc": "v", "jobid": "j", "submitted_time": {submitted}, "attempts": [{}]}}"#,
+                attempts.join(",")
+            )
+        });
+    (prop::collection::vec(job, 0..4), 0usize..400).prop_map(|(jobs, cut)| {
+        let text = format!("[{}]", jobs.join(",\n"));
+        let mut end = cut
+            .min(text.len())
+            .max(if cut % 2 == 0 { text.len() } else { 0 });
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_string()
+    })
+}
+
 fn every_reader(text: &str) {
     let c = catalog();
     for skip_invalid in [false, true] {
@@ -43,6 +90,11 @@ proptest! {
 
     #[test]
     fn trace_like_text_never_panics(text in tracey_text()) {
+        every_reader(&text);
+    }
+
+    #[test]
+    fn philly_json_like_text_never_panics(text in philly_json_text()) {
         every_reader(&text);
     }
 

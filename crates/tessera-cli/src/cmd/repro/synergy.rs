@@ -244,30 +244,35 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, tasks.len().max(1));
     let started = Instant::now();
+    // Heaviest first (higher loads run longer), so that no core idles at the end of a sweep
+    // while another finishes a long run; results keep their task order.
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_by(|&a, &b| tasks[b].load.total_cmp(&tasks[a].load));
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<WindowStats>>>> =
         Mutex::new((0..tasks.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(t) = tasks.get(i) else { break };
-                let Some(w) = workloads.get(&(t.trace.to_string(), t.load.to_bits())) else {
-                    break;
-                };
-                let spec = RunSpec {
-                    policy: t.policy.clone(),
-                    semantics: t.semantics,
-                    window,
-                    profile_cost: SimDuration::from_secs_f64(args.profile_cost),
-                    profile_error: args.profile_error,
-                    seed: args.seed,
-                    restart_costs: args.restart_costs,
-                };
-                let r = run_one(&cluster, w, &spec)
-                    .with_context(|| format!("{} at {} jobs/h", t.policy, t.load));
-                if let Ok(mut slots) = results.lock() {
-                    slots[i] = Some(r);
+            scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let Some(t) = tasks.get(i) else { break };
+                    let Some(w) = workloads.get(&(t.trace.to_string(), t.load.to_bits())) else {
+                        break;
+                    };
+                    let spec = RunSpec {
+                        policy: t.policy.clone(),
+                        semantics: t.semantics,
+                        window,
+                        profile_cost: SimDuration::from_secs_f64(args.profile_cost),
+                        profile_error: args.profile_error,
+                        seed: args.seed,
+                        restart_costs: args.restart_costs,
+                    };
+                    let r = run_one(&cluster, w, &spec)
+                        .with_context(|| format!("{} at {} jobs/h", t.policy, t.load));
+                    if let Ok(mut slots) = results.lock() {
+                        slots[i] = Some(r);
+                    }
                 }
             });
         }
