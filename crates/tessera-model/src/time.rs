@@ -73,7 +73,15 @@ impl SimDuration {
         if s.is_nan() || s <= 0.0 {
             return SimDuration(0);
         }
-        let us = (s * MICROS_PER_SEC as f64).ceil();
+        let exact = s * MICROS_PER_SEC as f64;
+        // Snap float noise (164.00000000000003 s) to the whole microsecond it stands for,
+        // rather than charging an extra microsecond for it.
+        let nearest = exact.round();
+        let us = if (exact - nearest).abs() <= nearest * 1e-12 {
+            nearest
+        } else {
+            exact.ceil()
+        };
         SimDuration(if us >= u64::MAX as f64 {
             u64::MAX
         } else {
@@ -156,6 +164,14 @@ mod tests {
         assert_eq!(SimTime::from_secs_f64(-3.0), SimTime::ZERO);
         assert_eq!(SimTime::from_secs_f64(f64::NAN), SimTime::ZERO);
         assert_eq!(SimDuration::from_secs_f64_ceil(0.000_000_1).as_micros(), 1);
+        assert_eq!(
+            SimDuration::from_secs_f64_ceil(606.0 / (606.0 / 164.0)).as_micros(),
+            164_000_000
+        );
+        assert_eq!(
+            SimDuration::from_secs_f64_ceil(1.000_000_4).as_micros(),
+            1_000_001
+        );
         assert_eq!(SimTime::MAX + SimDuration::from_secs(1), SimTime::MAX);
         assert_eq!(
             SimTime::from_secs(1) - SimTime::from_secs(2),
