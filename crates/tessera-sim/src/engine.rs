@@ -25,7 +25,7 @@ use tessera_perf::{RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
 use thiserror::Error;
 
-use crate::metrics::{percentile, JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+use crate::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary, UtilSample};
 
 /// Settings of one run.
 #[derive(Clone, Debug)]
@@ -876,50 +876,18 @@ impl<'a> Simulation<'a> {
     }
 
     fn summarize(&self, jobs: &[JobRecord]) -> Summary {
-        let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
-        jcts.sort_by(f64::total_cmp);
-        let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();
-        let mean = |v: &[f64]| {
-            if v.is_empty() {
-                0.0
-            } else {
-                v.iter().sum::<f64>() / v.len() as f64
-            }
-        };
-        let count = |f: fn(&JobOutcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
-        let start = self.first_arrival.unwrap_or(SimTime::ZERO);
-        let end = self.last_completion.max(start);
-        let span = end.saturating_since(start).as_secs_f64();
-        // The integral runs to the last event; past the last completion nothing is held
-        // unless jobs were left unfinished, so dividing by the makespan is exact for
-        // completed runs.
-        let span_all = self.now.saturating_since(start).as_secs_f64();
-        let util = |integral: f64, cap: u64| {
-            let denom = span.max(span_all) * cap as f64;
-            if denom > 0.0 {
-                integral / denom
-            } else {
-                0.0
-            }
-        };
-        Summary {
-            jobs: jobs.len(),
-            finished: count(|o| matches!(o, JobOutcome::Finished)),
-            rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
-            unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
-            avg_jct_s: mean(&jcts),
-            p50_jct_s: percentile(&jcts, 50.0),
-            p95_jct_s: percentile(&jcts, 95.0),
-            p99_jct_s: percentile(&jcts, 99.0),
-            makespan_s: span,
-            avg_queue_s: mean(&queues),
-            gpu_util: util(self.util_integral.0, self.capacity.0),
-            cpu_util: util(self.util_integral.1, self.capacity.1),
-            mem_util: util(self.util_integral.2, self.capacity.2),
-            preemptions: jobs.iter().map(|j| j.preemptions as u64).sum(),
-            events: self.events,
-            scheduling_points: self.scheduling_points,
-            profiling_gpu_secs: self.profiling_gpu_secs,
-        }
+        Summary::of(
+            jobs,
+            &RunTotals {
+                first_arrival: self.first_arrival,
+                last_completion: self.last_completion,
+                stopped_at: self.now,
+                util_integral: self.util_integral,
+                capacity: self.capacity,
+                events: self.events,
+                scheduling_points: self.scheduling_points,
+                profiling_gpu_secs: self.profiling_gpu_secs,
+            },
+        )
     }
 }

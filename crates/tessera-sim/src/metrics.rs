@@ -123,6 +123,82 @@ pub struct Summary {
     pub profiling_gpu_secs: f64,
 }
 
+/// What an engine measured over a run, besides the per-job records.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RunTotals {
+    /// First arrival (the start of the makespan).
+    pub(crate) first_arrival: Option<SimTime>,
+    /// Last completion (the end of the makespan).
+    pub(crate) last_completion: SimTime,
+    /// When the run stopped (utilization is averaged up to here if later than the last
+    /// completion, i.e. when jobs were left unfinished).
+    pub(crate) stopped_at: SimTime,
+    /// Time integrals of allocated GPUs, millicores and bytes (unit × seconds).
+    pub(crate) util_integral: (f64, f64, f64),
+    /// Cluster capacity: GPUs, millicores, bytes.
+    pub(crate) capacity: (u64, u64, u64),
+    pub(crate) events: u64,
+    pub(crate) scheduling_points: u64,
+    pub(crate) profiling_gpu_secs: f64,
+}
+
+impl Summary {
+    /// Aggregates per-job records and run totals (shared by both engines).
+    pub(crate) fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
+        let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
+        jcts.sort_by(f64::total_cmp);
+        let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        let count = |f: fn(&JobOutcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
+        let start = totals.first_arrival.unwrap_or(SimTime::ZERO);
+        let span = totals
+            .last_completion
+            .max(start)
+            .saturating_since(start)
+            .as_secs_f64();
+        // Past the last completion nothing is held unless jobs were left unfinished, so
+        // dividing by the makespan is exact for completed runs.
+        let span_all = totals
+            .stopped_at
+            .saturating_since(start)
+            .as_secs_f64()
+            .max(span);
+        let util = |integral: f64, cap: u64| {
+            let denom = span_all * cap as f64;
+            if denom > 0.0 {
+                integral / denom
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            jobs: jobs.len(),
+            finished: count(|o| matches!(o, JobOutcome::Finished)),
+            rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
+            unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
+            avg_jct_s: mean(&jcts),
+            p50_jct_s: percentile(&jcts, 50.0),
+            p95_jct_s: percentile(&jcts, 95.0),
+            p99_jct_s: percentile(&jcts, 99.0),
+            makespan_s: span,
+            avg_queue_s: mean(&queues),
+            gpu_util: util(totals.util_integral.0, totals.capacity.0),
+            cpu_util: util(totals.util_integral.1, totals.capacity.1),
+            mem_util: util(totals.util_integral.2, totals.capacity.2),
+            preemptions: jobs.iter().map(|j| j.preemptions as u64).sum(),
+            events: totals.events,
+            scheduling_points: totals.scheduling_points,
+            profiling_gpu_secs: totals.profiling_gpu_secs,
+        }
+    }
+}
+
 /// Nearest-rank percentile of sorted values (0 for an empty slice).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

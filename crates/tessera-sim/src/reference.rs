@@ -22,7 +22,7 @@ use tessera_perf::ThroughputModel;
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
 
 use crate::engine::{SimConfig, SimError};
-use crate::metrics::{percentile, JobOutcome, JobRecord, SimReport, Summary};
+use crate::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary};
 
 /// Default round of the reference semantics when the policy has none.
 pub const REFERENCE_ROUND: SimDuration = SimDuration::from_secs(300);
@@ -288,46 +288,19 @@ pub fn run_reference(
             speedup: (s.held_secs > 0.0).then(|| s.integ.2 / s.held_secs),
         })
         .collect();
-    let mut jcts: Vec<f64> = records.iter().filter_map(JobRecord::jct_secs).collect();
-    jcts.sort_by(f64::total_cmp);
-    let queues: Vec<f64> = records.iter().filter_map(JobRecord::queue_secs).collect();
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    let count = |f: fn(&JobOutcome) -> bool| records.iter().filter(|j| f(&j.outcome)).count();
-    let start = first_arrival.unwrap_or(SimTime::ZERO);
-    let span = last_completion.saturating_since(start).as_secs_f64();
-    let span_all = t.saturating_since(start).as_secs_f64().max(span);
-    let frac = |x: f64, cap: u64| {
-        if span_all > 0.0 && cap > 0 {
-            x / (span_all * cap as f64)
-        } else {
-            0.0
-        }
-    };
-    let summary = Summary {
-        jobs: records.len(),
-        finished: count(|o| matches!(o, JobOutcome::Finished)),
-        rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
-        unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
-        avg_jct_s: mean(&jcts),
-        p50_jct_s: percentile(&jcts, 50.0),
-        p95_jct_s: percentile(&jcts, 95.0),
-        p99_jct_s: percentile(&jcts, 99.0),
-        makespan_s: span,
-        avg_queue_s: mean(&queues),
-        gpu_util: frac(util.0, totals.0),
-        cpu_util: frac(util.1, totals.1),
-        mem_util: frac(util.2, totals.2),
-        preemptions: records.iter().map(|r| r.preemptions as u64).sum(),
-        events,
-        scheduling_points: points,
-        profiling_gpu_secs,
-    };
+    let summary = Summary::of(
+        &records,
+        &RunTotals {
+            first_arrival,
+            last_completion,
+            stopped_at: t,
+            util_integral: util,
+            capacity: totals,
+            events,
+            scheduling_points: points,
+            profiling_gpu_secs,
+        },
+    );
     Ok(SimReport {
         policy: policy.name().to_string(),
         summary,
