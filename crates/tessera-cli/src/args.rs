@@ -57,6 +57,11 @@ pub type Source = String;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
+    /// GPU catalog (YAML, `kind: GpuCatalog`, the shape of the built-in
+    /// crates/tessera-model/data/gpus.yaml) to use instead of the built-in one.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_catalog: Option<PathBuf>,
+
     /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
@@ -175,6 +180,11 @@ pub enum TraceCommand {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
+    /// GPU catalog (YAML, `kind: GpuCatalog`, the shape of the built-in
+    /// crates/tessera-model/data/gpus.yaml) to use instead of the built-in one.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_catalog: Option<PathBuf>,
+
     /// Trace file or `builtin:NAME`.
     pub path: Source,
     /// Trace format (default: detect).
@@ -187,6 +197,11 @@ pub struct InspectArgs {
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
+    /// GPU catalog (YAML, `kind: GpuCatalog`, the shape of the built-in
+    /// crates/tessera-model/data/gpus.yaml) to use instead of the built-in one.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_catalog: Option<PathBuf>,
+
     /// Input trace file or `builtin:NAME`.
     pub input: Source,
     /// Output CSV (canonical Tessera format); `-` for stdout.

@@ -8,6 +8,16 @@ use tessera_trace::{LoadedTrace, ReadOptions, TraceFormat};
 
 use crate::builtin;
 
+/// The built-in GPU catalog, or the one in `path`.
+pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
+    let Some(path) = path else {
+        return Ok(GpuCatalog::builtin());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading GPU catalog {}", path.display()))?;
+    GpuCatalog::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
 /// Reads `builtin:NAME` or a YAML file.
 pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     if let Some(name) = source.strip_prefix("builtin:") {

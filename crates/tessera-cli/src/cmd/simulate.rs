@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use tessera_model::{Cluster, GpuCatalog, SimDuration, Workload};
+use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::synergy::{
     OptimisticProfiler, ReferenceProfiler, ReferenceSpeedup, SynergyThroughput, TableMode,
 };
@@ -16,7 +16,7 @@ use tessera_sim::{run_reference, SimConfig, SimReport, Simulation};
 use tessera_trace::{with_arrivals, Arrivals};
 
 use crate::args::{PerfArg, SemanticsArg, SimulateArgs};
-use crate::inputs::{check_fit, load_cluster, load_trace, parse_format};
+use crate::inputs::{check_fit, load_catalog, load_cluster, load_trace, parse_format};
 use crate::progress::Bars;
 use crate::report::{comparison_table, write_outputs, EngineInfo, PolicySummary, SummaryDoc};
 
@@ -68,7 +68,7 @@ pub struct PolicyRun {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<()> {
-    let catalog = GpuCatalog::builtin();
+    let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let cluster = load_cluster(&args.cluster, &catalog)?;
     let format = parse_format(&args.trace_format)?;
     let mut trace = load_trace(&args.trace, format, &catalog, args.skip_invalid, args.seed)?;

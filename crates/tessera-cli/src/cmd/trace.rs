@@ -8,7 +8,7 @@ use tessera_trace::synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
 use tessera_trace::TraceStats;
 
 use crate::args::{ConvertArgs, GenerateArgs, InspectArgs, TraceCommand};
-use crate::inputs::{load_trace, parse_format};
+use crate::inputs::{load_catalog, load_trace, parse_format};
 
 pub fn run(cmd: &TraceCommand) -> Result<()> {
     match cmd {
@@ -19,7 +19,7 @@ pub fn run(cmd: &TraceCommand) -> Result<()> {
 }
 
 fn inspect(args: &InspectArgs) -> Result<()> {
-    let catalog = GpuCatalog::builtin();
+    let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let trace = load_trace(
         &args.path,
         parse_format(&args.trace_format)?,
@@ -62,7 +62,7 @@ fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCata
 }
 
 fn convert(args: &ConvertArgs) -> Result<()> {
-    let catalog = GpuCatalog::builtin();
+    let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let trace = load_trace(
         &args.input,
         parse_format(&args.trace_format)?,

@@ -394,3 +394,42 @@ fn philly_json_with_poisson_arrivals() {
     assert_ne!(convert("5"), convert("6"));
     assert_eq!(convert("5").lines().count(), 4);
 }
+
+#[test]
+fn a_user_gpu_catalog_replaces_the_builtin_one() {
+    let with = tessera(&[
+        "simulate",
+        "--gpu-catalog",
+        &data("catalog_x100.yaml"),
+        "--cluster",
+        &data("x100_cluster.yaml"),
+        "--trace",
+        &data("small.csv"),
+        "--policy",
+        "fifo",
+        "--json",
+    ]);
+    assert!(with.status.success(), "{}", stderr(&with));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&with)).unwrap();
+    assert_eq!(doc["policies"][0]["finished"], 3);
+    // Without it, X100 is unknown.
+    let without = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("x100_cluster.yaml"),
+        "--trace",
+        &data("small.csv"),
+    ]);
+    assert_eq!(without.status.code(), Some(1));
+    assert!(stderr(&without).contains("X100"), "{}", stderr(&without));
+    // A broken catalog names its file.
+    let bad = tessera(&[
+        "simulate",
+        "--gpu-catalog",
+        &data("small.csv"),
+        "--trace",
+        &data("small.csv"),
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("small.csv"), "{}", stderr(&bad));
+}
