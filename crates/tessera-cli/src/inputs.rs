@@ -89,6 +89,15 @@ pub fn load_trace(
     )?)
 }
 
+/// How to name a trace's format to the user: built-in workloads are generated, not parsed.
+pub fn format_label(source: &str, trace: &LoadedTrace) -> String {
+    if source.starts_with("builtin:") {
+        "built-in".to_string()
+    } else {
+        trace.format.to_string()
+    }
+}
+
 /// Fails on the first job that can never fit the cluster, naming the trace line, unless the
 /// user asked for such jobs to be reported as rejected.
 pub fn check_fit(

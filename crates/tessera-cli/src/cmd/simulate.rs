@@ -16,7 +16,9 @@ use tessera_sim::{run_reference, SimConfig, SimReport, Simulation};
 use tessera_trace::{with_arrivals, Arrivals};
 
 use crate::args::{PerfArg, SemanticsArg, SimulateArgs};
-use crate::inputs::{check_fit, load_catalog, load_cluster, load_trace, parse_format};
+use crate::inputs::{
+    check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format,
+};
 use crate::progress::Bars;
 use crate::report::{comparison_table, write_outputs, EngineInfo, PolicySummary, SummaryDoc};
 
@@ -190,7 +192,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         cluster: format!("{} ({})", args.cluster, cluster.name),
         gpus: cluster.totals().0,
         trace: args.trace.clone(),
-        trace_format: trace.format.to_string(),
+        trace_format: format_label(&args.trace, &trace),
         seed: args.seed,
         round_s: round.map(|r| r.as_secs_f64()),
         engine: synergy_info,
@@ -209,7 +211,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             "{} jobs from {} ({}) on {} ({} nodes, {gpus} GPUs){}",
             trace.workload.len(),
             args.trace,
-            trace.format,
+            format_label(&args.trace, &trace),
             args.cluster,
             cluster.nodes.len(),
             round

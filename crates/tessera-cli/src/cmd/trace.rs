@@ -8,7 +8,7 @@ use tessera_trace::synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
 use tessera_trace::TraceStats;
 
 use crate::args::{ConvertArgs, GenerateArgs, InspectArgs, TraceCommand};
-use crate::inputs::{load_catalog, load_trace, parse_format};
+use crate::inputs::{format_label, load_catalog, load_trace, parse_format};
 
 pub fn run(cmd: &TraceCommand) -> Result<()> {
     match cmd {
@@ -32,7 +32,7 @@ fn inspect(args: &InspectArgs) -> Result<()> {
         out,
         "{}: format {}{}",
         args.path,
-        trace.format,
+        format_label(&args.path, &trace),
         if trace.detected { " (detected)" } else { "" }
     )?;
     if trace.skipped > 0 {
