@@ -6,7 +6,8 @@ use tessera_model::{
     Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{RestartCosts, TraceThroughput};
-use tessera_sched::{build_policy, PolicyOptions, POLICIES};
+use tessera_sched::baselines::{build as build_policy, POLICIES};
+use tessera_sched::PolicyOptions;
 use tessera_sim::{JobOutcome, SimConfig, SimReport, Simulation};
 
 fn cluster_strategy() -> impl Strategy<Value = Cluster> {
@@ -83,6 +84,7 @@ fn simulate(
         policy,
         &PolicyOptions {
             round: round.map(SimDuration::from_secs),
+            ..PolicyOptions::default()
         },
     )
     .unwrap();
