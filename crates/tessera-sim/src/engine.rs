@@ -366,6 +366,11 @@ impl<'a> Simulation<'a> {
         }
         self.plan_next_round();
 
+        if trigger.completion {
+            // Completions free resources even when the policy then does nothing: the series
+            // records every change, not only the policy's (issue 10).
+            self.record_sample();
+        }
         if !self.active.is_empty() && (trigger.round || trigger.arrival || trigger.completion) {
             self.schedule(trigger)?;
         }

@@ -137,6 +137,19 @@ proptest! {
         }
         prop_assert!(report.summary.gpu_util <= 1.0 + 1e-9);
         prop_assert!(report.timeseries.iter().all(|s| s.gpus <= total_gpus));
+        // The series records every change (issue 10): its integral of busy GPUs is the jobs'
+        // GPU-seconds, and it ends with nothing busy.
+        let series = &report.timeseries;
+        let integral: f64 = series
+            .windows(2)
+            .map(|w| w[0].gpus as f64 * w[1].time.saturating_since(w[0].time).as_secs_f64())
+            .sum();
+        let gpu_secs: f64 = report.jobs.iter().map(|j| j.gpu_secs).sum();
+        prop_assert!((integral - gpu_secs).abs() <= 1e-6 * gpu_secs.max(1.0), "series {} vs jobs {}", integral, gpu_secs);
+        if let Some(last) = series.last() {
+            prop_assert_eq!(last.gpus, 0);
+            prop_assert_eq!(last.running, 0);
+        }
     }
 
     #[test]
