@@ -912,11 +912,19 @@ impl Engine {
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         {
+            // Device-level state for the view; the daemon places whole GPUs only so far.
+            let mut devices = tessera_sched::ClusterState::new(&self.map.cluster);
+            for a in &self.active_buf {
+                if let Some(alloc) = &a.allocation {
+                    devices.take(&self.map.cluster, alloc);
+                }
+            }
             let view = ClusterView {
                 now,
                 trigger,
                 cluster: &self.map.cluster,
                 free: &self.free,
+                state: &devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
             };
@@ -936,6 +944,14 @@ impl Engine {
                 Action::Start { job, .. } => (*job, "start"),
                 Action::Preempt { job } => (*job, "preempt"),
                 Action::Resize { job, .. } => (*job, "resize"),
+                // Not carried out by the daemon yet: refused, never half-applied.
+                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
+                    tracing::warn!(
+                        action = other.kind(),
+                        "policy asked for an action the daemon does not carry out; ignored"
+                    );
+                    continue;
+                }
             };
             let idx = job.index();
             let state = self.jobs.get(idx).map(|j| j.row.state);

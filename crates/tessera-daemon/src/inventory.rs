@@ -301,6 +301,7 @@ impl ClusterMap {
                 gpus: p.gpus,
                 cpu: p.cpu,
                 memory: p.memory,
+                devices: None,
             });
         }
         Some(tessera_model::Allocation { shares })
