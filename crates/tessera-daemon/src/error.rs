@@ -24,6 +24,22 @@ pub enum DaemonError {
     /// The SQLite store failed.
     #[error("store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// Another process (a second daemon) holds the store.
+    #[error("store {path} is in use by another tessera daemon{}; stop it first, or give this daemon its own store", holder.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    StoreLocked {
+        /// The database file.
+        path: PathBuf,
+        /// The holder's pid, as written in the lock file.
+        holder: Option<u32>,
+    },
+    /// The store file cannot be opened or is not a tessera store.
+    #[error("store {path}: {message}")]
+    StoreOpen {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The store holds data this version cannot read.
     #[error("store is corrupt or from another version: {0}")]
     StoreFormat(String),
