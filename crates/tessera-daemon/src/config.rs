@@ -81,6 +81,14 @@ pub struct Limits {
     pub max_active_jobs: usize,
     /// Most GPUs one job may request (default 1024).
     pub max_gpus_per_job: u32,
+    /// Most open client connections (default 1024); beyond it a new connection gets a 503
+    /// and is closed, so idle or slow clients cannot exhaust the daemon's file descriptors.
+    pub max_connections: usize,
+    /// Milliseconds a client has to send a request's headers, and how long an idle
+    /// keep-alive connection stays open (default 10000).
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's body (default 30000).
+    pub body_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -90,6 +98,9 @@ impl Default for Limits {
             max_active_jobs_per_tenant: 10_000,
             max_active_jobs: 100_000,
             max_gpus_per_job: 1024,
+            max_connections: 1024,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
         }
     }
 }
@@ -296,6 +307,19 @@ impl DaemonConfig {
         }
         if self.limits.max_body_bytes < 256 {
             return bad("limits.maxBodyBytes must be at least 256".into());
+        }
+        if self.limits.max_connections == 0 {
+            return bad("limits.maxConnections must be positive".into());
+        }
+        for (field, ms) in [
+            ("headerTimeoutMs", self.limits.header_timeout_ms),
+            ("bodyTimeoutMs", self.limits.body_timeout_ms),
+        ] {
+            if !(100..=3_600_000).contains(&ms) {
+                return bad(format!(
+                    "limits.{field} must be between 100 and 3600000, got {ms}"
+                ));
+            }
         }
         if let BackendConfig::Local(l) = &self.backend {
             if l.nodes.is_empty() {

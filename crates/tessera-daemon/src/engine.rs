@@ -1081,7 +1081,10 @@ impl Engine {
                     self.retry_at = Some(now + SimDuration::from_secs(SUBMIT_RETRY_SECS));
                     self.release(idx);
                     let job = &mut self.jobs[idx];
-                    job.submit_failures += 1;
+                    // Running out of descriptors or processes says nothing about the job.
+                    if !e.is_transient() {
+                        job.submit_failures += 1;
+                    }
                     job.row.start_us = None;
                     let (to, detail) = if job.submit_failures >= MAX_SUBMIT_FAILURES {
                         (

@@ -245,10 +245,7 @@ impl Backend for LocalBackend {
             .stderr(log2)
             .process_group(0)
             .spawn()
-            .map_err(|e| BackendError::Spawn {
-                program: "/bin/sh".into(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| BackendError::from_io("/bin/sh", &e))?;
         self.children.insert(launch.name.clone(), child);
         self.devices.insert(launch.name.clone(), devs);
         Ok(Handle(launch.name.clone()))

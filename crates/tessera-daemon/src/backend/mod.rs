@@ -311,10 +311,9 @@ pub(crate) fn run_command(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| BackendError::Spawn {
-        program: program.clone(),
-        message: e.to_string(),
-    })?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| BackendError::from_io(&program, &e))?;
     // Drain the pipes on threads so that a chatty command cannot block on a full pipe.
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
