@@ -167,6 +167,10 @@ pub struct LocalConfig {
     /// The logical nodes (default: one node `local` with 4 `A100-80GB`, 8 CPUs, 32Gi).
     #[serde(default = "default_local_nodes")]
     pub nodes: Vec<LocalNodeConfig>,
+    /// Tenant -> Unix user its jobs run as (the daemon must run as root). Tenants not listed
+    /// run as the daemon's user; only jobs of different users are isolated from each other.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub run_as: BTreeMap<String, String>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -324,6 +328,13 @@ impl DaemonConfig {
         if let BackendConfig::Local(l) = &self.backend {
             if l.nodes.is_empty() {
                 return bad("backend.nodes must not be empty".into());
+            }
+            for (tenant, user) in &l.run_as {
+                if !is_safe_name(tenant) || !is_safe_name(user) {
+                    return bad(format!(
+                        "runAs: {tenant:?} -> {user:?}: tenant and user must be safe names"
+                    ));
+                }
             }
             let mut node_names = std::collections::BTreeSet::new();
             for n in &l.nodes {

@@ -1135,6 +1135,7 @@ impl Engine {
             name: Launch::run_name(&self.instance, job.row.id, job.row.attempt),
             job_id: job.row.id,
             attempt: job.row.attempt,
+            tenant: job.row.tenant.clone(),
             payload,
             env,
             placement: job.row.placement.clone(),
@@ -1493,6 +1494,13 @@ impl Engine {
             Request::Nodes => Ok(Response::Nodes(self.nodes())),
             Request::Queue => Ok(Response::Queue(self.queue(&caller))),
             Request::Progress { id, report } => {
+                // Only the job itself reports progress: a tenant token (or another job's)
+                // could otherwise feed the policy made-up throughput.
+                if !matches!(caller, Caller::Job { id: own } if own == id) {
+                    return Err(ApiError::forbidden(
+                        "progress is accepted only with the job's own token (TESSERA_TOKEN)",
+                    ));
+                }
                 let idx = self.lookup(&caller, id)?;
                 self.progress(idx, report)
             }

@@ -93,6 +93,8 @@ pub struct Launch {
     pub job_id: i64,
     /// Attempt number (1 for the first start, +1 after each preemption).
     pub attempt: u32,
+    /// The job's tenant (the local backend may run it as that tenant's Unix user).
+    pub tenant: String,
     /// What to run.
     pub payload: Payload,
     /// Environment for the job (validated names; values written quoted into a file).
@@ -384,6 +386,7 @@ mod tests {
             name: Launch::run_name("ab12", 7, 1),
             job_id: 7,
             attempt: 1,
+            tenant: "alice".into(),
             payload: Payload::Command(vec![
                 "printf".into(),
                 "%s|%s".into(),

@@ -268,3 +268,60 @@ fn running_out_of_descriptors_never_fails_a_pending_job() {
     assert_eq!(counts.get(&JobState::Failed), None, "{counts:?}");
     assert_eq!(counts.get(&JobState::Running), Some(&1), "{counts:?}");
 }
+
+#[test]
+fn progress_is_accepted_only_with_the_jobs_own_token() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(dir.path(), local_backend(dir.path(), 4));
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d =
+        tessera_daemon::spawn(c, backend, Arc::new(tessera_daemon::SystemClock::new())).unwrap();
+    let (alice, bob) = (client(&d, ALICE), client(&d, BOB));
+    let show = "name: t\ngpus: 1\nscript: |\n  echo \"$TESSERA_TOKEN\"\n  sleep 30\n";
+    let mine = alice.submit(show).unwrap();
+    let theirs = bob.submit(show).unwrap();
+    let token_of = |id: i64| -> String {
+        let mut token = String::new();
+        wait_until("the job printed its token", Duration::from_secs(20), || {
+            let runs = std::fs::read_dir(dir.path().join("runs")).unwrap();
+            for r in runs.flatten() {
+                if r.file_name()
+                    .to_string_lossy()
+                    .ends_with(&format!("-{id}-1"))
+                {
+                    token = std::fs::read_to_string(r.path().join("output.log"))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string();
+                }
+            }
+            !token.is_empty()
+        });
+        token
+    };
+    let (my_token, their_token) = (token_of(mine.id), token_of(theirs.id));
+    let report = tessera_daemon::types::ProgressReport {
+        iterations: 10,
+        samples_per_second: Some(5.0),
+        iterations_per_second: None,
+    };
+    let code = |r: Result<_, tessera_daemon::ClientError>| match r {
+        Ok(_) => 200,
+        Err(tessera_daemon::ClientError::Api { status, .. }) => status,
+        Err(e) => panic!("{e}"),
+    };
+    // The tenant's own token, and another job's token, are refused.
+    assert_eq!(code(alice.report_progress(mine.id, &report)), 403);
+    let other = tessera_daemon::Client::new(&d.url(), Some(their_token));
+    assert!(matches!(
+        code(other.report_progress(mine.id, &report)),
+        403 | 404
+    ));
+    let own = tessera_daemon::Client::new(&d.url(), Some(my_token));
+    assert_eq!(code(own.report_progress(mine.id, &report)), 200);
+    let p = alice.describe(mine.id).unwrap().job.progress.unwrap();
+    assert_eq!(p.iterations, 10);
+    alice.cancel(mine.id).unwrap();
+    bob.cancel(theirs.id).unwrap();
+}
