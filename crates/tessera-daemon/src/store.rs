@@ -157,7 +157,7 @@ pub struct RunRow {
 }
 
 /// Changes written in one transaction.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WriteBatch {
     /// Jobs to insert or rewrite.
     pub jobs: Vec<JobRow>,
@@ -171,6 +171,13 @@ impl WriteBatch {
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty() && self.transitions.is_empty() && self.runs.is_empty()
+    }
+
+    /// Adds `later`'s changes after these (rows are rewritten whole, so the later row wins).
+    pub fn append(&mut self, later: WriteBatch) {
+        self.jobs.extend(later.jobs);
+        self.transitions.extend(later.transitions);
+        self.runs.extend(later.runs);
     }
 }
 

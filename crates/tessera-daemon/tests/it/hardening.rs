@@ -325,3 +325,128 @@ fn progress_is_accepted_only_with_the_jobs_own_token() {
     alice.cancel(mine.id).unwrap();
     bob.cancel(theirs.id).unwrap();
 }
+
+/// A tmpfs of a few MB mounted for one test (needs root and permission to mount; the test
+/// skips otherwise), unmounted when dropped.
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(path).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` with one file until it is full.
+fn fill(path: &std::path::Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![0x5au8; 64 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[test]
+fn a_full_disk_keeps_reads_and_running_jobs_and_loses_nothing_acknowledged() {
+    use crate::restart::{free_port, start_tesserad};
+    use tessera_daemon::{Client, ClientError};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = SmallDisk::mount(&dir.path().join("small"), "4m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let mut config = config(dir.path(), local_backend(dir.path(), 4));
+    config.store = disk.path.join("t.db");
+    config.poll_interval_ms = 100;
+    let d = start_tesserad(dir.path(), config.clone(), free_port());
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    let first = alice.submit(&job("first", 1, "sleep 4")).unwrap();
+    wait_until("first runs", Duration::from_secs(20), || {
+        alice.describe(first.id).unwrap().job.state == JobState::Running
+    });
+    let filler = disk.path.join("filler");
+    fill(&filler);
+    // Write until the store refuses: padded specs fill what the WAL had left.
+    let padding = format!("# {}\n", "p".repeat(120)).repeat(100);
+    let padded = |i: usize| {
+        format!(
+            "name: pad-{i}\ngpus: 1\nscript: |\n  sleep 1\n  {}\n",
+            padding.replace('\n', "\n  ")
+        )
+    };
+    let mut acknowledged = vec![first.id];
+    let mut refusal = None;
+    for i in 0..2000 {
+        match alice.submit(&padded(i)) {
+            Ok(j) => acknowledged.push(j.id),
+            Err(ClientError::Api {
+                status: 503,
+                message,
+                ..
+            }) => {
+                refusal = Some(message);
+                break;
+            }
+            Err(e) => panic!("submission {i}: {e}"),
+        }
+    }
+    let refusal = refusal.expect("the store never ran out of space");
+    assert!(refusal.contains("store"), "{refusal}");
+    // Reads are served; the running job is still tracked, and its end is seen.
+    assert!(alice.list().unwrap().len() >= acknowledged.len());
+    wait_until(
+        "first completes while the disk is full",
+        Duration::from_secs(20),
+        || alice.describe(first.id).unwrap().job.state == JobState::Completed,
+    );
+    assert!(matches!(
+        alice.submit(&job("still-full", 1, "true")),
+        Err(ClientError::Api { status: 503, .. })
+    ));
+    // Space comes back: writes resume by themselves.
+    std::fs::remove_file(&filler).unwrap();
+    let mut after = None;
+    wait_until("writes resume", Duration::from_secs(20), || {
+        match alice.submit(&job("after", 1, "true")) {
+            Ok(j) => {
+                after = Some(j.id);
+                true
+            }
+            Err(_) => false,
+        }
+    });
+    acknowledged.push(after.unwrap());
+    wait_until("every job ends", Duration::from_secs(60), || {
+        alice.list().unwrap().iter().all(|j| j.state.is_terminal())
+    });
+    drop(d);
+    let store = tessera_daemon::store::Store::open(&config.store, Default::default()).unwrap();
+    let rows = store.load_jobs().unwrap();
+    for id in &acknowledged {
+        assert!(
+            rows.iter().any(|r| r.id == *id),
+            "acknowledged job {id} lost"
+        );
+    }
+    let f = rows.iter().find(|r| r.id == first.id).unwrap();
+    assert_eq!((f.state, f.exit_code), (JobState::Completed, Some(0)));
+    drop(store);
+}
