@@ -450,3 +450,91 @@ fn a_full_disk_keeps_reads_and_running_jobs_and_loses_nothing_acknowledged() {
     assert_eq!((f.state, f.exit_code), (JobState::Completed, Some(0)));
     drop(store);
 }
+
+#[test]
+fn running_out_of_descriptors_changes_no_jobs_outcome() {
+    use crate::restart::free_port;
+    use tessera_daemon::Client;
+    /// Our child (`sh` exec'ed into `tesserad`, same pid), killed and reaped when dropped.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), local_backend(dir.path(), 4));
+    config.poll_interval_ms = 100;
+    config.limits.max_connections = 10_000; // let the descriptors run out
+    config.limits.header_timeout_ms = 120_000; // and stay out until the test ends it
+    let port = free_port();
+    config.listen = format!("127.0.0.1:{port}").parse().unwrap();
+    let path = dir.path().join("tesserad.yaml");
+    std::fs::write(&path, serde_norway::to_string(&config).unwrap()).unwrap();
+    let log = std::fs::File::create(dir.path().join("tesserad.log")).unwrap();
+    // The daemon gets a small descriptor limit of its own.
+    let child = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" --config \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_tesserad"))
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let url = format!("http://127.0.0.1:{port}");
+    let _daemon = Child(child);
+    let alice = Client::new(&url, Some(ALICE.into()));
+    wait_until("tesserad answers", Duration::from_secs(30), || {
+        alice.list().is_ok()
+    });
+    let first = alice.submit(&job("first", 1, "sleep 3")).unwrap();
+    wait_until("first runs", Duration::from_secs(20), || {
+        alice.describe(first.id).unwrap().job.state == JobState::Running
+    });
+    // One connection opened before the flood, to submit through while it lasts.
+    let mut spare = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let open_fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let mut flood = Vec::new();
+    while open_fds() < 63 && flood.len() < 500 {
+        flood.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(open_fds() >= 63, "the daemon's descriptors did not run out");
+    // More waiting in the listen backlog: any descriptor freed is taken by the next accept.
+    for _ in 0..64 {
+        flood.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    let body = job("second", 1, "true");
+    spare
+        .write_all(
+            format!(
+                "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let answer = read_until_closed(&mut spare, Duration::from_secs(10)).expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    // Out of descriptors for longer than `first` runs and than three submission retries.
+    std::thread::sleep(Duration::from_secs(12));
+    drop(flood);
+    wait_until("both jobs end", Duration::from_secs(30), || {
+        alice
+            .list()
+            .is_ok_and(|l| l.len() == 2 && l.iter().all(|j| j.state.is_terminal()))
+    });
+    for j in alice.list().unwrap() {
+        assert_eq!(
+            (j.state, j.exit_code),
+            (JobState::Completed, Some(0)),
+            "{}: {:?}",
+            j.name,
+            j.message
+        );
+    }
+}
