@@ -220,6 +220,11 @@ async fn submit(
     headers: HeaderMap,
     req: axum::extract::Request,
 ) -> HttpResponse {
+    // Anonymous callers get no parsing work done for them (the token itself is checked by
+    // the engine).
+    if bearer(&headers).is_none() {
+        return error_response(&ApiError::unauthorized());
+    }
     let body = match read_body(&s, req).await {
         Ok(b) => b,
         Err(e) => return error_response(&e),

@@ -334,7 +334,9 @@ impl LocalBackend {
                         child = None;
                     }
                 }
-                let group = wrapper.filter(|&p| leads_group(p));
+                // Still our wrapper (a pid can be reused once it is reaped).
+                let group =
+                    wrapper.filter(|&p| leads_group(p) && process_alive_for(p, &dir) == Some(true));
                 let left = run_processes(&dir, group).unwrap_or_default();
                 if left.is_empty() && child.is_none() {
                     return;
