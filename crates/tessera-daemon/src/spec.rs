@@ -155,6 +155,9 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
             return true;
         }
         let (mut quote, mut prev) = (None::<u8>, b' ');
+        // Last non-blank byte outside quotes: a quote opens a quoted scalar only where a
+        // scalar can start (`a 'b` is one plain scalar, and must not hide what follows).
+        let mut last_sig: Option<u8> = None;
         let mut k = 0;
         while k < bytes.len() {
             let b = bytes[k];
@@ -170,7 +173,10 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
                 Some(_) => {}
                 None => match b {
                     b'#' if prev == b' ' || prev == b'\t' => break,
-                    b'"' | b'\'' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                    b'"' | b'\''
+                        if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':')
+                            && last_sig.is_none_or(|c| b":[{,-?".contains(&c)) =>
+                    {
                         quote = Some(b)
                     }
                     b'[' | b'{' => {
@@ -182,6 +188,9 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
                     b']' | b'}' => flow = flow.saturating_sub(1),
                     _ => {}
                 },
+            }
+            if quote.is_none() && b != b' ' && b != b'\t' {
+                last_sig = Some(b);
             }
             prev = b;
             k += 1;
@@ -448,6 +457,9 @@ mod tests {
                 "{{\"name\": \"a\", \"gpus\": 1, \"hints\": {}",
                 "[".repeat(50_000)
             ),
+            // A quote inside a plain scalar opens nothing, and hides nothing after it.
+            format!("{head}[a 'b, {}", "[".repeat(50_000)),
+            format!("{head}[a \"b, {}", "{x: ".repeat(10_000)),
             block,
         ] {
             let e = JobSpec::parse(&text).unwrap_err();
