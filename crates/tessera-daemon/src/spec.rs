@@ -100,12 +100,23 @@ pub const MAX_SPEC_BYTES: usize = 64 * 1024;
 /// the YAML parser's cost grows much faster than the text with deeply nested flow collections.
 pub const MAX_SPEC_DEPTH: usize = 32;
 
+/// Most alias uses (`*name`) accepted, checked before parsing: each one copies its anchor's
+/// value, so a 64 KiB spec of aliases to one long string would otherwise become tens of MB.
+pub const MAX_SPEC_ALIASES: usize = 64;
+
 /// A conservative, linear pre-scan of YAML or JSON text that bounds how deeply collections
 /// nest: flow brackets (`[`, `{`) outside quotes and comments, plus block structure (one level
 /// per indentation step and per `- ` entry marker). Block scalars (`|`, `>`) are skipped, so
 /// brackets in scripts do not count. It may over-count odd but valid layouts; it never
 /// under-counts what the parser would nest.
-fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
+fn check_shape(text: &str) -> Result<(), ApiError> {
+    let limit = MAX_SPEC_DEPTH;
+    let too_deep = || {
+        Err(ApiError::bad_request(format!(
+            "spec nests collections more than {MAX_SPEC_DEPTH} levels deep"
+        )))
+    };
+    let mut aliases = 0usize;
     let mut flow = 0usize;
     let mut indents: Vec<usize> = Vec::new();
     // (indentation of the node owning a block scalar, content indentation once known)
@@ -152,7 +163,7 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
             node_indent = indent + j;
         }
         if indents.len() + depth_here + flow > limit {
-            return true;
+            return too_deep();
         }
         let (mut quote, mut prev) = (None::<u8>, b' ');
         // Last non-blank byte outside quotes: a quote opens a quoted scalar only where a
@@ -182,10 +193,21 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
                     b'[' | b'{' => {
                         flow += 1;
                         if indents.len() + depth_here + flow > limit {
-                            return true;
+                            return too_deep();
                         }
                     }
                     b']' | b'}' => flow = flow.saturating_sub(1),
+                    // Counted wherever a scalar could start (over-counting is safe).
+                    b'*' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':')
+                        && last_sig.is_none_or(|c| b":[{,-?".contains(&c)) =>
+                    {
+                        aliases += 1;
+                        if aliases > MAX_SPEC_ALIASES {
+                            return Err(ApiError::bad_request(format!(
+                                "spec uses more than {MAX_SPEC_ALIASES} YAML aliases"
+                            )));
+                        }
+                    }
                     _ => {}
                 },
             }
@@ -206,7 +228,7 @@ fn nesting_depth_exceeds(text: &str, limit: usize) -> bool {
             }
         }
     }
-    false
+    Ok(())
 }
 
 fn check_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
@@ -226,8 +248,8 @@ fn check_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
 impl JobSpec {
     /// Parses a spec: JSON when the text starts with `{`, YAML otherwise.
     ///
-    /// Text larger than [`MAX_SPEC_BYTES`] or nested deeper than [`MAX_SPEC_DEPTH`] is
-    /// refused before any parsing.
+    /// Text larger than [`MAX_SPEC_BYTES`], nested deeper than [`MAX_SPEC_DEPTH`] or with
+    /// more than [`MAX_SPEC_ALIASES`] aliases is refused before any parsing.
     pub fn parse(text: &str) -> Result<JobSpec, ApiError> {
         if text.len() > MAX_SPEC_BYTES {
             return Err(ApiError::new(
@@ -236,11 +258,7 @@ impl JobSpec {
                 format!("a job spec may be at most {MAX_SPEC_BYTES} bytes"),
             ));
         }
-        if nesting_depth_exceeds(text, MAX_SPEC_DEPTH) {
-            return Err(ApiError::bad_request(format!(
-                "spec nests collections more than {MAX_SPEC_DEPTH} levels deep"
-            )));
-        }
+        check_shape(text)?;
         let trimmed = text.trim_start();
         let spec: JobSpec = if trimmed.starts_with('{') {
             serde_json::from_str(trimmed)
@@ -467,6 +485,27 @@ mod tests {
         }
         let huge = format!("name: a\ncommand: [x]\ngpus: 1\n#{}\n", "x".repeat(70_000));
         assert_eq!(JobSpec::parse(&huge).unwrap_err().status, 413);
+    }
+
+    #[test]
+    fn alias_amplification_is_refused_before_parsing() {
+        let long = "x".repeat(4000);
+        let bomb = format!(
+            "name: a\ngpus: 1\ncommand: [&s {long}{}]\n",
+            ", *s".repeat(14_000)
+        );
+        let e = JobSpec::parse(&bomb).unwrap_err();
+        assert!(e.message.contains("aliases"), "{}", e.message);
+        // A few aliases are fine, and `*` inside scalars or scripts is no alias.
+        let ok = "name: a\ngpus: 1\ncommand: [&s echo, *s, 'a*b', \"*\", x*y]\nscript_note: 0\n";
+        let e = JobSpec::parse(ok).unwrap_err();
+        assert!(e.message.contains("script_note"), "{}", e.message);
+        let s = JobSpec::parse(&format!(
+            "name: a\ngpus: 1\nscript: |\n{}",
+            "  ls *.txt */x\n".repeat(200)
+        ))
+        .unwrap();
+        assert!(s.script.unwrap().contains("*.txt"));
     }
 
     #[test]
