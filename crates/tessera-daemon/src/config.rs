@@ -89,6 +89,9 @@ pub struct Limits {
     pub header_timeout_ms: u64,
     /// Milliseconds a client has to send a request's body (default 30000).
     pub body_timeout_ms: u64,
+    /// Milliseconds an answer may wait for a client that does not read it before the
+    /// connection is closed (default 30000).
+    pub send_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -101,6 +104,7 @@ impl Default for Limits {
             max_connections: 1024,
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
+            send_timeout_ms: 30_000,
         }
     }
 }
@@ -318,6 +322,7 @@ impl DaemonConfig {
         for (field, ms) in [
             ("headerTimeoutMs", self.limits.header_timeout_ms),
             ("bodyTimeoutMs", self.limits.body_timeout_ms),
+            ("sendTimeoutMs", self.limits.send_timeout_ms),
         ] {
             if !(100..=3_600_000).contains(&ms) {
                 return bad(format!(

@@ -1,7 +1,9 @@
 //! The HTTP API (axum) and the engine thread it talks to.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -387,6 +389,86 @@ pub(crate) async fn serve_engine(
     }
 }
 
+/// A client connection whose writes fail once they have made no progress for `limit`: a
+/// client that stops reading its answers must not hold a connection (and a descriptor and a
+/// slot under the cap) forever.
+struct SendTimeout {
+    inner: tokio::net::TcpStream,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl SendTimeout {
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Ready(v) => {
+                self.stalled = None;
+                Poll::Ready(v)
+            }
+            Poll::Pending => {
+                let limit = self.limit;
+                let timer = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client does not read its answers",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for SendTimeout {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for SendTimeout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.check(cx, r)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.check(cx, r)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.check(cx, r)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// Answers a connection beyond the cap with a 503 (best effort, never waiting) and closes it.
 fn refuse(stream: tokio::net::TcpStream, cap: usize) {
     let body = serde_json::json!({"error": {
@@ -404,7 +486,7 @@ fn refuse(stream: tokio::net::TcpStream, cap: usize) {
 
 /// Accepts connections until `shutdown`, each served by hyper with a header read timeout
 /// (which also closes idle keep-alive connections: hyper arms it while waiting for the next
-/// request's head) under a cap on open connections. Accept errors (running out of file
+/// request's head) and a send timeout, under a cap on open connections. Accept errors (running out of file
 /// descriptors) are logged and retried after a pause, never fatal.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
@@ -416,6 +498,7 @@ async fn accept_loop(
     use hyper_util::service::TowerToHyperService;
 
     let cap = limits.max_connections;
+    let send_timeout = Duration::from_millis(limits.send_timeout_ms);
     let permits = Arc::new(tokio::sync::Semaphore::new(cap));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -441,8 +524,12 @@ async fn accept_loop(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let conn =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let io = SendTimeout {
+            inner: stream,
+            limit: send_timeout,
+            stalled: None,
+        };
+        let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let mut stop = stop_rx.clone();
         tasks.spawn(async move {
             let _permit = permit;

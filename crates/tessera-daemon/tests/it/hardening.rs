@@ -538,3 +538,37 @@ fn running_out_of_descriptors_changes_no_jobs_outcome() {
         );
     }
 }
+
+#[test]
+fn a_client_that_never_reads_its_answers_loses_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = null_daemon(dir.path(), |c| {
+        c.limits.max_connections = 1;
+        c.limits.send_timeout_ms = 500;
+    });
+    let alice = client(&d, ALICE);
+    for i in 0..100 {
+        alice.submit(&job(&format!("j{i}"), 1, "true")).unwrap();
+    }
+    drop(alice);
+    wait_until("the slot is free", Duration::from_secs(5), || {
+        client(&d, ALICE).list().is_ok()
+    });
+    // Pipelined requests whose answers (tens of MB) it never reads: the daemon's writes stall.
+    let mut stalled = TcpStream::connect(addr(&d)).unwrap();
+    let request =
+        format!("GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n\r\n");
+    stalled
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    for _ in 0..500 {
+        if stalled.write_all(request.as_bytes()).is_err() {
+            break;
+        }
+    }
+    // The only slot is taken until the daemon gives up on that client.
+    wait_until("another client is served", Duration::from_secs(20), || {
+        client(&d, ALICE).list().is_ok()
+    });
+    drop(stalled);
+}
