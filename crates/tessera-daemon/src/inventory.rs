@@ -313,6 +313,16 @@ enum Resolved {
     Mig(GpuModel),
 }
 
+/// True when a GRES type or GPU name resolves with the default GRES map (how a local node's
+/// `gpu` is read): config validation refuses the others instead of silently not scheduling them.
+pub(crate) fn known_gpu_type(t: &str, base: &GpuCatalog) -> bool {
+    let map: BTreeMap<String, String> = DEFAULT_GRES_MAP
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    resolve_type(t, &map, base).is_some()
+}
+
 fn resolve_type(t: &str, map: &BTreeMap<String, String>, base: &GpuCatalog) -> Option<Resolved> {
     let lower = t.to_ascii_lowercase();
     if let Some(name) = map.get(&lower) {
