@@ -10,11 +10,16 @@
 //! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
 //! - [`synergy`]: CPU/memory sensitivity tables (the Synergy truth), the reference simulator's
 //!   scalar rule, and optimistic profiling.
+//! - [`roofline`]: a device's compute roof and memory slope (kernel time from FLOPs and bytes).
+//! - [`collective`]: α–β costs of all-reduce, all-gather, reduce-scatter, all-to-all and
+//!   rooted collectives, inside a node and across nodes.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
 
+pub mod collective;
+pub mod roofline;
 pub mod synergy;
 
 use tessera_model::{Allocation, Cluster, SimDuration, TrainingJob};
