@@ -3,6 +3,7 @@
 mod bench;
 mod builtins;
 pub mod daemon;
+pub mod plan;
 pub mod repro;
 mod simulate;
 mod trace;
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Repro(cmd) => repro::run(&cmd),
         Command::Builtins => builtins::run(),
+        Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),
         Command::Submit(a) => daemon::submit(&a),
         Command::List(a) => daemon::list(&a),
