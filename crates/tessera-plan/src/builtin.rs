@@ -481,23 +481,23 @@ pub fn vit(batch: u64) -> GraphSpec {
     g.finish(&loss)
 }
 
-/// VGG19 on CIFAR-10 (32×32) with `classifier` hidden units in the two hidden FC layers
-/// (torchvision: 4096, after a 7×7 adaptive pool; 0 drops the hidden layers and the pool,
-/// leaving a 512→10 classifier as in CIFAR-style VGGs).
-pub fn vgg19_with(batch: u64, classifier: u64) -> GraphSpec {
+/// VGG19 on `image`×`image` inputs (32 for CIFAR-10) with `classifier` hidden units in the
+/// two hidden FC layers (torchvision: 4096, after a 7×7 adaptive pool; 0 drops the hidden
+/// layers and the pool, leaving one linear layer to 10 classes as in CIFAR-style VGGs).
+pub fn vgg19_with(batch: u64, image: u64, classifier: u64) -> GraphSpec {
     let cfg: [u64; 21] = [
         64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0,
     ];
-    let name = if classifier == 4096 {
+    let name = if classifier == 4096 && image == 32 {
         "vgg19".to_string()
     } else {
-        format!("vgg19-fc{classifier}")
+        format!("vgg19-{image}px-fc{classifier}")
     };
     let mut g = Builder::new(&name);
     let b = batch;
-    let mut x = g.input("images", &[b, 3, 32, 32], Dtype::F32);
+    let mut x = g.input("images", &[b, 3, image, image], Dtype::F32);
     let labels = g.input("labels", &[b], Dtype::I64);
-    let (mut c, mut hw) = (3u64, 32u64);
+    let (mut c, mut hw) = (3u64, image.max(32));
     let (mut conv, mut pool) = (0, 0);
     for &v in &cfg {
         if v == 0 {
@@ -581,8 +581,9 @@ pub fn vgg19_with(batch: u64, classifier: u64) -> GraphSpec {
         let w3 = g.param("fc3.w", &[classifier, 10]);
         g.op("fc3", OpKind::Einsum, &[&h, &w3], "nf,fo->no", &[b, 10], "")
     } else {
-        let flat = g.op("flatten", OpKind::Reshape, &[&x], "nchw->nf", &[b, 512], "");
-        let w = g.param("fc.w", &[512, 10]);
+        let f = 512 * hw * hw;
+        let flat = g.op("flatten", OpKind::Reshape, &[&x], "nchw->nf", &[b, f], "");
+        let w = g.param("fc.w", &[f, 10]);
         g.op(
             "fc",
             OpKind::Einsum,
@@ -605,7 +606,7 @@ pub fn vgg19_with(batch: u64, classifier: u64) -> GraphSpec {
 
 /// VGG19 as in the HAP artifact (torchvision classifier).
 pub fn vgg19(batch: u64) -> GraphSpec {
-    vgg19_with(batch, 4096)
+    vgg19_with(batch, 32, 4096)
 }
 
 /// A stack of `layers` two-layer MLP blocks (`d → hidden → d`, ReLU) on `batch` rows, with a

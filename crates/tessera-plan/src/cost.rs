@@ -92,16 +92,21 @@ pub struct CostModel<'a> {
 
 /// A communication step's collectives and cost (forward and backward together).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct CommCost {
-    pub(crate) forward: Option<Collective>,
-    pub(crate) backward: Option<Collective>,
-    pub(crate) exchange: Exchange,
-    pub(crate) exchange_backward: Exchange,
-    pub(crate) seconds: f64,
+pub struct CommCost {
+    /// Forward collective (`None`: free).
+    pub forward: Option<Collective>,
+    /// Backward dual.
+    pub backward: Option<Collective>,
+    /// Forward exchange method.
+    pub exchange: Exchange,
+    /// Backward exchange method.
+    pub exchange_backward: Exchange,
+    /// Seconds, forward and backward.
+    pub seconds: f64,
     /// Part of `seconds` that does not depend on the ratios (for the LP).
-    pub(crate) constant: f64,
+    pub constant: f64,
     /// Seconds per unit of the largest ratio (for the LP).
-    pub(crate) per_max_ratio: f64,
+    pub per_max_ratio: f64,
 }
 
 impl CommCost {
@@ -223,7 +228,7 @@ impl<'a> CostModel<'a> {
 
     /// Cost of turning a tensor of `bytes` and `shape` held as `from` into `to`, forward and
     /// backward dual together. `None` when no single instruction does it.
-    pub(crate) fn comm(&self, from: Prop, to: Prop, bytes: f64, shape: &[u64]) -> Option<CommCost> {
+    pub fn comm(&self, from: Prop, to: Prop, bytes: f64, shape: &[u64]) -> Option<CommCost> {
         let p = self.devices();
         let len = |a: u8| shape.get(a as usize).copied().unwrap_or(1);
         let pair = |fwd: Collective, bwd: Collective, l: u64| {
