@@ -1,10 +1,9 @@
 //! One module per command.
 
-mod bench;
 mod builtins;
 pub mod daemon;
+pub mod experiment;
 pub mod plan;
-pub mod repro;
 mod simulate;
 mod trace;
 
@@ -16,8 +15,8 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Simulate(args) => simulate::run(&args),
         Command::Trace(cmd) => trace::run(&cmd),
-        Command::Bench(args) => bench::run(&args),
-        Command::Repro(cmd) => repro::run(&cmd),
+        // Dispatched from the raw matches in `main` (their flags come from the registry).
+        Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
         Command::Builtins => builtins::run(),
         Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),
