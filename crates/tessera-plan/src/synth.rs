@@ -420,6 +420,25 @@ pub fn listing(plan: &Plan) -> String {
     }
     let _ = writeln!(
         out,
+        "\ninputs and parameters (replicated parameters all-reduce their gradients):"
+    );
+    for t in plan.tensors.iter().filter(|t| t.role != Role::Activation) {
+        let held: Vec<String> = t.sharding.iter().map(Prop::to_string).collect();
+        let role = if t.role == Role::Parameter {
+            "parameter"
+        } else {
+            "input"
+        };
+        let _ = writeln!(
+            out,
+            "  {role:<9} {:<28} {:?}  {}",
+            t.name,
+            t.shape,
+            held.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
         "\nprogram (forward; backward duals included in the times):"
     );
     for s in &plan.steps {

@@ -316,6 +316,39 @@ fn repro_ordering_on_every_case() {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn synthesis_is_valid_deterministic_and_no_worse_than_data_parallel(
+        batch in 1u64..300,
+        d in 16u64..3000,
+        hidden in 16u64..9000,
+        layers in 1u64..4,
+        speeds in prop::collection::vec(1.0f64..8.0, 1..7),
+        per_machine in 1usize..4,
+        gbytes_per_s in 0.5f64..200.0,
+    ) {
+        let g = builtin::mlp(batch, d, hidden, layers).validate().unwrap();
+        let mut devices = Devices::uniform(speeds.len(), per_machine, 1e12, fabric(10e-6, gbytes_per_s * 1e9));
+        for (dev, s) in devices.devices.iter_mut().zip(&speeds) {
+            dev.flops_per_s = s * 1e12;
+        }
+        let syn = synth::synthesize(&g, &devices).unwrap();
+        prop_assert!(validate(&g, &syn.program).is_ok());
+        let (_, dp_prop) = synth::data_parallel(&g, &devices, &synth::proportional(&devices)).unwrap();
+        prop_assert!(syn.seconds <= dp_prop * (1.0 + 1e-12), "{} > {}", syn.seconds, dp_prop);
+        let m = CostModel::new(&g, &devices, &syn.ratios);
+        let ev = evaluate(&g, &syn.program, &m).seconds;
+        prop_assert!(close(ev, syn.seconds), "{} vs {}", ev, syn.seconds);
+        // History never increases.
+        prop_assert!(syn.history.windows(2).all(|w| w[1] <= w[0]));
+        let again = synth::synthesize(&g, &devices).unwrap();
+        prop_assert_eq!(again.program, syn.program);
+        prop_assert_eq!(again.ratios, syn.ratios);
+    }
+}
+
+proptest! {
     #[test]
     fn rounding_preserves_the_total(raw in prop::collection::vec(0.0f64..10.0, 1..40), len in 0u64..100_000) {
         let sum: f64 = raw.iter().sum();
