@@ -654,7 +654,22 @@ pub const NAMES: [&str; 5] = ["vgg19", "vit", "bert-base", "bert-moe", "gpt-LAYE
 /// `bert-base` (or `bert`), `bert-moe` (2 experts per rank), `gpt-LxD` (e.g. `gpt-48x1024`),
 /// `gpt-L` (width 1024) or `gpt` (`gpt-12x768`).
 pub fn by_name(name: &str, devices: usize) -> Result<GraphSpec, PlanError> {
-    let batch = BATCH_PER_DEVICE * devices.max(1) as u64;
+    by_name_with_batch(name, devices, BATCH_PER_DEVICE)
+}
+
+/// [`by_name`] at `per_device` samples per rank.
+pub fn by_name_with_batch(
+    name: &str,
+    devices: usize,
+    per_device: u64,
+) -> Result<GraphSpec, PlanError> {
+    if per_device == 0 || per_device > 1 << 20 {
+        return Err(crate::error::invalid(
+            "batch per device",
+            "must be 1..=1048576",
+        ));
+    }
+    let batch = per_device * devices.max(1) as u64;
     let unknown = || PlanError::UnknownModel {
         name: name.into(),
         known: NAMES.join(", "),

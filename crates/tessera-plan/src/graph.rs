@@ -568,3 +568,125 @@ impl Graph {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(kind: OpKind, dims: &str, fixed: &str, shapes: &[&[u64]]) -> Op {
+        let n = shapes.len() - 1;
+        let mut tensors: Vec<TensorSpec> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| TensorSpec {
+                name: format!("t{i}"),
+                shape: s.to_vec(),
+                dtype: Dtype::F32,
+                role: if i < n { Role::Input } else { Role::Activation },
+            })
+            .collect();
+        tensors.push(TensorSpec {
+            name: "loss".into(),
+            shape: vec![],
+            dtype: Dtype::F32,
+            role: Role::Activation,
+        });
+        let spec = GraphSpec {
+            name: "one".into(),
+            ops: vec![
+                OpSpec {
+                    name: "op".into(),
+                    kind,
+                    inputs: (0..n).map(|i| format!("t{i}")).collect(),
+                    output: format!("t{n}"),
+                    dims: dims.into(),
+                    fixed: fixed.into(),
+                    flops: None,
+                },
+                OpSpec {
+                    name: "sum".into(),
+                    kind: OpKind::Reduce,
+                    inputs: vec![format!("t{n}")],
+                    output: "loss".into(),
+                    dims: format!("{}->", dims.split("->").nth(1).unwrap_or("")),
+                    fixed: String::new(),
+                    flops: None,
+                },
+            ],
+            tensors,
+            loss: "loss".into(),
+        };
+        spec.validate().unwrap().ops.remove(0)
+    }
+
+    fn rule(o: &Op, split: Option<char>) -> Vec<(Vec<Prop>, Prop)> {
+        o.rules
+            .iter()
+            .filter(|r| r.split == split)
+            .map(|r| (r.inputs.clone(), r.output))
+            .collect()
+    }
+
+    #[test]
+    fn matmul_rules_are_data_column_row_and_partial_sums() {
+        let o = op(
+            OpKind::Einsum,
+            "nd,dh->nh",
+            "",
+            &[&[8, 4], &[4, 6], &[8, 6]],
+        );
+        assert_eq!(o.flops, 2.0 * 8.0 * 4.0 * 6.0);
+        use Prop::*;
+        // Replicated first, then one rule per label, then partial sums through each input.
+        assert_eq!(o.rules[0].split, None);
+        assert_eq!(o.rules[0].inputs, vec![Identity, Identity]);
+        assert_eq!(
+            rule(&o, Some('n')),
+            vec![(vec![Gather(0), Identity], Gather(0))]
+        );
+        assert_eq!(
+            rule(&o, Some('d')),
+            vec![(vec![Gather(1), Gather(0)], Reduce)]
+        );
+        assert_eq!(
+            rule(&o, Some('h')),
+            vec![(vec![Identity, Gather(1)], Gather(1))]
+        );
+        // Loader inputs are never partial sums, so no partial-sum rule here ...
+        assert_eq!(rule(&o, None).len(), 1);
+        // ... but an activation input passes them through: fc2 reads relu's output.
+        let g = crate::builtin::mlp(8, 4, 6, 1).validate().unwrap();
+        let fc2 = &g.ops[2];
+        assert!(rule(fc2, None).contains(&(vec![Reduce, Identity], Reduce)));
+        assert!(!rule(fc2, None).contains(&(vec![Identity, Reduce], Reduce)));
+        // Data parallelism splits the batch of the input.
+        assert_eq!(o.rules[o.batch_rule.unwrap()].split, Some('n'));
+    }
+
+    #[test]
+    fn fixed_and_resized_labels_are_never_split() {
+        let ln = op(OpKind::LayerNorm, "bsd->bsd", "", &[&[2, 3, 4], &[2, 3, 4]]);
+        assert!(ln.rules.iter().all(|r| r.split != Some('d')));
+        assert!(ln.rules.iter().any(|r| r.split == Some('s')));
+        let conv = op(
+            OpKind::Conv2d,
+            "nchw,ock->nohw",
+            "hwk",
+            &[&[2, 3, 8, 8], &[5, 3, 9], &[2, 5, 8, 8]],
+        );
+        let splits: Vec<_> = conv.rules.iter().filter_map(|r| r.split).collect();
+        assert_eq!(splits, vec!['c', 'n', 'o']);
+        let pool = op(
+            OpKind::Pool,
+            "nchw->nchw",
+            "",
+            &[&[2, 3, 8, 8], &[2, 3, 4, 4]],
+        );
+        assert!(pool
+            .rules
+            .iter()
+            .all(|r| !matches!(r.split, Some('h') | Some('w'))));
+        // Nonlinear operators do not pass partial sums.
+        assert!(ln.rules.iter().all(|r| r.output != Prop::Reduce));
+    }
+}

@@ -12,7 +12,7 @@ use tessera_plan::{builtin, synth, Devices, GraphSpec, PlanClusterSpec};
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// The model: a built-in name (vgg19, vit, bert-base, bert-moe, gpt-LAYERSxWIDTH such as
-    /// gpt-48x1024) sized at 32 samples per GPU, or a graph file (JSON or YAML; see
+    /// gpt-48x1024) sized by --batch-per-gpu, or a graph file (JSON or YAML; see
     /// docs/plan-format.md).
     #[arg(long)]
     pub model: String,
@@ -20,6 +20,9 @@ pub struct PlanArgs {
     /// `builtin:hap-K` for HAP's 2K V100 + 6K P100 cluster with K GPUs per machine.
     #[arg(long)]
     pub cluster: String,
+    /// Samples per GPU of a built-in model (the global batch is this times the GPUs).
+    #[arg(long, default_value_t = builtin::BATCH_PER_DEVICE)]
+    pub batch_per_gpu: u64,
     /// Print the plan as JSON instead of the per-rank listing.
     #[arg(long)]
     pub json: bool,
@@ -51,7 +54,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             .with_context(|| format!("reading graph {}", args.model))?;
         GraphSpec::from_text(&text).with_context(|| format!("parsing graph {}", args.model))?
     } else {
-        builtin::by_name(&args.model, devices.len())
+        builtin::by_name_with_batch(&args.model, devices.len(), args.batch_per_gpu)
             .with_context(|| format!("{:?} is neither a file nor a built-in model", args.model))?
     };
     let graph = spec
