@@ -26,6 +26,8 @@ use tessera_perf::roofline::{Precision, Roofline, DEFAULT_ATTAINED_FRACTION};
 
 use crate::error::{invalid, PlanError};
 
+/// Most devices a cluster may have (the search costs grow with them).
+pub const MAX_DEVICES: usize = 4096;
 /// PCIe 3.0 x16 attained bandwidth when a GPU has no NVLink (bytes/s).
 pub const PCIE_BYTES_PER_S: f64 = 12e9;
 /// Inter-node bandwidth when none is given: 10 Gb Ethernet (bytes/s).
@@ -278,6 +280,16 @@ impl PlanClusterSpec {
             if m.count == 0 || m.gpus_per_machine == 0 {
                 return Err(invalid(field, "count and gpusPerMachine must be >= 1"));
             }
+            let total = m
+                .count
+                .checked_mul(m.gpus_per_machine)
+                .and_then(|n| n.checked_add(devices.len()));
+            if total.is_none_or(|n| n > MAX_DEVICES) {
+                return Err(invalid(
+                    "spec.machines",
+                    format!("at most {MAX_DEVICES} devices"),
+                ));
+            }
             let gpu = catalog.get(catalog.resolve(&m.gpu)?);
             let flops = match &m.flops {
                 Some(a) => a.value(&format!("{field}.flops"))?,
@@ -285,6 +297,12 @@ impl PlanClusterSpec {
                     Roofline::from_gpu(gpu, Precision::Fp32, DEFAULT_ATTAINED_FRACTION).flops_per_s
                 }
             };
+            if !flops.is_finite() || flops <= 0.0 {
+                return Err(invalid(
+                    format!("{field}.flops"),
+                    format!("{} has no FP32 peak in the catalog; give flops", gpu.name),
+                ));
+            }
             let intra = if gpu.nvlink_g_bs > 0.0 {
                 gpu.nvlink_g_bs * 1e9
             } else {
@@ -304,9 +322,6 @@ impl PlanClusterSpec {
         }
         if devices.is_empty() {
             return Err(invalid("spec.machines", "the cluster has no devices"));
-        }
-        if devices.len() > 4096 {
-            return Err(invalid("spec.machines", "at most 4096 devices"));
         }
         let mut intra = CollectiveLinks::uniform(Link::new(DEFAULT_INTRA_LATENCY_S, slowest_intra));
         let mut inter = CollectiveLinks::uniform(Link::new(

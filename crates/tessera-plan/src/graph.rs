@@ -165,6 +165,9 @@ pub struct GraphSpec {
     pub loss: String,
 }
 
+/// Largest tensor accepted (elements): 2^50, far beyond any device's memory.
+pub const MAX_ELEMENTS: u64 = 1 << 50;
+
 /// Index of a tensor in [`Graph::tensors`].
 pub type TensorId = usize;
 
@@ -306,6 +309,14 @@ impl GraphSpec {
             }
             if t.shape.len() > 8 {
                 return Err(invalid(format!("{field}.shape"), "at most 8 axes"));
+            }
+            // Sizes are multiplied into FLOPs and bytes; keep them exact in f64 and u64.
+            let numel = t.shape.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
+            if numel.is_none_or(|n| n > MAX_ELEMENTS) {
+                return Err(invalid(
+                    format!("{field}.shape"),
+                    format!("more than {MAX_ELEMENTS} elements"),
+                ));
             }
             tensors.push(Tensor {
                 name: t.name.clone(),

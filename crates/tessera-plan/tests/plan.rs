@@ -412,6 +412,14 @@ fn bad_graphs_are_rejected_with_the_field() {
     let e = order.validate().unwrap_err().to_string();
     assert!(e.contains("topological"), "{e}");
 
+    let mut huge = base.clone();
+    huge.tensors[0].shape = vec![u64::MAX, 4];
+    assert!(huge
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("elements"));
+
     let mut zero = base.clone();
     zero.tensors[0].shape = vec![0, 4];
     assert!(zero.validate().is_err());
@@ -454,6 +462,15 @@ fn cluster_files_default_from_the_catalog_and_accept_overrides() {
         .validate(&GpuCatalog::builtin())
         .unwrap_err();
     assert!(e.to_string().contains("spec.interNode.bandwidth"), "{e}");
+    let bad = yaml.replace(
+        "count: 1, gpusPerMachine: 2, flops",
+        "count: 1000000000000, gpusPerMachine: 2, flops",
+    );
+    let e = PlanClusterSpec::from_text(&bad)
+        .unwrap()
+        .validate(&GpuCatalog::builtin())
+        .unwrap_err();
+    assert!(e.to_string().contains("at most 4096"), "{e}");
     let bad = yaml.replace(
         "count: 1, gpusPerMachine: 2}",
         "count: 0, gpusPerMachine: 2}",
