@@ -75,7 +75,7 @@ pub enum Space {
     /// Every rule and exchange.
     Full,
     /// Data parallelism: each operator split along its batch, parameters replicated,
-    /// activations never exchanged.
+    /// activations never exchanged (operators without a batch axis are free to choose).
     DataParallel,
 }
 
@@ -236,9 +236,12 @@ pub fn search(
             };
         }
         let op = &graph.ops[e.op];
-        let rules: Vec<usize> = match space {
-            Space::Full => (0..op.rules.len()).collect(),
-            Space::DataParallel => vec![op.batch_rule.unwrap_or(0)],
+        // Data parallelism fixes every operator that carries the batch; one that does not
+        // (a reshape that folds the batch away) may run any rule and read exchanged inputs.
+        let strict_dp = space == Space::DataParallel && op.batch_rule.is_some();
+        let rules: Vec<usize> = match (space, op.batch_rule) {
+            (Space::DataParallel, Some(r)) => vec![r],
+            _ => (0..op.rules.len()).collect(),
         };
         'rules: for ri in rules {
             let rule = &op.rules[ri];
@@ -258,7 +261,7 @@ pub fn search(
                         for from in props(mask) {
                             if let Some(c) = model.comm(from, q, tensor.bytes(), &tensor.shape) {
                                 let needs_data = c.forward.is_some();
-                                if needs_data && (communicated || space == Space::DataParallel) {
+                                if needs_data && (communicated || strict_dp) {
                                     continue;
                                 }
                                 if choice.as_ref().is_none_or(
@@ -292,7 +295,7 @@ pub fn search(
                             continue 'rules;
                         }
                         if tensor.role == Role::Parameter {
-                            if space == Space::DataParallel && q != Prop::Identity {
+                            if strict_dp && q != Prop::Identity {
                                 continue 'rules;
                             }
                             if q == Prop::Identity {

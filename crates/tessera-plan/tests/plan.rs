@@ -176,6 +176,32 @@ fn every_builtin_plan_is_valid_and_ends_reduced() {
 }
 
 #[test]
+fn data_parallelism_survives_an_operator_without_a_batch() {
+    // A reshape folds the batch away: data parallelism must gather before it.
+    let spec = GraphSpec::from_text(
+        r#"{"name": "fold", "loss": "loss",
+            "tensors": [
+              {"name": "x", "shape": [8, 4], "role": "input"},
+              {"name": "w", "shape": [4, 6], "role": "parameter"},
+              {"name": "y", "shape": [8, 6]},
+              {"name": "flat", "shape": [48]},
+              {"name": "loss", "shape": []}],
+            "ops": [
+              {"name": "y", "kind": "einsum", "inputs": ["x", "w"], "output": "y", "dims": "nd,dh->nh"},
+              {"name": "flat", "kind": "reshape", "inputs": ["y"], "output": "flat", "dims": "nh->f"},
+              {"name": "loss", "kind": "reduce", "inputs": ["flat"], "output": "loss", "dims": "f->"}]}"#,
+    )
+    .unwrap();
+    let g = spec.validate().unwrap();
+    assert_eq!(g.ops[1].batch_rule, None);
+    let d = Devices::uniform(2, 2, 1e9, fabric(0.0, 1e9));
+    let (p, _) = synth::data_parallel(&g, &d, &synth::equal(&d)).unwrap();
+    validate(&g, &p).unwrap();
+    let syn = synth::synthesize(&g, &d).unwrap();
+    validate(&g, &syn.program).unwrap();
+}
+
+#[test]
 fn a_broken_program_is_rejected() {
     let g = two_op_graph().validate().unwrap();
     let d = Devices::uniform(2, 2, 1e9, fabric(0.0, 1e9));
