@@ -1,11 +1,10 @@
 //! `tessera plan`: a sharding plan for one training step on mixed GPUs (HAP, DESIGN §5.5).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tessera_model::GpuCatalog;
 use tessera_plan::{builtin, synth, Devices, GraphSpec, PlanClusterSpec};
 
 /// Options of `tessera plan`.
@@ -23,12 +22,16 @@ pub struct PlanArgs {
     /// Samples per GPU of a built-in model (the global batch is this times the GPUs).
     #[arg(long, default_value_t = builtin::BATCH_PER_DEVICE)]
     pub batch_per_gpu: u64,
+    /// GPU catalog (YAML, `kind: GpuCatalog`, the shape of the built-in one) that the cluster
+    /// file's GPU names and default speeds come from; default: the built-in catalog.
+    #[arg(long, value_name = "FILE")]
+    pub gpu_catalog: Option<PathBuf>,
     /// Print the plan as JSON instead of the per-rank listing.
     #[arg(long)]
     pub json: bool,
 }
 
-fn load_cluster(source: &str) -> Result<Devices> {
+fn load_cluster(source: &str, catalog_path: Option<&Path>) -> Result<Devices> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let k = name
             .strip_prefix("hap-")
@@ -43,12 +46,13 @@ fn load_cluster(source: &str) -> Result<Devices> {
         std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
     let spec =
         PlanClusterSpec::from_text(&text).with_context(|| format!("parsing cluster {source}"))?;
-    spec.validate(&GpuCatalog::builtin())
+    let catalog = crate::inputs::load_catalog(catalog_path)?;
+    spec.validate(&catalog)
         .with_context(|| format!("in cluster {source}"))
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let devices = load_cluster(&args.cluster)?;
+    let devices = load_cluster(&args.cluster, args.gpu_catalog.as_deref())?;
     let spec = if Path::new(&args.model).is_file() {
         let text = std::fs::read_to_string(&args.model)
             .with_context(|| format!("reading graph {}", args.model))?;

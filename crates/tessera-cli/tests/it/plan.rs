@@ -49,6 +49,23 @@ fn plan_json_has_the_plan_and_both_baselines() {
 }
 
 #[test]
+fn plan_json_is_deterministic() {
+    let run = || {
+        let o = tessera(&[
+            "plan",
+            "--model",
+            "bert-moe",
+            "--cluster",
+            "builtin:hap-1",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
 fn plan_listing_shows_ranks_and_program() {
     let o = tessera(&["plan", "--model", "vgg19", "--cluster", "builtin:hap-1"]);
     assert!(o.status.success(), "{}", stderr(&o));
