@@ -202,6 +202,34 @@ fn data_parallelism_survives_an_operator_without_a_batch() {
 }
 
 #[test]
+fn ratio_lp_moves_away_from_speed_proportional_when_padded_exchanges_dominate() {
+    // Expert parallelism's all-to-alls are padded to the largest shard; on a slow network the
+    // LP trades the fast device's extra compute for smaller padded exchanges.
+    let g = small_moe(64, 8).validate().unwrap();
+    let mut d = builtin::mixed_cluster(1, 1, 3);
+    d.fabric.inter_node = CollectiveLinks::uniform(Link::new(20e-6, 0.3e9));
+    let syn = synth::synthesize(&g, &d).unwrap();
+    assert!(syn.history.len() >= 2, "{:?}", syn.history);
+    assert!(
+        syn.history.windows(2).all(|w| w[1] < w[0]),
+        "{:?}",
+        syn.history
+    );
+    let prop = synth::proportional(&d);
+    let moved = syn
+        .ratios
+        .iter()
+        .zip(&prop)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(moved > 0.05, "{:?}", syn.ratios);
+    assert!((syn.ratios.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    // Still the fastest device never gets less than a slower one.
+    assert!(syn.ratios[0] >= syn.ratios[1] - 1e-9);
+    validate(&g, &syn.program).unwrap();
+}
+
+#[test]
 fn a_broken_program_is_rejected() {
     let g = two_op_graph().validate().unwrap();
     let d = Devices::uniform(2, 2, 1e9, fabric(0.0, 1e9));
