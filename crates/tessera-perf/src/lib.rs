@@ -11,11 +11,17 @@
 //! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
 //! - [`Profiler`]: what a driver learns about a job when it arrives, as typed
 //!   [`Knowledge`] (mechanisms bring their own profilers; see `tessera-mechanisms`).
+//! - [`roofline`]: a device's compute roof and memory slope (kernel time from FLOPs and bytes).
+//! - [`collective`]: α–β costs of all-reduce, all-gather, reduce-scatter, all-to-all and
+//!   rooted collectives, inside a node and across nodes.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+pub mod collective;
+pub mod roofline;
 
 use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, TrainingJob};
 
