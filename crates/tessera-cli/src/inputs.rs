@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use tessera_model::{Cluster, GpuCatalog};
+use tessera_model::{Cluster, Dimension, GpuCatalog};
 use tessera_trace::{LoadedTrace, ReadOptions, TraceFormat};
 
 use crate::builtin;
@@ -98,8 +98,9 @@ pub fn format_label(source: &str, trace: &LoadedTrace) -> String {
     }
 }
 
-/// Fails on the first job that can never fit the cluster, naming the trace line, unless the
-/// user asked for such jobs to be reported as rejected.
+/// Fails on the first job that can never fit the cluster (on any dimension: GPU type, GPU
+/// count, CPU, memory), naming the trace line and the dimension, unless the user asked for
+/// such jobs to be reported as rejected; then returns how many there are.
 pub fn check_fit(
     source: &str,
     trace: &LoadedTrace,
@@ -108,13 +109,17 @@ pub fn check_fit(
 ) -> Result<usize> {
     let mut unfit = 0;
     for (job, line) in trace.workload.jobs().iter().zip(&trace.lines) {
-        let max = cluster.max_gpus_for(&job.gpu_types);
-        if job.gpus as u64 > max {
+        if let Err(e) = cluster.can_ever_fit(job) {
             if !reject_unfit {
+                let field = match e.reason.dimension() {
+                    Dimension::Gpus => "gpus",
+                    Dimension::GpuType => "gpu_type",
+                    Dimension::Cpu => "cpu",
+                    Dimension::Memory => "memory",
+                    _ => "resources",
+                };
                 bail!(
-                    "{source}:{line}: field gpus: job {:?} asks for {} GPUs but the largest eligible node group has {max} (use --reject-unfit to report such jobs as rejected)",
-                    job.name,
-                    job.gpus
+                    "{source}:{line}: field {field}: {e} (use --reject-unfit to report such jobs as rejected)"
                 );
             }
             unfit += 1;

@@ -28,7 +28,9 @@ pub mod time;
 
 pub use alloc::{Allocation, NodeShare};
 pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
-pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
+pub use cluster::{
+    Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
+};
 pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
 pub use quantity::{Bytes, MilliCpu, QuantityError};

@@ -159,6 +159,48 @@ fn job_larger_than_the_cluster_is_an_error_or_a_rejection() {
     assert_eq!(doc["policies"][0]["finished"], 1);
 }
 
+/// Issue 10: a job that fits by GPU count but never by CPU or memory used to hang the run.
+#[test]
+fn jobs_unfit_on_cpu_or_memory_name_the_dimension() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(data("unfit_dims.csv")).unwrap();
+    let lines: Vec<&str> = src.lines().collect();
+    for (keep, line, needle) in [
+        (
+            2,
+            3,
+            "field cpu: job \"hungry\" asks for 25 CPUs but the largest node has 24",
+        ),
+        (
+            3,
+            4,
+            "field memory: job \"fat\" asks for 300Gi of memory but the largest node has 256Gi",
+        ),
+    ] {
+        let path = dir.path().join(format!("t{keep}.csv"));
+        std::fs::write(
+            &path,
+            format!("{}\n{}\n{}\n", lines[0], lines[1], lines[keep]),
+        )
+        .unwrap();
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            &data("four_gpus.yaml"),
+            "--trace",
+            path.to_str().unwrap(),
+            "--policy",
+            "fifo",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("t{keep}.csv:{line}: {needle}")),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn unknown_policy_gpu_model_and_format_are_clear_errors() {
     let o = tessera(&[
