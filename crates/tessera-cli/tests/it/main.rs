@@ -173,7 +173,7 @@ fn jobs_unfit_on_cpu_or_memory_name_the_dimension() {
         ),
         (
             3,
-            4,
+            3,
             "field memory: job \"fat\" asks for 300Gi of memory but the largest node has 256Gi",
         ),
     ] {
