@@ -89,11 +89,11 @@ pub struct SimulateArgs {
 
     /// Round length in seconds for preemptive policies (leases end and jobs are re-planned
     /// every round). Without it, they re-plan at every arrival and completion.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub round: Option<f64>,
 
     /// Seed for generated workloads and anything stochastic.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
 
     /// Report jobs that can never fit the cluster as rejected instead of failing.
@@ -108,17 +108,32 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_restart_cost: bool,
 
-    /// Write jobs.csv, summary.json and timeseries.csv into this directory.
+    /// Write jobs.csv, summary.json and timeseries.csv into this directory, and plots:
+    /// jct_cdf (JCT CDF per policy, log x), timeline (busy GPUs and queue length over time)
+    /// and jct_bars (average and p99 JCT relative to the first policy).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+
+    /// Image format of the plots written with --out.
+    #[arg(long, value_enum, default_value_t = crate::plot::PlotFormat::Svg)]
+    pub plot_format: crate::plot::PlotFormat,
+
+    /// Write no plots with --out (only the CSV and JSON files).
+    #[arg(long)]
+    pub no_plots: bool,
 
     /// Print the comparison as JSON (the summary.json document) instead of a table.
     #[arg(long)]
     pub json: bool,
 
     /// Worker threads for running policies in parallel (default: available cores).
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<usize>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub threads: Option<usize>,
+
+    /// Not an option of simulate: `--jobs` once meant worker threads here; it is refused so
+    /// that `--jobs 10000` is not mistaken for a job count.
+    #[arg(long, hide = true, value_name = "N", allow_negative_numbers = true)]
+    pub jobs: Option<String>,
 
     /// Engine semantics: exact (completions inside rounds, progress at the true rate) or
     /// synergy (the Synergy reference simulator's rounds: 300 s leases, credit at placement,
@@ -134,12 +149,22 @@ pub struct SimulateArgs {
     pub perf: PerfArg,
 
     /// Profiling cost in seconds of one GPU per job (synergy truth, exact semantics).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub profile_cost: f64,
 
     /// Profiling relative error: each measurement is scaled by 1 + e·U(-1, 1) (synergy
     /// truth, exact semantics).
-    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "FRACTION",
+        allow_negative_numbers = true
+    )]
     pub profile_error: f64,
 
     /// Arrival times: `trace` (as the trace has them) or `poisson:JOBS_PER_HOUR` (re-drawn
@@ -214,23 +239,23 @@ pub struct ConvertArgs {
     #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
     pub arrivals: String,
     /// Seed of re-drawn arrivals.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
 }
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// Number of jobs.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
     pub jobs: usize,
     /// Arrival rate in jobs per hour (Poisson).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub load: f64,
     /// Seed.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// GPU count of every job (default: the Philly mix 1/2/4/8 GPUs).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gpus: Option<u32>,
     /// Output CSV; `-` for stdout.
     #[arg(long, short, default_value = "-")]
@@ -245,7 +270,7 @@ pub struct BenchArgs {
     #[arg(default_value = "philly")]
     pub which: String,
     /// Number of jobs of the synthetic Philly-sized trace.
-    #[arg(long, default_value_t = 82_247)]
+    #[arg(long, default_value_t = 82_247, allow_negative_numbers = true)]
     pub jobs: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]

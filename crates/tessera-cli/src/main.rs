@@ -10,6 +10,7 @@ mod args;
 mod builtin;
 mod cmd;
 mod inputs;
+mod plot;
 mod progress;
 mod report;
 

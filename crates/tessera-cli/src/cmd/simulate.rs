@@ -70,6 +70,12 @@ pub struct PolicyRun {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<()> {
+    if let Some(n) = &args.jobs {
+        anyhow::bail!(
+            "simulate has no --jobs (got {n}): use --threads N for worker threads; the number of \
+             jobs comes from the trace (e.g. `tessera trace generate --jobs N -o t.csv`)"
+        );
+    }
     let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let cluster = load_cluster(&args.cluster, &catalog)?;
     let format = parse_format(&args.trace_format)?;
@@ -163,7 +169,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         config,
     };
     let threads = args
-        .jobs
+        .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
 
@@ -247,10 +253,16 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         let reports: Vec<SimReport> = results.into_iter().map(|(r, _)| r).collect();
         write_outputs(dir, &doc, &reports)?;
-        eprintln!(
-            "wrote {}/{{summary.json,jobs.csv,timeseries.csv}}",
-            dir.display()
-        );
+        let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
+            .iter()
+            .map(|f| dir.join(f).display().to_string())
+            .collect();
+        if !args.no_plots {
+            for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
+                written.push(p.display().to_string());
+            }
+        }
+        eprintln!("wrote {}", written.join(", "));
     }
     Ok(())
 }
