@@ -33,6 +33,19 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     }
     let text =
         std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
+    if tessera_trace::looks_like_pai_machine_spec(&text) {
+        let pai = tessera_trace::read_pai_machine_spec(&text, source)?;
+        eprintln!(
+            "{source}: read as an Alibaba PAI 2020 machine spec: {} GPU machines in {} groups; \
+             left out {} CPU-only and {} MISC machines (GPU model not published)",
+            pai.machines,
+            pai.spec.spec.node_groups.len(),
+            pai.cpu_only,
+            pai.misc
+        );
+        return Cluster::from_spec(&pai.spec, catalog)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"));
+    }
     // The error names the line (when known) and the field: `FILE: line 9: field spec...`.
     Cluster::from_yaml(&text, catalog).map_err(|e| anyhow::anyhow!("{source}: {e}"))
 }
@@ -77,6 +90,7 @@ pub fn load_trace(
             workload,
             lines,
             skipped: 0,
+            skipped_examples: Vec::new(),
             dropped: 0,
         });
     }

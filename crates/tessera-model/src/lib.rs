@@ -35,4 +35,4 @@ pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
-pub use time::{SimDuration, SimTime};
+pub use time::{SimDuration, SimTime, TimeRangeError, MAX_INPUT_SECS};

@@ -75,7 +75,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
     }
     if trace.dropped > 0 {
         eprintln!(
-            "{}: dropped {} jobs that did not finish or have no run time or GPUs",
+            "{}: dropped {} jobs the trace marks as not replayable (unfinished, CPU-only, or no run time)",
             args.input, trace.dropped
         );
     }

@@ -203,6 +203,29 @@ fn jobs_unfit_on_cpu_or_memory_name_the_dimension() {
 }
 
 #[test]
+fn pai_machine_spec_is_a_cluster() {
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("pai_machine_spec_small.csv"),
+        "--trace",
+        &data("small.csv"),
+        "--policy",
+        "fifo",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("8 GPU machines in 5 groups; left out 1 CPU-only and 1 MISC"),
+        "{}",
+        stderr(&o)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["gpus"], 40);
+    assert_eq!(doc["policies"][0]["finished"], 3);
+}
+
+#[test]
 fn unknown_policy_gpu_model_and_format_are_clear_errors() {
     let o = tessera(&[
         "simulate",
