@@ -7,6 +7,8 @@ use tessera_model::{Cluster, Dimension, GpuCatalog};
 use tessera_trace::{LoadedTrace, ReadOptions, TraceFormat};
 
 use crate::builtin;
+use crate::suggest::hint;
+use tessera_trace::printable;
 
 /// The built-in GPU catalog, or the one in `path`.
 pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
@@ -24,7 +26,9 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
         let Some(yaml) = builtin::cluster_yaml(name) else {
             let known: Vec<_> = builtin::CLUSTERS.iter().map(|(n, _, _)| *n).collect();
             bail!(
-                "unknown built-in cluster {name:?} (known: {})",
+                "unknown built-in cluster {:?}{} (known: {})",
+                printable(name),
+                hint(name, known.iter().copied()),
                 known.join(", ")
             );
         };
@@ -56,9 +60,11 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
         return Ok(None);
     }
     name.parse::<TraceFormat>().map(Some).map_err(|_| {
-        let known: Vec<String> = TraceFormat::ALL.iter().map(|f| f.to_string()).collect();
+        let known: Vec<&str> = TraceFormat::ALL.iter().map(|f| f.name()).collect();
         anyhow::anyhow!(
-            "unknown trace format {name:?} (known: auto, {})",
+            "unknown trace format {:?}{} (known: auto, {})",
+            printable(name),
+            hint(name, known.iter().copied()),
             known.join(", ")
         )
     })
@@ -79,7 +85,9 @@ pub fn load_trace(
                 .map(|(n, _)| *n)
                 .collect();
             bail!(
-                "unknown built-in trace {name:?} (known: {})",
+                "unknown built-in trace {:?}{} (known: {})",
+                printable(name),
+                hint(name, known.iter().copied()),
                 known.join(", ")
             );
         };
@@ -101,6 +109,28 @@ pub fn load_trace(
         catalog,
         &opts,
     )?)
+}
+
+/// Tells the user what the reader skipped and dropped, naming the first skipped rows.
+pub fn report_skips(source: &str, trace: &LoadedTrace) {
+    if trace.skipped > 0 {
+        eprintln!("{source}: skipped {} malformed rows, first:", trace.skipped);
+        for e in &trace.skipped_examples {
+            eprintln!("  {e}");
+        }
+        if trace.skipped > trace.skipped_examples.len() {
+            eprintln!(
+                "  ... and {} more",
+                trace.skipped - trace.skipped_examples.len()
+            );
+        }
+    }
+    if trace.dropped > 0 {
+        eprintln!(
+            "{source}: dropped {} jobs the trace marks as not replayable (unfinished, CPU-only, or no run time)",
+            trace.dropped
+        );
+    }
 }
 
 /// How to name a trace's format to the user: built-in workloads are generated, not parsed.

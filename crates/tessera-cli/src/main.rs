@@ -13,6 +13,7 @@ mod inputs;
 mod plot;
 mod progress;
 mod report;
+mod suggest;
 
 use std::io::ErrorKind;
 use std::process::ExitCode;

@@ -17,14 +17,23 @@ pub const MAX_INPUT_SECS: u64 = 1_000_000_000;
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
 pub enum TimeRangeError {
     /// NaN, infinite or negative.
-    #[error("{0} is not a non-negative number of seconds")]
+    #[error("{} is not a non-negative number of seconds", short(*.0))]
     NotNonNegative(f64),
     /// Positive but below one microsecond, the clock's resolution.
-    #[error("{0} s is below the clock's resolution of 1 microsecond")]
+    #[error("{} s is below the clock's resolution of 1 microsecond", short(*.0))]
     BelowResolution(f64),
     /// Above [`MAX_INPUT_SECS`].
-    #[error("{0} s is beyond the limit of {MAX_INPUT_SECS} s (about 31.7 years)")]
+    #[error("{} s is beyond the limit of {MAX_INPUT_SECS} s (about 31.7 years)", short(*.0))]
     TooLarge(f64),
+}
+
+/// A number as a user would write it: `1e300`, `1e-7`, `1.5`.
+fn short(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }
 
 /// An instant on the simulation (or daemon) clock, in microseconds since the epoch of the run.
@@ -216,6 +225,11 @@ mod tests {
         assert_eq!(checked(1e300), Err(TimeRangeError::TooLarge(1e300)));
         assert_eq!(checked(-1.0), Err(TimeRangeError::NotNonNegative(-1.0)));
         assert!(checked(f64::NAN).is_err());
+        assert_eq!(
+            checked(1e300).unwrap_err().to_string(),
+            "1e300 s is beyond the limit of 1000000000 s (about 31.7 years)"
+        );
+        assert!(checked(1e-7).unwrap_err().to_string().starts_with("1e-7 s"));
         assert_eq!(
             checked(MAX_INPUT_SECS as f64),
             Ok(SimDuration::from_secs(MAX_INPUT_SECS))

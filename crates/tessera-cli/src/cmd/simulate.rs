@@ -17,7 +17,7 @@ use tessera_trace::{with_arrivals, Arrivals};
 
 use crate::args::{PerfArg, SemanticsArg, SimulateArgs};
 use crate::inputs::{
-    check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format,
+    check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format, report_skips,
 };
 use crate::progress::Bars;
 use crate::report::{comparison_table, write_outputs, EngineInfo, PolicySummary, SummaryDoc};
@@ -86,13 +86,16 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if trace.detected {
         eprintln!("{}: detected trace format {}", args.trace, trace.format);
     }
-    if trace.skipped > 0 {
-        eprintln!("{}: skipped {} malformed rows", args.trace, trace.skipped);
-    }
-    if trace.dropped > 0 {
-        eprintln!(
-            "{}: dropped {} jobs the trace marks as not replayable (unfinished, CPU-only, or no run time)",
-            args.trace, trace.dropped
+    report_skips(&args.trace, &trace);
+    if trace.workload.is_empty() {
+        anyhow::bail!(
+            "{}: no jobs to simulate (the trace has no job rows{})",
+            args.trace,
+            if trace.skipped + trace.dropped > 0 {
+                ", after skipped and dropped ones"
+            } else {
+                ""
+            }
         );
     }
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
@@ -107,7 +110,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         Some(s) if !(s.is_finite() && s > 0.0) => {
             anyhow::bail!("--round must be a positive number of seconds, got {s}")
         }
-        Some(s) => Some(SimDuration::from_secs_f64(s)),
+        Some(s) => Some(SimDuration::checked_from_secs_f64(s).context("--round")?),
         None => None,
     };
     let names: Vec<String> = if args.policies.is_empty() {
@@ -124,7 +127,18 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         .collect();
     // Fail on an unknown name before any run starts.
     for r in &runs {
-        build_policy(&r.name, &r.options).with_context(|| "--policy".to_string())?;
+        if let Err(e) = build_policy(&r.name, &r.options) {
+            let known = POLICIES
+                .iter()
+                .map(|p| p.name)
+                .chain(["synergy"])
+                .chain(tessera_sched::SYNERGY_POLICIES.iter().copied());
+            let hint = crate::suggest::hint(&r.name, known);
+            return Err(anyhow::anyhow!("{e}").context(format!(
+                "--policy {:?}{hint}",
+                tessera_trace::printable(&r.name)
+            )));
+        }
     }
     let perf = match args.perf {
         PerfArg::Trace => Perf::Trace,
@@ -132,12 +146,8 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         PerfArg::Auto if runs.iter().any(|r| is_synergy_policy(&r.name)) => Perf::Synergy,
         PerfArg::Auto => Perf::Trace,
     };
-    if !(args.profile_cost.is_finite() && args.profile_cost >= 0.0) {
-        anyhow::bail!(
-            "--profile-cost must be a non-negative number of seconds, got {}",
-            args.profile_cost
-        );
-    }
+    let profile_cost =
+        SimDuration::checked_from_secs_f64(args.profile_cost).context("--profile-cost")?;
     if !(args.profile_error.is_finite() && (0.0..1.0).contains(&args.profile_error)) {
         anyhow::bail!(
             "--profile-error must be a fraction in [0, 1), got {}",
@@ -154,7 +164,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         profiler: match (perf, reference_semantics) {
             (Perf::Trace, _) => None,
             (Perf::Synergy, false) => Some(Arc::new(OptimisticProfiler {
-                cost: SimDuration::from_secs_f64(args.profile_cost),
+                cost: profile_cost,
                 rel_error: args.profile_error,
                 ..OptimisticProfiler::default()
             })),

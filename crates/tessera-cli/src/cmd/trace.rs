@@ -37,11 +37,14 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     )?;
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
+        for e in &trace.skipped_examples {
+            writeln!(out, "  {e}")?;
+        }
     }
     if trace.dropped > 0 {
         writeln!(
             out,
-            "dropped jobs:   {} (did not finish, or no run time or GPUs)",
+            "dropped jobs:   {} (unfinished, CPU-only, or no run time)",
             trace.dropped
         )?;
     }
@@ -70,15 +73,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
         false,
         args.seed,
     )?;
-    if trace.skipped > 0 {
-        eprintln!("{}: skipped {} malformed rows", args.input, trace.skipped);
-    }
-    if trace.dropped > 0 {
-        eprintln!(
-            "{}: dropped {} jobs the trace marks as not replayable (unfinished, CPU-only, or no run time)",
-            args.input, trace.dropped
-        );
-    }
+    crate::inputs::report_skips(&args.input, &trace);
     let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
     let workload = tessera_trace::with_arrivals(&trace.workload, arrivals, args.seed);
     write_csv(&args.output, &workload, &catalog)

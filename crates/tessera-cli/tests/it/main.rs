@@ -225,6 +225,133 @@ fn pai_machine_spec_is_a_cluster() {
     assert_eq!(doc["policies"][0]["finished"], 3);
 }
 
+/// Issue 10, messages: did-you-mean, negative values reaching the real check, time ranges,
+/// `--jobs` on simulate, empty workloads, skipped rows named, the rejected column.
+#[test]
+fn messages_a_newcomer_meets() {
+    let small = data("small.csv");
+    let four = data("four_gpus.yaml");
+    let base = [
+        "simulate",
+        "--cluster",
+        four.as_str(),
+        "--trace",
+        small.as_str(),
+    ];
+    let fails_with = |extra: &[&str], needles: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let o = tessera(&args);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        for n in needles {
+            assert!(err.contains(n), "{extra:?}: {err} lacks {n:?}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    fails_with(&["--policy", "fiof"], &["did you mean \"fifo\"?"]);
+    fails_with(&["--policy", "las+tun"], &["did you mean \"las+tune\""]);
+    fails_with(
+        &["--trace-format", "tiresais"],
+        &["did you mean \"tiresias\"?"],
+    );
+    let o = tessera(&["simulate", "--cluster", "builtin:defualt"]);
+    assert!(
+        stderr(&o).contains("did you mean \"default\"?"),
+        "{}",
+        stderr(&o)
+    );
+    fails_with(
+        &["--round", "-5"],
+        &["--round must be a positive number of seconds, got -5"],
+    );
+    fails_with(
+        &["--round", "1e300"],
+        &["--round", "1e300 s is beyond the limit"],
+    );
+    fails_with(
+        &["--round", "1e-7"],
+        &["--round", "below the clock's resolution"],
+    );
+    fails_with(
+        &["--policy", "fifo+tune", "--profile-cost", "1e300"],
+        &["--profile-cost", "beyond the limit"],
+    );
+    fails_with(
+        &["--jobs", "10000"],
+        &["simulate has no --jobs", "--threads"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.csv");
+    std::fs::write(&empty, "job_id,submit_s,gpus,duration_s\n").unwrap();
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &four,
+        "--trace",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no jobs to simulate"), "{}", stderr(&o));
+
+    let skip = dir.path().join("skip.csv");
+    let mut text = String::from("job_id,submit_s,gpus,duration_s\n");
+    for i in 0..7 {
+        text.push_str(&format!("bad{i},0,0,5\n"));
+    }
+    text.push_str("ok,0,1,5\n");
+    std::fs::write(&skip, text).unwrap();
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &four,
+        "--trace",
+        skip.to_str().unwrap(),
+        "--skip-invalid",
+        "--policy",
+        "fifo",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("skipped 7 malformed rows"), "{err}");
+    assert!(
+        err.contains("skip.csv:2: field gpus: must be positive"),
+        "{err}"
+    );
+    assert!(err.contains("skip.csv:6: field gpus"), "{err}");
+    assert!(
+        !err.contains("skip.csv:7: field gpus"),
+        "only the first five: {err}"
+    );
+    assert!(err.contains("and 2 more"), "{err}");
+
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &four,
+        "--trace",
+        &data("too_big.csv"),
+        "--reject-unfit",
+        "--policy",
+        "fifo",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    let header = table.lines().find(|l| l.starts_with("policy")).unwrap();
+    assert!(
+        header.contains("rejected") && header.contains("unfinished"),
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("fifo"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[1..4], ["1/2", "1", "0"], "{table}");
+}
+
 #[test]
 fn unknown_policy_gpu_model_and_format_are_clear_errors() {
     let o = tessera(&[
