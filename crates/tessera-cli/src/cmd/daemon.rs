@@ -97,6 +97,8 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
+// The CLI is an edge where reading the wall clock is right: ages are relative to now.
+#[allow(clippy::disallowed_methods)]
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -150,25 +152,6 @@ fn age(secs: f64) -> String {
         format!("in {text}")
     } else {
         format!("{text} ago")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_are_rfc3339_with_age() {
-        assert_eq!(rfc3339(0.0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400.0), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_795_431_042.9), "2026-11-23T10:50:42Z");
-        assert_eq!(rfc3339(f64::NAN), "NaN");
-        assert_eq!(age(5.2), "5s ago");
-        assert_eq!(age(185.0), "3m 5s ago");
-        assert_eq!(age(7800.0), "2h 10m ago");
-        assert_eq!(age(90_000.0), "1d 1h ago");
-        assert_eq!(age(-5.0), "in 5s");
-        assert_eq!(when(100.0, 160.0), "1970-01-01T00:01:40Z (1m 0s ago)");
     }
 }
 
@@ -422,4 +405,23 @@ pub fn queue(args: &ClientArgs) -> Result<()> {
         write!(out, "{}", job_rows(&q.pending))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_with_age() {
+        assert_eq!(rfc3339(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400.0), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_431_042.9), "2026-11-23T10:50:42Z");
+        assert_eq!(rfc3339(f64::NAN), "NaN");
+        assert_eq!(age(5.2), "5s ago");
+        assert_eq!(age(185.0), "3m 5s ago");
+        assert_eq!(age(7800.0), "2h 10m ago");
+        assert_eq!(age(90_000.0), "1d 1h ago");
+        assert_eq!(age(-5.0), "in 5s");
+        assert_eq!(when(100.0, 160.0), "1970-01-01T00:01:40Z (1m 0s ago)");
+    }
 }
