@@ -7,8 +7,14 @@ use tessera_model::{Cluster, Dimension, GpuCatalog};
 use tessera_trace::{LoadedTrace, ReadOptions, TraceFormat};
 
 use crate::builtin;
-use crate::suggest::hint;
 use tessera_trace::printable;
+
+/// `; did you mean "x"?` when a known name is close to `name`, else nothing.
+fn hint(name: &str, known: &[&str]) -> String {
+    tessera_mechanisms::did_you_mean(name, known.iter().copied())
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default()
+}
 
 /// The built-in GPU catalog, or the one in `path`.
 pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
@@ -24,15 +30,17 @@ pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
 pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let Some(yaml) = builtin::cluster_yaml(name) else {
-            let known: Vec<_> = builtin::CLUSTERS.iter().map(|(n, _, _)| *n).collect();
+            let known = builtin::cluster_names();
+            let hint = tessera_mechanisms::did_you_mean(name, known.iter().copied())
+                .map(|k| format!("; did you mean {k:?}?"))
+                .unwrap_or_default();
             bail!(
-                "unknown built-in cluster {:?}{} (known: {})",
+                "unknown built-in cluster {:?}{hint} (known: {})",
                 printable(name),
-                hint(name, known.iter().copied()),
                 known.join(", ")
             );
         };
-        return Cluster::from_yaml(yaml, catalog)
+        return Cluster::from_yaml(&yaml, catalog)
             .with_context(|| format!("built-in cluster {name}"));
     }
     let text =
@@ -64,7 +72,7 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
         anyhow::anyhow!(
             "unknown trace format {:?}{} (known: auto, {})",
             printable(name),
-            hint(name, known.iter().copied()),
+            hint(name, &known),
             known.join(", ")
         )
     })
@@ -87,7 +95,7 @@ pub fn load_trace(
             bail!(
                 "unknown built-in trace {:?}{} (known: {})",
                 printable(name),
-                hint(name, known.iter().copied()),
+                hint(name, &known),
                 known.join(", ")
             );
         };
