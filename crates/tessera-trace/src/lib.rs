@@ -56,9 +56,13 @@ pub mod synthetic;
 
 pub use error::{printable, TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
+pub use formats::tessera::TesseraCsvWriter;
 pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
 pub use stats::{human_duration, TraceStats};
-pub use synthetic::{with_arrivals, Arrivals, BadArrivals};
+pub use synthetic::{with_arrivals, Arrivals, BadArrivals, GenerateError};
+
+/// The most GPUs one job may ask for; every reader refuses larger counts.
+pub const MAX_GPUS_PER_JOB: u64 = fields::MAX_GPUS;
 
 use fields::{Ctx, Parsed};
 use synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};

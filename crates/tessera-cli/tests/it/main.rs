@@ -353,6 +353,45 @@ fn messages_a_newcomer_meets() {
 }
 
 #[test]
+fn trace_generate_bounds_and_streams() {
+    for (args, needle) in [
+        (
+            vec!["--jobs", "18446744073709551615"],
+            "--jobs: 18446744073709551615 jobs is more than the limit",
+        ),
+        (vec!["--gpus", "1000001"], "--gpus: GPU count 1000001"),
+        (vec!["--load", "1e-300"], "past the limit of 1000000000 s"),
+        (
+            vec!["--load", "-1"],
+            "--load: the arrival rate must be positive",
+        ),
+    ] {
+        let mut all = vec!["trace", "generate"];
+        all.extend(args.iter().copied());
+        let o = tessera(&all);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+    // What generate writes, its reader reads back.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.csv");
+    let o = tessera(&[
+        "trace",
+        "generate",
+        "--jobs",
+        "50",
+        "--gpus",
+        "1000000",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tessera(&["trace", "inspect", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn unknown_policy_gpu_model_and_format_are_clear_errors() {
     let o = tessera(&[
         "simulate",
