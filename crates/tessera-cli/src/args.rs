@@ -127,7 +127,7 @@ pub struct SimulateArgs {
     /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:default",
+        default_value = "builtin:synergy-128",
         value_name = "PATH|builtin:NAME"
     )]
     pub cluster: Source,
@@ -135,18 +135,19 @@ pub struct SimulateArgs {
     /// Workload trace: a file or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:philly-synthetic-2k",
+        default_value = "builtin:synergy-mix-600",
         value_name = "PATH|builtin:NAME"
     )]
     pub trace: Source,
 
     /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
-    /// pollux, tiresias, philly-json (see `tessera builtins`).
+    /// pollux, tiresias, philly-json, helios, acme (see `tessera builtins`).
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub trace_format: String,
 
-    /// Policy to run; repeat to compare several. Default: every baseline (fifo, srtf, las,
-    /// ftf). Every registered policy is listed by `tessera builtins`.
+    /// Policy to run; repeat to compare several. Default: the baselines (fifo, srtf, las, ftf)
+    /// and Synergy's LAS with proportional and with tuned CPU/memory (las+proportional,
+    /// las+tune). Every registered policy is listed by `tessera builtins`.
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
 

@@ -87,9 +87,12 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let Some(workload) = tessera_trace::builtin_trace(name, seed) else {
+        let Some(workload) =
+            tessera_trace::builtin_trace(name, seed).or_else(|| builtin::trace(name, seed))
+        else {
             let known: Vec<_> = tessera_trace::BUILTIN_TRACES
                 .iter()
+                .chain(builtin::TRACES)
                 .map(|(n, _)| *n)
                 .collect();
             bail!(

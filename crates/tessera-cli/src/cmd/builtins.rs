@@ -22,7 +22,7 @@ pub fn run() -> Result<()> {
         writeln!(out, "  {:<20} {}", c.name, c.about)?;
     }
     writeln!(out, "\nTraces (--trace builtin:NAME):")?;
-    for (name, about) in tessera_trace::BUILTIN_TRACES {
+    for (name, about) in tessera_trace::BUILTIN_TRACES.iter().chain(builtin::TRACES) {
         writeln!(out, "  {name:<20} {about}")?;
     }
     writeln!(out, "\nPolicies (--policy NAME):")?;

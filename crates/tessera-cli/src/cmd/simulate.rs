@@ -41,6 +41,12 @@ fn trace_truth() -> Truth {
     }
 }
 
+/// What `tessera simulate` compares when no `--policy` is given: the baselines, and the
+/// headline mechanism (Synergy's LAS+TUNE, with its proportional allocation beside it so the
+/// gain of tuning CPU and memory shows on its own).
+pub const DEFAULT_POLICIES: &[&str] =
+    &["fifo", "srtf", "las", "ftf", "las+proportional", "las+tune"];
+
 /// One policy to run: its registry name and options.
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
@@ -143,10 +149,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         None => None,
     };
     let names: Vec<String> = if args.policies.is_empty() {
-        tessera_sched::baselines::POLICIES
-            .iter()
-            .map(|p| p.name.to_string())
-            .collect()
+        DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
     } else {
         args.policies.clone()
     };
