@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
 /// Start with `tessera simulate`: it runs a built-in cluster and workload under the baseline
-/// policies and prints a comparison. `tessera serve` runs the same policies on real jobs;
+/// policies and Synergy's, and prints a comparison. `tessera serve` runs the same policies on real jobs;
 /// `submit`, `list`, `describe`, `cancel`, `nodes` and `queue` talk to it.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about, long_about, max_term_width = 100)]
@@ -19,9 +19,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay a workload trace on a cluster under one or more policies and compare them.
+    #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
     /// Inspect, convert or generate workload traces.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = TRACE_EXAMPLES)]
     Trace(TraceCommand),
     /// Run a speed benchmark and print its figures (see BENCHMARKS.md); `all` runs every one.
     /// The benchmarks come from the mechanism registry (`tessera builtins`).
@@ -34,8 +35,10 @@ pub enum Command {
     /// List built-in clusters, traces, policies and trace formats.
     Builtins,
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(crate::cmd::daemon::ServeArgs),
     /// Submit a job spec (YAML or JSON) to the daemon.
+    #[command(after_help = SUBMIT_EXAMPLES)]
     Submit(crate::cmd::daemon::SubmitArgs),
     /// List your jobs (all jobs with an admin token).
     List(crate::cmd::daemon::ListArgs),
@@ -48,6 +51,31 @@ pub enum Command {
     /// Show queues and the pending jobs in scheduling order.
     Queue(crate::cmd::daemon::ClientArgs),
 }
+
+const SIMULATE_EXAMPLES: &str = "Examples:
+  tessera simulate
+      the built-in loaded cluster and workload under the baselines and Synergy
+  tessera simulate --cluster c.yaml --trace jobs.csv --policy fifo --policy las --out out/
+      compare two policies on your files; out/ gets CSVs, summary.json and plots
+  tessera simulate --cluster pai_machine_spec.csv --trace cluster_log.csv --reject-unfit
+      a Helios log on Alibaba PAI's 2020 machines; jobs that never fit are reported, not fatal";
+
+const SERVE_EXAMPLES: &str = "Examples:
+  tessera serve --config tessera.yaml
+      start the daemon (see docs/daemon.md for the config: store, backend, tenants)
+  tessera serve --config tessera.yaml --log-level debug 2> daemon.log
+      the same, logging plain text (no colour) to a file";
+
+const SUBMIT_EXAMPLES: &str = "Examples:
+  tessera submit job.yaml --token $TOKEN
+      submit a job spec; prints its id
+  tessera describe 12 --token $TOKEN
+      its state, pending reason, queue position and history (RFC 3339 times)";
+
+const TRACE_EXAMPLES: &str = "Examples:
+  tessera trace generate --jobs 10000 --load 120 --seed 7 -o jobs.csv
+  tessera trace inspect cluster_log.csv
+  tessera trace convert trace_seren.csv -o seren.csv";
 
 /// `repro` and `bench`: one subcommand per registered experiment, added at run time
 /// ([`with_registry`]), whose flags are the experiment's parameters.

@@ -353,6 +353,27 @@ fn messages_a_newcomer_meets() {
 }
 
 #[test]
+fn main_verbs_show_examples_in_help() {
+    for verb in [&["simulate"][..], &["trace"], &["serve"], &["submit"]] {
+        let mut args = verb.to_vec();
+        args.push("--help");
+        let o = tessera(&args);
+        assert!(o.status.success(), "{verb:?}");
+        let help = stdout(&o);
+        let examples = help.split("Examples:").nth(1).unwrap_or_default();
+        let n = examples
+            .lines()
+            .filter(|l| l.starts_with("  tessera "))
+            .count();
+        assert!(n >= 2, "{verb:?} shows {n} examples: {help}");
+        assert!(
+            help.lines().all(|l| l.chars().count() <= 100),
+            "{verb:?} wraps: {help}"
+        );
+    }
+}
+
+#[test]
 fn trace_generate_bounds_and_streams() {
     for (args, needle) in [
         (
