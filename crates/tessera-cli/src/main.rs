@@ -9,7 +9,6 @@
 mod args;
 mod builtin;
 mod cmd;
-mod figure;
 mod inputs;
 mod plot;
 mod progress;

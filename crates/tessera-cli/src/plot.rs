@@ -89,6 +89,9 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Optional spread band: (x, low, high), drawn as a translucent area behind the line.
     pub band: Vec<(f64, f64, f64)>,
+    /// Colour and marker index; `None` = the series' position. Lets a series keep its look
+    /// across panels that hold different subsets.
+    pub style: Option<usize>,
 }
 
 /// A line chart (one panel of a figure).
@@ -322,7 +325,8 @@ where
                 .filter(|&(x, y)| keep_x(x) && y.is_finite())
                 .collect();
             let pts = thin(&pts);
-            (i, s, if chart.step { to_steps(&pts) } else { pts })
+            let style = s.style.unwrap_or(i);
+            (style, s, if chart.step { to_steps(&pts) } else { pts })
         })
         .collect();
     let xs = series.iter().flat_map(|(_, _, p)| p.iter().map(|q| q.0));
@@ -553,6 +557,91 @@ where
     Ok(())
 }
 
+/// Draws an experiment's figure (`tessera repro`, `tessera bench`) to `dir/<file_stem>`.
+///
+/// Sparse sweeps get a marker per point; a series' spread (min–max over seeds) becomes a band.
+/// With more than six lines named `ORDER+MECH`, the figure gets one panel per ordering, each
+/// mechanism keeping its colour and marker in every panel, so that no line hides another.
+pub fn experiment_figure(
+    dir: &Path,
+    format: PlotFormat,
+    figure: &tessera_mechanisms::experiment::Figure,
+) -> Result<PathBuf> {
+    let to_series = |s: &tessera_mechanisms::experiment::Series, style: Option<usize>| Series {
+        label: s.label.clone(),
+        points: s.points.clone(),
+        band: s
+            .spread
+            .as_ref()
+            .map(|sp| {
+                s.points
+                    .iter()
+                    .zip(sp)
+                    .map(|(&(x, _), &(lo, hi))| (x, lo, hi))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        style,
+    };
+    let chart = |title: String, series: Vec<Series>| LineChart {
+        title,
+        x_label: figure.x_label.clone(),
+        y_label: figure.y_label.clone(),
+        log_x: false,
+        step: false,
+        markers: true,
+        series,
+    };
+    // ORDER+MECH labels, in order of first appearance.
+    let split = |label: &str| {
+        label
+            .split_once('+')
+            .map(|(o, m)| (o.to_string(), m.to_string()))
+    };
+    let mut orders: Vec<String> = Vec::new();
+    let mut mechs: Vec<String> = Vec::new();
+    for s in &figure.series {
+        if let Some((o, m)) = split(&s.label) {
+            if !orders.contains(&o) {
+                orders.push(o);
+            }
+            if !mechs.contains(&m) {
+                mechs.push(m);
+            }
+        }
+    }
+    let all_split = figure.series.iter().all(|s| split(&s.label).is_some());
+    let panels: Vec<LineChart> = if figure.series.len() > 6 && all_split && orders.len() > 1 {
+        orders
+            .iter()
+            .map(|o| {
+                let series = figure
+                    .series
+                    .iter()
+                    .filter_map(|s| {
+                        let (so, sm) = split(&s.label)?;
+                        (&so == o).then(|| to_series(s, mechs.iter().position(|m| *m == sm)))
+                    })
+                    .collect();
+                chart(o.to_ascii_uppercase(), series)
+            })
+            .collect()
+    } else {
+        vec![chart(
+            String::new(),
+            figure.series.iter().map(|s| to_series(s, None)).collect(),
+        )]
+    };
+    let cols = if panels.len() > 1 { 2 } else { 1 };
+    line_figure(
+        &dir.join(&figure.file_stem),
+        format,
+        &figure.title,
+        &panels,
+        cols,
+    )
+}
+
 /// Sorted JCTs of finished jobs, in seconds.
 fn finished_jcts(r: &SimReport) -> Vec<f64> {
     let mut v: Vec<f64> = r
@@ -594,6 +683,7 @@ pub fn simulate_plots(
                         .map(|(i, &x)| (x.max(1e-3), (i + 1) as f64 / n))
                         .collect(),
                     band: Vec::new(),
+                    style: None,
                 }
             })
             .collect(),
@@ -624,6 +714,7 @@ pub fn simulate_plots(
                         .map(|s| (s.time.as_secs_f64() / 3600.0, value(s)))
                         .collect(),
                     band: Vec::new(),
+                    style: None,
                 })
                 .collect(),
         };
@@ -713,6 +804,79 @@ mod tests {
             to_steps(&[(0.0, 1.0), (2.0, 3.0)]),
             vec![(0.0, 1.0), (2.0, 1.0), (2.0, 3.0)]
         );
+    }
+
+    fn figure(n_orders: usize, spread: bool) -> tessera_mechanisms::experiment::Figure {
+        use tessera_mechanisms::experiment::{Figure, Series as S};
+        let orders = ["fifo", "srtf", "las", "ftf"];
+        let mechs = ["proportional", "greedy", "tune"];
+        let mut series = Vec::new();
+        for o in &orders[..n_orders] {
+            for (k, m) in mechs.iter().enumerate() {
+                let points: Vec<(f64, f64)> = (1..=4)
+                    .map(|x| (x as f64, 10.0 * x as f64 + k as f64))
+                    .collect();
+                let spread =
+                    spread.then(|| points.iter().map(|p| (p.1 - 1.0, p.1 + 1.0)).collect());
+                series.push(S {
+                    label: format!("{o}+{m}"),
+                    points,
+                    spread,
+                });
+            }
+        }
+        Figure {
+            file_stem: "jct_vs_load".into(),
+            title: "JCT vs load".into(),
+            x_label: "load (jobs/hour)".into(),
+            y_label: "average JCT (hours)".into(),
+            series,
+        }
+    }
+
+    fn svg_texts(path: &Path) -> (Vec<String>, String) {
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let texts = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| n.text().unwrap_or("").trim().to_string())
+            .collect();
+        (texts, text)
+    }
+
+    #[test]
+    fn many_order_mech_lines_get_a_panel_per_ordering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = experiment_figure(dir.path(), PlotFormat::Svg, &figure(4, true)).unwrap();
+        assert_eq!(path, dir.path().join("jct_vs_load.svg"));
+        let (texts, raw) = svg_texts(&path);
+        for panel in ["FIFO", "SRTF", "LAS", "FTF"] {
+            assert!(
+                texts.iter().any(|t| t == panel),
+                "no {panel} panel: {texts:?}"
+            );
+        }
+        // Each mechanism in every panel's legend, in the same colour everywhere.
+        for m in ["fifo+tune", "las+tune", "ftf+greedy"] {
+            assert!(texts.iter().any(|t| t == m), "{m}: {texts:?}");
+        }
+        // `tune` is the third mechanism: palette colour 2 in every panel.
+        let green = raw.matches("stroke=\"#009E73\"").count();
+        assert!(green >= 4, "tune's colour in all four panels: {green}");
+        // Spread bands are translucent polygons.
+        assert!(raw.matches("<polygon").count() >= 12, "bands and markers");
+        // Round ticks only.
+        assert!(
+            texts.iter().all(|t| !t.contains(".0") || t.contains("0.")),
+            "{texts:?}"
+        );
+
+        // Few lines: one panel, no ordering titles.
+        let path = experiment_figure(dir.path(), PlotFormat::Svg, &figure(1, false)).unwrap();
+        let (texts, _) = svg_texts(&path);
+        assert!(!texts.iter().any(|t| t == "FIFO"), "{texts:?}");
+        assert!(texts.iter().any(|t| t == "fifo+tune"));
     }
 
     #[test]
