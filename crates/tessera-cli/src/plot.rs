@@ -610,6 +610,9 @@ pub fn experiment_figure(
             }
         }
     }
+    // The paper's order of orderings first, others as they come.
+    const KNOWN: [&str; 4] = ["fifo", "srtf", "las", "ftf"];
+    orders.sort_by_key(|o| KNOWN.iter().position(|k| k == o).unwrap_or(KNOWN.len()));
     let all_split = figure.series.iter().all(|s| split(&s.label).is_some());
     let panels: Vec<LineChart> = if figure.series.len() > 6 && all_split && orders.len() > 1 {
         orders
