@@ -470,7 +470,19 @@ fn trace_inspect_reports_counts_and_histogram() {
     let o = tessera(&["trace", "inspect", &data("small.csv")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("tessera") && text.contains('3'), "{text}");
+    // small.csv: a (2 GPUs, 100 s, t=0), b (4 GPUs, 50 s, t=0), c (2 GPUs, 30 s, t=10).
+    for line in [
+        "format tessera (detected)",
+        "jobs:           3",
+        "submit span:    10 s (0.000s .. 10.000s)",
+        "GPUs per job:   2: 2 (66.7%), 4: 1 (33.3%)",
+        "duration:       mean 60 s, p50 50 s, p90 100 s, p99 100 s, max 100 s",
+        "models:         3",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in {text}");
+    }
+    // GPU-hours: (2 x 100 + 4 x 50 + 2 x 30) s / 3600 = 0.128 h.
+    assert!(text.contains("GPU-hours:      0.1"), "{text}");
 }
 
 /// Same seed, same report (wall times aside); another seed, another workload. The trace is a
