@@ -47,6 +47,33 @@ fn trace_truth() -> Truth {
 pub const DEFAULT_POLICIES: &[&str] =
     &["fifo", "srtf", "las", "ftf", "las+proportional", "las+tune"];
 
+/// Rounds beyond which a run is worth a warning: each round costs a scheduling pass (a few
+/// microseconds when idle), so 100 million of them take minutes to hours.
+const MANY_ROUNDS: f64 = 1e8;
+
+/// Warns when the trace spans so many rounds that the run will be slow: the last arrival plus
+/// the total work done back to back bounds the simulated time.
+fn warn_many_rounds(workload: &Workload, round: SimDuration) -> bool {
+    let last_submit = workload
+        .jobs()
+        .last()
+        .map_or(0.0, |j| j.submit.as_secs_f64());
+    let work: f64 = workload
+        .jobs()
+        .iter()
+        .map(|j| j.duration.as_secs_f64())
+        .sum();
+    let rounds = (last_submit + work) / round.as_secs_f64().max(1e-6);
+    if rounds > MANY_ROUNDS {
+        eprintln!(
+            "warning: up to {rounds:.1e} rounds of {} s (the trace's span plus its jobs' work back \
+             to back); the run may take long: consider a longer --round",
+            round.as_secs_f64()
+        );
+    }
+    rounds > MANY_ROUNDS
+}
+
 /// One policy to run: its registry name and options.
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
@@ -148,6 +175,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         Some(s) => Some(SimDuration::checked_from_secs_f64(s).context("--round")?),
         None => None,
     };
+    if let Some(r) = round {
+        let _ = warn_many_rounds(&trace.workload, r);
+    }
     let names: Vec<String> = if args.policies.is_empty() {
         DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
     } else {
@@ -327,4 +357,34 @@ pub fn run_policies_with(
         &|_, _| {},
     )?;
     results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_model::{SimTime, TrainingJob};
+
+    #[test]
+    fn many_rounds_are_warned_about() {
+        let long = |secs: u64| {
+            Workload::new(vec![TrainingJob::simple(
+                0,
+                SimTime::ZERO,
+                1,
+                SimDuration::from_secs(secs),
+            )])
+        };
+        assert!(warn_many_rounds(
+            &long(900_000_000),
+            SimDuration::from_secs(1)
+        ));
+        assert!(!warn_many_rounds(
+            &long(900_000_000),
+            SimDuration::from_secs(300)
+        ));
+        assert!(!warn_many_rounds(
+            &long(3600),
+            SimDuration::from_micros(1000)
+        ));
+    }
 }
