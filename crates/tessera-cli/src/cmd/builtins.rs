@@ -49,7 +49,12 @@ pub fn run() -> Result<()> {
     }
     writeln!(out, "\nTrace formats (--trace-format NAME): auto")?;
     for f in tessera_trace::TraceFormat::ALL {
-        writeln!(out, "  {f}")?;
+        writeln!(out, "  {:<20} {}", f.name(), f.description())?;
     }
+    writeln!(
+        out,
+        "\nCluster files (--cluster PATH): a `kind: Cluster` YAML, or Alibaba PAI's 2020 \
+         pai_machine_spec.csv"
+    )?;
     Ok(())
 }

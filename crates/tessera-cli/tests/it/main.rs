@@ -353,6 +353,26 @@ fn messages_a_newcomer_meets() {
 }
 
 #[test]
+fn builtins_lists_every_format_cluster_trace_and_policy() {
+    let o = tessera(&["builtins"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "synergy-mix-600",
+        "philly-synthetic-2k",
+        "synergy-128",
+        "las+tune",
+        "fifo+opt",
+        "helios               Helios cluster_log.csv",
+        "acme                 Acme",
+        "philly-json",
+        "pai_machine_spec.csv",
+    ] {
+        assert!(text.contains(needle), "builtins lacks {needle:?}: {text}");
+    }
+}
+
+#[test]
 fn main_verbs_show_examples_in_help() {
     for verb in [&["simulate"][..], &["trace"], &["serve"], &["submit"]] {
         let mut args = verb.to_vec();
