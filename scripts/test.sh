@@ -42,6 +42,12 @@ count() { # FILE KIND -> "passed failed"
 read -r np nf < <(count "$logs/nextest.log" nextest)
 read -r cp cf < <(count "$logs/daemon.log" cargo)
 read -r pp pf < <(count "$logs/daemon.log" pytest)
+# A test binary that does not compile reports no counts: count each such crate as a failure.
+broken=$(sed 's/\x1b\[[0-9;]*m//g' "$logs/daemon.log" | grep '^error: could not compile' | sort -u | wc -l)
+if [ "$broken" -gt 0 ]; then
+  echo "scripts/test.sh: $broken crate(s) of the real-mode tests did not compile (counted as failures)" >&2
+  cf=$((cf + broken))
+fi
 if [ "$nextest_rc" -ne 0 ] && [ "$nf" -eq 0 ]; then
   echo "scripts/test.sh: nextest failed without reporting failed tests (counted as 1)" >&2
   nf=1

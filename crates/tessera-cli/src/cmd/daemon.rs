@@ -66,6 +66,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct IdArgs {
     /// Job id.
+    #[arg(allow_negative_numbers = true)]
     pub id: i64,
     #[command(flatten)]
     pub client: ClientArgs,
