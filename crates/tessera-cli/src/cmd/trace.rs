@@ -48,6 +48,10 @@ fn inspect(args: &InspectArgs) -> Result<()> {
             trace.dropped
         )?;
     }
+    if trace.workload.is_empty() {
+        writeln!(out, "no jobs")?;
+        return Ok(());
+    }
     write!(out, "{}", TraceStats::of(&trace.workload))?;
     Ok(())
 }

@@ -294,6 +294,9 @@ fn messages_a_newcomer_meets() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no jobs to simulate"), "{}", stderr(&o));
+    let o = tessera(&["trace", "inspect", empty.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).trim_end().ends_with("no jobs"), "{}", stdout(&o));
 
     let skip = dir.path().join("skip.csv");
     let mut text = String::from("job_id,submit_s,gpus,duration_s\n");
