@@ -152,3 +152,22 @@ fn plot_format_png_and_no_plots() {
         .collect();
     assert!(images.is_empty(), "--no-plots wrote {images:?}");
 }
+
+/// The README promises that `jobs.csv`, `timeseries.csv` and the plots are the same bit for
+/// bit for the same inputs and seed (only wall times differ, in the table and summary.json).
+#[test]
+fn deterministic_outputs_are_byte_identical() {
+    let a = run_with_plots(&[]);
+    let b = run_with_plots(&[]);
+    for name in [
+        "jobs.csv",
+        "timeseries.csv",
+        "jct_cdf.svg",
+        "timeline.svg",
+        "jct_bars.svg",
+    ] {
+        let x = std::fs::read(a.path().join("out").join(name)).unwrap();
+        let y = std::fs::read(b.path().join("out").join(name)).unwrap();
+        assert!(x == y, "{name} differs between two identical runs");
+    }
+}
