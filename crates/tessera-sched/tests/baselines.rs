@@ -4,11 +4,13 @@
 //! backfills past a job that does not fit.
 
 use tessera_model::{
-    Allocation, Bytes, Cluster, JobId, MilliCpu, NodeId, NodeShare, Resources, SimDuration,
-    SimTime, TrainingJob, Workload,
+    Allocation, Bytes, Cluster, JobId, MilliCpu, NodeId, NodeShare, SimDuration, SimTime,
+    TrainingJob, Workload,
 };
 use tessera_sched::baselines::build;
-use tessera_sched::{Action, ActiveJob, ClusterView, JobState, PolicyOptions, Trigger};
+use tessera_sched::{
+    Action, ActiveJob, ClusterState, ClusterView, JobState, PolicyOptions, Trigger,
+};
 
 fn server() -> Cluster {
     Cluster::homogeneous(
@@ -42,12 +44,12 @@ fn workload(specs: &[(u64, u32, u64)]) -> Workload {
 /// The whole server's share for `gpus` GPUs of a job, GPU-proportional.
 fn share(gpus: u32) -> Allocation {
     Allocation {
-        shares: vec![NodeShare {
-            node: NodeId(0),
+        shares: vec![NodeShare::whole(
+            NodeId(0),
             gpus,
-            cpu: MilliCpu::from_cores(6 * gpus as u64),
-            memory: Bytes::from_gib(64 * gpus as u64),
-        }],
+            MilliCpu::from_cores(6 * gpus as u64),
+            Bytes::from_gib(64 * gpus as u64),
+        )],
     }
 }
 
@@ -60,22 +62,18 @@ fn decide(
     active: &[ActiveJob],
 ) -> Vec<Action> {
     let cluster = server();
-    let mut free = cluster.capacity(NodeId(0));
+    let mut state = ClusterState::new(&cluster);
     for a in active {
         if let Some(alloc) = &a.allocation {
-            free.sub(&Resources {
-                gpus: alloc.gpus(),
-                cpu: alloc.cpu(),
-                memory: alloc.memory(),
-            });
+            state.take(&cluster, alloc);
         }
     }
-    let free = [free];
     let view = ClusterView {
         now: SimTime::from_secs(now),
         trigger,
         cluster: &cluster,
-        free: &free,
+        free: state.free(),
+        state: &state,
         jobs: w.jobs(),
         active,
     };
@@ -113,6 +111,8 @@ const ARRIVAL: Trigger = Trigger {
     round: false,
     arrival: true,
     completion: false,
+    wakeup: false,
+    reconfigured: false,
 };
 
 #[test]

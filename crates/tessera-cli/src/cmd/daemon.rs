@@ -87,12 +87,8 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         .init();
     let config = DaemonConfig::from_file(&args.config)
         .with_context(|| format!("reading daemon config {}", args.config.display()))?;
-    if config.tenants.is_empty() {
-        eprintln!(
-            "warning: no tenant is configured in {}: every API call will be refused with 401 \
-             (add `tenants:` with a name and tokenSha256)",
-            args.config.display()
-        );
+    for w in config.warnings() {
+        eprintln!("warning: {}: {w}", args.config.display());
     }
     tessera_daemon::run(config).context("daemon stopped")?;
     Ok(())
