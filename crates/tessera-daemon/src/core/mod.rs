@@ -19,6 +19,10 @@
 
 mod api;
 
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 

@@ -1,0 +1,430 @@
+//! Unit tests of the core on virtual time with a scripted backend (see [`super::testkit`]).
+
+use proptest::prelude::*;
+
+use super::testkit::{node, policy, Event, Harness};
+use crate::backend::RunStatus;
+use crate::store::RunState;
+use crate::types::JobState;
+
+/// (job id, attempt, placement as (node, GPUs)).
+type Launched = (i64, u32, Vec<(String, u32)>);
+
+fn launches(events: &[Event]) -> Vec<Launched> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Launch(j, a, p) => Some((*j, *a, p.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn on(node: &str, gpus: u32) -> Vec<(String, u32)> {
+    vec![(node.to_string(), gpus)]
+}
+
+#[test]
+fn submission_placement_launch_completion() {
+    let mut h = Harness::new(vec![node("n1", 2), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 2, 100);
+    let b = h.submit("b", 2, 100);
+    let c = h.submit("c", 1, 100);
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending)]),
+            Event::Persist(vec![(b, JobState::Pending)]),
+            Event::Persist(vec![(c, JobState::Pending)]),
+        ],
+        "each submission is durable before it is acknowledged"
+    );
+    h.schedule();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Starting), (c, JobState::Starting)]),
+            Event::Launch(a, 1, on("n1", 2)),
+            Event::Launch(c, 1, on("n2", 1)),
+            Event::Persist(vec![(a, JobState::Running), (c, JobState::Running)]),
+        ],
+        "FIFO starts a, backfills c around b, persists before launching"
+    );
+    assert_eq!(h.state(b), JobState::Pending);
+    assert!(
+        !h.core.wants_schedule(h.now),
+        "nothing changed: no busy loop"
+    );
+
+    h.advance(100);
+    h.end_run(a, RunStatus::Completed);
+    h.poll();
+    assert_eq!(h.stored_state(a), Some(JobState::Completed));
+    assert!(
+        h.core.wants_schedule(h.now),
+        "a completion is a scheduling point"
+    );
+    h.take_events();
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(b, 1, on("n1", 2))],
+        "b gets a's GPUs"
+    );
+    assert_eq!(h.state(b), JobState::Running);
+
+    h.end_run(
+        c,
+        RunStatus::Failed {
+            reason: "exit 3".into(),
+            exit_code: Some(3),
+        },
+    );
+    h.poll();
+    let row = h.store_jobs[&c].clone();
+    assert_eq!((row.state, row.exit_code), (JobState::Failed, Some(3)));
+    assert!(row.placement.is_empty() && row.handle.is_none());
+    assert_eq!(
+        h.store_runs
+            .values()
+            .filter(|r| r.state == RunState::Live)
+            .count(),
+        1,
+        "only b's run is live"
+    );
+}
+
+#[test]
+fn cancel_persists_then_stops_and_frees_the_gpus() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    h.take_events();
+    // Cancelling a pending job touches no backend.
+    h.core.cancel_job(h.now, b).unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![Event::Persist(vec![(b, JobState::Cancelled)])]
+    );
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Cancelled)]),
+            Event::Stop(a, 1, false),
+            Event::Persist(vec![]),
+        ],
+        "cancelled and run marked `stop` durably, then stopped, then the run recorded gone"
+    );
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert!(h.core.cancel_job(h.now, a).is_err(), "already cancelled");
+    let c = h.submit("c", 1, 100);
+    h.schedule();
+    assert_eq!(h.state(c), JobState::Running, "the GPU came back");
+}
+
+#[test]
+fn las_preempts_at_the_round_boundary_and_requeues() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+    let a = h.submit("a", 1, 1000);
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.advance(10);
+    let b = h.submit("b", 1, 1000);
+    h.take_events();
+    h.schedule();
+    assert!(
+        launches(&h.take_events()).is_empty(),
+        "between rounds LAS only fills"
+    );
+    assert_eq!(
+        h.core.poll_timeout(),
+        Some(h.now + tessera_model::SimDuration::from_secs(50))
+    );
+    h.advance(50);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending), (b, JobState::Starting)]),
+            Event::Stop(a, 1, true),
+            Event::Launch(b, 1, on("n1", 1)),
+            Event::Persist(vec![(b, JobState::Running)]),
+        ],
+        "a has 60 GPU-s, b none: a is preempted (gracefully) for b"
+    );
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.preemptions, row.attempt),
+        (JobState::Pending, 1, 1)
+    );
+    assert_eq!(h.core.metrics().preemptions.get("policy"), Some(&1));
+    // Next round: b has 60 GPU-s too; the tie goes to the earlier submission.
+    h.advance(60);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n1", 1))]);
+    assert_eq!(h.state(b), JobState::Pending);
+}
+
+#[test]
+fn restart_adopts_requeues_stops_and_records_what_finished() {
+    let mut h = Harness::new(vec![node("n1", 4)], policy("fifo", None));
+    let ids: Vec<i64> = ["adopt", "requeue", "done", "cancelled"]
+        .iter()
+        .map(|n| h.submit(n, 1, 100))
+        .collect();
+    let (adopt, requeue, done, cancelled) = (ids[0], ids[1], ids[2], ids[3]);
+    h.schedule();
+    assert!(ids.iter().all(|&i| h.state(i) == JobState::Running));
+    let handle_of = |h: &Harness, id: i64| h.store_jobs[&id].handle.clone().unwrap();
+    // Leave the store as crashes at different moments would have.
+    for id in [adopt, requeue] {
+        // Crash between launching and recording the run.
+        let hd = handle_of(&h, id);
+        h.store_runs.remove(&hd);
+        let row = h.store_jobs.get_mut(&id).unwrap();
+        row.state = JobState::Starting;
+        row.handle = None;
+    }
+    // The requeued job's launch never reached the backend.
+    let lost = handle_of_run(&h, requeue);
+    h.runs.remove(&lost);
+    // Cancel decided and persisted, stop not yet issued.
+    let hd = handle_of(&h, cancelled);
+    {
+        let row = h.store_jobs.get_mut(&cancelled).unwrap();
+        row.state = JobState::Cancelled;
+        row.handle = None;
+        row.placement.clear();
+        h.store_runs.get_mut(&hd).unwrap().state = RunState::Stop;
+    }
+    // A job finished while the daemon was down.
+    h.end_run(done, RunStatus::Completed);
+    h.take_events();
+
+    h.advance(5);
+    h.restart(policy("fifo", None));
+    let events = h.take_events();
+    assert_eq!(
+        events[..3],
+        [
+            Event::Find(adopt, 1),
+            Event::Find(requeue, 1),
+            Event::Persist(vec![
+                (adopt, JobState::Running),
+                (requeue, JobState::Pending)
+            ]),
+        ],
+        "{events:#?}"
+    );
+    assert!(
+        events.contains(&Event::Stop(cancelled, 1, false)),
+        "{events:#?}"
+    );
+    assert_eq!(h.stored_state(done), Some(JobState::Completed));
+    assert_eq!(h.store_jobs[&adopt].attempt, 1, "adopted, not restarted");
+    assert!(
+        h.run_of(cancelled).is_none(),
+        "the cancelled job's run was stopped"
+    );
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(requeue, 2, on("n1", 1))],
+        "only the requeued job starts again, as a new attempt"
+    );
+    assert_eq!(h.held_gpus().get("n1"), Some(&2));
+}
+
+fn handle_of_run(h: &Harness, id: i64) -> String {
+    h.runs
+        .iter()
+        .find(|(_, r)| r.job_id == id)
+        .map(|(k, _)| k.clone())
+        .unwrap()
+}
+
+#[test]
+fn refused_launches_retry_after_a_delay_then_fail_the_job() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    h.refuse_launches = 3;
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    assert_eq!(h.stored_state(a), Some(JobState::Pending));
+    assert!(!h.core.wants_schedule(h.now), "no busy retry loop");
+    h.advance(5);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    h.advance(5);
+    h.schedule();
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Failed);
+    assert!(
+        row.message.as_deref().unwrap().contains("3 times"),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(h.held_gpus().get("n1"), None, "nothing held");
+}
+
+#[test]
+fn a_run_launched_for_a_job_cancelled_meanwhile_is_stopped() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.core.schedule(h.now);
+    let Some(super::Command::Persist(batch)) = h.core.poll_command() else {
+        panic!("the start is persisted first")
+    };
+    assert_eq!(batch.transitions[0].to, JobState::Starting);
+    let Some(super::Command::Launch(launch)) = h.core.poll_command() else {
+        panic!("then launched")
+    };
+    // A cancel arrives while the launch is in flight (a driver launching off-thread).
+    h.core.cancel_job(h.now, a).unwrap();
+    h.core.handle_launched(
+        h.now,
+        launch.job_id,
+        launch.attempt,
+        Ok(crate::backend::Handle("orphan".into())),
+    );
+    let mut saw = Vec::new();
+    while let Some(c) = h.core.poll_command() {
+        saw.push(match c {
+            super::Command::Persist(b) => format!(
+                "persist {:?} {:?}",
+                b.transitions.iter().map(|t| t.to).collect::<Vec<_>>(),
+                b.runs
+                    .iter()
+                    .map(|r| (r.handle.as_str(), r.state))
+                    .collect::<Vec<_>>()
+            ),
+            super::Command::Stop { run, .. } => format!("stop {}", run.handle),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        saw,
+        vec![
+            "persist [Cancelled] [(\"orphan\", Stop)]".to_string(),
+            "stop orphan".to_string()
+        ]
+    );
+}
+
+#[test]
+fn failed_stops_are_retried_at_the_next_poll() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    h.refuse_stops = 1;
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert!(h.run_of(a).is_some(), "the refused stop left the run alive");
+    assert_eq!(h.core.metrics().backend_errors, 1);
+    h.take_events();
+    h.poll();
+    assert_eq!(h.take_events()[0], Event::Stop(a, 1, false));
+    assert!(h.run_of(a).is_none());
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+}
+
+#[test]
+fn a_node_going_down_takes_no_new_jobs() {
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let mut down = node("n1", 1);
+    down.health = crate::backend::NodeHealth::Down;
+    h.core.handle_inventory(h.now, &[down, node("n2", 1)]);
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 1, on("n2", 1))]);
+    assert_eq!(h.state(b), JobState::Pending);
+    h.core
+        .handle_inventory(h.now, &[node("n1", 1), node("n2", 1)]);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(b, 1, on("n1", 1))]);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit(u32),
+    Cancel(usize),
+    Finish(usize, bool),
+    Advance(u64),
+    Schedule,
+    Poll,
+    RefuseLaunch,
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u32..=3).prop_map(Op::Submit),
+        1 => (0usize..16).prop_map(Op::Cancel),
+        2 => (0usize..16, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
+        2 => (1u64..90).prop_map(Op::Advance),
+        3 => Just(Op::Schedule),
+        2 => Just(Op::Poll),
+        1 => Just(Op::RefuseLaunch),
+        1 => Just(Op::Restart),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever happens, in any order: launches and stops only follow persisted decisions (the
+    /// harness asserts it on every command), GPUs are never over-committed, the store agrees
+    /// with the core after every drain, and no job has two live runs.
+    #[test]
+    fn invariants_hold_under_arbitrary_events(
+        ops in proptest::collection::vec(op(), 1..60),
+        las in any::<bool>(),
+    ) {
+        let mk = |las: bool| if las { policy("las", Some(30)) } else { policy("fifo", None) };
+        let mut h = Harness::new(vec![node("n1", 2), node("n2", 3)], mk(las));
+        let mut ids = Vec::new();
+        for op in ops {
+            match op {
+                Op::Submit(g) => ids.push(h.submit("j", g, 100)),
+                Op::Cancel(i) => {
+                    if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                        let _ = h.core.cancel_job(h.now, id);
+                        h.drain();
+                    }
+                }
+                Op::Finish(i, ok) => {
+                    if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                        if h.run_of(id).is_some() {
+                            h.end_run(id, if ok { RunStatus::Completed } else {
+                                RunStatus::Failed { reason: "x".into(), exit_code: Some(1) }
+                            });
+                        }
+                    }
+                }
+                Op::Advance(s) => h.advance(s),
+                Op::Schedule => h.schedule(),
+                Op::Poll => h.poll(),
+                Op::RefuseLaunch => h.refuse_launches += 1,
+                Op::Restart => h.restart(mk(las)),
+            }
+            for (n, cap) in [("n1", 2), ("n2", 3)] {
+                let held = h.held_gpus().get(n).copied().unwrap_or(0);
+                prop_assert!(held <= cap, "{n}: {held} GPUs held of {cap}");
+            }
+            for &id in &ids {
+                prop_assert_eq!(h.stored_state(id), Some(h.state(id)), "job {}", id);
+                let live = h.runs.values().filter(|r| r.job_id == id && r.status == RunStatus::Running).count();
+                prop_assert!(live <= 1, "job {} has {} live runs", id, live);
+                if h.state(id).is_terminal() {
+                    prop_assert_eq!(live, 0, "finished job {} still runs", id);
+                }
+            }
+        }
+    }
+}
