@@ -20,6 +20,8 @@
 mod api;
 
 #[cfg(test)]
+mod conformance;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;
@@ -252,6 +254,11 @@ impl Core {
             *m.entry(j.row.state).or_default() += 1;
         }
         m
+    }
+
+    /// The jobs as the policy sees them, indexed by the policy's job id (submission order).
+    pub fn training_jobs(&self) -> &[TrainingJob] {
+        &self.specs
     }
 
     /// A job's stored row, by daemon id.

@@ -109,7 +109,15 @@ pub(crate) fn policy(name: &str, round_secs: Option<u64>) -> Box<dyn Policy> {
 
 impl Harness {
     pub(crate) fn new(nodes: Vec<InventoryNode>, policy: Box<dyn Policy>) -> Harness {
-        let now = SimTime::from_secs(1_000);
+        Harness::new_at(nodes, policy, SimTime::from_secs(1_000))
+    }
+
+    /// A harness whose virtual clock starts at `now`.
+    pub(crate) fn new_at(
+        nodes: Vec<InventoryNode>,
+        policy: Box<dyn Policy>,
+        now: SimTime,
+    ) -> Harness {
         Harness {
             core: core_with(&nodes, policy, now),
             now,
