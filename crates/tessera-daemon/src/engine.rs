@@ -7,31 +7,93 @@
 //! scheduling logic itself is in [`crate::core`]; nothing here decides anything.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use tessera_model::{SimDuration, SimTime};
 use tessera_sched::{build_policy, PolicyOptions};
 
-use crate::backend::{Backend, Handle};
+use crate::backend::{Backend, Handle, InventoryNode, Launch, RunStatus};
 use crate::clock::Clock;
 use crate::config::{hex, DaemonConfig};
 use crate::core::{Command, Core, CoreSettings};
-use crate::error::{ApiError, DaemonError};
+use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
 use crate::metrics::Metrics;
-use crate::store::{Store, WriteBatch};
+use crate::store::{RunRow, Store, WriteBatch};
 use crate::types::{JobState, JobView, TransitionView};
 
 pub(crate) use crate::core::{Request, Response};
 
+/// How long submission-only scheduling points are coalesced in a running daemon (see
+/// [`CoreSettings::arrival_coalescing`]): short enough that a job on an idle cluster starts
+/// at once to the eye, long enough that a burst over a deep queue is not throttled by it.
+const ARRIVAL_COALESCING: Duration = Duration::from_millis(100);
+/// While backend calls are in flight, the loop looks for their results this often.
+const RESULT_POLL: Duration = Duration::from_millis(2);
+
+/// A backend call handed to the backend thread.
+enum Work {
+    Launch(Launch),
+    Stop(RunRow, bool),
+    Poll(Vec<Handle>),
+    Inventory,
+}
+
+/// Its outcome.
+enum Done {
+    Launched(i64, u32, Result<Handle, BackendError>),
+    Stopped(RunRow, Result<(), BackendError>),
+    Polled(Result<Vec<(Handle, RunStatus)>, BackendError>),
+    Inventory(Result<Vec<InventoryNode>, BackendError>),
+}
+
+/// The backend, called inline (embedding, tests: every call returns with its effect
+/// recorded) or on a thread of its own (the daemon: process spawns and `sbatch` calls stay off
+/// the request path).
+enum BackendSlot {
+    Inline(Box<dyn Backend>),
+    Thread {
+        work: mpsc::Sender<Work>,
+        done: mpsc::Receiver<Done>,
+        in_flight: usize,
+        polling: bool,
+    },
+}
+
 /// The engine: the core plus the I/O it needs (owned by one thread).
 pub struct Engine {
     store: Store,
-    backend: Box<dyn Backend>,
+    backend: BackendSlot,
     clock: Arc<dyn Clock>,
     core: Core,
     last_decision_secs: f64,
+}
+
+fn run_backend(
+    mut backend: Box<dyn Backend>,
+    work: mpsc::Receiver<Work>,
+    done: mpsc::Sender<Done>,
+) {
+    for w in work {
+        let d = match w {
+            Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
+            Work::Stop(run, preempt) => {
+                let h = Handle(run.handle.clone());
+                let r = if preempt {
+                    backend.preempt(&h)
+                } else {
+                    backend.cancel(&h)
+                };
+                Done::Stopped(run, r)
+            }
+            Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
+            Work::Inventory => Done::Inventory(backend.inventory()),
+        };
+        if done.send(d).is_err() {
+            break;
+        }
+    }
 }
 
 /// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
@@ -87,11 +149,12 @@ impl Engine {
             limits: config.limits.clone(),
             public_metrics: config.public_metrics,
             whole_cpus: backend.whole_cpus(),
+            arrival_coalescing: SimDuration::ZERO,
         };
         let core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
         let mut engine = Engine {
             store,
-            backend,
+            backend: BackendSlot::Inline(backend),
             clock,
             core,
             last_decision_secs: 0.0,
@@ -141,40 +204,139 @@ impl Engine {
         self.core.set_callback_url(url);
     }
 
+    /// Moves the backend to a thread of its own: from now on launches, stops and polls are
+    /// handed to it and their results come back through
+    /// [`collect_backend_results`](Self::collect_backend_results), so that submissions never
+    /// wait behind a process spawn. Submission-only scheduling points are coalesced too
+    /// (see [`CoreSettings::arrival_coalescing`]). What the daemon's loop calls once started.
+    pub fn start_backend_thread(&mut self) -> Result<(), DaemonError> {
+        let BackendSlot::Inline(_) = &self.backend else {
+            return Ok(());
+        };
+        let (work_tx, work_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let slot = std::mem::replace(
+            &mut self.backend,
+            BackendSlot::Thread {
+                work: work_tx,
+                done: done_rx,
+                in_flight: 0,
+                polling: false,
+            },
+        );
+        if let BackendSlot::Inline(backend) = slot {
+            std::thread::Builder::new()
+                .name("tessera-backend".into())
+                .spawn(move || run_backend(backend, work_rx, done_tx))?;
+        }
+        self.core.set_arrival_coalescing(SimDuration::from_micros(
+            ARRIVAL_COALESCING.as_micros() as u64
+        ));
+        Ok(())
+    }
+
+    /// Feeds the results of finished backend calls to the core and carries out what follows
+    /// (in inline mode there are none: every call has already returned).
+    pub fn collect_backend_results(&mut self) {
+        let mut any = false;
+        loop {
+            let BackendSlot::Thread {
+                done,
+                in_flight,
+                polling,
+                ..
+            } = &mut self.backend
+            else {
+                return;
+            };
+            let Ok(d) = done.try_recv() else { break };
+            *in_flight = in_flight.saturating_sub(1);
+            if matches!(d, Done::Polled(_)) {
+                *polling = false;
+            }
+            any = true;
+            self.apply(d);
+        }
+        if any {
+            self.run_commands();
+        }
+    }
+
+    fn apply(&mut self, done: Done) {
+        let now = self.clock.now();
+        match done {
+            Done::Launched(job_id, attempt, r) => {
+                self.core.handle_launched(now, job_id, attempt, r)
+            }
+            Done::Stopped(run, r) => self.core.handle_stopped(run, r),
+            Done::Polled(Ok(statuses)) => self.core.handle_statuses(now, statuses),
+            Done::Polled(Err(e)) => self.core.handle_poll_failed(&e),
+            Done::Inventory(Ok(nodes)) => self.core.handle_inventory(now, &nodes),
+            Done::Inventory(Err(e)) => self.core.handle_inventory_failed(&e),
+        }
+    }
+
+    /// Runs one backend call inline, or hands it to the backend thread.
+    fn call(&mut self, work: Work) {
+        match &mut self.backend {
+            BackendSlot::Inline(backend) => {
+                let d = match work {
+                    Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
+                    Work::Stop(run, preempt) => {
+                        let h = Handle(run.handle.clone());
+                        let r = if preempt {
+                            backend.preempt(&h)
+                        } else {
+                            backend.cancel(&h)
+                        };
+                        Done::Stopped(run, r)
+                    }
+                    Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
+                    Work::Inventory => Done::Inventory(backend.inventory()),
+                };
+                self.apply(d);
+            }
+            BackendSlot::Thread {
+                work: tx,
+                in_flight,
+                polling,
+                ..
+            } => {
+                if let Work::Poll(_) = work {
+                    if *polling {
+                        return; // one poll at a time; the next tick asks again
+                    }
+                    *polling = true;
+                }
+                if tx.send(work).is_ok() {
+                    *in_flight += 1;
+                } else {
+                    tracing::error!("the backend thread has stopped");
+                }
+            }
+        }
+    }
+
     /// Carries out the core's commands until it has none left. Only a failed lookup during
     /// restart reconciliation is an error; other backend failures go back to the core.
     fn drive(&mut self) -> Result<(), DaemonError> {
         while let Some(command) = self.core.poll_command() {
             match command {
                 Command::Persist(batch) => self.commit(&batch),
-                Command::Launch(launch) => {
-                    let r = self.backend.submit(&launch);
-                    let now = self.clock.now();
-                    self.core
-                        .handle_launched(now, launch.job_id, launch.attempt, r);
-                }
-                Command::Stop { run, preempt } => {
-                    let h = Handle(run.handle.clone());
-                    let r = if preempt {
-                        self.backend.preempt(&h)
-                    } else {
-                        self.backend.cancel(&h)
-                    };
-                    self.core.handle_stopped(run, r);
-                }
-                Command::Poll(handles) => match self.backend.poll(&handles) {
-                    Ok(statuses) => {
-                        let now = self.clock.now();
-                        self.core.handle_statuses(now, statuses);
-                    }
-                    Err(e) => self.core.handle_poll_failed(&e),
-                },
+                Command::Launch(launch) => self.call(Work::Launch(launch)),
+                Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
+                Command::Poll(handles) => self.call(Work::Poll(handles)),
                 Command::Find {
                     job_id,
                     attempt,
                     run_name,
                 } => {
-                    let found = self.backend.find(&run_name)?;
+                    let BackendSlot::Inline(backend) = &mut self.backend else {
+                        return Err(DaemonError::Engine(
+                            "run lookups happen only while opening".into(),
+                        ));
+                    };
+                    let found = backend.find(&run_name)?;
                     let now = self.clock.now();
                     self.core.handle_found(now, job_id, attempt, found);
                 }
@@ -274,18 +436,20 @@ impl Engine {
 
     /// Time until the next round boundary or submission retry, if any.
     pub fn until_next_wakeup(&self) -> Option<std::time::Duration> {
-        let next = self.core.poll_timeout()?;
-        Some(std::time::Duration::from_micros(
-            next.saturating_since(self.clock.now()).as_micros(),
-        ))
+        let results = match &self.backend {
+            BackendSlot::Thread { in_flight, .. } if *in_flight > 0 => Some(RESULT_POLL),
+            _ => None,
+        };
+        let timeout = self
+            .core
+            .poll_timeout()
+            .map(|next| Duration::from_micros(next.saturating_since(self.clock.now()).as_micros()));
+        [results, timeout].into_iter().flatten().min()
     }
 
     /// Re-reads the inventory and applies node health changes.
     pub fn refresh_inventory(&mut self) {
-        match self.backend.inventory() {
-            Ok(nodes) => self.core.handle_inventory(self.clock.now(), &nodes),
-            Err(e) => self.core.handle_inventory_failed(&e),
-        }
+        self.call(Work::Inventory);
         self.run_commands();
     }
 

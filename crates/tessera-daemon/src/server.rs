@@ -74,6 +74,7 @@ pub(crate) fn run_engine(
             let result = engine.handle(e.token.as_deref(), e.request);
             let _ = e.reply.send(result);
         }
+        engine.collect_backend_results();
         if last_poll.elapsed() >= poll_interval {
             engine.poll();
             last_poll = Instant::now();
@@ -302,6 +303,7 @@ pub(crate) async fn serve_engine(
 ) -> Result<(), DaemonError> {
     let addr = listener.local_addr()?;
     engine.set_callback_url(format!("http://{addr}"));
+    engine.start_backend_thread()?;
     let (tx, rx) = mpsc::channel::<Envelope>();
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())

@@ -181,7 +181,25 @@ impl Core {
         }
     }
 
-    fn positions(&self) -> HashMap<usize, u32> {
+    /// One pending job's place in the queue (a scan, no sort).
+    pub(super) fn position(&self, idx: usize) -> Option<u32> {
+        let key = |i: usize| {
+            let r = &self.jobs[i].row;
+            (-r.priority, r.submit_us, r.id)
+        };
+        if self.jobs[idx].row.state != JobState::Pending {
+            return None;
+        }
+        let mine = key(idx);
+        let ahead = self
+            .active
+            .iter()
+            .filter(|&&i| self.jobs[i].row.state == JobState::Pending && key(i) < mine)
+            .count();
+        Some(ahead as u32 + 1)
+    }
+
+    pub(super) fn positions(&self) -> HashMap<usize, u32> {
         self.pending_order()
             .into_iter()
             .enumerate()
@@ -205,14 +223,23 @@ impl Core {
         if results.iter().any(|r| r.is_ok()) {
             self.trigger.arrival = true;
         }
-        let positions = if results.iter().any(|r| r.is_ok()) {
-            self.positions()
-        } else {
-            HashMap::new()
-        };
+        // A new job queues behind every pending job of its priority or higher except its own
+        // batch-mates accepted after it (same submission time, larger id): no sort needed.
+        let mut later_in_batch: BTreeMap<i32, u32> = BTreeMap::new();
+        let mut positions = vec![0u32; results.len()];
+        for (i, r) in results.iter().enumerate().rev() {
+            if let Ok(idx) = r {
+                let p = self.jobs[*idx].row.priority;
+                let ahead: usize = self.pending_per_priority.range(p..).map(|(_, n)| n).sum();
+                let later = later_in_batch.entry(p).or_default();
+                positions[i] = (ahead as u32).saturating_sub(*later);
+                *later += 1;
+            }
+        }
         results
             .into_iter()
-            .map(|r| r.map(|idx| self.view(idx, positions.get(&idx).copied(), false)))
+            .zip(positions)
+            .map(|(r, pos)| r.map(|idx| self.view(idx, Some(pos), false)))
             .collect()
     }
 
@@ -363,7 +390,7 @@ impl Core {
             }
             Request::Get { id } => {
                 let idx = self.lookup(&caller, id)?;
-                let position = self.positions().get(&idx).copied();
+                let position = self.position(idx);
                 Ok(Response::Detail(Box::new(JobDetail {
                     job: self.view(idx, position, true),
                     spec: self.jobs[idx].spec.clone(),

@@ -89,6 +89,11 @@ pub struct CoreSettings {
     pub public_metrics: bool,
     /// The backend takes whole CPU cores only (requests are rounded up).
     pub whole_cpus: bool,
+    /// Scheduling points caused only by submissions come at most this often: under a burst of
+    /// submissions over a deep queue the policy runs a few times a second rather than once
+    /// per group commit. Completions, cancellations and rounds are not delayed. Zero (the
+    /// simulator's semantics) schedules at every arrival.
+    pub arrival_coalescing: SimDuration,
 }
 
 /// Makes the secret token of each job attempt (injected so tests are deterministic).
@@ -114,6 +119,8 @@ pub struct Core {
     by_handle: HashMap<String, usize>,
     active: BTreeSet<usize>,
     active_per_tenant: HashMap<String, usize>,
+    /// Pending jobs per priority, so a new job's queue position costs no sort.
+    pending_per_priority: BTreeMap<i32, usize>,
     next_id: i64,
     tokens: HashMap<String, (String, bool)>,
     job_tokens: HashMap<String, usize>,
@@ -125,6 +132,7 @@ pub struct Core {
     metrics: Metrics,
     trigger: Trigger,
     next_round: Option<SimTime>,
+    last_schedule: Option<SimTime>,
     last_accrual: SimTime,
     retry_at: Option<SimTime>,
     active_buf: Vec<ActiveJob>,
@@ -193,6 +201,7 @@ impl Core {
             by_handle: HashMap::new(),
             active: BTreeSet::new(),
             active_per_tenant: HashMap::new(),
+            pending_per_priority: BTreeMap::new(),
             next_id: 1,
             tokens: tenants
                 .into_iter()
@@ -207,6 +216,7 @@ impl Core {
                 arrival: true,
                 ..Trigger::default()
             },
+            last_schedule: None,
             last_accrual: now,
             retry_at: None,
             active_buf: Vec::new(),
@@ -240,6 +250,11 @@ impl Core {
     /// The policy's name.
     pub fn policy_name(&self) -> &str {
         self.policy.name()
+    }
+
+    /// Changes [`CoreSettings::arrival_coalescing`].
+    pub fn set_arrival_coalescing(&mut self, interval: SimDuration) {
+        self.settings.arrival_coalescing = interval;
     }
 
     /// Sets the URL jobs use to reach the API (`TESSERA_URL` in their environment).
@@ -284,10 +299,19 @@ impl Core {
     /// When the core next wants [`schedule`](Self::schedule) called without any input (a
     /// round boundary or a submission retry).
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        match (self.next_round, self.retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [self.next_round, self.retry_at, self.deferred_arrivals()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When arrivals held back by [`CoreSettings::arrival_coalescing`] are due.
+    fn deferred_arrivals(&self) -> Option<SimTime> {
+        let t = self.trigger;
+        if !t.arrival || t.completion || t.round {
+            return None;
         }
+        Some(self.last_schedule? + self.settings.arrival_coalescing)
     }
 
     /// Queues a command that acts on the world, after everything decided so far is persisted.
@@ -367,6 +391,9 @@ impl Core {
                 .active_per_tenant
                 .entry(row.tenant.clone())
                 .or_default() += 1;
+        }
+        if row.state == JobState::Pending {
+            *self.pending_per_priority.entry(row.priority).or_default() += 1;
         }
         if let Some(h) = &row.handle {
             self.by_handle.insert(h.clone(), idx);
@@ -521,6 +548,17 @@ impl Core {
     fn transition(&mut self, idx: usize, to: JobState, now_us: u64, detail: &str) {
         let job = &mut self.jobs[idx];
         let from = job.row.state;
+        if (from == JobState::Pending) != (to == JobState::Pending) {
+            let n = self
+                .pending_per_priority
+                .entry(job.row.priority)
+                .or_default();
+            if to == JobState::Pending {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+            }
+        }
         job.row.state = to;
         job.row.message = Some(detail.to_string());
         if to.is_terminal() {
@@ -771,7 +809,7 @@ impl Core {
     /// True when a scheduling call is due (an event happened or a timeout passed).
     pub fn wants_schedule(&self, now: SimTime) -> bool {
         let t = self.trigger;
-        t.arrival
+        (t.arrival && self.deferred_arrivals().is_none_or(|due| now >= due))
             || t.completion
             || t.round
             || self.next_round.is_some_and(|r| now >= r)
@@ -869,6 +907,7 @@ impl Core {
     /// the transitions and queues the launches and stops (after a [`Command::Persist`] of
     /// those transitions).
     pub fn schedule(&mut self, now: SimTime) {
+        self.last_schedule = Some(now);
         let mut trigger = std::mem::take(&mut self.trigger);
         if self.retry_at.is_some_and(|r| now >= r) {
             self.retry_at = None;

@@ -77,6 +77,7 @@ fn settings() -> CoreSettings {
         limits: Limits::default(),
         public_metrics: false,
         whole_cpus: false,
+        arrival_coalescing: SimDuration::ZERO,
     }
 }
 

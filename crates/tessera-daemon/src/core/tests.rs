@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::testkit::{node, policy, Event, Harness};
+use super::testkit::{node, policy, Event, Harness, TOKEN};
 use crate::backend::RunStatus;
 use crate::store::RunState;
 use crate::types::JobState;
@@ -427,4 +427,44 @@ proptest! {
             }
         }
     }
+}
+
+/// The queue positions a submission answers with (computed from per-priority counts) and the
+/// one `describe` shows (a scan) agree with the full sort, whatever the priorities and batches.
+#[test]
+fn queue_positions_without_sorting_match_the_sorted_queue() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let blocker = h.submit("blocker", 1, 1000);
+    h.schedule();
+    assert_eq!(h.state(blocker), JobState::Running);
+    let body = |p: i32| format!("name: p{p}\ncommand: [\"true\"]\ngpus: 1\npriority: {p}\n");
+    let batches: [&[i32]; 4] = [&[0, 5, 0, -1, 5], &[3], &[5, -1, 0, 0], &[-7, 9, 3]];
+    for batch in batches {
+        h.advance(1);
+        let items = batch
+            .iter()
+            .map(|&p| (Some(TOKEN.to_string()), body(p)))
+            .collect();
+        let views: Vec<_> = h
+            .core
+            .submit(h.now, items)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        h.drain();
+        let sorted = h.core.positions();
+        for v in views {
+            let idx = h.core.by_id[&v.id];
+            assert_eq!(v.queue_position, sorted.get(&idx).copied(), "job {}", v.id);
+            assert_eq!(h.core.position(idx), v.queue_position, "job {}", v.id);
+        }
+    }
+    // And after jobs leave the queue.
+    h.core.cancel_job(h.now, blocker).unwrap();
+    h.schedule();
+    let sorted = h.core.positions();
+    for (&idx, &pos) in &sorted {
+        assert_eq!(h.core.position(idx), Some(pos));
+    }
+    assert_eq!(sorted.len(), 12, "one of the 13 queued started");
 }
