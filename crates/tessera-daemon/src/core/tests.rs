@@ -468,3 +468,37 @@ fn queue_positions_without_sorting_match_the_sorted_queue() {
     }
     assert_eq!(sorted.len(), 12, "one of the 13 queued started");
 }
+
+/// With arrival coalescing, a burst of submissions does not call the policy once per group
+/// commit; a completion still does at once, and the deferred arrivals come due on time.
+#[test]
+fn submission_only_scheduling_points_are_coalesced() {
+    use tessera_model::SimDuration;
+    let ms = |n: u64| SimDuration::from_micros(n * 1000);
+    let mut h = Harness::new(vec![node("n1", 2)], policy("fifo", None));
+    h.core.set_arrival_coalescing(ms(100));
+    let a = h.submit("a", 1, 100);
+    assert!(h.core.wants_schedule(h.now), "the first arrival is not held back");
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.now += ms(10);
+    let b = h.submit("b", 1, 100);
+    assert!(!h.core.wants_schedule(h.now), "held back");
+    assert_eq!(
+        h.core.poll_timeout(),
+        Some(h.now + ms(90)),
+        "due 100 ms after the last scheduling point"
+    );
+    h.now += ms(90);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(h.state(b), JobState::Running);
+    // A completion is never held back.
+    h.now += ms(1);
+    let c = h.submit("c", 1, 100);
+    h.end_run(a, RunStatus::Completed);
+    h.poll();
+    assert!(h.core.wants_schedule(h.now), "a completion schedules at once");
+    h.schedule();
+    assert_eq!(h.state(c), JobState::Running);
+}
