@@ -37,6 +37,7 @@ enum Work {
     Launch(Launch),
     Stop(RunRow, bool),
     Poll(Vec<Handle>),
+    Verify(Vec<Handle>),
     Inventory,
 }
 
@@ -45,6 +46,7 @@ enum Done {
     Launched(i64, u32, Result<Handle, BackendError>),
     Stopped(RunRow, Result<(), BackendError>),
     Polled(Result<Vec<(Handle, RunStatus)>, BackendError>),
+    Verified(Vec<(Handle, RunStatus)>),
     Inventory(Result<Vec<InventoryNode>, BackendError>),
 }
 
@@ -70,6 +72,21 @@ pub struct Engine {
     last_decision_secs: f64,
 }
 
+/// The statuses of runs just stopped after a node failure; when the backend cannot say, each
+/// counts as unknown (the job is then run again rather than held forever).
+fn verify(backend: &mut dyn Backend, handles: Vec<Handle>) -> Vec<(Handle, RunStatus)> {
+    match backend.poll(&handles) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot tell how runs on a failed node ended: {e}");
+            handles
+                .into_iter()
+                .map(|h| (h, RunStatus::Unknown))
+                .collect()
+        }
+    }
+}
+
 fn run_backend(
     mut backend: Box<dyn Backend>,
     work: mpsc::Receiver<Work>,
@@ -88,6 +105,7 @@ fn run_backend(
                 Done::Stopped(run, r)
             }
             Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
+            Work::Verify(handles) => Done::Verified(verify(backend.as_mut(), handles)),
             Work::Inventory => Done::Inventory(backend.inventory()),
         };
         if done.send(d).is_err() {
@@ -271,6 +289,7 @@ impl Engine {
             Done::Stopped(run, r) => self.core.handle_stopped(run, r),
             Done::Polled(Ok(statuses)) => self.core.handle_statuses(now, statuses),
             Done::Polled(Err(e)) => self.core.handle_poll_failed(&e),
+            Done::Verified(statuses) => self.core.handle_statuses(now, statuses),
             Done::Inventory(Ok(nodes)) => self.core.handle_inventory(now, &nodes),
             Done::Inventory(Err(e)) => self.core.handle_inventory_failed(&e),
         }
@@ -292,6 +311,7 @@ impl Engine {
                         Done::Stopped(run, r)
                     }
                     Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
+                    Work::Verify(handles) => Done::Verified(verify(backend.as_mut(), handles)),
                     Work::Inventory => Done::Inventory(backend.inventory()),
                 };
                 self.apply(d);
@@ -326,6 +346,7 @@ impl Engine {
                 Command::Launch(launch) => self.call(Work::Launch(launch)),
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
                 Command::Poll(handles) => self.call(Work::Poll(handles)),
+                Command::Verify(handles) => self.call(Work::Verify(handles)),
                 Command::Find {
                     job_id,
                     attempt,

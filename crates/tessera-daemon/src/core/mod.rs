@@ -48,6 +48,9 @@ const DEFAULT_DURATION_SECS: f64 = 3600.0;
 const MAX_SUBMIT_FAILURES: u32 = 3;
 /// Seconds before scheduling again after a failed backend submission.
 const SUBMIT_RETRY_SECS: u64 = 5;
+/// Runs of one job lost to node failures or vanished from the backend before the job is
+/// failed rather than requeued again (a job that kills its node must not loop forever).
+const MAX_LOST_RUNS: u32 = 3;
 
 /// What the core asks its driver to do, in order.
 #[derive(Debug)]
@@ -67,6 +70,10 @@ pub enum Command {
     /// Ask the backend for the status of these runs; answer with [`Core::handle_statuses`]
     /// (or [`Core::handle_poll_failed`]).
     Poll(Vec<Handle>),
+    /// Ask for the status of runs just stopped because their node went down, so that a run
+    /// that had already completed is recorded as such instead of run again; answer with
+    /// [`Core::handle_statuses`]. Unlike [`Command::Poll`], never skipped.
+    Verify(Vec<Handle>),
     /// Look a run up by name (restart reconciliation); answer with [`Core::handle_found`].
     Find {
         /// Daemon job id.
@@ -104,6 +111,11 @@ struct Job {
     spec: JobSpec,
     alloc: Option<Allocation>,
     submit_failures: u32,
+    /// Runs lost to node failures or vanished (this daemon's lifetime).
+    lost_runs: u32,
+    /// Requeued after a node failure, hidden from the policy until the backend has said
+    /// whether its stopped run had in fact completed.
+    held: bool,
 }
 
 /// The sans-IO scheduling core (see the [module docs](self)).
@@ -126,6 +138,12 @@ pub struct Core {
     job_tokens: HashMap<String, usize>,
     /// Runs whose stop failed, retried at the next poll.
     to_stop: Vec<RunRow>,
+    /// Runs stopped because their node went down, until their last status is known.
+    verifying: HashMap<String, usize>,
+    /// Health per logical node as the backend last reported it.
+    reported_health: Vec<NodeHealth>,
+    /// Health set by an administrator, by backend node name; wins over the backend's.
+    health_overrides: BTreeMap<String, NodeHealth>,
     /// Open runs read from the store at restart, until [`Core::finish_restore`].
     restoring: Vec<RunRow>,
     callback_url: Option<String>,
@@ -188,6 +206,7 @@ impl Core {
                 }
             })
             .collect();
+        let reported_health = map.logical.iter().map(|l| l.health).collect();
         Core {
             settings,
             next_round: policy.round_length().map(|r| now + r),
@@ -209,6 +228,9 @@ impl Core {
                 .collect(),
             job_tokens: HashMap::new(),
             to_stop: Vec::new(),
+            verifying: HashMap::new(),
+            reported_health,
+            health_overrides: BTreeMap::new(),
             restoring: Vec::new(),
             callback_url: None,
             metrics: Metrics::default(),
@@ -406,6 +428,8 @@ impl Core {
             spec,
             alloc: None,
             submit_failures: 0,
+            lost_runs: 0,
+            held: false,
         });
         self.specs.push(tj);
         idx
@@ -669,6 +693,10 @@ impl Core {
     pub fn handle_statuses(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
         let now = now.as_micros();
         for (h, status) in statuses {
+            if let Some(idx) = self.verifying.remove(&h.0) {
+                self.verified(idx, &status, now);
+                continue;
+            }
             let Some(&idx) = self.by_handle.get(&h.0) else {
                 continue;
             };
@@ -701,13 +729,10 @@ impl Core {
                     );
                 }
                 RunStatus::Unknown => {
-                    self.finish(
-                        idx,
-                        JobState::Failed,
-                        None,
-                        "the backend no longer knows the run",
-                        now,
-                    );
+                    self.lost(idx, "the backend no longer knows the run", now);
+                }
+                RunStatus::NodeFailed { reason } => {
+                    self.lost(idx, &format!("its node failed: {reason}"), now);
                 }
                 RunStatus::Preempted => {
                     *self.metrics.preemptions.entry("backend").or_default() += 1;
@@ -728,6 +753,56 @@ impl Core {
         }
     }
 
+    /// A run ended through no fault of its job (node failure, vanished from the backend): the
+    /// job goes back to the queue for a new attempt, up to [`MAX_LOST_RUNS`] times.
+    fn lost(&mut self, idx: usize, why: &str, now: u64) {
+        *self.metrics.preemptions.entry("lost").or_default() += 1;
+        self.jobs[idx].lost_runs += 1;
+        if self.jobs[idx].lost_runs >= MAX_LOST_RUNS {
+            let detail = format!("{why}; {MAX_LOST_RUNS} runs lost, giving up");
+            self.finish(idx, JobState::Failed, None, &detail, now);
+            return;
+        }
+        self.detach_handle(idx, RunState::Gone);
+        self.release(idx);
+        let job = &mut self.jobs[idx];
+        job.row.preemptions += 1;
+        job.row.backend_state = None;
+        self.transition(idx, JobState::Pending, now, &format!("{why}; requeued"));
+        self.trigger.completion = true;
+    }
+
+    /// The last status of a run stopped because its node went down.
+    fn verified(&mut self, idx: usize, status: &RunStatus, now: u64) {
+        let job = &mut self.jobs[idx];
+        if !job.held || job.row.state != JobState::Pending {
+            return;
+        }
+        job.held = false;
+        match status {
+            RunStatus::Completed => {
+                // It finished before the node went: record that rather than run it again.
+                job.row.exit_code = Some(0);
+                self.transition(
+                    idx,
+                    JobState::Completed,
+                    now,
+                    "completed (its node went down right after)",
+                );
+            }
+            RunStatus::Failed {
+                exit_code: Some(code),
+                reason,
+            } => {
+                job.row.exit_code = Some(*code);
+                let detail = format!("failed: {reason} (its node went down right after)");
+                self.transition(idx, JobState::Failed, now, &detail);
+            }
+            _ => {}
+        }
+        self.trigger.completion = true;
+    }
+
     fn finish(&mut self, idx: usize, to: JobState, exit: Option<i32>, detail: &str, now: u64) {
         self.detach_handle(idx, RunState::Gone);
         self.release(idx);
@@ -745,15 +820,62 @@ impl Core {
     /// receiving jobs; one coming back is schedulable again). Nodes added or removed since
     /// start-up need a restart and are only logged.
     pub fn handle_inventory(&mut self, now: SimTime, nodes: &[InventoryNode]) {
-        let _ = now;
-        let mut changed = false;
-        for (i, l) in self.map.logical.iter_mut().enumerate() {
-            let health = match nodes.iter().find(|n| n.name == l.node) {
+        for (i, l) in self.map.logical.iter().enumerate() {
+            self.reported_health[i] = match nodes.iter().find(|n| n.name == l.node) {
                 Some(n) => n.health,
                 None => NodeHealth::Down,
             };
+        }
+        if nodes
+            .iter()
+            .any(|n| !self.map.logical.iter().any(|l| l.node == n.name))
+        {
+            tracing::warn!(
+                "the backend reports nodes added since start-up; restart the daemon to use them"
+            );
+        }
+        self.apply_health(now);
+    }
+
+    /// Sets (or, with `None`, clears) an administrator's health for a backend node, which
+    /// wins over what the backend reports: `down` stops and requeues the node's jobs,
+    /// `draining` lets them finish but places nothing new there.
+    pub fn set_node_health(
+        &mut self,
+        now: SimTime,
+        node: &str,
+        health: Option<NodeHealth>,
+    ) -> Result<(), ApiError> {
+        if !self.map.logical.iter().any(|l| l.node == node) {
+            return Err(ApiError::not_found(format!(
+                "no node {:?}",
+                node.chars().take(64).collect::<String>()
+            )));
+        }
+        match health {
+            Some(h) => self.health_overrides.insert(node.to_string(), h),
+            None => self.health_overrides.remove(node),
+        };
+        self.apply_health(now);
+        Ok(())
+    }
+
+    /// Applies health changes (backend or administrator) to capacity, and fails over the jobs
+    /// of nodes that went down.
+    fn apply_health(&mut self, now: SimTime) {
+        let mut changed = false;
+        let mut went_down = Vec::new();
+        for (i, l) in self.map.logical.iter_mut().enumerate() {
+            let health = self
+                .health_overrides
+                .get(&l.node)
+                .copied()
+                .unwrap_or(self.reported_health[i]);
             if health == l.health {
                 continue;
+            }
+            if health == NodeHealth::Down {
+                went_down.push(l.node.clone());
             }
             tracing::info!(node = %l.node, ?health, "node health changed");
             l.health = health;
@@ -784,17 +906,60 @@ impl Core {
                 Resources::default()
             };
         }
-        if nodes
-            .iter()
-            .any(|n| !self.map.logical.iter().any(|l| l.node == n.name))
-        {
-            tracing::warn!(
-                "the backend reports nodes added since start-up; restart the daemon to use them"
-            );
-        }
         if changed {
             self.trigger.completion = true;
         }
+        if went_down.is_empty() {
+            return;
+        }
+        let victims: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let r = &self.jobs[i].row;
+                r.state == JobState::Running
+                    && r.placement.iter().any(|s| went_down.contains(&s.node))
+            })
+            .collect();
+        self.fail_over(now, &victims);
+    }
+
+    /// Stops the runs of jobs whose node went down and requeues the jobs, held out of the
+    /// policy's view until the backend has told whether each stopped run had completed.
+    fn fail_over(&mut self, now: SimTime, victims: &[usize]) {
+        let now_us = now.as_micros();
+        let mut stopped = Vec::new();
+        for &idx in victims {
+            *self.metrics.preemptions.entry("node_down").or_default() += 1;
+            let run = self.detach_handle(idx, RunState::Stop);
+            self.release(idx);
+            let job = &mut self.jobs[idx];
+            job.row.preemptions += 1;
+            job.row.backend_state = None;
+            job.held = run.is_some();
+            self.transition(
+                idx,
+                JobState::Pending,
+                now_us,
+                "a node it ran on went down; requeued",
+            );
+            if let Some(run) = run {
+                self.verifying.insert(run.handle.clone(), idx);
+                stopped.push(run);
+            }
+        }
+        let handles: Vec<Handle> = stopped.iter().map(|r| Handle(r.handle.clone())).collect();
+        for run in stopped {
+            self.act(Command::Stop {
+                run,
+                preempt: false,
+            });
+        }
+        if !handles.is_empty() {
+            self.act(Command::Verify(handles));
+        }
+        self.trigger.completion = true;
     }
 
     /// The inventory could not be read; the next refresh tries again.
@@ -834,6 +999,9 @@ impl Core {
         self.active_buf.clear();
         for &idx in &self.active {
             let job = &self.jobs[idx];
+            if job.held {
+                continue;
+            }
             let spec = &self.specs[idx];
             let running = job.row.state != JobState::Pending;
             let done = job.row.progress_iters as f64;
@@ -1114,6 +1282,16 @@ impl Core {
                 job.row.handle = Some(h.0);
                 job.submit_failures = 0;
                 self.transition(idx, JobState::Running, now_us, "submitted to the backend");
+                // Its node went down while the launch was in flight.
+                let down = self.jobs[idx].row.placement.iter().any(|s| {
+                    self.map
+                        .logical
+                        .iter()
+                        .any(|l| l.node == s.node && l.health == NodeHealth::Down)
+                });
+                if down {
+                    self.fail_over(now, &[idx]);
+                }
             }
             Err(e) => {
                 self.metrics.backend_errors += 1;

@@ -42,6 +42,8 @@ pub(crate) enum Event {
     Stop(i64, u32, bool),
     /// The backend was polled.
     Poll(usize),
+    /// Runs stopped after a node failure were asked how they ended.
+    Verify(usize),
     /// A run was looked up by name.
     Find(i64, u32),
 }
@@ -221,6 +223,7 @@ impl Harness {
     /// Carries out every queued command, checking persist-before-act on each launch and stop.
     pub(crate) fn drain(&mut self) {
         while let Some(c) = self.core.poll_command() {
+            let verify = matches!(c, Command::Verify(_));
             match c {
                 Command::Persist(b) => self.persist(b),
                 Command::Launch(l) => {
@@ -285,8 +288,12 @@ impl Harness {
                     };
                     self.core.handle_stopped(run, r);
                 }
-                Command::Poll(handles) => {
-                    self.events.push(Event::Poll(handles.len()));
+                Command::Poll(handles) | Command::Verify(handles) => {
+                    self.events.push(if verify {
+                        Event::Verify(handles.len())
+                    } else {
+                        Event::Poll(handles.len())
+                    });
                     let statuses = handles
                         .into_iter()
                         .map(|h| {

@@ -360,6 +360,7 @@ enum Op {
     Poll,
     RefuseLaunch,
     Restart,
+    Health(bool, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -372,6 +373,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Poll),
         1 => Just(Op::RefuseLaunch),
         1 => Just(Op::Restart),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(n, up)| Op::Health(n, up)),
     ]
 }
 
@@ -412,6 +414,15 @@ proptest! {
                 Op::Poll => h.poll(),
                 Op::RefuseLaunch => h.refuse_launches += 1,
                 Op::Restart => h.restart(mk(las)),
+                Op::Health(first, up) => {
+                    let n = if first { "n1" } else { "n2" };
+                    let health = (!up).then_some(crate::backend::NodeHealth::Down);
+                    h.core.set_node_health(h.now, n, health).unwrap();
+                    h.drain();
+                }
+            }
+            for (&id, row) in &h.store_jobs {
+                prop_assert!(row.attempt <= 1 + row.preemptions + 3, "job {} restarted too often", id);
             }
             for (n, cap) in [("n1", 2), ("n2", 3)] {
                 let held = h.held_gpus().get(n).copied().unwrap_or(0);
@@ -478,7 +489,10 @@ fn submission_only_scheduling_points_are_coalesced() {
     let mut h = Harness::new(vec![node("n1", 2)], policy("fifo", None));
     h.core.set_arrival_coalescing(ms(100));
     let a = h.submit("a", 1, 100);
-    assert!(h.core.wants_schedule(h.now), "the first arrival is not held back");
+    assert!(
+        h.core.wants_schedule(h.now),
+        "the first arrival is not held back"
+    );
     h.schedule();
     assert_eq!(h.state(a), JobState::Running);
     h.now += ms(10);
@@ -498,7 +512,171 @@ fn submission_only_scheduling_points_are_coalesced() {
     let c = h.submit("c", 1, 100);
     h.end_run(a, RunStatus::Completed);
     h.poll();
-    assert!(h.core.wants_schedule(h.now), "a completion schedules at once");
+    assert!(
+        h.core.wants_schedule(h.now),
+        "a completion schedules at once"
+    );
     h.schedule();
     assert_eq!(h.state(c), JobState::Running);
+}
+
+#[test]
+fn a_node_marked_down_has_its_jobs_requeued_once_and_restarted_elsewhere() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(a, 1, on("n1", 1)), (b, 1, on("n2", 1))]
+    );
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending)]),
+            Event::Stop(a, 1, false),
+            Event::Verify(1),
+            Event::Persist(vec![]),
+        ],
+        "requeue persisted, then the run stopped, asked how it ended, recorded gone"
+    );
+    assert!(h.run_of(a).is_none(), "nothing of a runs on the dead node");
+    assert_eq!(h.core.metrics().preemptions.get("node_down"), Some(&1));
+    // The backend still calls n1 up: the administrator's word wins. Marking it down again
+    // changes nothing.
+    h.core
+        .handle_inventory(h.now, &[node("n1", 1), node("n2", 1)]);
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.schedule();
+    assert!(
+        launches(&h.take_events()).is_empty(),
+        "n2 is busy, n1 is down"
+    );
+    h.advance(100);
+    h.end_run(b, RunStatus::Completed);
+    h.poll();
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(a, 2, on("n2", 1))],
+        "a restarts once, as attempt 2, on the node that is up"
+    );
+    assert_eq!(h.store_jobs[&a].preemptions, 1);
+    assert!(h.core.set_node_health(h.now, "nope", None).is_err());
+    h.core.set_node_health(h.now, "n1", None).unwrap();
+    let c = h.submit("c", 1, 100);
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(c, 1, on("n1", 1))],
+        "n1 is back"
+    );
+}
+
+#[test]
+fn a_run_that_completed_just_before_its_node_went_down_is_not_run_again() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.drain();
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.exit_code), (JobState::Completed, Some(0)));
+    h.take_events();
+    h.schedule();
+    assert!(launches(&h.take_events()).is_empty(), "not run again");
+}
+
+#[test]
+fn node_failures_reported_by_the_backend_requeue_then_give_up() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    for attempt in 1..=3u32 {
+        h.schedule();
+        assert_eq!(h.store_jobs[&a].attempt, attempt);
+        h.end_run(
+            a,
+            RunStatus::NodeFailed {
+                reason: "NODE_FAIL".into(),
+            },
+        );
+        h.poll();
+    }
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Failed, "{:?}", row.message);
+    assert!(row.message.as_deref().unwrap().contains("runs lost"));
+    assert_eq!(h.core.metrics().preemptions.get("lost"), Some(&3));
+}
+
+#[test]
+fn a_run_that_vanished_from_the_backend_is_requeued_and_restarted() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    let lost = handle_of_run(&h, a);
+    h.runs.remove(&lost);
+    h.poll();
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(row.state, JobState::Pending, "{:?}", row.message);
+    assert!(row.message.unwrap().contains("no longer knows"));
+    h.take_events();
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n1", 1))]);
+}
+
+#[test]
+fn a_launch_that_lands_on_a_node_gone_down_meanwhile_is_failed_over() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.core.schedule(h.now);
+    let Some(super::Command::Persist(_)) = h.core.poll_command() else {
+        panic!("persist first")
+    };
+    let Some(super::Command::Launch(l)) = h.core.poll_command() else {
+        panic!("then launch")
+    };
+    assert_eq!(l.placement[0].node, "n1");
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.core.handle_launched(
+        h.now,
+        l.job_id,
+        l.attempt,
+        Ok(crate::backend::Handle("late".into())),
+    );
+    let mut stops = 0;
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Persist(b) => h
+                .store_runs
+                .extend(b.runs.into_iter().map(|r| (r.handle.clone(), r))),
+            super::Command::Stop { run, .. } => {
+                assert_eq!(h.store_runs[&run.handle].state, RunState::Stop);
+                stops += 1;
+                h.core.handle_stopped(run, Ok(()));
+            }
+            super::Command::Verify(hs) => {
+                let st = hs.into_iter().map(|x| (x, RunStatus::Cancelled)).collect();
+                h.core.handle_statuses(h.now, st);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(stops, 1, "the late run is stopped");
+    assert_eq!(h.state(a), JobState::Pending);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
 }

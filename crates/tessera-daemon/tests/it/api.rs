@@ -459,8 +459,8 @@ fn nodes_going_down_get_no_new_jobs_and_come_back() {
     };
     assert_eq!(
         (state(&e, JobState::Running), state(&e, JobState::Pending)),
-        (1, 1),
-        "n1 is down: second waits"
+        (0, 2),
+        "n1 is down: first is requeued (issue 9), second waits"
     );
     let _ = (first, second);
     nodes.lock().unwrap()[0].health = NodeHealth::Up;
