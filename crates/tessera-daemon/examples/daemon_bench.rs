@@ -114,6 +114,8 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut c = config(dir.path(), "fifo");
     c.round_seconds = None;
+    // Finished runs are noticed within 100 ms, so jobs keep starting and finishing.
+    c.poll_interval_ms = 100;
     c.backend = tessera_daemon::BackendConfig::Local(LocalConfig {
         work_dir: dir.path().join("runs"),
         nodes: vec![LocalNodeConfig {
@@ -204,6 +206,23 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
         pct(0.99),
         count(JobState::Completed),
         count(JobState::Running) + count(JobState::Starting),
+    );
+    let metrics = Client::new(&url, Some(TOKEN.into()))
+        .metrics()
+        .expect("metrics");
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (sum, calls) = (
+        value("tessera_scheduling_latency_seconds_sum"),
+        value("tessera_scheduling_latency_seconds_count"),
+    );
+    println!(
+        "  scheduling points during the run: {calls:.0}, mean decision {:.1} ms",
+        if calls > 0.0 { sum / calls * 1e3 } else { 0.0 }
     );
     for j in jobs.iter().filter(|j| j.name == "blocker") {
         let _ = Client::new(&url, Some(TOKEN.into())).cancel(j.id);

@@ -206,6 +206,21 @@ impl Client {
         self.get("/v1/queue")
     }
 
+    /// Sets a node's health as an administrator: `Down` stops and requeues its jobs,
+    /// `Draining` places nothing new there, `Up` hands its health back to the backend.
+    pub fn set_node_health(
+        &self,
+        node: &str,
+        health: crate::backend::NodeHealth,
+    ) -> Result<NodeList, ClientError> {
+        let body = serde_json::json!({ "health": health }).to_string();
+        self.send(
+            "POST",
+            &format!("/v1/nodes/{node}/health"),
+            Some(("application/json", &body)),
+        )
+    }
+
     /// Reports a job's progress (what the SDK does).
     pub fn report_progress(
         &self,

@@ -258,6 +258,33 @@ async fn progress(
     )
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthBody {
+    health: crate::backend::NodeHealth,
+}
+
+/// `POST /v1/nodes/{name}/health` `{"health": "down"|"draining"|"up"}` (administrators):
+/// `up` hands the node's health back to the backend.
+async fn node_health(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> HttpResponse {
+    let health = match body_text(body).and_then(|t| {
+        serde_json::from_str::<HealthBody>(&t)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+    }) {
+        Ok(b) => (b.health != crate::backend::NodeHealth::Up).then_some(b.health),
+        Err(e) => return error_response(&e),
+    };
+    respond(
+        call(&s, &headers, Request::SetNodeHealth { node, health }).await,
+        false,
+    )
+}
+
 async fn nodes(State(s): State<AppState>, headers: HeaderMap) -> HttpResponse {
     respond(call(&s, &headers, Request::Nodes).await, false)
 }
@@ -284,6 +311,7 @@ fn router(tx: mpsc::Sender<Envelope>, max_body: usize) -> Router {
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
         .route("/v1/jobs/{id}/progress", post(progress))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{name}/health", post(node_health))
         .route("/v1/queue", get(queue))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))

@@ -8,6 +8,7 @@ use tessera_model::{Bytes, MilliCpu, Resources, SimTime};
 use tessera_sched::Ledger;
 
 use super::{Command, Core};
+use crate::backend::NodeHealth;
 use crate::config::hash_token;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
@@ -30,14 +31,30 @@ pub(crate) enum Caller {
 /// One API request for the core.
 #[derive(Debug)]
 pub(crate) enum Request {
-    Submit { body: String },
-    List { state: Option<JobState> },
-    Get { id: i64 },
-    Cancel { id: i64 },
+    Submit {
+        body: String,
+    },
+    List {
+        state: Option<JobState>,
+    },
+    Get {
+        id: i64,
+    },
+    Cancel {
+        id: i64,
+    },
     Nodes,
     Queue,
-    Progress { id: i64, report: ProgressReport },
+    Progress {
+        id: i64,
+        report: ProgressReport,
+    },
     Metrics,
+    /// An administrator sets a node's health (`None`: back to what the backend reports).
+    SetNodeHealth {
+        node: String,
+        health: Option<NodeHealth>,
+    },
 }
 
 /// The core's answer.
@@ -406,6 +423,15 @@ impl Core {
                 Ok(Response::Job(Box::new(self.view(idx, None, false))))
             }
             Request::Nodes => Ok(Response::Nodes(self.nodes())),
+            Request::SetNodeHealth { node, health } => {
+                if !matches!(caller, Caller::Tenant { admin: true, .. }) {
+                    return Err(ApiError::forbidden(
+                        "only an administrator sets node health",
+                    ));
+                }
+                self.set_node_health(now, &node, health)?;
+                Ok(Response::Nodes(self.nodes()))
+            }
             Request::Queue => Ok(Response::Queue(self.queue(&caller))),
             Request::Progress { id, report } => {
                 let idx = self.lookup(&caller, id)?;

@@ -5,9 +5,11 @@
 //! - `slurm`: a real Slurm (`scripts/slurm/up.sh`); skipped outside CI when absent, and a
 //!   failure when `CI=true` and Slurm is missing.
 //! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
+//! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
 
 mod api;
 mod common;
+mod failures;
 mod local;
 mod restart;
 mod slurm;
