@@ -347,6 +347,7 @@ impl Engine {
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
                 Command::Poll(handles) => self.call(Work::Poll(handles)),
                 Command::Verify(handles) => self.call(Work::Verify(handles)),
+                Command::Inventory => self.call(Work::Inventory),
                 Command::Find {
                     job_id,
                     attempt,

@@ -74,6 +74,9 @@ pub enum Command {
     /// that had already completed is recorded as such instead of run again; answer with
     /// [`Core::handle_statuses`]. Unlike [`Command::Poll`], never skipped.
     Verify(Vec<Handle>),
+    /// Read the inventory again (a run failed with its node: which nodes are down now?);
+    /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
+    Inventory,
     /// Look a run up by name (restart reconciliation); answer with [`Core::handle_found`].
     Find {
         /// Daemon job id.
@@ -140,6 +143,9 @@ pub struct Core {
     to_stop: Vec<RunRow>,
     /// Runs stopped because their node went down, until their last status is known.
     verifying: HashMap<String, usize>,
+    /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
+    /// are down (so the policy does not place them on the dead node again).
+    awaiting_inventory: Vec<usize>,
     /// Health per logical node as the backend last reported it.
     reported_health: Vec<NodeHealth>,
     /// Health set by an administrator, by backend node name; wins over the backend's.
@@ -229,6 +235,7 @@ impl Core {
             job_tokens: HashMap::new(),
             to_stop: Vec::new(),
             verifying: HashMap::new(),
+            awaiting_inventory: Vec::new(),
             reported_health,
             health_overrides: BTreeMap::new(),
             restoring: Vec::new(),
@@ -733,6 +740,13 @@ impl Core {
                 }
                 RunStatus::NodeFailed { reason } => {
                     self.lost(idx, &format!("its node failed: {reason}"), now);
+                    if self.jobs[idx].row.state == JobState::Pending {
+                        self.jobs[idx].held = true;
+                        if self.awaiting_inventory.is_empty() {
+                            self.commands.push_back(Command::Inventory);
+                        }
+                        self.awaiting_inventory.push(idx);
+                    }
                 }
                 RunStatus::Preempted => {
                     *self.metrics.preemptions.entry("backend").or_default() += 1;
@@ -835,6 +849,14 @@ impl Core {
             );
         }
         self.apply_health(now);
+        self.release_awaiting_inventory();
+    }
+
+    fn release_awaiting_inventory(&mut self) {
+        for idx in std::mem::take(&mut self.awaiting_inventory) {
+            self.jobs[idx].held = false;
+            self.trigger.completion = true;
+        }
     }
 
     /// Sets (or, with `None`, clears) an administrator's health for a backend node, which
@@ -966,6 +988,7 @@ impl Core {
     pub fn handle_inventory_failed(&mut self, error: &BackendError) {
         self.metrics.backend_errors += 1;
         tracing::warn!("inventory refresh failed: {error}");
+        self.release_awaiting_inventory();
     }
 
     // ---------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ pub(crate) enum Event {
     Poll(usize),
     /// Runs stopped after a node failure were asked how they ended.
     Verify(usize),
+    /// The inventory was read again.
+    Inventory,
     /// A run was looked up by name.
     Find(i64, u32),
 }
@@ -70,7 +72,7 @@ pub(crate) struct Harness {
     /// Stops to refuse before accepting again.
     pub(crate) refuse_stops: u32,
     next_handle: u64,
-    nodes: Vec<InventoryNode>,
+    pub(crate) nodes: Vec<InventoryNode>,
 }
 
 fn settings() -> CoreSettings {
@@ -305,6 +307,11 @@ impl Harness {
                         })
                         .collect();
                     self.core.handle_statuses(self.now, statuses);
+                }
+                Command::Inventory => {
+                    self.events.push(Event::Inventory);
+                    let nodes = self.nodes.clone();
+                    self.core.handle_inventory(self.now, &nodes);
                 }
                 Command::Find {
                     job_id,
