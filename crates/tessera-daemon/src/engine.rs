@@ -60,7 +60,25 @@ enum BackendSlot {
         done: mpsc::Receiver<Done>,
         in_flight: usize,
         polling: bool,
+        thread: Option<std::thread::JoinHandle<()>>,
     },
+}
+
+impl Drop for Engine {
+    /// Lets the backend thread finish the calls already handed to it (a cancel issued just
+    /// before shutdown still reaches the resource manager), then joins it.
+    fn drop(&mut self) {
+        let slot = std::mem::replace(
+            &mut self.backend,
+            BackendSlot::Inline(Box::new(crate::backend::NullBackend::default())),
+        );
+        if let BackendSlot::Thread { work, thread, .. } = slot {
+            drop(work);
+            if let Some(t) = thread {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 /// The engine: the core plus the I/O it needs (owned by one thread).
@@ -240,12 +258,16 @@ impl Engine {
                 done: done_rx,
                 in_flight: 0,
                 polling: false,
+                thread: None,
             },
         );
         if let BackendSlot::Inline(backend) = slot {
-            std::thread::Builder::new()
+            let handle = std::thread::Builder::new()
                 .name("tessera-backend".into())
                 .spawn(move || run_backend(backend, work_rx, done_tx))?;
+            if let BackendSlot::Thread { thread, .. } = &mut self.backend {
+                *thread = Some(handle);
+            }
         }
         self.core.set_arrival_coalescing(SimDuration::from_micros(
             ARRIVAL_COALESCING.as_micros() as u64

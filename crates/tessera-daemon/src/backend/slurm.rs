@@ -227,6 +227,10 @@ pub fn run_status(state: &str, reason: &str, exit_code: Option<i32>) -> RunStatu
         "NODE_FAIL" | "BOOT_FAIL" => RunStatus::NodeFailed {
             reason: format!("{s} ({reason})"),
         },
+        // The job never started: its node could not launch it.
+        "FAILED" if reason.contains("LaunchFailure") => RunStatus::NodeFailed {
+            reason: format!("{s} ({reason})"),
+        },
         "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "DEADLINE" => RunStatus::Failed {
             reason: format!("{s} ({reason})"),
             exit_code,
@@ -643,6 +647,10 @@ x|RUNNING|None|n1|bad
             },
             "a node failure is not the job's fault: the daemon requeues it"
         );
+        assert!(matches!(
+            run_status("FAILED", "JobLaunchFailure", None),
+            RunStatus::NodeFailed { .. }
+        ));
         let (state, reason, code) = parse_show_job(SHOW_JOB).unwrap();
         assert_eq!(
             (state.as_str(), reason.as_str(), code),

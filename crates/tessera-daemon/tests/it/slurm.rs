@@ -327,7 +327,9 @@ fn slurm_runs_a_multi_node_placement_as_a_heterogeneous_job() {
     });
 }
 
-/// Puts a Slurm node back in service when dropped, even if the test fails.
+/// Puts a Slurm node back in service when dropped, even if the test fails, and waits until it
+/// runs jobs again (the killed job's processes outlive the fake node's "failure", and launches
+/// there fail until they are gone), so that later tests find a healthy cluster.
 struct Resume<'a> {
     conf: &'a std::path::Path,
     node: String,
@@ -339,6 +341,33 @@ impl Drop for Resume<'_> {
             .args(["update", &format!("nodename={}", self.node), "state=resume"])
             .env("SLURM_CONF", self.conf)
             .output();
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let probe = Command::new("sbatch")
+                .args([
+                    "--parsable",
+                    &format!("--nodelist={}", self.node),
+                    "--job-name=tessera-probe",
+                    "--output=/dev/null",
+                    "--wrap=true",
+                ])
+                .env("SLURM_CONF", self.conf)
+                .output();
+            let Ok(probe) = probe else { return };
+            let id = String::from_utf8_lossy(&probe.stdout).trim().to_string();
+            let mut state = String::new();
+            for _ in 0..100 {
+                state = scontrol_job(self.conf, &id);
+                if state.contains("JobState=COMPLETED") || state.contains("JobState=FAILED") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if state.contains("JobState=COMPLETED") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 }
 
@@ -355,7 +384,7 @@ fn slurm_node_set_down_has_its_job_requeued_once_and_restarted_elsewhere() {
     let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
     let alice = client(&d, ALICE);
     let j = alice
-        .submit(&format!("{}gpuType: a100\n", job("victim", 8, "sleep 120")))
+        .submit(&format!("{}gpuType: a100\n", job("victim", 8, "sleep 15")))
         .unwrap();
     let running = |id| alice.describe(id).unwrap().job.backend_state.as_deref() == Some("RUNNING");
     wait_until("running in Slurm", Duration::from_secs(30), || {
@@ -368,17 +397,22 @@ fn slurm_node_set_down_has_its_job_requeued_once_and_restarted_elsewhere() {
         conf: &conf,
         node: node.clone(),
     };
-    let o = Command::new("scontrol")
-        .args([
-            "update",
-            &format!("nodename={node}"),
-            "state=down",
-            "reason=tessera-test",
-        ])
-        .env("SLURM_CONF", &conf)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The test cluster runs with ReturnToService=2, which puts a node set DOWN back in
+    // service within milliseconds (slurmd still answers). Drain it first so that it stays out
+    // of service, then set it down: Slurm kills the job (NODE_FAIL).
+    for state in ["drain", "down"] {
+        let o = Command::new("scontrol")
+            .args([
+                "update",
+                &format!("nodename={node}"),
+                &format!("state={state}"),
+                "reason=tessera-test",
+            ])
+            .env("SLURM_CONF", &conf)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     wait_until(
         "restarted on the other node",
         Duration::from_secs(60),
