@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use tessera_model::{SimDuration, SimTime};
-use tessera_sched::{build_policy, PolicyOptions};
+use tessera_sched::PolicyOptions;
 
 use crate::backend::{Backend, Handle, InventoryNode, Launch, RunStatus};
 use crate::clock::Clock;
@@ -178,7 +178,13 @@ impl Engine {
             &tessera_model::GpuCatalog::builtin(),
         )?;
         let round = config.round_seconds.map(SimDuration::from_secs_f64);
-        let policy = build_policy(&config.policy, &PolicyOptions { round })?;
+        let policy = tessera_mechanisms::build_policy(
+            &config.policy,
+            &PolicyOptions {
+                round,
+                ..PolicyOptions::default()
+            },
+        )?;
         let now = clock.now();
         let settings = CoreSettings {
             instance: store.instance()?,

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use tessera_model::{Bytes, GpuCatalog, MilliCpu, SimDuration, SimTime};
-use tessera_sched::{build_policy, Policy, PolicyOptions};
+use tessera_mechanisms::build_policy;
+use tessera_sched::{Policy, PolicyOptions};
 
 use super::{Command, Core, CoreSettings};
 use crate::backend::{GresCount, Handle, InventoryNode, NodeHealth, RunStatus};
@@ -107,6 +108,7 @@ pub(crate) fn policy(name: &str, round_secs: Option<u64>) -> Box<dyn Policy> {
         name,
         &PolicyOptions {
             round: round_secs.map(SimDuration::from_secs),
+            ..PolicyOptions::default()
         },
     )
     .expect("known policy")
