@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use tessera_model::{Bytes, GpuCatalog, MilliCpu, SimDuration, SimTime};
 use tessera_mechanisms::build_policy;
+use tessera_model::{Bytes, GpuCatalog, MilliCpu, SimDuration, SimTime};
 use tessera_sched::{Policy, PolicyOptions};
 
 use super::{Command, Core, CoreSettings};
