@@ -188,6 +188,9 @@ async fn submit(
 #[derive(Deserialize)]
 struct ListQuery {
     state: Option<String>,
+    queue: Option<String>,
+    after: Option<i64>,
+    limit: Option<usize>,
 }
 
 async fn list(
@@ -211,7 +214,23 @@ async fn list(
             }
         },
     };
-    respond(call(&s, &headers, Request::List { state }).await, false)
+    let limit = match q.limit {
+        None => crate::types::DEFAULT_PAGE,
+        Some(l) if (1..=crate::types::MAX_PAGE).contains(&l) => l,
+        Some(_) => {
+            return error_response(&ApiError::bad_request(format!(
+                "limit: must be within 1..={}",
+                crate::types::MAX_PAGE
+            )))
+        }
+    };
+    let request = Request::List {
+        state,
+        queue: q.queue,
+        after: q.after,
+        limit,
+    };
+    respond(call(&s, &headers, request).await, false)
 }
 
 async fn describe(

@@ -36,6 +36,10 @@ pub(crate) enum Request {
     },
     List {
         state: Option<JobState>,
+        queue: Option<String>,
+        /// Only jobs with a larger id (the previous page's `nextAfter`).
+        after: Option<i64>,
+        limit: usize,
     },
     Get {
         id: i64,
@@ -396,14 +400,43 @@ impl Core {
         }
         let caller = self.authenticate(token)?;
         match req {
-            Request::List { state } => {
-                let positions = self.positions();
-                let jobs = (0..self.jobs.len())
-                    .filter(|&i| Self::can_see(&caller, &self.jobs[i].row))
-                    .filter(|&i| state.is_none_or(|s| self.jobs[i].row.state == s))
+            Request::List {
+                state,
+                queue,
+                after,
+                limit,
+            } => {
+                // Jobs are held in id order: a page starts with a binary search, not a scan.
+                let start = after.map_or(0, |a| self.jobs.partition_point(|j| j.row.id <= a));
+                let mut page: Vec<usize> = (start..self.jobs.len())
+                    .filter(|&i| {
+                        let r = &self.jobs[i].row;
+                        Self::can_see(&caller, r)
+                            && state.is_none_or(|s| r.state == s)
+                            && queue.as_ref().is_none_or(|q| &r.queue == q)
+                    })
+                    .take(limit.saturating_add(1))
+                    .collect();
+                let more = page.len() > limit;
+                page.truncate(limit);
+                let next_after = if more {
+                    page.last().map(|&i| self.jobs[i].row.id)
+                } else {
+                    None
+                };
+                let pending = page
+                    .iter()
+                    .any(|&i| self.jobs[i].row.state == JobState::Pending);
+                let positions = if pending {
+                    self.positions()
+                } else {
+                    HashMap::new()
+                };
+                let jobs = page
+                    .into_iter()
                     .map(|i| self.view(i, positions.get(&i).copied(), false))
                     .collect();
-                Ok(Response::Jobs(JobList { jobs }))
+                Ok(Response::Jobs(JobList { jobs, next_after }))
             }
             Request::Get { id } => {
                 let idx = self.lookup(&caller, id)?;
