@@ -503,12 +503,14 @@ impl Engine {
         self.run_commands();
     }
 
-    /// One scheduling point: the core decides (timed), then its commands are carried out.
+    /// One scheduling point: the core decides (timed), records, then its commands are carried
+    /// out.
     pub fn schedule(&mut self) {
         let now: SimTime = self.clock.now();
         let t0 = Instant::now();
-        self.core.schedule(now);
+        let decisions = self.core.decide(now);
         self.last_decision_secs = t0.elapsed().as_secs_f64();
+        self.core.apply(now, decisions);
         self.core
             .metrics_mut()
             .scheduling_latency

@@ -88,6 +88,17 @@ pub enum Command {
     },
 }
 
+/// Validated decisions of one scheduling point, from [`Core::decide`] to [`Core::apply`].
+#[derive(Debug)]
+pub struct Decisions(Vec<Plan>);
+
+#[derive(Debug)]
+enum Plan {
+    Start(usize, Allocation),
+    Preempt(usize),
+    Resize(usize, Allocation),
+}
+
 /// Settings of a core that do not change while it runs.
 #[derive(Clone, Debug)]
 pub struct CoreSettings {
@@ -1094,10 +1105,16 @@ impl Core {
         Ok(())
     }
 
-    /// One scheduling point: builds the view, calls the policy, validates its actions, records
-    /// the transitions and queues the launches and stops (after a [`Command::Persist`] of
-    /// those transitions).
+    /// One scheduling point: [`decide`](Self::decide), then [`apply`](Self::apply).
     pub fn schedule(&mut self, now: SimTime) {
+        let decisions = self.decide(now);
+        self.apply(now, decisions);
+    }
+
+    /// The decision half of a scheduling point: builds the view, calls the policy and
+    /// validates its actions against free capacity (what `tessera_scheduling_latency_seconds`
+    /// measures). Nothing changes until [`apply`](Self::apply).
+    pub fn decide(&mut self, now: SimTime) -> Decisions {
         self.last_schedule = Some(now);
         let mut trigger = std::mem::take(&mut self.trigger);
         if self.retry_at.is_some_and(|r| now >= r) {
@@ -1130,11 +1147,6 @@ impl Core {
             self.policy.schedule(&view, &mut actions);
         }
         // Validate in order against a scratch copy of the free pool.
-        enum Plan {
-            Start(usize, Allocation),
-            Preempt(usize),
-            Resize(usize, Allocation),
-        }
         let mut free = self.free.clone();
         let mut plans = Vec::new();
         let mut touched = BTreeSet::new();
@@ -1191,10 +1203,16 @@ impl Core {
             }
         }
         self.actions = actions;
+        Decisions(plans)
+    }
+
+    /// The recording half of a scheduling point: writes the transitions and queues the stops
+    /// and launches (after a [`Command::Persist`] of those transitions).
+    pub fn apply(&mut self, now: SimTime, decisions: Decisions) {
+        let plans = decisions.0;
         if plans.is_empty() {
             return;
         }
-
         // Record every decision; `act` persists them before the first stop or launch.
         let now_us = now.as_micros();
         let mut to_preempt: Vec<RunRow> = Vec::new();
