@@ -317,7 +317,7 @@ impl Engine {
             Done::Stopped(run, r) => self.core.handle_stopped(run, r),
             Done::Polled(Ok(statuses)) => self.core.handle_statuses(now, statuses),
             Done::Polled(Err(e)) => self.core.handle_poll_failed(&e),
-            Done::Verified(statuses) => self.core.handle_statuses(now, statuses),
+            Done::Verified(statuses) => self.core.handle_verified(now, statuses),
             Done::Inventory(Ok(nodes)) => self.core.handle_inventory(now, &nodes),
             Done::Inventory(Err(e)) => self.core.handle_inventory_failed(&e),
         }

@@ -72,7 +72,7 @@ pub enum Command {
     Poll(Vec<Handle>),
     /// Ask for the status of runs just stopped because their node went down, so that a run
     /// that had already completed is recorded as such instead of run again; answer with
-    /// [`Core::handle_statuses`]. Unlike [`Command::Poll`], never skipped.
+    /// [`Core::handle_verified`]. Unlike [`Command::Poll`], never skipped.
     Verify(Vec<Handle>),
     /// Read the inventory again (a run failed with its node: which nodes are down now?);
     /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
@@ -711,8 +711,13 @@ impl Core {
     pub fn handle_statuses(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
         let now = now.as_micros();
         for (h, status) in statuses {
-            if let Some(idx) = self.verifying.remove(&h.0) {
-                self.verified(idx, &status, now);
+            if let Some(&idx) = self.verifying.get(&h.0) {
+                // A poll issued before the stop: only an ending is news; otherwise wait for
+                // the answer to the Verify that follows the stop.
+                if status.is_terminal() {
+                    self.verifying.remove(&h.0);
+                    self.verified(idx, &status, now);
+                }
                 continue;
             }
             let Some(&idx) = self.by_handle.get(&h.0) else {
@@ -795,6 +800,18 @@ impl Core {
         job.row.backend_state = None;
         self.transition(idx, JobState::Pending, now, &format!("{why}; requeued"));
         self.trigger.completion = true;
+    }
+
+    /// The answer to a [`Command::Verify`]: how each run stopped after a node failure ended
+    /// (whatever the status, it is the last word: the job becomes schedulable again unless
+    /// its run had completed or failed on its own).
+    pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        let now = now.as_micros();
+        for (h, status) in statuses {
+            if let Some(idx) = self.verifying.remove(&h.0) {
+                self.verified(idx, &status, now);
+            }
+        }
     }
 
     /// The last status of a run stopped because its node went down.

@@ -308,7 +308,11 @@ impl Harness {
                             (h, s)
                         })
                         .collect();
-                    self.core.handle_statuses(self.now, statuses);
+                    if verify {
+                        self.core.handle_verified(self.now, statuses);
+                    } else {
+                        self.core.handle_statuses(self.now, statuses);
+                    }
                 }
                 Command::Inventory => {
                     self.events.push(Event::Inventory);

@@ -667,7 +667,7 @@ fn a_launch_that_lands_on_a_node_gone_down_meanwhile_is_failed_over() {
             }
             super::Command::Verify(hs) => {
                 let st = hs.into_iter().map(|x| (x, RunStatus::Cancelled)).collect();
-                h.core.handle_statuses(h.now, st);
+                h.core.handle_verified(h.now, st);
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -704,4 +704,39 @@ fn a_job_whose_node_failed_waits_for_a_fresh_inventory_before_it_is_placed_again
         vec![(a, 2, on("n2", 1))],
         "restarted once, away from the dead node"
     );
+}
+
+/// A poll issued before a node failure's stop may answer "running" for the stopped run: the
+/// job stays held until the Verify after the stop answers.
+#[test]
+fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
+    use crate::backend::{Handle, NodeHealth};
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    // The stale poll result arrives before the driver carries out the stop.
+    h.core
+        .handle_statuses(h.now, vec![(Handle(run.clone()), RunStatus::Running)]);
+    h.core.schedule(h.now);
+    let mut launched = false;
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Launch(_) => launched = true,
+            super::Command::Verify(hs) => {
+                assert!(!launched, "relaunched before the stopped run was verified");
+                let st = hs.into_iter().map(|x| (x, RunStatus::Cancelled)).collect();
+                h.core.handle_verified(h.now, st);
+            }
+            super::Command::Stop { run, .. } => h.core.handle_stopped(run, Ok(())),
+            _ => {}
+        }
+    }
+    assert!(!launched);
+    h.take_events();
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
 }
