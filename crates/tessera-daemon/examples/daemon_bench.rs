@@ -125,6 +125,7 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
             cpus: MilliCpu::from_cores(64),
             memory: Bytes::from_gib(256),
         }],
+        run_as: Default::default(),
     });
     let job = |name: &str, command: &str, memory: &str| {
         format!(r#"{{"name":"{name}","command":["{command}"],"gpus":1,"memory":"{memory}"}}"#)

@@ -84,6 +84,13 @@ impl Drop for Engine {
 /// The engine: the core plus the I/O it needs (owned by one thread).
 pub struct Engine {
     store: Store,
+    /// Changes the store refused (disk full), written first, in order, once it accepts writes.
+    unsaved: WriteBatch,
+    /// Why the store last refused a write, until a write succeeds again.
+    store_error: Option<String>,
+    /// Launches and stops decided while the store refused writes, carried out once the
+    /// decisions behind them are durable.
+    deferred: std::collections::VecDeque<Command>,
     backend: BackendSlot,
     clock: Arc<dyn Clock>,
     core: Core,
@@ -196,6 +203,9 @@ impl Engine {
         let core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
         let mut engine = Engine {
             store,
+            unsaved: WriteBatch::default(),
+            store_error: None,
+            deferred: std::collections::VecDeque::new(),
             backend: BackendSlot::Inline(backend),
             clock,
             core,
@@ -370,7 +380,13 @@ impl Engine {
     fn drive(&mut self) -> Result<(), DaemonError> {
         while let Some(command) = self.core.poll_command() {
             match command {
-                Command::Persist(batch) => self.commit(&batch),
+                Command::Persist(batch) => {
+                    self.commit(&batch);
+                }
+                // Acting waits while a decision is not durable (persist before act).
+                c @ (Command::Launch(_) | Command::Stop { .. }) if self.store_error.is_some() => {
+                    self.deferred.push_back(c);
+                }
                 Command::Launch(launch) => self.call(Work::Launch(launch)),
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
                 Command::Poll(handles) => self.call(Work::Poll(handles)),
@@ -402,13 +418,79 @@ impl Engine {
         }
     }
 
-    fn commit(&mut self, batch: &WriteBatch) {
-        if let Err(e) = self.store.commit(batch) {
-            // The store is the source of truth: without it we must not act. Crash loudly so
-            // that a supervisor restarts the daemon, which then reconciles.
-            tracing::error!("store commit failed: {e}");
-            std::process::abort();
+    /// Writes a batch, after anything still unsaved. When the store refuses (a full disk),
+    /// the batch is kept, in order, for [`flush`](Self::flush), and later launches and stops
+    /// wait with it; `false` is returned.
+    fn commit(&mut self, batch: &WriteBatch) -> bool {
+        if !self.flush() {
+            self.unsaved.append(batch.clone());
+            return false;
         }
+        match self.store.commit(batch) {
+            Ok(()) => true,
+            Err(e) => {
+                self.store_refused(e);
+                self.unsaved.append(batch.clone());
+                false
+            }
+        }
+    }
+
+    /// Records a refused write. A corrupt store cannot be worked around: crash loudly so that
+    /// a supervisor restarts the daemon, which then reconciles (or refuses to start).
+    fn store_refused(&mut self, e: DaemonError) {
+        if let DaemonError::Store(rusqlite::Error::SqliteFailure(f, _)) = &e {
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) {
+                tracing::error!("store is corrupt: {e}");
+                std::process::abort();
+            }
+        }
+        if self.store_error.is_none() {
+            tracing::error!(
+                "the store refuses writes; serving reads only until it accepts them: {e}"
+            );
+        }
+        self.store_error = Some(e.to_string());
+    }
+
+    /// Writes what the store refused before, then carries out the launches and stops that
+    /// waited for it. True when nothing is left unwritten.
+    fn flush(&mut self) -> bool {
+        if !self.unsaved.is_empty() {
+            if let Err(e) = self.store.commit(&self.unsaved) {
+                self.store_refused(e);
+                return false;
+            }
+            self.unsaved = WriteBatch::default();
+        }
+        if self.store_error.take().is_some() {
+            tracing::info!("the store accepts writes again");
+            self.core.request_schedule();
+        }
+        while let Some(c) = self.deferred.pop_front() {
+            match c {
+                Command::Launch(launch) => self.call(Work::Launch(launch)),
+                Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// The answer to a write while the store refuses writes.
+    fn store_unavailable(&self) -> ApiError {
+        ApiError::new(
+            503,
+            "store_unavailable",
+            format!(
+                "the store cannot be written ({}); reads are served and running jobs tracked; \
+                 retry later",
+                self.store_error.as_deref().unwrap_or("unknown error")
+            ),
+        )
     }
 
     /// Submits specs as the tenant owning `token`, in one store transaction (what the API does
@@ -435,7 +517,34 @@ impl Engine {
         items: Vec<(Option<String>, String)>,
     ) -> Vec<Result<Response, ApiError>> {
         let now = self.clock.now();
+        if !self.flush() {
+            return items
+                .iter()
+                .map(|_| Err(self.store_unavailable()))
+                .collect();
+        }
+        let mark = self.core.submission_mark();
         let results = self.core.submit(now, items);
+        // Everything before was drained: the only command now is this batch's write.
+        if let Some(command) = self.core.poll_command() {
+            let Command::Persist(batch) = command else {
+                tracing::error!("unexpected command after a submission: {command:?}");
+                return results
+                    .into_iter()
+                    .map(|_| Err(ApiError::internal("unexpected command")))
+                    .collect();
+            };
+            if let Err(e) = self.store.commit(&batch) {
+                // Not acknowledged, so not kept: the clients are told to retry.
+                self.store_refused(e);
+                self.core.forget_submissions(mark);
+                let refused = self.store_unavailable();
+                return results
+                    .into_iter()
+                    .map(|r| r.and(Err(refused.clone())))
+                    .collect();
+            }
+        }
         self.run_commands();
         results
             .into_iter()
@@ -454,8 +563,21 @@ impl Engine {
             Request::Get { id } => Some(*id),
             _ => None,
         };
+        let writes = matches!(
+            req,
+            Request::Cancel { .. } | Request::Progress { .. } | Request::SetNodeHealth { .. }
+        );
+        if writes && !self.flush() {
+            // Authentication first, so that the 503 tells nothing to a stranger.
+            self.core.handle_request(now, token, Request::Nodes)?;
+            return Err(self.store_unavailable());
+        }
         let mut result = self.core.handle_request(now, token, req);
         self.run_commands();
+        if writes && result.is_ok() && self.store_error.is_some() {
+            // Applied in memory and written once the store accepts writes; not acknowledged.
+            return Err(self.store_unavailable());
+        }
         if let (Some(id), Ok(Response::Detail(d))) = (id, &mut result) {
             d.transitions = self
                 .store
@@ -475,6 +597,8 @@ impl Engine {
 
     /// Polls the backend for the status of every running job and records changes.
     pub fn poll(&mut self) {
+        // Also how writes resume after a full disk: at every poll.
+        self.flush();
         self.core.poll_runs(self.clock.now());
         self.run_commands();
     }
@@ -506,6 +630,11 @@ impl Engine {
     /// One scheduling point: the core decides (timed), records, then its commands are carried
     /// out.
     pub fn schedule(&mut self) {
+        // Decisions must be durable before they are acted on: none while the store refuses
+        // writes (the triggers stay set, so scheduling resumes with the store).
+        if !self.flush() {
+            return;
+        }
         let now: SimTime = self.clock.now();
         let t0 = Instant::now();
         let decisions = self.core.decide(now);

@@ -26,6 +26,25 @@ use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, Trainin
 pub trait ThroughputModel: Send + Sync {
     /// Throughput of `job` on `alloc` in `cluster`, in iterations per second.
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64;
+
+    /// True when a job's speed depends on who shares its GPUs (quotas, MPS): drivers then
+    /// call [`throughput_among`](Self::throughput_among) and re-rate a job whenever a
+    /// neighbour arrives, leaves or is retuned.
+    fn depends_on_neighbours(&self) -> bool {
+        false
+    }
+
+    /// Throughput of `job` on `alloc` while `neighbours` (job, allocation) hold quota shares
+    /// of the same GPUs. Default: neighbours do not matter.
+    fn throughput_among(
+        &self,
+        job: &TrainingJob,
+        alloc: &Allocation,
+        cluster: &Cluster,
+        _neighbours: &[(&TrainingJob, &Allocation)],
+    ) -> f64 {
+        self.throughput(job, alloc, cluster)
+    }
 }
 
 /// Learns about a job when it arrives (e.g. Synergy's optimistic profiling, MISO's MPS
@@ -144,6 +163,7 @@ mod tests {
             gpus,
             cpu: MilliCpu(0),
             memory: Bytes(0),
+            devices: None,
         };
         let at = |gpus| {
             TraceThroughput.throughput(

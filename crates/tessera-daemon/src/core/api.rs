@@ -467,6 +467,13 @@ impl Core {
             }
             Request::Queue => Ok(Response::Queue(self.queue(&caller))),
             Request::Progress { id, report } => {
+                // Only the job itself reports progress: a tenant token (or another job's)
+                // could otherwise feed the policy made-up throughput.
+                if !matches!(caller, Caller::Job { id: own } if own == id) {
+                    return Err(ApiError::forbidden(
+                        "progress is accepted only with the job's own token (TESSERA_TOKEN)",
+                    ));
+                }
                 let idx = self.lookup(&caller, id)?;
                 self.progress(now, idx, report)
             }

@@ -117,6 +117,14 @@ pub struct CoreSettings {
     pub arrival_coalescing: SimDuration,
 }
 
+/// The end of the job table at one moment (see [`Core::submission_mark`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SubmissionMark {
+    jobs: usize,
+    next_id: i64,
+    submissions: u64,
+}
+
 /// Makes the secret token of each job attempt (injected so tests are deterministic).
 pub type TokenSource = Box<dyn FnMut() -> String + Send>;
 
@@ -290,6 +298,44 @@ impl Core {
     /// The policy's name.
     pub fn policy_name(&self) -> &str {
         self.policy.name()
+    }
+
+    /// Asks for a scheduling point at the next chance (the store accepts writes again).
+    pub fn request_schedule(&mut self) {
+        self.trigger.completion = true;
+    }
+
+    /// Where the job table ends now, to [`forget_submissions`](Self::forget_submissions)
+    /// accepted after it.
+    pub fn submission_mark(&self) -> SubmissionMark {
+        SubmissionMark {
+            jobs: self.jobs.len(),
+            next_id: self.next_id,
+            submissions: self.metrics.submissions,
+        }
+    }
+
+    /// Drops the jobs submitted since `mark` (the store refused to record them, so they were
+    /// never acknowledged), and the pending write that held them.
+    pub fn forget_submissions(&mut self, mark: SubmissionMark) {
+        while self.jobs.len() > mark.jobs {
+            let idx = self.jobs.len() - 1;
+            let Some(job) = self.jobs.pop() else { break };
+            self.specs.pop();
+            self.by_id.remove(&job.row.id);
+            if self.active.remove(&idx) {
+                if let Some(n) = self.active_per_tenant.get_mut(&job.row.tenant) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            if job.row.state == JobState::Pending {
+                if let Some(n) = self.pending_per_priority.get_mut(&job.row.priority) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        self.next_id = mark.next_id;
+        self.metrics.submissions = mark.submissions;
     }
 
     /// Changes [`CoreSettings::arrival_coalescing`].
@@ -1153,11 +1199,19 @@ impl Core {
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         {
+            // Device-level state for the view; the daemon places whole GPUs only so far.
+            let mut devices = tessera_sched::ClusterState::new(&self.map.cluster);
+            for a in &self.active_buf {
+                if let Some(alloc) = &a.allocation {
+                    devices.take(&self.map.cluster, alloc);
+                }
+            }
             let view = ClusterView {
                 now,
                 trigger,
                 cluster: &self.map.cluster,
                 free: &self.free,
+                state: &devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
             };
@@ -1172,6 +1226,14 @@ impl Core {
                 Action::Start { job, .. } => (*job, "start"),
                 Action::Preempt { job } => (*job, "preempt"),
                 Action::Resize { job, .. } => (*job, "resize"),
+                // Not carried out by the daemon yet: refused, never half-applied.
+                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
+                    tracing::warn!(
+                        action = other.kind(),
+                        "policy asked for an action the daemon does not carry out; ignored"
+                    );
+                    continue;
+                }
             };
             let idx = job.index();
             let state = self.jobs.get(idx).map(|j| j.row.state);
@@ -1357,7 +1419,10 @@ impl Core {
                 self.retry_at = Some(now + SimDuration::from_secs(SUBMIT_RETRY_SECS));
                 self.release(idx);
                 let job = &mut self.jobs[idx];
-                job.submit_failures += 1;
+                // Running out of descriptors or processes says nothing about the job.
+                if !e.is_transient() {
+                    job.submit_failures += 1;
+                }
                 job.row.start_us = None;
                 let (to, detail) = if job.submit_failures >= MAX_SUBMIT_FAILURES {
                     (
@@ -1406,6 +1471,7 @@ impl Core {
             name: Launch::run_name(&self.settings.instance, job.row.id, job.row.attempt),
             job_id: job.row.id,
             attempt: job.row.attempt,
+            tenant: job.row.tenant.clone(),
             payload,
             env,
             placement: job.row.placement.clone(),

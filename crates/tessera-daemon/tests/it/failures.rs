@@ -30,6 +30,7 @@ fn two_nodes(dir: &Path, gpus: u32) -> BackendConfig {
     BackendConfig::Local(LocalConfig {
         work_dir: dir.join("runs"),
         nodes: vec![node("a"), node("b")],
+        run_as: Default::default(),
     })
 }
 
@@ -107,10 +108,16 @@ fn a_node_marked_down_by_an_admin_has_its_job_restarted_elsewhere_once() {
         "{:?}",
         v.transitions
     );
-    let old = dir
-        .path()
-        .join("runs")
-        .join(format!("tessera-{}-{}-1", instance(dir.path()), j.id));
+    // The store is locked while the daemon runs: find the first run's directory by name.
+    let old = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with(&format!("-{}-1", j.id)))
+        })
+        .unwrap();
     wait_until("the first run is gone", Duration::from_secs(10), || {
         !run_alive(&old)
     });
@@ -121,13 +128,6 @@ fn a_node_marked_down_by_an_admin_has_its_job_restarted_elsewhere_once() {
     );
     ops.set_node_health(&node, NodeHealth::Up).unwrap();
     alice.cancel(j.id).unwrap();
-}
-
-fn instance(dir: &Path) -> String {
-    tessera_daemon::store::Store::open(&dir.join("t.db"), Default::default())
-        .unwrap()
-        .instance()
-        .unwrap()
 }
 
 /// A tiny deterministic generator (the test must not depend on a random crate).
