@@ -7,6 +7,7 @@
 //! - [`job`]: [`TrainingJob`] and [`Workload`].
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
+//! - [`pyrandom`]: [`PyRandom`], CPython's `random` draw for draw (for published Python simulators' workloads).
 //!
 //! ```
 //! use tessera_model::{Cluster, GpuCatalog};
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod error;
 pub mod job;
+pub mod pyrandom;
 pub mod quantity;
 pub mod rng;
 pub mod time;
@@ -31,6 +33,7 @@ pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
 pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
+pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
 pub use time::{SimDuration, SimTime};
