@@ -29,6 +29,7 @@ mod engine;
 pub mod metrics;
 pub mod reference;
 pub mod synergy_experiment;
+pub mod synergy_reference;
 pub mod synergy_workload;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation};
