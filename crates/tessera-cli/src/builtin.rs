@@ -14,8 +14,8 @@ pub const CLUSTERS: &[(&str, &str, &str)] = &[
     ),
     (
         "synergy-128",
-        "Synergy's cluster: 16 x 8 GPUs, 24 CPUs, 500 GB per server",
-        include_str!("../data/clusters/synergy-128.yaml"),
+        "Synergy's cluster: 16 x 8 GPUs, 24 CPUs, 500 GiB per server (62.5 per GPU, as its tables)",
+        tessera_sim::synergy_experiment::REFERENCE_CLUSTER_YAML,
     ),
     (
         "tiresias-n32g4",

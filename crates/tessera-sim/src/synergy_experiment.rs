@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
-use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, Workload};
+use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::synergy::{
     OptimisticProfiler, ReferenceProfiler, ReferenceSpeedup, SynergyThroughput, TableMode,
 };
@@ -39,18 +39,35 @@ impl Semantics {
     }
 }
 
-/// The reference cluster: `servers` × 8 GPUs, 24 cores and 500 GB each (16 servers = 128
-/// GPUs in the paper's simulations).
+/// The reference cluster as a spec, the one definition of it: 16 servers × 8 GPUs with 24
+/// cores and 500 "GB" each. The sensitivity tables' memory axis is read as GiB (their
+/// proportional point is 62.5 per GPU), so the server has 500 GiB: written `500G` (SI) it
+/// would hold 58.2 GiB per GPU and slow image and speech jobs at the proportional share to
+/// 0.907×. The CLI's `builtin:synergy-128` is this text.
+pub const REFERENCE_CLUSTER_YAML: &str = "\
+# Synergy's reference cluster (OSDI'22 simulator defaults): 16 servers x 8 GPUs, 24 CPUs and
+# 500 GB of memory per server; the sensitivity tables' GB are GiB (62.5 per GPU).
+apiVersion: tessera/v1
+kind: Cluster
+metadata:
+  name: synergy-128
+spec:
+  nodeGroups:
+    - name: v100
+      count: 16
+      gpu: V100-32GB
+      gpusPerNode: 8
+      cpus: 24
+      memory: 500Gi
+";
+
+/// The reference cluster with `servers` servers (16 = 128 GPUs in the paper's simulations):
+/// [`REFERENCE_CLUSTER_YAML`] with its count replaced.
 pub fn reference_cluster(servers: u32) -> Cluster {
-    // A valid spec by construction; the fallback keeps library code panic-free.
-    Cluster::homogeneous(
-        "V100-32GB",
-        servers.max(1),
-        8,
-        MilliCpu::from_cores(24),
-        Bytes::from_gib(500),
-    )
-    .unwrap_or_else(|_| Cluster {
+    let yaml = REFERENCE_CLUSTER_YAML.replace("count: 16", &format!("count: {}", servers.max(1)));
+    // A valid spec by construction (pinned by a test); the fallback keeps library code
+    // panic-free.
+    Cluster::from_yaml(&yaml, &tessera_model::GpuCatalog::builtin()).unwrap_or_else(|_| Cluster {
         name: "empty".into(),
         catalog: tessera_model::GpuCatalog::builtin(),
         groups: Vec::new(),
@@ -221,5 +238,21 @@ fn window_stats(report: &SimReport, spec: &RunSpec, wall_s: f64) -> WindowStats 
         scheduling_points: report.summary.scheduling_points,
         wall_s,
         policy_stats: report.policy_stats.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_cluster_has_the_tables_proportional_share() {
+        let c = reference_cluster(16);
+        assert_eq!(c.nodes.len(), 16);
+        assert_eq!(c.totals().0, 128);
+        let g = &c.groups[0];
+        assert_eq!(g.cpu.as_cores() / g.gpus_per_node as f64, 3.0);
+        assert_eq!(g.memory.as_gib() / g.gpus_per_node as f64, 62.5);
+        assert_eq!(reference_cluster(2).nodes.len(), 2);
     }
 }
