@@ -60,10 +60,18 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let Some(workload) = tessera_trace::builtin_trace(name, seed) else {
+        let synergy = tessera_sim::synergy_reference::builtin_trace(name)
+            .transpose()
+            .with_context(|| format!("built-in trace {name}"))?;
+        let Some(workload) = synergy.or_else(|| tessera_trace::builtin_trace(name, seed)) else {
             let known: Vec<_> = tessera_trace::BUILTIN_TRACES
                 .iter()
                 .map(|(n, _)| *n)
+                .chain(
+                    tessera_sim::synergy_reference::BUILTIN_TRACES
+                        .iter()
+                        .map(|(n, ..)| *n),
+                )
                 .collect();
             bail!(
                 "unknown built-in trace {name:?} (known: {})",

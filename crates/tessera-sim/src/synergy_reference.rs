@@ -380,6 +380,41 @@ impl ReferenceWorkload {
     }
 }
 
+/// Built-in traces of the reference's workload (the paper's three setups, 16,000 jobs each so
+/// that the 4000–4999 window drains): (name, description, trace, jobs per hour).
+pub const BUILTIN_TRACES: &[(&str, &str, ReferenceTrace, f64)] = &[
+    (
+        "synergy-reference-single-9",
+        "the Synergy simulator's own single-GPU workload at 9 jobs/h, seed 42 (16,000 jobs)",
+        ReferenceTrace::Single,
+        9.0,
+    ),
+    (
+        "synergy-reference-multi-3",
+        "the Synergy simulator's own multi-GPU workload at 3 jobs/h, seed 42 (16,000 jobs)",
+        ReferenceTrace::Multi,
+        3.0,
+    ),
+    (
+        "synergy-reference-multi-4",
+        "the Synergy simulator's own multi-GPU workload at 4 jobs/h, seed 42 (16,000 jobs)",
+        ReferenceTrace::Multi,
+        4.0,
+    ),
+];
+
+/// The built-in trace `name` ([`BUILTIN_TRACES`]), `None` if there is none of that name.
+pub fn builtin_trace(name: &str) -> Option<Result<Workload, ReferenceWorkloadError>> {
+    let (_, _, trace, load) = BUILTIN_TRACES.iter().find(|t| t.0 == name)?;
+    Some(
+        ReferenceWorkload {
+            jobs: 16_000,
+            ..ReferenceWorkload::new(*trace, *load)
+        }
+        .generate(),
+    )
+}
+
 /// Tessera jobs from reference jobs.
 pub fn to_workload(jobs: &[ReferenceJob]) -> Workload {
     Workload::new(

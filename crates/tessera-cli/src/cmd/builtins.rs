@@ -16,6 +16,9 @@ pub fn run() -> Result<()> {
     for (name, about) in tessera_trace::BUILTIN_TRACES {
         writeln!(out, "  {name:<20} {about}")?;
     }
+    for (name, about, ..) in tessera_sim::synergy_reference::BUILTIN_TRACES {
+        writeln!(out, "  {name:<20} {about}")?;
+    }
     writeln!(out, "\nPolicies (--policy NAME):")?;
     for p in tessera_sched::POLICIES {
         writeln!(out, "  {:<20} {}", p.name, p.about)?;

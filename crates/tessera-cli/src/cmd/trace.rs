@@ -90,6 +90,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         "--load must be positive, got {}",
         args.load
     );
+    match args.generator.as_str() {
+        "philly" => {}
+        "synergy-reference" => return generate_synergy_reference(args),
+        g => anyhow::bail!("--generator must be philly or synergy-reference, got {g:?}"),
+    }
     let gpu_mix = match args.gpus {
         Some(0) => anyhow::bail!("--gpus must be at least 1"),
         Some(g) => vec![(g, 1.0)],
@@ -100,8 +105,27 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         jobs_per_hour: args.load,
         gpu_mix,
         durations: DurationDist::PhillyRuntimes,
-        seed: args.seed,
+        seed: args.seed.unwrap_or(1),
     }
     .generate();
+    write_csv(&args.output, &workload, &GpuCatalog::builtin())
+}
+
+fn generate_synergy_reference(args: &GenerateArgs) -> Result<()> {
+    use tessera_sim::synergy_reference::{ReferenceTrace, ReferenceWorkload, REFERENCE_SEED};
+    anyhow::ensure!(
+        args.gpus.is_none(),
+        "--gpus does not apply to --generator synergy-reference (use --trace single|multi)"
+    );
+    let Some(trace) = ReferenceTrace::parse(&args.trace) else {
+        anyhow::bail!("--trace must be single or multi, got {:?}", args.trace);
+    };
+    let workload = ReferenceWorkload {
+        jobs: args.jobs,
+        seed: args.seed.unwrap_or(REFERENCE_SEED),
+        ..ReferenceWorkload::new(trace, args.load)
+    }
+    .generate()
+    .context("--generator synergy-reference")?;
     write_csv(&args.output, &workload, &GpuCatalog::builtin())
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
 mod realmode;
+mod synergy_reference;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -21,14 +21,25 @@ use tessera_model::{SimDuration, Workload};
 use tessera_sim::synergy_experiment::{
     reference_cluster, run_one, RunSpec, Semantics, WindowStats,
 };
+use tessera_sim::synergy_reference::{ReferenceTrace, ReferenceWorkload};
 use tessera_sim::synergy_workload::SynergyWorkload;
 
 /// Options of `tessera repro synergy`.
 #[derive(Debug, Args)]
 pub struct SynergyArgs {
-    /// Seed of the workloads (and of profiling noise).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Workload: `synthetic` (our generator, several seeds) or `reference` (the Synergy
+    /// simulator's own job sequence at its seed 42, job for job; its published figures are then
+    /// directly comparable).
+    #[arg(long, default_value = "synthetic", value_name = "synthetic|reference")]
+    pub workload: String,
+    /// Seeds of the workloads (and of profiling noise), comma-separated; every figure is
+    /// reported as the mean and min–max over them. Default: 1,2,3,4,5 (synthetic), 42
+    /// (reference).
+    #[arg(long, value_name = "LIST", conflicts_with = "seed")]
+    pub seeds: Option<String>,
+    /// One seed (same as `--seeds N`).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Parts to run: any of a, b, c (comma-separated).
     #[arg(long, default_value = "a,b")]
     pub parts: String,
@@ -103,6 +114,59 @@ struct Task {
     load: f64,
     policy: String,
     semantics: Semantics,
+    seed: u64,
+}
+
+/// Mean and range of one figure over seeds.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Spread {
+    mean: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: impl Iterator<Item = f64>) -> Option<Spread> {
+        let v: Vec<f64> = values.collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+
+    /// `mean` alone for one seed, else `mean [min–max]`.
+    fn show(&self, seeds: usize, decimals: usize, suffix: &str) -> String {
+        if seeds <= 1 {
+            format!("{:.*}{suffix}", decimals, self.mean)
+        } else {
+            format!(
+                "{:.*}{suffix} [{:.*}–{:.*}]",
+                decimals, self.mean, decimals, self.min, decimals, self.max
+            )
+        }
+    }
+}
+
+/// One configuration over all seeds (summary.json `aggregated`).
+#[derive(Debug, Serialize)]
+struct Aggregate {
+    part: String,
+    trace: String,
+    policy: String,
+    load: f64,
+    semantics: Semantics,
+    seeds: Vec<u64>,
+    avg_jct_h: Spread,
+    p99_jct_h: Spread,
+    makespan_h: Spread,
+    speedup_over_proportional: Option<Spread>,
+    reference_avg_jct_h: Option<f64>,
+    reference_p99_jct_h: Option<f64>,
+    wall_s: f64,
 }
 
 /// One row of summary.json.
@@ -113,6 +177,7 @@ struct Entry {
     policy: String,
     load: f64,
     semantics: Semantics,
+    seed: u64,
     avg_jct_s: f64,
     p99_jct_s: f64,
     makespan_s: f64,
@@ -154,6 +219,29 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
     if loads.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
         bail!("--loads must be positive");
     }
+    let reference_workload = match args.workload.as_str() {
+        "synthetic" => false,
+        "reference" => true,
+        w => bail!("--workload must be synthetic or reference, got {w:?}"),
+    };
+    let seeds: Vec<u64> = match (&args.seeds, args.seed) {
+        (Some(list), _) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<u64>()
+                    .with_context(|| format!("--seeds: {s:?} is not a seed"))
+            })
+            .collect::<Result<_>>()?,
+        (None, Some(seed)) => vec![seed],
+        (None, None) if reference_workload => {
+            vec![tessera_sim::synergy_reference::REFERENCE_SEED]
+        }
+        (None, None) => vec![1, 2, 3, 4, 5],
+    };
+    if seeds.is_empty() {
+        bail!("--seeds: give at least one seed");
+    }
     let sweep_trace: &'static str = match args.sweep_trace.as_str() {
         "single" => "single",
         "multi" => "multi",
@@ -161,7 +249,10 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
     };
 
     let mut tasks: Vec<Task> = Vec::new();
-    for &sem in &semantics {
+    for (&sem, &seed) in semantics
+        .iter()
+        .flat_map(|s| seeds.iter().map(move |seed| (s, seed)))
+    {
         if parts.contains(&"a") {
             for p in [
                 "fifo+proportional",
@@ -177,6 +268,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                     load: 9.0,
                     policy: p.into(),
                     semantics: sem,
+                    seed,
                 });
             }
         }
@@ -189,6 +281,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                         load,
                         policy: p.into(),
                         semantics: sem,
+                        seed,
                     });
                 }
             }
@@ -207,6 +300,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                         load,
                         policy: p.into(),
                         semantics: sem,
+                        seed,
                     });
                 }
             }
@@ -218,21 +312,37 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
             .with_context(|| format!("policy {}", t.policy))?;
     }
 
-    // One workload per (trace, load), shared by all policies.
-    let mut workloads: BTreeMap<(String, u64), Workload> = BTreeMap::new();
+    // One workload per (trace, load, seed), shared by all policies.
+    let mut workloads: BTreeMap<(String, u64, u64), Workload> = BTreeMap::new();
     for t in &tasks {
-        workloads
-            .entry((t.trace.to_string(), t.load.to_bits()))
-            .or_insert_with(|| {
-                SynergyWorkload {
-                    jobs: args.jobs,
-                    jobs_per_hour: t.load,
-                    multi_gpu: t.trace == "multi",
-                    split: [20.0, 70.0, 10.0],
-                    seed: args.seed,
-                }
-                .generate()
-            });
+        let key = (t.trace.to_string(), t.load.to_bits(), t.seed);
+        if workloads.contains_key(&key) {
+            continue;
+        }
+        let w = if reference_workload {
+            let trace = if t.trace == "multi" {
+                ReferenceTrace::Multi
+            } else {
+                ReferenceTrace::Single
+            };
+            ReferenceWorkload {
+                jobs: args.jobs,
+                seed: t.seed,
+                ..ReferenceWorkload::new(trace, t.load)
+            }
+            .generate()
+            .context("the reference's workload")?
+        } else {
+            SynergyWorkload {
+                jobs: args.jobs,
+                jobs_per_hour: t.load,
+                multi_gpu: t.trace == "multi",
+                split: [20.0, 70.0, 10.0],
+                seed: t.seed,
+            }
+            .generate()
+        };
+        workloads.insert(key, w);
     }
     let cluster = reference_cluster(args.servers);
     let window = (
@@ -256,7 +366,8 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
             scope.spawn(|| {
                 while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let Some(t) = tasks.get(i) else { break };
-                    let Some(w) = workloads.get(&(t.trace.to_string(), t.load.to_bits())) else {
+                    let key = (t.trace.to_string(), t.load.to_bits(), t.seed);
+                    let Some(w) = workloads.get(&key) else {
                         break;
                     };
                     let spec = RunSpec {
@@ -265,7 +376,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                         window,
                         profile_cost: SimDuration::from_secs_f64(args.profile_cost),
                         profile_error: args.profile_error,
-                        seed: args.seed,
+                        seed: t.seed,
                         restart_costs: args.restart_costs,
                     };
                     let r = run_one(&cluster, w, &spec)
@@ -293,6 +404,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         let base = tasks.iter().zip(&stats).find(|(u, _)| {
             u.part == t.part
                 && u.semantics == t.semantics
+                && u.seed == t.seed
                 && u.load == t.load
                 && u.policy == format!("{order}+proportional")
         });
@@ -303,6 +415,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
             policy: t.policy.clone(),
             load: t.load,
             semantics: t.semantics,
+            seed: t.seed,
             avg_jct_s: s.avg_jct_s,
             p99_jct_s: s.p99_jct_s,
             makespan_s: s.makespan_s,
@@ -314,13 +427,76 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         });
     }
 
+    // One row per configuration: mean and range over seeds, in task order.
+    let mut aggregates: Vec<Aggregate> = Vec::new();
+    for e in &entries {
+        let same = |x: &Entry| {
+            x.part == e.part
+                && x.trace == e.trace
+                && x.policy == e.policy
+                && x.load == e.load
+                && x.semantics == e.semantics
+        };
+        if aggregates.iter().any(|a| {
+            a.part == e.part
+                && a.trace == e.trace
+                && a.policy == e.policy
+                && a.load == e.load
+                && a.semantics == e.semantics
+        }) {
+            continue;
+        }
+        let group: Vec<&Entry> = entries.iter().filter(|x| same(x)).collect();
+        let spread = |f: &dyn Fn(&Entry) -> f64| {
+            Spread::of(group.iter().map(|x| f(x))).unwrap_or(Spread {
+                mean: 0.0,
+                min: 0.0,
+                max: 0.0,
+            })
+        };
+        aggregates.push(Aggregate {
+            part: e.part.clone(),
+            trace: e.trace.clone(),
+            policy: e.policy.clone(),
+            load: e.load,
+            semantics: e.semantics,
+            seeds: group.iter().map(|x| x.seed).collect(),
+            avg_jct_h: spread(&|x| x.avg_jct_h),
+            p99_jct_h: spread(&|x| x.p99_jct_s / 3600.0),
+            makespan_h: spread(&|x| x.makespan_s / 3600.0),
+            speedup_over_proportional: Spread::of(
+                group.iter().filter_map(|x| x.speedup_over_proportional),
+            ),
+            reference_avg_jct_h: e.reference_avg_jct_h,
+            reference_p99_jct_h: e.reference_p99_jct_h,
+            wall_s: group.iter().map(|x| x.stats.wall_s).sum(),
+        });
+    }
+
+    let n_seeds = seeds.len();
+    let seed_list: Vec<String> = seeds.iter().map(u64::to_string).collect();
     let mut out = String::new();
     writeln!(
         out,
-        "Synergy reproduction: {} servers × 8 GPUs (24 CPUs, 500 GB each), 300 s rounds, \
-         20/70/10 image/language/speech, seed {}, window jobs {}..{}",
-        args.servers, args.seed, window.0, window.1
+        "Synergy reproduction: {} servers × 8 GPUs (24 CPUs, 500 GiB = 62.5 per GPU each), 300 s \
+         rounds, 20/70/10 image/language/speech, window jobs {}..{}",
+        args.servers, window.0, window.1
     )?;
+    if reference_workload {
+        writeln!(
+            out,
+            "workload: the reference simulator's own job sequence (msr-fiddle/synergy's generator, \
+             seed {}); ref = its published figures for exactly this workload",
+            seed_list.join(",")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "workload: our generator, seeds {} (mean [min–max] over seeds); ref = the reference's \
+             figures on its own draw, for orientation (`--workload reference` compares like for like)",
+            seed_list.join(",")
+        )?;
+    }
     writeln!(
         out,
         "exact = our engine (table truth per GPU count, optimistic profiling {} s, error {}); \
@@ -331,8 +507,14 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         out,
         "published: up to 1.5x lower avg JCT on a 32-GPU physical cluster, up to 3.4x in simulation"
     )?;
+    let wide = n_seeds > 1;
+    let (wj, wp, wm, wv) = if wide {
+        (22, 24, 22, 20)
+    } else {
+        (9, 9, 10, 8)
+    };
     for part in ["a", "b", "c"] {
-        let rows: Vec<&Entry> = entries.iter().filter(|e| e.part == part).collect();
+        let rows: Vec<&Aggregate> = aggregates.iter().filter(|e| e.part == part).collect();
         if rows.is_empty() {
             continue;
         }
@@ -348,7 +530,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         )?;
         writeln!(
             out,
-            "  {:<20} {:>5} {:<8} {:>9} {:>9} {:>10} {:>8} {:>9} {:>9} {:>7}",
+            "  {:<20} {:>5} {:<8} {:>wj$} {:>wp$} {:>wm$} {:>wv$} {:>9} {:>7} {:>9} {:>7}",
             "policy",
             "load",
             "engine",
@@ -357,26 +539,34 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
             "makespan h",
             "vs prop",
             "ref avg h",
+            "Δ ref",
             "ref p99 h",
             "wall s"
         )?;
         for e in rows {
+            let delta = match (reference_workload, e.reference_avg_jct_h) {
+                (true, Some(r)) if r > 0.0 => {
+                    format!("{:+.2}%", (e.avg_jct_h.mean / r - 1.0) * 100.0)
+                }
+                _ => "-".into(),
+            };
             writeln!(
                 out,
-                "  {:<20} {:>5} {:<8} {:>9.2} {:>9.1} {:>10.1} {:>8} {:>9} {:>9} {:>7.2}",
+                "  {:<20} {:>5} {:<8} {:>wj$} {:>wp$} {:>wm$} {:>wv$} {:>9} {:>7} {:>9} {:>7.2}",
                 e.policy,
                 e.load,
                 e.semantics.name(),
-                e.avg_jct_h,
-                e.p99_jct_s / 3600.0,
-                e.makespan_s / 3600.0,
+                e.avg_jct_h.show(n_seeds, 2, ""),
+                e.p99_jct_h.show(n_seeds, 1, ""),
+                e.makespan_h.show(n_seeds, 1, ""),
                 e.speedup_over_proportional
-                    .map_or("-".into(), |s| format!("{s:.2}x")),
+                    .map_or("-".into(), |s| s.show(n_seeds, 2, "x")),
                 e.reference_avg_jct_h
                     .map_or("-".into(), |r| format!("{r:.2}")),
+                delta,
                 e.reference_p99_jct_h
                     .map_or("-".into(), |r| format!("{r:.1}")),
-                e.stats.wall_s,
+                e.wall_s,
             )?;
         }
     }
@@ -392,12 +582,14 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let doc = serde_json::json!({
             "experiment": "synergy",
-            "seed": args.seed,
+            "workload": args.workload,
+            "seeds": seeds,
             "servers": args.servers,
             "window": [window.0, window.1],
             "profile_cost_s": args.profile_cost,
             "profile_error": args.profile_error,
             "wall_s": wall,
+            "aggregated": aggregates,
             "entries": entries,
         });
         let path = dir.join("summary.json");
@@ -406,7 +598,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
         let mut written = vec![path.display().to_string()];
         for &sem in &semantics {
             for part in ["a", "b", "c"] {
-                let rows: Vec<&Entry> = entries
+                let rows: Vec<&Aggregate> = aggregates
                     .iter()
                     .filter(|e| e.part == part && e.semantics == sem)
                     .collect();
@@ -419,7 +611,7 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                 if rows.is_empty() || (part != "c" && loads.len() < 2) {
                     continue;
                 }
-                let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+                let mut series: BTreeMap<String, Vec<(f64, Spread)>> = BTreeMap::new();
                 for e in rows {
                     series
                         .entry(e.policy.clone())
@@ -428,8 +620,13 @@ pub fn run(args: &SynergyArgs) -> Result<()> {
                 }
                 let svg = svg_plot(
                     &format!(
-                        "Synergy ({part}), {} engine: average JCT vs load",
-                        sem.name()
+                        "Synergy ({part}), {} engine: average JCT vs load{}",
+                        sem.name(),
+                        if n_seeds > 1 {
+                            format!(" (mean, bars min–max over {n_seeds} seeds)")
+                        } else {
+                            String::new()
+                        }
                     ),
                     "load (jobs/hour)",
                     "average JCT (hours)",
@@ -451,7 +648,7 @@ fn svg_plot(
     title: &str,
     xlabel: &str,
     ylabel: &str,
-    series: &BTreeMap<String, Vec<(f64, f64)>>,
+    series: &BTreeMap<String, Vec<(f64, Spread)>>,
 ) -> String {
     const W: f64 = 760.0;
     const H: f64 = 480.0;
@@ -464,7 +661,7 @@ fn svg_plot(
     for &(x, y) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
-        y1 = y1.max(y);
+        y1 = y1.max(y.max);
     }
     if !x0.is_finite() {
         x0 = 0.0;
@@ -542,7 +739,7 @@ fn svg_plot(
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let path: Vec<String> = pts
             .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y.mean)))
             .collect();
         let _ = writeln!(
             s,
@@ -554,8 +751,20 @@ fn svg_plot(
                 s,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
                 sx(x),
-                sy(y)
+                sy(y.mean)
             );
+            if y.max > y.min {
+                // The spread over seeds: a vertical bar from min to max with end ticks.
+                let _ = writeln!(
+                    s,
+                    r#"<path d="M{0:.1},{1:.1}V{2:.1}M{3:.1},{1:.1}H{4:.1}M{3:.1},{2:.1}H{4:.1}" stroke="{c}" fill="none"/>"#,
+                    sx(x),
+                    sy(y.min),
+                    sy(y.max),
+                    sx(x) - 4.0,
+                    sx(x) + 4.0
+                );
+            }
         }
         let ly = T + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
