@@ -22,13 +22,16 @@ pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
 pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let Some(yaml) = builtin::cluster_yaml(name) else {
-            let known: Vec<_> = builtin::CLUSTERS.iter().map(|(n, _, _)| *n).collect();
+            let known = builtin::cluster_names();
+            let hint = tessera_mechanisms::did_you_mean(name, known.iter().copied())
+                .map(|k| format!("; did you mean {k:?}?"))
+                .unwrap_or_default();
             bail!(
-                "unknown built-in cluster {name:?} (known: {})",
+                "unknown built-in cluster {name:?}{hint} (known: {})",
                 known.join(", ")
             );
         };
-        return Cluster::from_yaml(yaml, catalog)
+        return Cluster::from_yaml(&yaml, catalog)
             .with_context(|| format!("built-in cluster {name}"));
     }
     let text =
@@ -60,7 +63,7 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let synergy = tessera_sim::synergy_reference::builtin_trace(name)
+        let synergy = tessera_mechanisms::synergy::reference_workload::builtin_trace(name)
             .transpose()
             .with_context(|| format!("built-in trace {name}"))?;
         let Some(workload) = synergy.or_else(|| tessera_trace::builtin_trace(name, seed)) else {
@@ -68,7 +71,7 @@ pub fn load_trace(
                 .iter()
                 .map(|(n, _)| *n)
                 .chain(
-                    tessera_sim::synergy_reference::BUILTIN_TRACES
+                    tessera_mechanisms::synergy::reference_workload::BUILTIN_TRACES
                         .iter()
                         .map(|(n, ..)| *n),
                 )

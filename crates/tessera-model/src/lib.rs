@@ -5,6 +5,7 @@
 //! - [`catalog`]: the [`GpuCatalog`] of GPU models and MIG geometry (built-in YAML data).
 //! - [`cluster`]: `kind: Cluster` specs and the validated [`Cluster`].
 //! - [`job`]: [`TrainingJob`] and [`Workload`].
+//! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
 //! - [`pyrandom`]: [`PyRandom`], CPython's `random` draw for draw (for published Python simulators' workloads).
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod error;
 pub mod job;
+pub mod knowledge;
 pub mod pyrandom;
 pub mod quantity;
 pub mod rng;
@@ -33,6 +35,7 @@ pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
 pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
+pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;

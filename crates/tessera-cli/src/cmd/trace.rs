@@ -112,7 +112,9 @@ fn generate(args: &GenerateArgs) -> Result<()> {
 }
 
 fn generate_synergy_reference(args: &GenerateArgs) -> Result<()> {
-    use tessera_sim::synergy_reference::{ReferenceTrace, ReferenceWorkload, REFERENCE_SEED};
+    use tessera_mechanisms::synergy::reference_workload::{
+        ReferenceTrace, ReferenceWorkload, REFERENCE_SEED,
+    };
     anyhow::ensure!(
         args.gpus.is_none(),
         "--gpus does not apply to --generator synergy-reference (use --trace single|multi)"

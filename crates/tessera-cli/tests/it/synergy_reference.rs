@@ -6,7 +6,7 @@ use super::{stderr, stdout, tessera};
 /// The golden file printed by the reference simulator itself (see its first line).
 fn golden(name: &str) -> Vec<Vec<String>> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tessera-sim/tests/data")
+        .join("../tessera-mechanisms/tests/data")
         .join(name);
     std::fs::read_to_string(path)
         .unwrap()
@@ -35,8 +35,12 @@ fn trace_generate_writes_the_reference_jobs() {
     let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let (submit, gpus, model, iters) =
-        (col("submit_s"), col("gpus"), col("model"), col("iterations"));
+    let (submit, gpus, model, iters) = (
+        col("submit_s"),
+        col("gpus"),
+        col("model"),
+        col("iterations"),
+    );
     let want = golden("synergy_reference_multi_4.csv");
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 200);

@@ -4,12 +4,14 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use tessera_mechanisms::build_policy;
+use tessera_mechanisms::synergy::experiment::{reference_cluster, run_one, RunSpec, Semantics};
+use tessera_mechanisms::synergy::perf::{OptimisticProfiler, SynergyThroughput, TableMode};
+use tessera_mechanisms::synergy::workload::SynergyWorkload;
+use tessera_mechanisms::synergy::POLICIES as SYNERGY_POLICIES;
 use tessera_model::{SimDuration, SimTime, TrainingJob, Workload};
-use tessera_perf::synergy::{OptimisticProfiler, SynergyThroughput, TableMode};
 use tessera_perf::RestartCosts;
-use tessera_sched::{build_policy, PolicyOptions, SYNERGY_POLICIES};
-use tessera_sim::synergy_experiment::{reference_cluster, run_one, RunSpec, Semantics};
-use tessera_sim::synergy_workload::SynergyWorkload;
+use tessera_sched::PolicyOptions;
 use tessera_sim::{JobOutcome, SimConfig, Simulation};
 
 fn config(cost: u64) -> SimConfig {
@@ -62,7 +64,7 @@ proptest! {
         n in 1usize..40,
         seed in 0u64..1000,
         multi in any::<bool>(),
-        policy in prop::sample::select(SYNERGY_POLICIES.to_vec()),
+        policy in prop::sample::select(SYNERGY_POLICIES.iter().map(|p| p.name).collect::<Vec<_>>()),
         round in prop::sample::select(vec![60u64, 300]),
     ) {
         let cluster = reference_cluster(servers);
@@ -75,7 +77,7 @@ proptest! {
         }).collect();
         let w = Workload::new(jobs);
         let truth = SynergyThroughput::new(TableMode::PerGpuCount);
-        let p = build_policy(policy, &PolicyOptions { round: Some(SimDuration::from_secs(round)) }).unwrap();
+        let p = build_policy(policy, &PolicyOptions { round: Some(SimDuration::from_secs(round)), ..PolicyOptions::default() }).unwrap();
         let mut sim = Simulation::new(&cluster, &w, &truth, p, config(60));
         let mut steps = 0;
         while sim.step().unwrap() {
@@ -146,17 +148,52 @@ fn repro_ordering_tune_not_worse_than_proportional_at_every_load() {
 /// (a change is deliberate or a regression); all but two are within 1% of the reference.
 #[test]
 fn reference_workload_reproduces_the_published_figures() {
-    use tessera_sim::synergy_reference::{ReferenceTrace, ReferenceWorkload};
+    use tessera_mechanisms::synergy::reference_workload::{ReferenceTrace, ReferenceWorkload};
     // (policy, trace, load, reference avg JCT h, ours pinned h, within 1%)
     let cases: [(&str, ReferenceTrace, f64, f64, f64, bool); 9] = [
-        ("fifo+proportional", ReferenceTrace::Single, 9.0, 81.09, 81.09, true),
-        ("fifo+greedy", ReferenceTrace::Single, 9.0, 24.98, 24.98, true),
+        (
+            "fifo+proportional",
+            ReferenceTrace::Single,
+            9.0,
+            81.09,
+            81.09,
+            true,
+        ),
+        (
+            "fifo+greedy",
+            ReferenceTrace::Single,
+            9.0,
+            24.98,
+            24.98,
+            true,
+        ),
         ("fifo+tune", ReferenceTrace::Single, 9.0, 21.88, 21.88, true),
-        ("srtf+proportional", ReferenceTrace::Single, 9.0, 38.03, 37.41, false),
+        (
+            "srtf+proportional",
+            ReferenceTrace::Single,
+            9.0,
+            38.03,
+            37.41,
+            false,
+        ),
         ("srtf+tune", ReferenceTrace::Single, 9.0, 16.60, 16.60, true),
-        ("las+proportional", ReferenceTrace::Multi, 3.0, 17.51, 17.51, true),
+        (
+            "las+proportional",
+            ReferenceTrace::Multi,
+            3.0,
+            17.51,
+            17.51,
+            true,
+        ),
         ("las+tune", ReferenceTrace::Multi, 3.0, 15.55, 15.63, true),
-        ("las+proportional", ReferenceTrace::Multi, 4.0, 30.73, 30.73, true),
+        (
+            "las+proportional",
+            ReferenceTrace::Multi,
+            4.0,
+            30.73,
+            30.73,
+            true,
+        ),
         ("las+tune", ReferenceTrace::Multi, 4.0, 18.90, 20.88, false),
     ];
     let cluster = reference_cluster(16);

@@ -31,15 +31,15 @@
 
 use std::fmt;
 
+use super::perf::SynergyProfiles;
 use tessera_model::{PyRandom, SimDuration, SimTime, TrainingJob, Workload};
-use tessera_perf::synergy::SynergyProfiles;
 use thiserror::Error;
 
-use crate::synergy_workload::{IMAGE_MODELS, LANGUAGE_MODELS, SPEECH_MODELS};
+use super::workload::{IMAGE_MODELS, LANGUAGE_MODELS, SPEECH_MODELS};
 
 /// The job log the reference reads (`cluster_job_log_from_gavel`, reduced; see
-/// `crates/tessera-sim/data/README.md`).
-const BUILTIN_LOG: &str = include_str!("../data/synergy_cluster_job_log.csv");
+/// `crates/tessera-mechanisms/data/README.md`).
+const BUILTIN_LOG: &str = include_str!("../../data/synergy_cluster_job_log.csv");
 
 /// The reference's default seed (`runner.py --seed`).
 pub const REFERENCE_SEED: u64 = 42;
@@ -465,7 +465,7 @@ mod tests {
     #[test]
     fn single_gpu_trace_equals_the_reference_job_for_job() {
         assert_matches_golden(
-            include_str!("../tests/data/synergy_reference_single_9.csv"),
+            include_str!("../../tests/data/synergy_reference_single_9.csv"),
             ReferenceTrace::Single,
             9.0,
         );
@@ -474,12 +474,12 @@ mod tests {
     #[test]
     fn multi_gpu_traces_equal_the_reference_job_for_job() {
         assert_matches_golden(
-            include_str!("../tests/data/synergy_reference_multi_4.csv"),
+            include_str!("../../tests/data/synergy_reference_multi_4.csv"),
             ReferenceTrace::Multi,
             4.0,
         );
         assert_matches_golden(
-            include_str!("../tests/data/synergy_reference_multi_3.csv"),
+            include_str!("../../tests/data/synergy_reference_multi_3.csv"),
             ReferenceTrace::Multi,
             3.0,
         );

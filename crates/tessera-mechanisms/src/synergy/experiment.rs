@@ -5,17 +5,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
-use tessera_model::{Cluster, SimDuration, Workload};
-use tessera_perf::synergy::{
+use super::perf::{
     OptimisticProfiler, ReferenceProfiler, ReferenceSpeedup, SynergyThroughput, TableMode,
 };
+use serde::Serialize;
+use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::{RestartCosts, ThroughputModel};
-use tessera_sched::{build_policy, PolicyError, PolicyOptions};
+use tessera_sched::PolicyOptions;
 
-use crate::engine::{SimConfig, SimError, Simulation};
-use crate::metrics::{percentile, JobOutcome, SimReport};
-use crate::reference::run_reference;
+use crate::experiment::ExperimentError;
+
+use super::reference::run_reference;
+use tessera_sim::metrics::{percentile, JobOutcome, SimReport};
+use tessera_sim::{SimConfig, SimError, Simulation};
 
 /// Which engine semantics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -39,41 +41,7 @@ impl Semantics {
     }
 }
 
-/// The reference cluster as a spec, the one definition of it: 16 servers × 8 GPUs with 24
-/// cores and 500 "GB" each. The sensitivity tables' memory axis is read as GiB (their
-/// proportional point is 62.5 per GPU), so the server has 500 GiB: written `500G` (SI) it
-/// would hold 58.2 GiB per GPU and slow image and speech jobs at the proportional share to
-/// 0.907×. The CLI's `builtin:synergy-128` is this text.
-pub const REFERENCE_CLUSTER_YAML: &str = "\
-# Synergy's reference cluster (OSDI'22 simulator defaults): 16 servers x 8 GPUs, 24 CPUs and
-# 500 GB of memory per server; the sensitivity tables' GB are GiB (62.5 per GPU).
-apiVersion: tessera/v1
-kind: Cluster
-metadata:
-  name: synergy-128
-spec:
-  nodeGroups:
-    - name: v100
-      count: 16
-      gpu: V100-32GB
-      gpusPerNode: 8
-      cpus: 24
-      memory: 500Gi
-";
-
-/// The reference cluster with `servers` servers (16 = 128 GPUs in the paper's simulations):
-/// [`REFERENCE_CLUSTER_YAML`] with its count replaced.
-pub fn reference_cluster(servers: u32) -> Cluster {
-    let yaml = REFERENCE_CLUSTER_YAML.replace("count: 16", &format!("count: {}", servers.max(1)));
-    // A valid spec by construction (pinned by a test); the fallback keeps library code
-    // panic-free.
-    Cluster::from_yaml(&yaml, &tessera_model::GpuCatalog::builtin()).unwrap_or_else(|_| Cluster {
-        name: "empty".into(),
-        catalog: tessera_model::GpuCatalog::builtin(),
-        groups: Vec::new(),
-        nodes: Vec::new(),
-    })
-}
+pub use super::reference_cluster;
 
 /// Knobs of one run.
 #[derive(Clone, Debug)]
@@ -124,24 +92,17 @@ pub struct WindowStats {
     pub policy_stats: Vec<(String, f64)>,
 }
 
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Unknown policy.
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    /// The simulation failed.
-    #[error(transparent)]
-    Sim(#[from] SimError),
-}
-
 /// Runs one policy over `workload` on `cluster`.
 pub fn run_one(
     cluster: &Cluster,
     workload: &Workload,
     spec: &RunSpec,
-) -> Result<WindowStats, RunError> {
-    let policy = build_policy(&spec.policy, &PolicyOptions::default())?;
+) -> Result<WindowStats, ExperimentError> {
+    let policy = crate::build_policy(&spec.policy, &PolicyOptions::default())?;
+    let sim_err = |source| ExperimentError::Sim {
+        context: format!("{} ({} engine)", spec.policy, spec.semantics.name()),
+        source,
+    };
     let started = Instant::now();
     let report = match spec.semantics {
         Semantics::Exact => {
@@ -162,7 +123,7 @@ pub fn run_one(
                 stop_after_window: Some(spec.window),
                 ..SimConfig::default()
             };
-            run_exact(cluster, workload, &truth, policy, config)?
+            run_exact(cluster, workload, &truth, policy, config).map_err(sim_err)?
         }
         Semantics::Synergy => {
             let config = SimConfig {
@@ -177,7 +138,8 @@ pub fn run_one(
                 &ReferenceSpeedup::default(),
                 policy,
                 &config,
-            )?
+            )
+            .map_err(sim_err)?
         }
     };
     let wall_s = started.elapsed().as_secs_f64();
@@ -238,21 +200,5 @@ fn window_stats(report: &SimReport, spec: &RunSpec, wall_s: f64) -> WindowStats 
         scheduling_points: report.summary.scheduling_points,
         wall_s,
         policy_stats: report.policy_stats.clone(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reference_cluster_has_the_tables_proportional_share() {
-        let c = reference_cluster(16);
-        assert_eq!(c.nodes.len(), 16);
-        assert_eq!(c.totals().0, 128);
-        let g = &c.groups[0];
-        assert_eq!(g.cpu.as_cores() / g.gpus_per_node as f64, 3.0);
-        assert_eq!(g.memory.as_gib() / g.gpus_per_node as f64, 62.5);
-        assert_eq!(reference_cluster(2).nodes.len(), 2);
     }
 }
