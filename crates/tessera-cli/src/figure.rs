@@ -10,10 +10,26 @@ use tessera_mechanisms::experiment::Figure;
 
 /// The figure as an SVG document.
 pub fn svg(figure: &Figure) -> String {
-    let series: BTreeMap<String, Vec<(f64, f64)>> = figure
+    // (x, y, low, high): the spread (e.g. min–max over seeds) is drawn as a bar when given.
+    let series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = figure
         .series
         .iter()
-        .map(|s| (s.label.clone(), s.points.clone()))
+        .map(|s| {
+            let pts = s
+                .points
+                .iter()
+                .enumerate()
+                .map(|(i, &(x, y))| {
+                    let (lo, hi) = s
+                        .spread
+                        .as_ref()
+                        .and_then(|sp| sp.get(i).copied())
+                        .unwrap_or((y, y));
+                    (x, y, lo, hi)
+                })
+                .collect();
+            (s.label.clone(), pts)
+        })
         .collect();
     svg_plot(&figure.title, &figure.x_label, &figure.y_label, &series)
 }
@@ -23,7 +39,7 @@ fn svg_plot(
     title: &str,
     xlabel: &str,
     ylabel: &str,
-    series: &BTreeMap<String, Vec<(f64, f64)>>,
+    series: &BTreeMap<String, Vec<(f64, f64, f64, f64)>>,
 ) -> String {
     const W: f64 = 760.0;
     const H: f64 = 480.0;
@@ -33,10 +49,10 @@ fn svg_plot(
     const B: f64 = 50.0;
     let pts = series.values().flatten();
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
-    for &(x, y) in pts {
+    for &(x, y, _, hi) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
-        y1 = y1.max(y);
+        y1 = y1.max(y).max(hi);
     }
     if !x0.is_finite() {
         x0 = 0.0;
@@ -114,20 +130,31 @@ fn svg_plot(
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let path: Vec<String> = pts
             .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .map(|&(x, y, ..)| format!("{:.1},{:.1}", sx(x), sy(y)))
             .collect();
         let _ = writeln!(
             s,
             r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
             path.join(" ")
         );
-        for &(x, y) in &pts {
+        for &(x, y, lo, hi) in &pts {
             let _ = writeln!(
                 s,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
                 sx(x),
                 sy(y)
             );
+            if hi > lo {
+                let _ = writeln!(
+                    s,
+                    r#"<path d="M{0:.1},{1:.1}V{2:.1}M{3:.1},{1:.1}H{4:.1}M{3:.1},{2:.1}H{4:.1}" stroke="{c}" fill="none"/>"#,
+                    sx(x),
+                    sy(lo),
+                    sy(hi),
+                    sx(x) - 4.0,
+                    sx(x) + 4.0
+                );
+            }
         }
         let ly = T + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
@@ -148,4 +175,34 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_mechanisms::experiment::{Figure, Series};
+
+    fn figure(spread: Option<Vec<(f64, f64)>>) -> Figure {
+        Figure {
+            file_stem: "f".into(),
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![(1.0, 10.0), (2.0, 20.0)],
+                spread,
+            }],
+        }
+    }
+
+    #[test]
+    fn spread_is_drawn_as_bars_and_scales_the_axis() {
+        let with = super::svg(&figure(Some(vec![(5.0, 40.0), (20.0, 20.0)])));
+        // One bar: the second point has no range.
+        assert_eq!(with.matches("<path d=").count(), 1);
+        // The axis reaches the top of the range (40 × 1.05 = 42.0), not only the means.
+        assert!(with.contains(">42.0</text>"), "{with}");
+        let without = super::svg(&figure(None));
+        assert_eq!(without.matches("<path d=").count(), 0);
+    }
 }
