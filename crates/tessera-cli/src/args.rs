@@ -33,6 +33,8 @@ pub enum Command {
     Repro(ExperimentCommand),
     /// List built-in clusters, traces, policies and trace formats.
     Builtins,
+    /// Plan how to shard one model's training across GPUs of different speeds (HAP).
+    Plan(crate::cmd::plan::PlanArgs),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
     Serve(crate::cmd::daemon::ServeArgs),
     /// Submit a job spec (YAML or JSON) to the daemon.

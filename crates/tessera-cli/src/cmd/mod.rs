@@ -3,6 +3,7 @@
 mod builtins;
 pub mod daemon;
 pub mod experiment;
+pub mod plan;
 mod simulate;
 mod trace;
 
@@ -17,6 +18,7 @@ pub fn run(cli: Cli) -> Result<()> {
         // Dispatched from the raw matches in `main` (their flags come from the registry).
         Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
         Command::Builtins => builtins::run(),
+        Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),
         Command::Submit(a) => daemon::submit(&a),
         Command::List(a) => daemon::list(&a),
