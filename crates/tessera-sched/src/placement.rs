@@ -116,11 +116,17 @@ impl<'c> Ledger<'c> {
             if needed == 0 {
                 break;
             }
-            let take = needed.min(self.free[n].gpus);
-            let share = proportional_share(job, group, NodeId(n as u32), take);
-            if self.free[n].fits(&share.resources()) {
+            // As many of the job's GPUs as the node can carry with their CPU and memory: a
+            // job with a large explicit request may need to spread down to one GPU per node
+            // (which `Cluster::can_ever_fit` counts on).
+            let most = needed.min(self.free[n].gpus);
+            if let Some(share) = (1..=most)
+                .rev()
+                .map(|k| proportional_share(job, group, NodeId(n as u32), k))
+                .find(|s| self.free[n].fits(&s.resources()))
+            {
+                needed -= share.gpus;
                 shares.push(share);
-                needed -= take;
             }
         }
         (needed == 0).then_some(Allocation { shares })
@@ -187,6 +193,25 @@ mod tests {
         assert_eq!(a.cpu(), MilliCpu::from_cores(6));
         assert_eq!(a.memory(), Bytes(Bytes::from_gib(500).0 / 4));
         assert_eq!(l.free_gpus(), 14);
+    }
+
+    /// Regression (issue 10): a job whose explicit CPU request fits no node with all its
+    /// GPUs, but fits one GPU per node, is placed spread out instead of waiting forever
+    /// (`Cluster::can_ever_fit` accepts it).
+    #[test]
+    fn spreads_a_cpu_heavy_job_down_to_one_gpu_per_node() {
+        let c = cluster(3, 8);
+        let mut j = job(2);
+        j.cpu = Some(MilliCpu::from_cores(40)); // 20 per GPU; nodes have 24
+        assert!(c.can_ever_fit(&j).is_ok());
+        let mut l = Ledger::new(&c, &full(&c));
+        let a = l.place(&j).expect("placed one GPU per node");
+        assert_eq!(a.shares.len(), 2);
+        assert!(a
+            .shares
+            .iter()
+            .all(|s| s.gpus == 1 && s.cpu == MilliCpu::from_cores(20)));
+        assert_eq!(a.cpu(), MilliCpu::from_cores(40));
     }
 
     #[test]
