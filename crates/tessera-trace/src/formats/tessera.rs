@@ -39,6 +39,16 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         Some(_) => row.count("iterations")?,
         None => default_iterations(duration),
     };
+    let gpus = row.gpus("gpus")?;
+    let share = gpu_share(row, "gpu_share")?;
+    if share.is_some() && gpus != 1 {
+        return Err(row.err(
+            "gpu_share",
+            TraceErrorKind::Invalid(format!(
+                "a share of one GPU needs gpus 1, this job asks for {gpus}"
+            )),
+        ));
+    }
     Ok(TrainingJob {
         id: JobId(0),
         name: row.text("job_id")?.to_string(),
@@ -47,13 +57,13 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         priority: row.opt_i32("priority", 0)?,
         model: row.text("model")?.to_string(),
         batch_size: row.opt_u32("batch_size")?,
-        gpus: row.gpus("gpus")?,
+        gpus,
         gpu_types: row.gpu_types("gpu_types")?,
         iterations,
         duration,
         cpu: row.opt_cpu("cpu")?,
         memory: row.opt_memory("memory")?,
-        gpu_share: gpu_share(row, "gpu_share")?,
+        gpu_share: share,
     })
 }
 

@@ -76,6 +76,31 @@ fn fractional_requests_survive_the_canonical_format() {
     assert_eq!(back.workload.jobs()[0].gpu_share.unwrap().sm_permille, 125);
 }
 
+#[test]
+fn canonical_gpu_share_is_checked() {
+    let head = "job_id,submit_s,gpus,duration_s,gpu_share\n";
+    for (row, want) in [
+        ("a,0,2,60,500", "needs gpus 1"),
+        ("a,0,1,60,1000", "out of range"),
+        ("a,0,1,60,0", "out of range"),
+        ("a,0,1,60,half", "not a number"),
+    ] {
+        let msg = parse_trace(
+            &format!("{head}{row}\n"),
+            "t.csv",
+            None,
+            &catalog(),
+            &ReadOptions::default(),
+        )
+        .map(|t| format!("accepted: {:?}", t.workload.jobs()))
+        .unwrap_or_else(|e| e.to_string());
+        assert!(
+            msg.starts_with("t.csv:2: field gpu_share") && msg.contains(want),
+            "{row} -> {msg}"
+        );
+    }
+}
+
 fn error_of(row: &str) -> String {
     let text = format!("{HEADER}{row}\n");
     parse_trace(

@@ -231,10 +231,12 @@ fn job() -> impl Strategy<Value = TrainingJob> {
                     duration: SimDuration::from_micros(duration),
                     cpu: cpu.map(MilliCpu),
                     memory: memory.map(Bytes),
-                    gpu_share: share.map(|sm_permille| GpuShareRequest {
-                        sm_permille,
-                        memory: None,
-                    }),
+                    gpu_share: share
+                        .filter(|_| gpus == 1)
+                        .map(|sm_permille| GpuShareRequest {
+                            sm_permille,
+                            memory: None,
+                        }),
                 }
             },
         )
