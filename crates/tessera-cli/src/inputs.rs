@@ -100,13 +100,22 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let Some(workload) =
-            tessera_trace::builtin_trace(name, seed).or_else(|| builtin::trace(name, seed))
+        let synergy = tessera_mechanisms::synergy::reference_workload::builtin_trace(name)
+            .transpose()
+            .with_context(|| format!("built-in trace {name}"))?;
+        let Some(workload) = synergy
+            .or_else(|| tessera_trace::builtin_trace(name, seed))
+            .or_else(|| builtin::trace(name, seed))
         else {
             let known: Vec<_> = tessera_trace::BUILTIN_TRACES
                 .iter()
                 .chain(builtin::TRACES)
                 .map(|(n, _)| *n)
+                .chain(
+                    tessera_mechanisms::synergy::reference_workload::BUILTIN_TRACES
+                        .iter()
+                        .map(|(n, ..)| *n),
+                )
                 .collect();
             bail!(
                 "unknown built-in trace {:?}{} (known: {})",

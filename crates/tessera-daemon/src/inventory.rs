@@ -170,17 +170,9 @@ impl ClusterMap {
                 .collect();
             let total: u64 = typed.iter().map(|t| t.2 as u64).sum();
             if typed.is_empty() {
-                pending.push(Pending {
-                    logical: LogicalNode {
-                        node: n.name.clone(),
-                        gres_type: None,
-                        health: n.health,
-                    },
-                    gpu: default_gpu.clone(),
-                    gpus: 0,
-                    cpu: n.cpu,
-                    memory: n.memory,
-                });
+                // No GPU Tessera knows: no job can run there (every job needs a GPU), and a
+                // node group of zero GPUs is not a valid cluster spec. Left out, said once.
+                tracing::warn!(node = %n.name, "node has no known GPUs; not scheduled");
                 continue;
             }
             for (t, model, count) in typed {
@@ -417,7 +409,11 @@ mod tests {
         ];
         let m = ClusterMap::build(&nodes, &BTreeMap::new(), None, &GpuCatalog::builtin()).unwrap();
         let c = &m.cluster;
-        assert_eq!(c.nodes.len(), 6, "n4 splits in two, n5 has no known GPUs");
+        assert_eq!(
+            c.nodes.len(),
+            5,
+            "n4 splits in two, n5 (no known GPUs) is left out"
+        );
         assert_eq!(c.groups[0].count, 2, "n1 and n2 share a group");
         assert_eq!(m.logical[0].node, "n1");
         assert_eq!(m.logical[1].node, "n2");
@@ -434,10 +430,7 @@ mod tests {
         // CPU and memory split 7:2, whole cores and MiB, never more than the node.
         assert_eq!(small.cpu.0 + n.cpu.0, 49_000 + 14_000);
         assert!(small.memory.0 + n.memory.0 <= 512_000 << 20);
-        assert_eq!(
-            m.node_id("n5", None).map(|i| c.nodes[i.index()].gpus),
-            Some(0)
-        );
+        assert_eq!(m.node_id("n5", None), None);
     }
 
     #[test]

@@ -5,28 +5,32 @@
 use tessera_mechanisms::experiment::{experiments, ExperimentArgs, RunContext};
 
 /// (part, load, policy, semantics, avg_jct_s) as printed by `tessera repro synergy --out DIR`
-/// before the move (commit f8500bd).
+/// before the move (commit f8500bd), at seed 1. Changed on purpose since (issue 8): the
+/// starvation guard is sticky (set once a job has waited 1,000 h, never cleared, as in the
+/// reference) in both engines, which changes every run lasting over 1,000 h (SRTF
+/// proportional, LAS at 4 jobs/h); under the reference semantics SRTF ranks a job TUNE
+/// switched to fair share at speed-up 1 and TUNE demotes as the reference does (SRTF+TUNE).
 const PINNED: &[(&str, f64, &str, &str, f64)] = &[
     ("a", 9.0, "fifo+proportional", "exact", 214631.56734500002),
     ("a", 9.0, "fifo+greedy", "exact", 53714.11618197701),
     ("a", 9.0, "fifo+tune", "exact", 53779.28360678202),
     ("a", 9.0, "fifo+opt", "exact", 53999.234900924006),
-    ("a", 9.0, "srtf+proportional", "exact", 145625.145510001),
+    ("a", 9.0, "srtf+proportional", "exact", 125069.95657800099),
     ("a", 9.0, "srtf+tune", "exact", 54707.28875321501),
     ("b", 3.0, "las+proportional", "exact", 62671.408425002),
     ("b", 3.0, "las+tune", "exact", 55603.09858070203),
-    ("b", 4.0, "las+proportional", "exact", 165021.27327004503),
-    ("b", 4.0, "las+tune", "exact", 101085.19085351807),
+    ("b", 4.0, "las+proportional", "exact", 116409.43890101797),
+    ("b", 4.0, "las+tune", "exact", 79504.13350432602),
     ("a", 9.0, "fifo+proportional", "synergy", 220642.916),
     ("a", 9.0, "fifo+greedy", "synergy", 65997.116),
     ("a", 9.0, "fifo+tune", "synergy", 56686.616),
     ("a", 9.0, "fifo+opt", "synergy", 66772.616),
-    ("a", 9.0, "srtf+proportional", "synergy", 150848.216),
-    ("a", 9.0, "srtf+tune", "synergy", 56133.716),
+    ("a", 9.0, "srtf+proportional", "synergy", 129200.216),
+    ("a", 9.0, "srtf+tune", "synergy", 55949.216),
     ("b", 3.0, "las+proportional", "synergy", 62959.162),
     ("b", 3.0, "las+tune", "synergy", 55817.662),
-    ("b", 4.0, "las+proportional", "synergy", 166402.271),
-    ("b", 4.0, "las+tune", "synergy", 101692.571),
+    ("b", 4.0, "las+proportional", "synergy", 126878.771),
+    ("b", 4.0, "las+tune", "synergy", 79832.771),
 ];
 
 #[test]
@@ -34,7 +38,8 @@ fn repro_synergy_default_seed_is_unchanged() {
     let exp = experiments()
         .find(|e| e.name() == "synergy")
         .expect("synergy experiment registered");
-    let args = ExperimentArgs::new(exp.params(), []).unwrap();
+    // Seed 1 alone (the default runs seeds 1–5; each seed's runs are independent).
+    let args = ExperimentArgs::new(exp.params(), [("seed", "1")]).unwrap();
     let out = exp.run(&args, &RunContext::quiet(2)).unwrap();
     let entries = out.summary["entries"].as_array().unwrap();
     assert_eq!(entries.len(), PINNED.len());

@@ -141,3 +141,97 @@ fn repro_ordering_tune_not_worse_than_proportional_at_every_load() {
         }
     }
 }
+
+/// The nine published configurations on the reference's own workload (its generator at seed
+/// 42, job for job) under the reference's round semantics: mean JCT over jobs 4000–4999
+/// against the reference simulator's figures (DESIGN §5.1). Our values are pinned to 0.01 h
+/// (a change is deliberate or a regression); all but two are within 1% of the published
+/// figures, and of those LAS + TUNE at 4 jobs/h equals what the reference simulator itself
+/// gives on this sequence when run by hand (75,172.7 s = 20.88 h).
+#[test]
+fn reference_workload_reproduces_the_published_figures() {
+    use tessera_mechanisms::synergy::reference_workload::{ReferenceTrace, ReferenceWorkload};
+    // (policy, trace, load, reference avg JCT h, ours pinned h, within 1%)
+    let cases: [(&str, ReferenceTrace, f64, f64, f64, bool); 9] = [
+        (
+            "fifo+proportional",
+            ReferenceTrace::Single,
+            9.0,
+            81.09,
+            81.09,
+            true,
+        ),
+        (
+            "fifo+greedy",
+            ReferenceTrace::Single,
+            9.0,
+            24.98,
+            24.98,
+            true,
+        ),
+        ("fifo+tune", ReferenceTrace::Single, 9.0, 21.88, 21.88, true),
+        (
+            "srtf+proportional",
+            ReferenceTrace::Single,
+            9.0,
+            38.03,
+            37.41,
+            false,
+        ),
+        ("srtf+tune", ReferenceTrace::Single, 9.0, 16.60, 16.60, true),
+        (
+            "las+proportional",
+            ReferenceTrace::Multi,
+            3.0,
+            17.51,
+            17.51,
+            true,
+        ),
+        ("las+tune", ReferenceTrace::Multi, 3.0, 15.55, 15.63, true),
+        (
+            "las+proportional",
+            ReferenceTrace::Multi,
+            4.0,
+            30.73,
+            30.73,
+            true,
+        ),
+        ("las+tune", ReferenceTrace::Multi, 4.0, 18.90, 20.88, false), // the reference itself: 20.88 here
+    ];
+    let cluster = reference_cluster(16);
+    let mut workloads = std::collections::BTreeMap::new();
+    for (policy, trace, load, reference, pinned, within) in cases {
+        let w = workloads
+            .entry((trace == ReferenceTrace::Multi, load.to_bits()))
+            .or_insert_with(|| {
+                ReferenceWorkload {
+                    jobs: 16_000,
+                    ..ReferenceWorkload::new(trace, load)
+                }
+                .generate()
+                .unwrap()
+            });
+        let spec = RunSpec {
+            policy: policy.into(),
+            semantics: Semantics::Synergy,
+            window: (4000, 5000),
+            profile_cost: SimDuration::ZERO,
+            profile_error: 0.0,
+            seed: 42,
+            restart_costs: false,
+        };
+        let s = run_one(&cluster, w, &spec).unwrap();
+        assert_eq!(s.finished, 1000, "{policy} at {load}");
+        let ours = s.avg_jct_s / 3600.0;
+        assert!(
+            (ours - pinned).abs() < 0.005 + 1e-9,
+            "{policy} at {load} jobs/h: {ours:.4} h, pinned {pinned}"
+        );
+        if within {
+            assert!(
+                (ours / reference - 1.0).abs() < 0.01,
+                "{policy} at {load} jobs/h: {ours:.4} h vs the reference's {reference}"
+            );
+        }
+    }
+}

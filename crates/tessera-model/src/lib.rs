@@ -8,6 +8,7 @@
 //! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
+//! - [`pyrandom`]: [`PyRandom`], CPython's `random` draw for draw (for published Python simulators' workloads).
 //!
 //! ```
 //! use tessera_model::{Cluster, GpuCatalog};
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod error;
 pub mod job;
 pub mod knowledge;
+pub mod pyrandom;
 pub mod quantity;
 pub mod rng;
 pub mod time;
@@ -36,6 +38,7 @@ pub use cluster::{
 pub use error::SpecError;
 pub use job::{GpuShareRequest, JobId, TrainingJob, Workload};
 pub use knowledge::Knowledge;
+pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
 pub use time::{SimDuration, SimTime, TimeRangeError, MAX_INPUT_SECS};

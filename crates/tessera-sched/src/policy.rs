@@ -39,6 +39,12 @@ pub trait Policy: Send {
     fn stats(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
+
+    /// Called once, before the first scheduling point, by a driver that runs the Synergy
+    /// reference simulator's round semantics (`--semantics synergy`): policies that follow the
+    /// reference differently there (ranking keys, demotion, placement) switch now. Default:
+    /// nothing changes.
+    fn use_reference_semantics(&mut self) {}
 }
 
 /// Options shared by the policies the registry builds.

@@ -25,6 +25,9 @@ pub fn run() -> Result<()> {
     for (name, about) in tessera_trace::BUILTIN_TRACES.iter().chain(builtin::TRACES) {
         writeln!(out, "  {name:<20} {about}")?;
     }
+    for (name, about, ..) in tessera_mechanisms::synergy::reference_workload::BUILTIN_TRACES {
+        writeln!(out, "  {name:<20} {about}")?;
+    }
     writeln!(out, "\nPolicies (--policy NAME):")?;
     for m in MECHANISMS {
         for p in m.policies() {

@@ -84,6 +84,11 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
+    match args.generator.as_str() {
+        "philly" => {}
+        "synergy-reference" => return generate_synergy_reference(args),
+        g => anyhow::bail!("--generator must be philly or synergy-reference, got {g:?}"),
+    }
     let gpu_mix = match args.gpus {
         Some(g) => vec![(g, 1.0)],
         None => PHILLY_GPU_MIX.to_vec(),
@@ -93,7 +98,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         jobs_per_hour: args.load,
         gpu_mix,
         durations: DurationDist::PhillyRuntimes,
-        seed: args.seed,
+        seed: args.seed.unwrap_or(1),
     };
     spec.check().map_err(|e| {
         let flag = match e {
@@ -126,4 +131,30 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         eprintln!("wrote {n} jobs to {}", args.output);
     }
     Ok(())
+}
+
+fn generate_synergy_reference(args: &GenerateArgs) -> Result<()> {
+    use tessera_mechanisms::synergy::reference_workload::{
+        ReferenceTrace, ReferenceWorkload, REFERENCE_SEED,
+    };
+    anyhow::ensure!(
+        args.gpus.is_none(),
+        "--gpus does not apply to --generator synergy-reference (use --trace single|multi)"
+    );
+    anyhow::ensure!(
+        args.load.is_finite() && args.load > 0.0,
+        "--load must be positive, got {}",
+        args.load
+    );
+    let Some(trace) = ReferenceTrace::parse(&args.trace) else {
+        anyhow::bail!("--trace must be single or multi, got {:?}", args.trace);
+    };
+    let workload = ReferenceWorkload {
+        jobs: args.jobs,
+        seed: args.seed.unwrap_or(REFERENCE_SEED),
+        ..ReferenceWorkload::new(trace, args.load)
+    }
+    .generate()
+    .context("--generator synergy-reference")?;
+    write_csv(&args.output, &workload, &GpuCatalog::builtin())
 }

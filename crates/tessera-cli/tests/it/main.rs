@@ -3,6 +3,7 @@
 mod plan;
 mod plots;
 mod realmode;
+mod synergy_reference;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -9,7 +9,8 @@
 //!   job's knowledge.
 //! - [`policy`] and [`opt`]: every ordering composed with an allocator
 //!   (`fifo+proportional`, `fifo+tune`, `las+opt`, ...; `synergy` = `fifo+tune`).
-//! - [`workload`]: the paper's workload generator; [`reference_cluster`]: its cluster.
+//! - [`workload`]: the paper's workload generator; [`reference_cluster`]: its cluster;
+//!   [`reference_workload`]: the reference simulator's own workload, job for job.
 //! - `reference`, `experiment`, `repro`, `bench` (feature `experiments`): the reference
 //!   simulator's round semantics as an engine, and `tessera repro synergy` /
 //!   `tessera bench synergy`.
@@ -25,6 +26,7 @@ use crate::{BuiltinCluster, Mechanism, Truth, TruthInfo, TruthOptions};
 pub mod opt;
 pub mod perf;
 pub mod policy;
+pub mod reference_workload;
 pub mod workload;
 
 #[cfg(feature = "experiments")]

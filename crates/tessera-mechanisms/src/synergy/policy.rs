@@ -27,13 +27,14 @@
 
 use std::borrow::Cow;
 
-use super::perf::{gb_to_bytes, SensitivityEstimate};
+use super::perf::{gb_to_bytes, SensitivityEstimate, SynergyProfiles};
 use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, SimDuration,
     SimTime, TrainingJob,
 };
 
 use super::opt::{job_options, solve_round, OptJob, OptStats, Point};
+use tessera_model::JobId;
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::placement::proportional_share;
 use tessera_sched::Policy;
@@ -108,6 +109,9 @@ pub struct FreeMap<'c> {
     cluster: &'c Cluster,
     free: Vec<Resources>,
     free_gpus: u64,
+    /// A job that fits on no single server takes its GPUs one at a time from the fullest
+    /// servers (the reference's placement) instead of whole slices from the emptiest.
+    pub reference_spread: bool,
 }
 
 impl<'c> FreeMap<'c> {
@@ -117,6 +121,7 @@ impl<'c> FreeMap<'c> {
             cluster,
             free: free.to_vec(),
             free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
+            reference_spread: false,
         }
     }
 
@@ -211,6 +216,9 @@ impl<'c> FreeMap<'c> {
         if g == 1 {
             return None;
         }
+        if self.reference_spread {
+            return self.find_spread_fullest_first(job, slice);
+        }
         // Several servers, emptiest first, each GPU with its slice; within one node group.
         for group in self
             .cluster
@@ -241,6 +249,51 @@ impl<'c> FreeMap<'c> {
                 }
             }
             if need == 0 {
+                return Some(Allocation { shares });
+            }
+        }
+        None
+    }
+
+    /// The reference's fallback: one GPU at a time from the server with the fewest free GPUs
+    /// (lowest id on ties) whose remaining resources still fit one more GPU's slice; a server
+    /// that cannot is dropped. Within one node group.
+    fn find_spread_fullest_first(&self, job: &TrainingJob, slice: Slice) -> Option<Allocation> {
+        for group in self
+            .cluster
+            .groups
+            .iter()
+            .filter(|gr| self.eligible(job, gr))
+        {
+            let first = group.first_node as usize;
+            let nodes = first..first + group.count as usize;
+            let mut left: Vec<Resources> = self.free[nodes.clone()].to_vec();
+            let mut alive: Vec<bool> = left.iter().map(|f| f.gpus > 0).collect();
+            let mut taken = vec![0u32; left.len()];
+            let mut need = job.gpus;
+            while need > 0 {
+                let Some(i) = (0..left.len())
+                    .filter(|&i| alive[i])
+                    .min_by_key(|&i| (left[i].gpus, i))
+                else {
+                    break;
+                };
+                let one = self.share(job, NodeId((first + i) as u32), 1, slice);
+                if left[i].fits(&one.resources()) {
+                    left[i].sub(&one.resources());
+                    taken[i] += 1;
+                    need -= 1;
+                    alive[i] = left[i].gpus > 0;
+                } else {
+                    alive[i] = false;
+                }
+            }
+            if need == 0 {
+                let shares = nodes
+                    .zip(&taken)
+                    .filter(|(_, k)| **k > 0)
+                    .map(|(n, k)| self.share(job, NodeId(n as u32), *k, slice))
+                    .collect();
                 return Some(Allocation { shares });
             }
         }
@@ -356,6 +409,14 @@ struct JobMeta {
     iterations: u64,
     /// GPUs asked for.
     gpus: u32,
+    /// Marked by the starvation guard; never cleared (as in the reference).
+    starved: bool,
+    /// The re-plan (µs) at which TUNE last switched the job to its proportional share
+    /// (`u64::MAX` = never); the reference ranks such a job at speed-up 1 the next round.
+    fair_at: u64,
+    /// Seconds per iteration at the proportional share, as the reference multiplies it
+    /// (its model's profile; reference semantics only, else 0).
+    iter_s: f64,
 }
 
 impl JobMeta {
@@ -364,6 +425,9 @@ impl JobMeta {
         last_run: u64::MAX,
         iterations: 0,
         gpus: 0,
+        starved: false,
+        fair_at: u64::MAX,
+        iter_s: 0.0,
     };
 }
 
@@ -398,6 +462,13 @@ pub struct SynergyPolicy {
     opt_class_of: Vec<u32>,
     opt_classes: Vec<(u32, Vec<Point>)>,
     opt_intern: std::collections::BTreeMap<ClassKey, u32>,
+    /// Follow the reference simulator where it differs from our defaults
+    /// ([`Policy::use_reference_semantics`]).
+    reference: bool,
+    /// The previous re-plan's time, µs (`u64::MAX` = none yet).
+    last_replan: u64,
+    /// The current call's time, µs.
+    now: u64,
 }
 
 impl SynergyPolicy {
@@ -425,6 +496,26 @@ impl SynergyPolicy {
             opt_class_of: Vec::new(),
             opt_classes: Vec::new(),
             opt_intern: std::collections::BTreeMap::new(),
+            reference: false,
+            last_replan: u64::MAX,
+            now: 0,
+        }
+    }
+
+    /// Switches to the reference simulator's behaviour (what the reference engine asks for
+    /// through [`Policy::use_reference_semantics`]): SRTF/FTF rank a job that TUNE switched to
+    /// its proportional share in the previous round at speed-up 1, TUNE demotes peers in the
+    /// reference's order and by its rule, and a multi-GPU job that fits on no single server
+    /// takes its GPUs one at a time from the fullest servers.
+    pub fn with_reference_semantics(mut self) -> Self {
+        self.reference = true;
+        self
+    }
+
+    /// Marks a job switched to its proportional share at this call (reference semantics).
+    fn mark_fair(&mut self, job: JobId) {
+        if let Some(m) = self.meta.get_mut(job.index()) {
+            m.fair_at = self.now;
         }
     }
 
@@ -444,6 +535,10 @@ impl SynergyPolicy {
         let mut ledger = replan;
         let now = view.now.as_micros();
         let (order, mechanism) = (self.order, self.mechanism);
+        // A job last placed at t ran until its lease ended at t + round (the reference stamps
+        // "last executed" at the lease end).
+        let lease = self.round.map_or(0, |r| r.as_micros());
+        let (reference, last_replan) = (self.reference, self.last_replan);
         for (idx, job) in view.active.iter().enumerate() {
             if let (Some(l), Some(a)) = (ledger.as_deref_mut(), &job.allocation) {
                 l.release(a);
@@ -462,9 +557,34 @@ impl SynergyPolicy {
                 m.submit = spec.submit.as_micros();
                 m.iterations = spec.iterations;
                 m.gpus = spec.gpus;
+                if reference {
+                    // The model's own iteration time, so that remaining times equal the
+                    // reference's products bit for bit (ties between models are common).
+                    m.iter_s = SynergyProfiles::builtin()
+                        .iter_time(&spec.model)
+                        .filter(|t| *t > 0.0)
+                        .unwrap_or_else(|| {
+                            spec.duration.as_secs_f64() / spec.iterations.max(1) as f64
+                        });
+                }
             }
             let meta = self.meta[id];
-            let remaining = || job.remaining_secs_estimate() / speedup(mechanism, job);
+            // The reference divides by the speed-up the job had at the end of the previous
+            // round: 1 if TUNE switched it to its proportional share then.
+            let fair_last_round =
+                reference && last_replan != u64::MAX && meta.fair_at == last_replan;
+            let rank_speedup = if fair_last_round {
+                1.0
+            } else {
+                speedup(mechanism, job)
+            };
+            let remaining = || {
+                if reference {
+                    meta.iter_s * job.remaining_iters / rank_speedup
+                } else {
+                    job.remaining_secs_estimate() / rank_speedup
+                }
+            };
             let key = match order {
                 JobOrder::Fifo => 0.0,
                 JobOrder::Srtf => remaining(),
@@ -483,14 +603,17 @@ impl SynergyPolicy {
                 }
             };
             // FIFO ignores the guard, as the reference does (it sorts by arrival only).
-            let starved = !matches!(order, JobOrder::Fifo) && {
-                let last = if meta.last_run == u64::MAX {
-                    meta.submit
-                } else {
-                    meta.last_run
-                };
-                now.saturating_sub(last) > STARVATION.as_micros()
+            let starved = !matches!(order, JobOrder::Fifo) && meta.starved;
+            // The guard, as the reference applies it: checked after ranking (so it takes
+            // effect from the next ranking), and once set never cleared.
+            let last = if meta.last_run == u64::MAX {
+                meta.submit
+            } else {
+                meta.last_run.saturating_add(lease)
             };
+            if now.saturating_sub(last) > STARVATION.as_micros() {
+                self.meta[id].starved = true;
+            }
             ranked.items.push(Ranked {
                 starved,
                 key,
@@ -589,11 +712,22 @@ impl SynergyPolicy {
             Allocator::Tune | Allocator::Opt => {
                 let best = self.best_slice(job);
                 let fair = Self::fair_slice(view.cluster, job, best);
-                Self::try_slice(ledger, spec, job, best)
+                let placed = Self::try_slice(ledger, spec, job, best);
+                if placed.is_none() && fair != best && self.reference {
+                    // The reference's "make fair share" resets the job's speed-up to 1.
+                    self.mark_fair(job.id);
+                }
+                placed
                     .or_else(|| Self::try_slice(ledger, spec, job, fair))
                     .or_else(|| {
                         if demote && self.mechanism == Allocator::Tune {
-                            demote_peers(view, ledger, plan, spec);
+                            if self.reference {
+                                for peer in demote_peers_reference(view, ledger, plan, spec, fair) {
+                                    self.mark_fair(peer);
+                                }
+                            } else {
+                                demote_peers(view, ledger, plan, spec);
+                            }
                             ledger.place(spec, fair).map(Cow::Owned)
                         } else {
                             None
@@ -612,6 +746,7 @@ impl SynergyPolicy {
 
     fn plan<'v>(&mut self, view: &ClusterView<'v>, replan: bool) -> (Vec<Placed<'v>>, FreeMap<'v>) {
         let mut ledger = FreeMap::new(view.cluster, view.free);
+        ledger.reference_spread = self.reference;
         if !replan && ledger.free_gpus() == 0 {
             return (Vec::new(), ledger); // nothing can start: no need to rank anyone
         }
@@ -831,6 +966,158 @@ fn free_totals(free: &[Resources]) -> (u64, u64, u64) {
     })
 }
 
+/// Whether `job`'s best case exceeds the proportional share of `cluster`'s servers in CPU or
+/// memory (the reference's "must switch" when it makes a job fair-share).
+fn exceeds_fair(cluster: &Cluster, job: &ActiveJob) -> bool {
+    let (Some(e), Some(g)) = (
+        job.knowledge.get::<SensitivityEstimate>(),
+        cluster.groups.first(),
+    ) else {
+        return false;
+    };
+    let per = g.gpus_per_node.max(1) as f64;
+    let (fc, fm) = (g.cpu.as_cores() / per, g.memory.as_gib() / per);
+    e.best_cpu_per_gpu > fc * (1.0 + 1e-6) || e.best_mem_per_gpu > fm * (1.0 + 1e-6)
+}
+
+/// The servers TUNE demotes peers on, as the reference picks them: a multi-GPU job's first
+/// server (by id) with enough free GPUs; otherwise the fullest servers with free GPUs until
+/// the count is met. (server, GPUs of the job there).
+fn demotion_targets(free: &[Resources], g: u32) -> Vec<(usize, u32)> {
+    let mut targets: Vec<(usize, u32)> = Vec::new();
+    if g > 1 {
+        if let Some(n) = free.iter().position(|f| f.gpus >= g) {
+            targets.push((n, g));
+            return targets;
+        }
+    }
+    let mut nodes: Vec<usize> = (0..free.len()).filter(|&n| free[n].gpus > 0).collect();
+    nodes.sort_by_key(|&n| (free[n].gpus, n));
+    let mut need = g;
+    for n in nodes {
+        if need == 0 {
+            break;
+        }
+        let k = need.min(free[n].gpus);
+        targets.push((n, k));
+        need -= k;
+    }
+    targets
+}
+
+/// Moves a placed peer back to its proportional share on every server it spans; where that
+/// no longer fits (it asked for less of a resource than the share), it keeps the smaller
+/// amount. Returns false (and changes nothing) if even that cannot be reserved.
+fn demote_to_fair(ledger: &mut FreeMap<'_>, p: &mut Placed<'_>, pspec: &TrainingJob) -> bool {
+    let old = p.alloc.clone().into_owned();
+    ledger.release(&old);
+    let to_fair = |l: &FreeMap<'_>, keep_less: bool| Allocation {
+        shares: old
+            .shares
+            .iter()
+            .map(|s| {
+                let f = l.share(pspec, s.node, s.gpus, Slice::Fair);
+                if keep_less {
+                    NodeShare {
+                        cpu: s.cpu.min(f.cpu),
+                        memory: s.memory.min(f.memory),
+                        ..f
+                    }
+                } else {
+                    f
+                }
+            })
+            .collect(),
+    };
+    let fair_all = to_fair(ledger, false);
+    let new = if ledger.reserve(&fair_all) {
+        fair_all
+    } else {
+        let lower = to_fair(ledger, true);
+        if !ledger.reserve(&lower) {
+            let kept = ledger.reserve(&old);
+            debug_assert!(kept);
+            return false;
+        }
+        lower
+    };
+    p.alloc = Cow::Owned(new);
+    p.demoted = true;
+    true
+}
+
+/// TUNE step 3 under the reference semantics, as the reference's `_reallocate_peer` does it:
+/// per target server, the shortfall of `spec`'s `slice` there (CPU, memory); peers placed
+/// this round on that server, fewest servers spanned first, then most CPU per GPU, then most
+/// memory per GPU (placement order on ties); each in turn is demoted (to the proportional
+/// share if its best case exceeds it, else left as it is) and its excess over the share there
+/// taken off the shortfall, until none is left. Unlike our default rule a peer is demoted even
+/// if its excess is of a resource not short (the reference never skips one). Returns the ids
+/// of the peers switched to their proportional share.
+fn demote_peers_reference(
+    view: &ClusterView<'_>,
+    ledger: &mut FreeMap<'_>,
+    plan: &mut [Placed<'_>],
+    spec: &TrainingJob,
+    slice: Slice,
+) -> Vec<JobId> {
+    let mut switched = Vec::new();
+    let targets = demotion_targets(ledger.free(), spec.gpus);
+    for (n, k) in targets {
+        let node = NodeId(n as u32);
+        let want = ledger.share(spec, node, k, slice);
+        let f = ledger.free()[n];
+        let mut need_cpu = want.cpu.0.saturating_sub(f.cpu.0);
+        let mut need_mem = want.memory.0.saturating_sub(f.memory.0);
+        if need_cpu == 0 && need_mem == 0 {
+            continue;
+        }
+        let mut peers: Vec<(usize, usize, u64, u64)> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.alloc.shares.iter().any(|s| s.node == node))
+            .map(|(pi, p)| {
+                let gp = p.alloc.gpus().max(1) as u64;
+                (
+                    pi,
+                    p.alloc.shares.len(),
+                    p.alloc.cpu().0 / gp,
+                    p.alloc.memory().0 / gp,
+                )
+            })
+            .collect();
+        // Stable: placement order on ties.
+        peers.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(b.3.cmp(&a.3)));
+        for (pi, ..) in peers {
+            let job = &view.active[plan[pi].idx];
+            let Some(pspec) = view.spec(job) else {
+                continue;
+            };
+            let Some(here) = plan[pi]
+                .alloc
+                .shares
+                .iter()
+                .find(|s| s.node == node)
+                .copied()
+            else {
+                continue;
+            };
+            let fair = ledger.share(pspec, node, here.gpus, Slice::Fair);
+            let excess_cpu = here.cpu.0.saturating_sub(fair.cpu.0);
+            let excess_mem = here.memory.0.saturating_sub(fair.memory.0);
+            if exceeds_fair(view.cluster, job) && demote_to_fair(ledger, &mut plan[pi], pspec) {
+                switched.push(job.id);
+            }
+            need_cpu = need_cpu.saturating_sub(excess_cpu);
+            need_mem = need_mem.saturating_sub(excess_mem);
+            if need_cpu == 0 && need_mem == 0 {
+                break;
+            }
+        }
+    }
+    switched
+}
+
 /// TUNE step 3: on servers with free GPUs, demote jobs placed this round that hold more than
 /// their proportional share until `spec`'s proportional share would fit there.
 fn demote_peers(
@@ -839,29 +1126,7 @@ fn demote_peers(
     plan: &mut [Placed<'_>],
     spec: &TrainingJob,
 ) {
-    let g = spec.gpus;
-    // Target servers as the reference picks them: a multi-GPU job's first server (by id) with
-    // enough free GPUs; otherwise the fullest servers with free GPUs until the count is met.
-    let free = ledger.free().to_vec();
-    let mut targets: Vec<(usize, u32)> = Vec::new();
-    if g > 1 {
-        if let Some(n) = free.iter().position(|f| f.gpus >= g) {
-            targets.push((n, g));
-        }
-    }
-    if targets.is_empty() {
-        let mut nodes: Vec<usize> = (0..free.len()).filter(|&n| free[n].gpus > 0).collect();
-        nodes.sort_by_key(|&n| (free[n].gpus, n));
-        let mut need = g;
-        for n in nodes {
-            if need == 0 {
-                break;
-            }
-            let k = need.min(free[n].gpus);
-            targets.push((n, k));
-            need -= k;
-        }
-    }
+    let targets = demotion_targets(ledger.free(), spec.gpus);
     for (n, k) in targets {
         let node = NodeId(n as u32);
         let want = ledger.share(spec, node, k, Slice::Fair);
@@ -919,43 +1184,9 @@ fn demote_peers(
             if !helps {
                 continue;
             }
-            let old = p.alloc.clone();
-            ledger.release(&old);
-            // Back to the proportional share on every server it spans; where that would need
-            // more of a resource than it held (it asked for less), it keeps what it held.
-            let to_fair = |l: &FreeMap<'_>, keep_less: bool| Allocation {
-                shares: old
-                    .shares
-                    .iter()
-                    .map(|s| {
-                        let f = l.share(pspec, s.node, s.gpus, Slice::Fair);
-                        if keep_less {
-                            NodeShare {
-                                cpu: s.cpu.min(f.cpu),
-                                memory: s.memory.min(f.memory),
-                                ..f
-                            }
-                        } else {
-                            f
-                        }
-                    })
-                    .collect(),
-            };
-            let fair_all = to_fair(ledger, false);
-            let new = if ledger.reserve(&fair_all) {
-                fair_all
-            } else {
-                let lower = to_fair(ledger, true);
-                if !ledger.reserve(&lower) {
-                    // Cannot happen (it is no larger than what was released); stay put.
-                    let kept = ledger.reserve(&old);
-                    debug_assert!(kept);
-                    continue;
-                }
-                lower
-            };
-            plan[pi].alloc = Cow::Owned(new);
-            plan[pi].demoted = true;
+            if !demote_to_fair(ledger, &mut plan[pi], pspec) {
+                continue;
+            }
             (need_cpu, need_mem) = shortfall(ledger);
             if need_cpu == 0 && need_mem == 0 {
                 break;
@@ -975,8 +1206,16 @@ impl Policy for SynergyPolicy {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let replan = self.round.is_none() || view.trigger.round;
+        self.now = view.now.as_micros();
         let (plan, _) = self.plan(view, replan);
         self.emit(view, plan, replan, actions);
+        if replan {
+            self.last_replan = self.now;
+        }
+    }
+
+    fn use_reference_semantics(&mut self) {
+        self.reference = true;
     }
 
     fn stats(&self) -> Vec<(String, f64)> {

@@ -50,6 +50,7 @@ pub fn run_reference(
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
     let jobs = workload.jobs();
+    policy.use_reference_semantics();
     let round = policy
         .round_length()
         .filter(|d| !d.is_zero())

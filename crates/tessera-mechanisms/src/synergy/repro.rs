@@ -15,6 +15,7 @@ use serde::Serialize;
 use tessera_model::{SimDuration, Workload};
 
 use super::experiment::{reference_cluster, run_one, RunSpec, Semantics, WindowStats};
+use super::reference_workload::{ReferenceTrace, ReferenceWorkload};
 use super::workload::SynergyWorkload;
 use crate::experiment::{
     run_parallel, Experiment, ExperimentArgs, ExperimentError, Figure, Param, ReproOutput,
@@ -26,7 +27,9 @@ use crate::experiment::{
 pub struct SynergyRepro;
 
 const PARAMS: &[Param] = &[
-    Param { name: "seed", default: "1", help: "Seed of the workloads (and of profiling noise)." },
+    Param { name: "workload", default: "synthetic", help: "Workload: synthetic (our generator, several seeds) or reference (the Synergy simulator's own job sequence at its seed 42, job for job: its published figures are then directly comparable)." },
+    Param { name: "seeds", default: "", help: "Seeds of the workloads (and of profiling noise), comma-separated; every figure and ratio is reported as the mean and min–max over them. Default: 1,2,3,4,5 (synthetic), 42 (reference)." },
+    Param { name: "seed", default: "", help: "One seed (same as --seeds N)." },
     Param { name: "parts", default: "a,b", help: "Parts to run: any of a, b, c (comma-separated)." },
     Param { name: "semantics", default: "both", help: "Engine semantics: exact (ours), synergy (the reference's rounds), or both." },
     Param { name: "loads", default: "5,6,7,8,9,10,11,12", help: "Loads of the sweep (c), jobs per hour." },
@@ -47,7 +50,9 @@ const PARAMS: &[Param] = &[
 
 /// Parsed parameters.
 struct SynergyArgs {
-    seed: u64,
+    workload: String,
+    seeds: Vec<u64>,
+    seed: Option<u64>,
     parts: String,
     semantics: String,
     loads: Vec<f64>,
@@ -65,7 +70,9 @@ struct SynergyArgs {
 impl SynergyArgs {
     fn parse(a: &ExperimentArgs) -> Result<SynergyArgs, ExperimentError> {
         Ok(SynergyArgs {
-            seed: a.parse("seed")?,
+            workload: a.parse("workload")?,
+            seeds: a.list("seeds")?,
+            seed: a.parse_opt("seed")?,
             parts: a.parse("parts")?,
             semantics: a.parse("semantics")?,
             loads: a.list("loads")?,
@@ -131,6 +138,59 @@ struct Task {
     load: f64,
     policy: String,
     semantics: Semantics,
+    seed: u64,
+}
+
+/// Mean and range of one figure over seeds.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Spread {
+    mean: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: impl Iterator<Item = f64>) -> Option<Spread> {
+        let v: Vec<f64> = values.collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+
+    /// `mean` alone for one seed, else `mean [min–max]`.
+    fn show(&self, seeds: usize, decimals: usize, suffix: &str) -> String {
+        if seeds <= 1 {
+            format!("{:.*}{suffix}", decimals, self.mean)
+        } else {
+            format!(
+                "{:.*}{suffix} [{:.*}–{:.*}]",
+                decimals, self.mean, decimals, self.min, decimals, self.max
+            )
+        }
+    }
+}
+
+/// One configuration over all seeds (summary.json `aggregated`).
+#[derive(Debug, Serialize)]
+struct Aggregate {
+    part: String,
+    trace: String,
+    policy: String,
+    load: f64,
+    semantics: Semantics,
+    seeds: Vec<u64>,
+    avg_jct_h: Spread,
+    p99_jct_h: Spread,
+    makespan_h: Spread,
+    speedup_over_proportional: Option<Spread>,
+    reference_avg_jct_h: Option<f64>,
+    reference_p99_jct_h: Option<f64>,
+    wall_s: f64,
 }
 
 /// One row of summary.json.
@@ -141,6 +201,7 @@ struct Entry {
     policy: String,
     load: f64,
     semantics: Semantics,
+    seed: u64,
     avg_jct_s: f64,
     p99_jct_s: f64,
     makespan_s: f64,
@@ -179,6 +240,20 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
     if let Some(l) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
         return Err(bad("loads", &l.to_string(), "loads must be positive"));
     }
+    let reference_workload = match args.workload.as_str() {
+        "synthetic" => false,
+        "reference" => true,
+        w => return Err(bad("workload", w, "must be synthetic or reference")),
+    };
+    let seeds: Vec<u64> = if !args.seeds.is_empty() {
+        args.seeds.clone()
+    } else if let Some(seed) = args.seed {
+        vec![seed]
+    } else if reference_workload {
+        vec![super::reference_workload::REFERENCE_SEED]
+    } else {
+        vec![1, 2, 3, 4, 5]
+    };
     let sweep_trace: &'static str = match args.sweep_trace.as_str() {
         "single" => "single",
         "multi" => "multi",
@@ -186,7 +261,10 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
     };
 
     let mut tasks: Vec<Task> = Vec::new();
-    for &sem in &semantics {
+    for (&sem, &seed) in semantics
+        .iter()
+        .flat_map(|s| seeds.iter().map(move |seed| (s, seed)))
+    {
         if parts.contains(&"a") {
             for p in [
                 "fifo+proportional",
@@ -202,6 +280,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
                     load: 9.0,
                     policy: p.into(),
                     semantics: sem,
+                    seed,
                 });
             }
         }
@@ -214,6 +293,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
                         load,
                         policy: p.into(),
                         semantics: sem,
+                        seed,
                     });
                 }
             }
@@ -227,6 +307,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
                         load,
                         policy: p.into(),
                         semantics: sem,
+                        seed,
                     });
                 }
             }
@@ -237,21 +318,37 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         crate::build_policy(&t.policy, &tessera_sched::PolicyOptions::default())?;
     }
 
-    // One workload per (trace, load), shared by all policies.
-    let mut workloads: BTreeMap<(String, u64), Workload> = BTreeMap::new();
+    // One workload per (trace, load, seed), shared by all policies.
+    let mut workloads: BTreeMap<(String, u64, u64), Workload> = BTreeMap::new();
     for t in &tasks {
-        workloads
-            .entry((t.trace.to_string(), t.load.to_bits()))
-            .or_insert_with(|| {
-                SynergyWorkload {
-                    jobs: args.jobs,
-                    jobs_per_hour: t.load,
-                    multi_gpu: t.trace == "multi",
-                    split: [20.0, 70.0, 10.0],
-                    seed: args.seed,
-                }
-                .generate()
-            });
+        let key = (t.trace.to_string(), t.load.to_bits(), t.seed);
+        if workloads.contains_key(&key) {
+            continue;
+        }
+        let w = if reference_workload {
+            let trace = if t.trace == "multi" {
+                ReferenceTrace::Multi
+            } else {
+                ReferenceTrace::Single
+            };
+            ReferenceWorkload {
+                jobs: args.jobs,
+                seed: t.seed,
+                ..ReferenceWorkload::new(trace, t.load)
+            }
+            .generate()
+            .map_err(|e| ExperimentError::Other(format!("the reference's workload: {e}")))?
+        } else {
+            SynergyWorkload {
+                jobs: args.jobs,
+                jobs_per_hour: t.load,
+                multi_gpu: t.trace == "multi",
+                split: [20.0, 70.0, 10.0],
+                seed: t.seed,
+            }
+            .generate()
+        };
+        workloads.insert(key, w);
     }
     let cluster = reference_cluster(args.servers);
     let window = (
@@ -265,7 +362,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         window,
         profile_cost: SimDuration::from_secs_f64(args.profile_cost),
         profile_error: args.profile_error,
-        seed: args.seed,
+        seed: t.seed,
         restart_costs: args.restart_costs,
     };
     // Heaviest first (higher loads run longer), so that no core idles at the end.
@@ -273,7 +370,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         &tasks,
         ctx.threads,
         |t| t.load,
-        |t| match workloads.get(&(t.trace.to_string(), t.load.to_bits())) {
+        |t| match workloads.get(&(t.trace.to_string(), t.load.to_bits(), t.seed)) {
             Some(w) => run_one(&cluster, w, &spec(t)),
             None => Err(ExperimentError::Other(format!(
                 "no workload for {} at {}",
@@ -293,6 +390,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         let base = tasks.iter().zip(&stats).find(|(u, _)| {
             u.part == t.part
                 && u.semantics == t.semantics
+                && u.seed == t.seed
                 && u.load == t.load
                 && u.policy == format!("{order}+proportional")
         });
@@ -303,6 +401,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             policy: t.policy.clone(),
             load: t.load,
             semantics: t.semantics,
+            seed: t.seed,
             avg_jct_s: s.avg_jct_s,
             p99_jct_s: s.p99_jct_s,
             makespan_s: s.makespan_s,
@@ -314,13 +413,76 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         });
     }
 
+    // One row per configuration: mean and range over seeds, in task order.
+    let mut aggregates: Vec<Aggregate> = Vec::new();
+    for e in &entries {
+        let same = |x: &Entry| {
+            x.part == e.part
+                && x.trace == e.trace
+                && x.policy == e.policy
+                && x.load == e.load
+                && x.semantics == e.semantics
+        };
+        if aggregates.iter().any(|a| {
+            a.part == e.part
+                && a.trace == e.trace
+                && a.policy == e.policy
+                && a.load == e.load
+                && a.semantics == e.semantics
+        }) {
+            continue;
+        }
+        let group: Vec<&Entry> = entries.iter().filter(|x| same(x)).collect();
+        let spread = |f: &dyn Fn(&Entry) -> f64| {
+            Spread::of(group.iter().map(|x| f(x))).unwrap_or(Spread {
+                mean: 0.0,
+                min: 0.0,
+                max: 0.0,
+            })
+        };
+        aggregates.push(Aggregate {
+            part: e.part.clone(),
+            trace: e.trace.clone(),
+            policy: e.policy.clone(),
+            load: e.load,
+            semantics: e.semantics,
+            seeds: group.iter().map(|x| x.seed).collect(),
+            avg_jct_h: spread(&|x| x.avg_jct_h),
+            p99_jct_h: spread(&|x| x.p99_jct_s / 3600.0),
+            makespan_h: spread(&|x| x.makespan_s / 3600.0),
+            speedup_over_proportional: Spread::of(
+                group.iter().filter_map(|x| x.speedup_over_proportional),
+            ),
+            reference_avg_jct_h: e.reference_avg_jct_h,
+            reference_p99_jct_h: e.reference_p99_jct_h,
+            wall_s: group.iter().map(|x| x.stats.wall_s).sum(),
+        });
+    }
+
+    let n_seeds = seeds.len();
+    let seed_list: Vec<String> = seeds.iter().map(u64::to_string).collect();
     let mut out = String::new();
     writeln!(
         out,
-        "Synergy reproduction: {} servers × 8 GPUs (24 CPUs, 500 GB each), 300 s rounds, \
-         20/70/10 image/language/speech, seed {}, window jobs {}..{}",
-        args.servers, args.seed, window.0, window.1
+        "Synergy reproduction: {} servers × 8 GPUs (24 CPUs, 500 GiB = 62.5 per GPU each), 300 s \
+         rounds, 20/70/10 image/language/speech, window jobs {}..{}",
+        args.servers, window.0, window.1
     )?;
+    if reference_workload {
+        writeln!(
+            out,
+            "workload: the reference simulator's own job sequence (msr-fiddle/synergy's generator, \
+             seed {}); ref = its published figures for exactly this workload",
+            seed_list.join(",")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "workload: our generator, seeds {} (mean [min–max] over seeds); ref = the reference's \
+             figures on its own draw, for orientation (`--workload reference` compares like for like)",
+            seed_list.join(",")
+        )?;
+    }
     writeln!(
         out,
         "exact = our engine (table truth per GPU count, optimistic profiling {} s, error {}); \
@@ -331,8 +493,14 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         out,
         "published: up to 1.5x lower avg JCT on a 32-GPU physical cluster, up to 3.4x in simulation"
     )?;
+    let wide = n_seeds > 1;
+    let (wj, wp, wm, wv) = if wide {
+        (22, 24, 22, 20)
+    } else {
+        (9, 9, 10, 8)
+    };
     for part in ["a", "b", "c"] {
-        let rows: Vec<&Entry> = entries.iter().filter(|e| e.part == part).collect();
+        let rows: Vec<&Aggregate> = aggregates.iter().filter(|e| e.part == part).collect();
         if rows.is_empty() {
             continue;
         }
@@ -348,7 +516,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         )?;
         writeln!(
             out,
-            "  {:<20} {:>5} {:<8} {:>9} {:>9} {:>10} {:>8} {:>9} {:>9} {:>7}",
+            "  {:<20} {:>5} {:<8} {:>wj$} {:>wp$} {:>wm$} {:>wv$} {:>9} {:>7} {:>9} {:>7}",
             "policy",
             "load",
             "engine",
@@ -357,26 +525,34 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             "makespan h",
             "vs prop",
             "ref avg h",
+            "Δ ref",
             "ref p99 h",
             "wall s"
         )?;
         for e in rows {
+            let delta = match (reference_workload, e.reference_avg_jct_h) {
+                (true, Some(r)) if r > 0.0 => {
+                    format!("{:+.2}%", (e.avg_jct_h.mean / r - 1.0) * 100.0)
+                }
+                _ => "-".into(),
+            };
             writeln!(
                 out,
-                "  {:<20} {:>5} {:<8} {:>9.2} {:>9.1} {:>10.1} {:>8} {:>9} {:>9} {:>7.2}",
+                "  {:<20} {:>5} {:<8} {:>wj$} {:>wp$} {:>wm$} {:>wv$} {:>9} {:>7} {:>9} {:>7.2}",
                 e.policy,
                 e.load,
                 e.semantics.name(),
-                e.avg_jct_h,
-                e.p99_jct_s / 3600.0,
-                e.makespan_s / 3600.0,
+                e.avg_jct_h.show(n_seeds, 2, ""),
+                e.p99_jct_h.show(n_seeds, 1, ""),
+                e.makespan_h.show(n_seeds, 1, ""),
                 e.speedup_over_proportional
-                    .map_or("-".into(), |s| format!("{s:.2}x")),
+                    .map_or("-".into(), |s| s.show(n_seeds, 2, "x")),
                 e.reference_avg_jct_h
                     .map_or("-".into(), |r| format!("{r:.2}")),
+                delta,
                 e.reference_p99_jct_h
                     .map_or("-".into(), |r| format!("{r:.1}")),
-                e.stats.wall_s,
+                e.wall_s,
             )?;
         }
     }
@@ -389,18 +565,20 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
 
     let summary = serde_json::json!({
         "experiment": "synergy",
-        "seed": args.seed,
+        "workload": args.workload,
+        "seeds": seeds,
         "servers": args.servers,
         "window": [window.0, window.1],
         "profile_cost_s": args.profile_cost,
         "profile_error": args.profile_error,
         "wall_s": wall,
+        "aggregated": aggregates,
         "entries": entries,
     });
     let mut figures = Vec::new();
     for &sem in &semantics {
         for part in ["a", "b", "c"] {
-            let rows: Vec<&Entry> = entries
+            let rows: Vec<&Aggregate> = aggregates
                 .iter()
                 .filter(|e| e.part == part && e.semantics == sem)
                 .collect();
@@ -413,7 +591,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             if rows.is_empty() || (part != "c" && loads.len() < 2) {
                 continue;
             }
-            let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            let mut series: BTreeMap<String, Vec<(f64, Spread)>> = BTreeMap::new();
             for e in rows {
                 series
                     .entry(e.policy.clone())
@@ -423,17 +601,26 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             figures.push(Figure {
                 file_stem: format!("jct_vs_load_{part}_{}", sem.name()),
                 title: format!(
-                    "Synergy ({part}), {} engine: average JCT vs load",
-                    sem.name()
+                    "Synergy ({part}), {} engine: average JCT vs load{}",
+                    sem.name(),
+                    if n_seeds > 1 {
+                        format!(" (mean, bars min–max over {n_seeds} seeds)")
+                    } else {
+                        String::new()
+                    }
                 ),
                 x_label: "load (jobs/hour)".into(),
                 y_label: "average JCT (hours)".into(),
                 series: series
                     .into_iter()
-                    .map(|(label, points)| Series {
-                        label,
-                        points,
-                        spread: None,
+                    .map(|(label, mut points)| {
+                        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        Series {
+                            label,
+                            points: points.iter().map(|(x, y)| (*x, y.mean)).collect(),
+                            spread: (n_seeds > 1)
+                                .then(|| points.iter().map(|(_, y)| (y.min, y.max)).collect()),
+                        }
                     })
                     .collect(),
             });
