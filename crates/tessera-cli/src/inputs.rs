@@ -58,6 +58,19 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
         return Cluster::from_spec(&pai.spec, catalog)
             .map_err(|e| anyhow::anyhow!("{source}: {e}"));
     }
+    if tessera_trace::looks_like_alibaba_2023_node_list(&text) {
+        let ali = tessera_trace::read_alibaba_2023_node_list(&text, source)?;
+        eprintln!(
+            "{source}: read as an Alibaba GPU 2023 node list: {} GPU nodes in {} groups; \
+             left out {} CPU-only and {} G2/G3 nodes (GPU model not disclosed)",
+            ali.nodes,
+            ali.spec.spec.node_groups.len(),
+            ali.cpu_only,
+            ali.undisclosed
+        );
+        return Cluster::from_spec(&ali.spec, catalog)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"));
+    }
     // The error names the line (when known) and the field: `FILE: line 9: field spec...`.
     Cluster::from_yaml(&text, catalog).map_err(|e| anyhow::anyhow!("{source}: {e}"))
 }

@@ -50,6 +50,19 @@ pub struct TrainingJob {
     pub cpu: Option<MilliCpu>,
     /// Explicit memory request for the whole job; `None` = GPU-proportional share.
     pub memory: Option<Bytes>,
+    /// A fraction of one GPU instead of `gpus` whole ones (`gpus` is then 1); policies that
+    /// do not place quotas give the job a whole GPU. `None` = whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<GpuShareRequest>,
+}
+
+/// A request for part of one GPU, as GPU-sharing traces (Alibaba GPU 2023) give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuShareRequest {
+    /// Share of the GPU's compute (SMs) in permille, 1..=999.
+    pub sm_permille: u16,
+    /// Device memory the job needs on that GPU, when the trace says.
+    pub memory: Option<Bytes>,
 }
 
 impl TrainingJob {
@@ -80,6 +93,7 @@ impl TrainingJob {
             duration,
             cpu: None,
             memory: None,
+            gpu_share: None,
         }
     }
 }

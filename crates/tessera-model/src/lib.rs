@@ -36,7 +36,7 @@ pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
 };
 pub use error::SpecError;
-pub use job::{JobId, TrainingJob, Workload};
+pub use job::{GpuShareRequest, JobId, TrainingJob, Workload};
 pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};

@@ -15,7 +15,10 @@
 //!     are dropped and counted in [`LoadedTrace::dropped`];
 //!   - `helios`: Helios `cluster_log.csv` (SenseTime); CPU-only jobs are dropped;
 //!   - `acme`: Acme `trace_seren.csv` / `trace_kalos.csv` (Shanghai AI Lab), with CPU and
-//!     memory requests; CPU-only jobs are dropped.
+//!     memory requests; CPU-only jobs are dropped;
+//!   - `alibaba-gpu-2023`: Alibaba GPU 2023 pod lists (`openb_pod_list_*.csv`), with CPU and
+//!     memory requests and fractional GPU requests; CPU-only and never-scheduled pods are
+//!     dropped.
 //! - Every reader checks each value, never panics on any input, and reports the first bad row
 //!   as a [`TraceError`] displayed as `FILE:LINE: field FIELD: reason`; with
 //!   [`ReadOptions::skip_invalid`] bad rows are counted and skipped instead.
@@ -24,7 +27,8 @@
 //! - [`synthetic`] generates Poisson workloads (Philly GPU mix and run times built in);
 //!   [`builtin_trace`] names ready-made workloads ([`BUILTIN_TRACES`]).
 //! - [`TraceStats`] summarises a workload.
-//! - [`read_pai_machine_spec`] reads Alibaba PAI's 2020 machine list as a cluster spec.
+//! - [`read_pai_machine_spec`] reads Alibaba PAI's 2020 machine list as a cluster spec, and
+//!   [`read_alibaba_2023_node_list`] Alibaba GPU 2023's node list.
 //!
 //! ```
 //! use tessera_model::GpuCatalog;
@@ -47,6 +51,7 @@ use std::str::FromStr;
 
 use tessera_model::{GpuCatalog, SimTime, Workload};
 
+mod alibaba_2023;
 mod error;
 pub(crate) mod fields;
 pub mod formats;
@@ -54,6 +59,9 @@ mod pai;
 mod stats;
 pub mod synthetic;
 
+pub use alibaba_2023::{
+    looks_like_alibaba_2023_node_list, read_alibaba_2023_node_list, Alibaba2023Cluster,
+};
 pub use error::{printable, TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
 pub use formats::tessera::TesseraCsvWriter;
@@ -86,11 +94,13 @@ pub enum TraceFormat {
     Helios,
     /// Acme job traces (`trace_seren.csv`, `trace_kalos.csv`).
     Acme,
+    /// Alibaba GPU 2023 pod lists (`openb_pod_list_*.csv`).
+    AlibabaGpu2023,
 }
 
 impl TraceFormat {
     /// Every format, in the order they are listed to users.
-    pub const ALL: [TraceFormat; 8] = [
+    pub const ALL: [TraceFormat; 9] = [
         TraceFormat::Tessera,
         TraceFormat::PolluxPhilly,
         TraceFormat::Gavel,
@@ -99,6 +109,7 @@ impl TraceFormat {
         TraceFormat::PhillyJson,
         TraceFormat::Helios,
         TraceFormat::Acme,
+        TraceFormat::AlibabaGpu2023,
     ];
 
     /// The name used on the command line.
@@ -112,6 +123,7 @@ impl TraceFormat {
             TraceFormat::PhillyJson => "philly-json",
             TraceFormat::Helios => "helios",
             TraceFormat::Acme => "acme",
+            TraceFormat::AlibabaGpu2023 => "alibaba-gpu-2023",
         }
     }
 
@@ -139,6 +151,9 @@ impl TraceFormat {
             }
             TraceFormat::Acme => {
                 "Acme trace_seren/kalos.csv: job_id,user,node_num,gpu_num,cpu_num,[mem_per_pod_GB,]state,submit_time,duration"
+            }
+            TraceFormat::AlibabaGpu2023 => {
+                "Alibaba GPU 2023 pod list: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,...,creation_time,deletion_time,scheduled_time"
             }
         }
     }
@@ -254,6 +269,7 @@ pub fn parse_trace(
         TraceFormat::PhillyJson => formats::philly_json::parse(&ctx, text),
         TraceFormat::Helios => formats::helios::parse(&ctx, text),
         TraceFormat::Acme => formats::acme::parse(&ctx, text),
+        TraceFormat::AlibabaGpu2023 => formats::alibaba_gpu_2023::parse(&ctx, text),
     }?;
     Ok(finish(parsed, format, detected))
 }
@@ -332,6 +348,9 @@ pub fn detect_format(file_name: &str, text_head: &str) -> Option<TraceFormat> {
         }
         if has(&["job_id", "gpu_num", "state", "submit_time", "duration"]) {
             return Some(TraceFormat::Acme);
+        }
+        if has(&["num_gpu", "gpu_milli", "creation_time", "scheduled_time"]) {
+            return Some(TraceFormat::AlibabaGpu2023);
         }
     }
     let ext = Path::new(file_name).extension().and_then(|e| e.to_str());
@@ -460,6 +479,13 @@ mod tests {
                 "job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time"
             ),
             Some(TraceFormat::Acme)
+        );
+        assert_eq!(
+            d(
+                "x.csv",
+                "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+            ),
+            Some(TraceFormat::AlibabaGpu2023)
         );
         assert_eq!(d("x.csv", "what,is,this"), None);
         assert_eq!(d("x.csv", ""), None);

@@ -34,6 +34,8 @@ pub struct TraceStats {
     pub tenants: usize,
     /// Distinct non-empty model names.
     pub models: usize,
+    /// Jobs asking for a fraction of one GPU (counted as a whole GPU in `gpu_hours`).
+    pub gpu_shares: usize,
 }
 
 impl TraceStats {
@@ -83,6 +85,7 @@ impl TraceStats {
                 .map(|j| j.model.as_str())
                 .collect::<BTreeSet<_>>()
                 .len(),
+            gpu_shares: jobs.iter().filter(|j| j.gpu_share.is_some()).count(),
         }
     }
 }
@@ -151,7 +154,16 @@ impl fmt::Display for TraceStats {
             human_duration(self.duration_max)
         )?;
         writeln!(f, "tenants:        {}", self.tenants)?;
-        writeln!(f, "models:         {}", self.models)
+        writeln!(f, "models:         {}", self.models)?;
+        // Only traces with GPU sharing have the line, so other outputs stay as they were.
+        if self.gpu_shares > 0 {
+            writeln!(
+                f,
+                "GPU shares:     {} jobs ask for a fraction of one GPU",
+                self.gpu_shares
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -185,6 +197,20 @@ mod tests {
         assert!(
             text.contains("jobs:           100") && text.contains("4: 25 (25.0%)"),
             "{text}"
+        );
+        assert_eq!(s.gpu_shares, 0);
+        assert!(!text.contains("GPU shares"), "{text}");
+        let mut shared = mk(0, 1, 60, "b");
+        shared.gpu_share = Some(tessera_model::GpuShareRequest {
+            sm_permille: 300,
+            memory: None,
+        });
+        let s = TraceStats::of(&Workload::new(vec![shared, mk(5, 2, 60, "b")]));
+        assert_eq!(s.gpu_shares, 1);
+        assert!(
+            s.to_string()
+                .contains("GPU shares:     1 jobs ask for a fraction of one GPU"),
+            "{s}"
         );
         let empty = TraceStats::of(&Workload::default());
         assert_eq!(empty.jobs, 0);

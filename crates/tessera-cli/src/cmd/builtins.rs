@@ -56,8 +56,8 @@ pub fn run() -> Result<()> {
     }
     writeln!(
         out,
-        "\nCluster files (--cluster PATH): a `kind: Cluster` YAML, or Alibaba PAI's 2020 \
-         pai_machine_spec.csv"
+        "\nCluster files (--cluster PATH): a `kind: Cluster` YAML, Alibaba PAI's 2020 \
+         pai_machine_spec.csv, or Alibaba GPU 2023's openb_node_list_*.csv"
     )?;
     Ok(())
 }

@@ -227,6 +227,36 @@ fn pai_machine_spec_is_a_cluster() {
     assert_eq!(doc["policies"][0]["finished"], 3);
 }
 
+/// Issue 10 item 6: an Alibaba GPU 2023 node list is a cluster and its pod list a trace; every
+/// GPU pod runs to completion (fractional requests get a whole GPU under these policies).
+#[test]
+fn alibaba_gpu_2023_node_and_pod_lists_simulate() {
+    for policy in ["fifo", "las"] {
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            &data("alibaba_gpu_2023_nodes_small.csv"),
+            "--trace",
+            &data("alibaba_gpu_2023_pods_small.csv"),
+            "--policy",
+            policy,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("7 GPU nodes in 5 groups; left out 1 CPU-only and 1 G2/G3 nodes"),
+            "{err}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(doc["gpus"], 34, "{doc}");
+        let p = &doc["policies"][0];
+        assert_eq!(p["jobs"], 5, "{p}");
+        assert_eq!(p["finished"], 5, "{p}");
+        assert_eq!(p["rejected"], 0, "{p}");
+    }
+}
+
 /// Issue 10, messages: did-you-mean, negative values reaching the real check, time ranges,
 /// `--jobs` on simulate, empty workloads, skipped rows named, the rejected column.
 #[test]
@@ -372,6 +402,8 @@ fn builtins_lists_every_format_cluster_trace_and_policy() {
         "acme                 Acme",
         "philly-json",
         "pai_machine_spec.csv",
+        "alibaba-gpu-2023     Alibaba GPU 2023 pod list",
+        "openb_node_list",
     ] {
         assert!(text.contains(needle), "builtins lacks {needle:?}: {text}");
     }

@@ -464,6 +464,7 @@ impl Core {
             duration: SimDuration::from_secs_f64(duration),
             cpu: spec.cpu,
             memory: spec.memory,
+            gpu_share: None,
         })
     }
 

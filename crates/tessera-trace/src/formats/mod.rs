@@ -2,6 +2,7 @@
 //! source lines, built on the shared field helpers (`src/fields.rs`).
 
 pub mod acme;
+pub mod alibaba_gpu_2023;
 pub mod gavel;
 pub mod helios;
 pub mod philly_json;

@@ -4,13 +4,13 @@
 
 use std::io::Write;
 
-use tessera_model::{GpuCatalog, JobId, TrainingJob, Workload};
+use tessera_model::{GpuCatalog, GpuShareRequest, JobId, TrainingJob, Workload};
 
 use crate::error::{TraceError, TraceErrorKind};
 use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
 
 /// Every column, in the order the writer emits them.
-pub const COLUMNS: [&str; 12] = [
+pub const COLUMNS: [&str; 13] = [
     "job_id",
     "submit_s",
     "gpus",
@@ -23,6 +23,7 @@ pub const COLUMNS: [&str; 12] = [
     "priority",
     "cpu",
     "memory",
+    "gpu_share",
 ];
 
 /// Columns a Tessera trace must have.
@@ -38,6 +39,16 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         Some(_) => row.count("iterations")?,
         None => default_iterations(duration),
     };
+    let gpus = row.gpus("gpus")?;
+    let share = gpu_share(row, "gpu_share")?;
+    if share.is_some() && gpus != 1 {
+        return Err(row.err(
+            "gpu_share",
+            TraceErrorKind::Invalid(format!(
+                "a share of one GPU needs gpus 1, this job asks for {gpus}"
+            )),
+        ));
+    }
     Ok(TrainingJob {
         id: JobId(0),
         name: row.text("job_id")?.to_string(),
@@ -46,13 +57,32 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         priority: row.opt_i32("priority", 0)?,
         model: row.text("model")?.to_string(),
         batch_size: row.opt_u32("batch_size")?,
-        gpus: row.gpus("gpus")?,
+        gpus,
         gpu_types: row.gpu_types("gpu_types")?,
         iterations,
         duration,
         cpu: row.opt_cpu("cpu")?,
         memory: row.opt_memory("memory")?,
+        gpu_share: share,
     })
+}
+
+/// A fraction of one GPU in permille (1..=999), only for one-GPU jobs; empty = whole GPUs.
+pub(crate) fn gpu_share(row: &Row<'_>, name: &str) -> Result<Option<GpuShareRequest>, TraceError> {
+    let Some(value) = row.opt(name)? else {
+        return Ok(None);
+    };
+    let permille = crate::fields::parse_count(value).map_err(|k| row.err(name, k))?;
+    if !(1..=999).contains(&permille) {
+        return Err(row.err(
+            name,
+            TraceErrorKind::OutOfRange(format!("{value} (a share is 1..=999 permille of one GPU)")),
+        ));
+    }
+    Ok(Some(GpuShareRequest {
+        sm_permille: permille as u16,
+        memory: None,
+    }))
 }
 
 /// Seconds with up to six decimals, exactly representing whole microseconds.
@@ -121,6 +151,9 @@ impl<'c, W: Write> TesseraCsvWriter<'c, W> {
                 &j.priority.to_string(),
                 &j.cpu.map(|c| c.to_string()).unwrap_or_default(),
                 &j.memory.map(|m| m.to_string()).unwrap_or_default(),
+                &j.gpu_share
+                    .map(|s| s.sm_permille.to_string())
+                    .unwrap_or_default(),
             ])
             .map_err(io_error)
     }

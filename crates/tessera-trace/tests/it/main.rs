@@ -1,6 +1,7 @@
 //! Integration tests of tessera-trace: golden fixtures per reader, bad input, properties,
 //! generators and built-in traces.
 
+mod alibaba_2023;
 mod bad_input;
 mod common;
 mod generator;

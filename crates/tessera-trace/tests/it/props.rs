@@ -2,7 +2,8 @@
 
 use proptest::prelude::*;
 use tessera_model::{
-    Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
+    Bytes, GpuModelId, GpuShareRequest, JobId, MilliCpu, SimDuration, SimTime, TrainingJob,
+    Workload,
 };
 use tessera_trace::{parse_trace, ReadOptions, TraceFormat};
 
@@ -15,6 +16,7 @@ fn tracey_text() -> impl Strategy<Value = String> {
         "timestamp,duration,num_gpus,gpu_time,cluster\n",
         "name,time,application,num_replicas,batch_size\n",
         "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n",
         "",
     ]);
     let body = "([-+0-9.eE,\t\"|:TZ a-zA-Z()\n]|NaN|inf|cifar10|V100|2017-10-09 07:01:55|LM \\(batch size 5\\)){0,60}";
@@ -98,6 +100,27 @@ proptest! {
         every_reader(&text);
     }
 
+    /// The Alibaba GPU 2023 pod fixture with characters replaced, inserted or cut at
+    /// arbitrary places: every reader returns a trace or an error.
+    #[test]
+    fn mutated_alibaba_pod_list_never_panics(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), "[-0-9.,|a-zA-Z\n]{0,3}", 0usize..4), 1..6)
+    ) {
+        let mut text = std::fs::read_to_string(crate::common::data_path("alibaba_gpu_2023_pods_small.csv")).unwrap();
+        for (at, insert, cut) in edits {
+            let mut start = at.index(text.len() + 1);
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            let mut end = (start + cut).min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.replace_range(start..end, &insert);
+        }
+        every_reader(&text);
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         every_reader(&String::from_utf8_lossy(&bytes));
@@ -178,6 +201,7 @@ fn job() -> impl Strategy<Value = TrainingJob> {
         (
             prop::option::of(0u64..1_000_000_000_000),
             prop::option::of(0u64..1u64 << 60),
+            prop::option::of(1u16..=999),
         ),
     )
         .prop_map(
@@ -185,7 +209,7 @@ fn job() -> impl Strategy<Value = TrainingJob> {
                 (name, submit, gpus, duration),
                 (iterations, model, batch_size),
                 (types, tenant, priority),
-                (cpu, memory),
+                (cpu, memory, share),
             )| {
                 let mut gpu_types: Vec<GpuModelId> = Vec::new();
                 for t in types {
@@ -207,6 +231,12 @@ fn job() -> impl Strategy<Value = TrainingJob> {
                     duration: SimDuration::from_micros(duration),
                     cpu: cpu.map(MilliCpu),
                     memory: memory.map(Bytes),
+                    gpu_share: share
+                        .filter(|_| gpus == 1)
+                        .map(|sm_permille| GpuShareRequest {
+                            sm_permille,
+                            memory: None,
+                        }),
                 }
             },
         )
