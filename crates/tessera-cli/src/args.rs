@@ -30,6 +30,10 @@ pub enum Command {
     Repro(ReproCommand),
     /// List built-in clusters, traces, policies and trace formats.
     Builtins,
+    /// Run many simulations from one spec (axes x fixed options) on local cores or as a
+    /// Slurm job array; resumable; merged and plotted by `sweep collect` (docs/sweep.md).
+    #[command(subcommand)]
+    Sweep(crate::cmd::sweep::SweepCommand),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
     Serve(crate::cmd::daemon::ServeArgs),
     /// Submit a job spec (YAML or JSON) to the daemon.

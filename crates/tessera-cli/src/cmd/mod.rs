@@ -5,6 +5,7 @@ mod builtins;
 pub mod daemon;
 pub mod repro;
 mod simulate;
+pub mod sweep;
 mod trace;
 
 use anyhow::Result;
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Repro(cmd) => repro::run(&cmd),
         Command::Builtins => builtins::run(),
+        Command::Sweep(cmd) => sweep::run(&cmd),
         Command::Serve(a) => daemon::serve(&a),
         Command::Submit(a) => daemon::submit(&a),
         Command::List(a) => daemon::list(&a),

@@ -69,7 +69,84 @@ pub struct PolicyRun {
     pub options: PolicyOptions,
 }
 
+/// What `tessera simulate` computed: the `summary.json` document, the reports behind it, and
+/// the reader's remarks (detected format, skipped rows) that `run` prints on stderr.
+pub struct Simulated {
+    pub doc: SummaryDoc,
+    pub reports: Vec<SimReport>,
+    pub notes: Vec<String>,
+    /// Jobs in the (possibly re-timed) workload.
+    pub jobs: usize,
+    /// Nodes of the cluster.
+    pub nodes: usize,
+}
+
 pub fn run(args: &SimulateArgs) -> Result<()> {
+    let Simulated {
+        doc,
+        reports,
+        notes,
+        jobs,
+        nodes,
+    } = execute(args)?;
+    for note in &notes {
+        eprintln!("{note}");
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            out,
+            "{jobs} jobs from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            args.trace,
+            doc.trace_format,
+            args.cluster,
+            doc.gpus,
+            doc.round_s
+                .map(|r| format!(", {r} s rounds"))
+                .unwrap_or_default()
+        )?;
+        if let Some(e) = &doc.engine {
+            let profiling = match (e.profile_cost_s, e.profile_error) {
+                (Some(c), Some(err)) => {
+                    format!(", optimistic profiling {c} s of one GPU per job, error {err}")
+                }
+                _ => String::new(),
+            };
+            writeln!(
+                out,
+                "truth: {} tables, {} semantics{profiling}",
+                e.perf, e.semantics
+            )?;
+        }
+        writeln!(out)?;
+        write!(out, "{}", comparison_table(&doc.policies))?;
+        for p in &doc.policies {
+            if !p.policy_stats.is_empty() {
+                let stats: Vec<String> = p
+                    .policy_stats
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v:.4}"))
+                    .collect();
+                writeln!(out, "{}: {}", p.policy, stats.join(" "))?;
+            }
+        }
+    }
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &doc, &reports)?;
+        eprintln!(
+            "wrote {}/{{summary.json,jobs.csv,timeseries.csv}}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Loads the inputs named by `args`, runs every policy and returns the results without
+/// printing or writing anything: the entry point `tessera sweep` calls once per run.
+pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
+    let mut notes = Vec::new();
     let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let cluster = load_cluster(&args.cluster, &catalog)?;
     let format = parse_format(&args.trace_format)?;
@@ -78,23 +155,29 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     trace.workload = with_arrivals(&trace.workload, arrivals, args.seed);
     let arrivals_label = (arrivals != Arrivals::Trace).then(|| arrivals.to_string());
     if trace.detected {
-        eprintln!("{}: detected trace format {}", args.trace, trace.format);
+        notes.push(format!(
+            "{}: detected trace format {}",
+            args.trace, trace.format
+        ));
     }
     if trace.skipped > 0 {
-        eprintln!("{}: skipped {} malformed rows", args.trace, trace.skipped);
+        notes.push(format!(
+            "{}: skipped {} malformed rows",
+            args.trace, trace.skipped
+        ));
     }
     if trace.dropped > 0 {
-        eprintln!(
+        notes.push(format!(
             "{}: dropped {} jobs that did not finish or have no run time or GPUs",
             args.trace, trace.dropped
-        );
+        ));
     }
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
-        eprintln!(
+        notes.push(format!(
             "{}: {unfit} jobs can never fit this cluster and are reported as rejected",
             args.trace
-        );
+        ));
     }
 
     let round = match args.round {
@@ -201,58 +284,14 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         trace_dropped: (trace.dropped > 0).then_some(trace.dropped),
         policies: summaries,
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        let (gpus, _, _) = cluster.totals();
-        writeln!(
-            out,
-            "{} jobs from {} ({}) on {} ({} nodes, {gpus} GPUs){}",
-            trace.workload.len(),
-            args.trace,
-            format_label(&args.trace, &trace),
-            args.cluster,
-            cluster.nodes.len(),
-            round
-                .map(|r| format!(", {} s rounds", r.as_secs_f64()))
-                .unwrap_or_default()
-        )?;
-        if let Some(e) = &doc.engine {
-            let profiling = match (e.profile_cost_s, e.profile_error) {
-                (Some(c), Some(err)) => {
-                    format!(", optimistic profiling {c} s of one GPU per job, error {err}")
-                }
-                _ => String::new(),
-            };
-            writeln!(
-                out,
-                "truth: {} tables, {} semantics{profiling}",
-                e.perf, e.semantics
-            )?;
-        }
-        writeln!(out)?;
-        write!(out, "{}", comparison_table(&doc.policies))?;
-        for p in &doc.policies {
-            if !p.policy_stats.is_empty() {
-                let stats: Vec<String> = p
-                    .policy_stats
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v:.4}"))
-                    .collect();
-                writeln!(out, "{}: {}", p.policy, stats.join(" "))?;
-            }
-        }
-    }
-    if let Some(dir) = &args.out {
-        let reports: Vec<SimReport> = results.into_iter().map(|(r, _)| r).collect();
-        write_outputs(dir, &doc, &reports)?;
-        eprintln!(
-            "wrote {}/{{summary.json,jobs.csv,timeseries.csv}}",
-            dir.display()
-        );
-    }
-    Ok(())
+    let reports = results.into_iter().map(|(r, _)| r).collect();
+    Ok(Simulated {
+        doc,
+        reports,
+        notes,
+        jobs: trace.workload.len(),
+        nodes: cluster.nodes.len(),
+    })
 }
 
 /// Runs each policy on its own thread (at most `threads` at once) with the trace's

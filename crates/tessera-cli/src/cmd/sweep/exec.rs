@@ -1,0 +1,403 @@
+//! Executing runs: one run into its directory (atomically), and a local worker pool.
+//!
+//! Layout of a sweep directory:
+//! - `plan.json`: the spec and its expanded runs (written by `run` and `submit`);
+//! - `runs/ID/summary.json` (+ `jobs.csv`, `params.json`): a finished run. The directory is
+//!   assembled under `runs/.tmp/` and renamed into place, so a run killed at any moment leaves
+//!   either no `runs/ID/summary.json` or a complete one;
+//! - `runs/ID/error.json` (+ `params.json`): a run that failed, with its error.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tessera_model::SimDuration;
+use tessera_sim::synergy_experiment::{reference_cluster, run_one, RunSpec, Semantics};
+use tessera_sim::synergy_workload::SynergyWorkload;
+
+use super::spec::{simulate_argv, Plan, PlannedRun, RunKind, Spec};
+use crate::args::SimulateArgs;
+use crate::cmd::simulate;
+use crate::report::write_outputs;
+
+/// `tessera simulate`'s options, parsed from a run's argument vector.
+#[derive(Debug, Parser)]
+#[command(name = "simulate", no_binary_name = false)]
+pub struct SimulateLine {
+    #[command(flatten)]
+    pub args: SimulateArgs,
+}
+
+/// Parses a run's parameters as `tessera simulate` options.
+pub fn simulate_args(params: &BTreeMap<String, Value>) -> Result<SimulateArgs> {
+    let argv = simulate_argv(params);
+    let line = SimulateLine::try_parse_from(&argv).map_err(|e| {
+        // clap's rendering starts with "error: "; the caller adds its own.
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        anyhow::anyhow!("{first}")
+    })?;
+    let mut args = line.args;
+    // One core per run: the sweep's pool is what runs in parallel.
+    args.jobs = Some(1);
+    Ok(args)
+}
+
+/// Parameters of one Synergy-reproduction run (`run: repro-synergy`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SynergyParams {
+    /// Registry name, e.g. `fifo+tune`.
+    pub policy: String,
+    /// Jobs per hour.
+    pub load: f64,
+    /// `single` (all 1-GPU) or `multi` (the Philly GPU mix).
+    #[serde(default = "default_single")]
+    pub trace: String,
+    /// `exact` or `synergy`.
+    #[serde(default = "default_exact")]
+    pub semantics: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    #[serde(default = "default_servers")]
+    pub servers: u32,
+    #[serde(default = "default_jobs")]
+    pub jobs: usize,
+    #[serde(default = "default_window_start")]
+    pub window_start: u32,
+    #[serde(default = "default_window_len")]
+    pub window_len: u32,
+    #[serde(default = "default_profile_cost")]
+    pub profile_cost: f64,
+    #[serde(default)]
+    pub profile_error: f64,
+    #[serde(default)]
+    pub restart_costs: bool,
+}
+
+fn default_single() -> String {
+    "single".into()
+}
+fn default_exact() -> String {
+    "exact".into()
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_servers() -> u32 {
+    16
+}
+fn default_jobs() -> usize {
+    16_000
+}
+fn default_window_start() -> u32 {
+    4000
+}
+fn default_window_len() -> u32 {
+    1000
+}
+fn default_profile_cost() -> f64 {
+    60.0
+}
+
+impl SynergyParams {
+    pub fn parse(params: &BTreeMap<String, Value>) -> Result<SynergyParams> {
+        let map: serde_json::Map<String, Value> =
+            params.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let p: SynergyParams = serde_json::from_value(Value::Object(map))?;
+        p.semantics()?;
+        if !matches!(p.trace.as_str(), "single" | "multi") {
+            bail!("trace must be single or multi, got {:?}", p.trace);
+        }
+        if !(p.load.is_finite() && p.load > 0.0) {
+            bail!(
+                "load must be a positive number of jobs per hour, got {}",
+                p.load
+            );
+        }
+        if !(p.profile_cost.is_finite() && p.profile_cost >= 0.0) {
+            bail!("profile-cost must be a non-negative number of seconds");
+        }
+        if !(p.profile_error.is_finite() && (0.0..1.0).contains(&p.profile_error)) {
+            bail!("profile-error must be a fraction in [0, 1)");
+        }
+        tessera_sched::build_policy(&p.policy, &tessera_sched::PolicyOptions::default())?;
+        Ok(p)
+    }
+
+    fn semantics(&self) -> Result<Semantics> {
+        match self.semantics.as_str() {
+            "exact" => Ok(Semantics::Exact),
+            "synergy" => Ok(Semantics::Synergy),
+            s => bail!("semantics must be exact or synergy, got {s:?}"),
+        }
+    }
+}
+
+/// What a finished run left in its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Done,
+    Failed,
+    Missing,
+}
+
+pub fn runs_dir(dir: &Path) -> PathBuf {
+    dir.join("runs")
+}
+
+pub fn run_dir(dir: &Path, id: &str) -> PathBuf {
+    runs_dir(dir).join(id)
+}
+
+pub fn run_state(dir: &Path, id: &str) -> RunState {
+    let d = run_dir(dir, id);
+    if d.join("summary.json").is_file() {
+        RunState::Done
+    } else if d.join("error.json").is_file() {
+        RunState::Failed
+    } else {
+        RunState::Missing
+    }
+}
+
+/// `runs/ID/error.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunError {
+    pub id: String,
+    pub error: String,
+    /// Where it ran (host, and the Slurm job and task when under Slurm).
+    pub host: String,
+}
+
+pub fn where_am_i() -> String {
+    let host = std::env::var("SLURMD_NODENAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "local".into());
+    match (
+        std::env::var("SLURM_ARRAY_JOB_ID"),
+        std::env::var("SLURM_ARRAY_TASK_ID"),
+    ) {
+        (Ok(job), Ok(task)) => format!("{host} (slurm {job}_{task})"),
+        _ => host,
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))
+}
+
+static TMP_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs one planned run and leaves its result (or its error) in `DIR/runs/ID/`. Returns
+/// whether it succeeded; an `Err` means the result could not be written at all.
+pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
+    let tmp_root = runs_dir(dir).join(".tmp");
+    std::fs::create_dir_all(&tmp_root)
+        .with_context(|| format!("creating {}", tmp_root.display()))?;
+    let tmp = tmp_root.join(format!(
+        "{}.{}.{}",
+        run.id,
+        std::process::id(),
+        TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let params = serde_json::to_vec_pretty(&serde_json::json!({
+        "id": run.id,
+        "run": spec.run.to_string(),
+        "params": run.params,
+    }))?;
+    std::fs::write(tmp.join("params.json"), &params)?;
+    let outcome = match spec.run {
+        RunKind::Simulate => run_simulate(&tmp, spec, run),
+        RunKind::ReproSynergy => run_synergy(&tmp, run),
+    };
+    let target = run_dir(dir, &run.id);
+    match outcome {
+        Ok(()) => {
+            // Replace an earlier failure's directory; the rename makes the result appear whole.
+            if target.exists() {
+                std::fs::remove_dir_all(&target)
+                    .with_context(|| format!("removing {}", target.display()))?;
+            }
+            std::fs::rename(&tmp, &target)
+                .with_context(|| format!("moving the result into {}", target.display()))?;
+            Ok(true)
+        }
+        Err(err) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&target)
+                .with_context(|| format!("creating {}", target.display()))?;
+            let _ = std::fs::remove_file(target.join("summary.json"));
+            write_atomic(&target.join("params.json"), &params)?;
+            let record = RunError {
+                id: run.id.clone(),
+                error: format!("{err:#}"),
+                host: where_am_i(),
+            };
+            write_atomic(
+                &target.join("error.json"),
+                &serde_json::to_vec_pretty(&record)?,
+            )?;
+            Ok(false)
+        }
+    }
+}
+
+fn run_simulate(tmp: &Path, spec: &Spec, run: &PlannedRun) -> Result<()> {
+    let args = simulate_args(&run.params)?;
+    let sim = simulate::execute(&args)?;
+    write_outputs(tmp, &sim.doc, &sim.reports)?;
+    for (file, name) in [("jobs", "jobs.csv"), ("timeseries", "timeseries.csv")] {
+        if !spec.outputs.keeps(file) {
+            let _ = std::fs::remove_file(tmp.join(name));
+        }
+    }
+    Ok(())
+}
+
+fn run_synergy(tmp: &Path, run: &PlannedRun) -> Result<()> {
+    let p = SynergyParams::parse(&run.params)?;
+    let workload = SynergyWorkload {
+        jobs: p.jobs,
+        jobs_per_hour: p.load,
+        multi_gpu: p.trace == "multi",
+        split: [20.0, 70.0, 10.0],
+        seed: p.seed,
+    }
+    .generate();
+    let cluster = reference_cluster(p.servers);
+    let spec = RunSpec {
+        policy: p.policy.clone(),
+        semantics: p.semantics()?,
+        window: (p.window_start, p.window_start.saturating_add(p.window_len)),
+        profile_cost: SimDuration::from_secs_f64(p.profile_cost),
+        profile_error: p.profile_error,
+        seed: p.seed,
+        restart_costs: p.restart_costs,
+    };
+    let stats = run_one(&cluster, &workload, &spec)
+        .with_context(|| format!("{} at {} jobs/h", p.policy, p.load))?;
+    let doc = serde_json::json!({
+        "cluster": format!("synergy reference, {} servers x 8 GPUs", p.servers),
+        "window": [spec.window.0, spec.window.1],
+        "policies": [stats],
+    });
+    std::fs::write(tmp.join("summary.json"), serde_json::to_vec_pretty(&doc)?)?;
+    Ok(())
+}
+
+/// Reads `DIR/plan.json`.
+pub fn read_plan(dir: &Path) -> Result<Plan> {
+    let path = dir.join("plan.json");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (is {} a sweep directory?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Writes `DIR/plan.json` (atomically), creating `DIR/runs`.
+pub fn write_plan(dir: &Path, plan: &Plan) -> Result<()> {
+    std::fs::create_dir_all(runs_dir(dir))
+        .with_context(|| format!("creating {}", runs_dir(dir).display()))?;
+    write_atomic(&dir.join("plan.json"), &serde_json::to_vec_pretty(plan)?)
+}
+
+/// Counts of a local execution.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub total: usize,
+    pub already: usize,
+    pub done: usize,
+    pub failed: usize,
+}
+
+/// Runs every run of the plan that has no result yet on `threads` worker threads, with a
+/// progress bar on a terminal.
+pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
+    // Leftovers of runs killed mid-way (Ctrl-C) are incomplete by construction.
+    let _ = std::fs::remove_dir_all(runs_dir(dir).join(".tmp"));
+    let todo: Vec<&PlannedRun> = plan
+        .runs
+        .iter()
+        .filter(|r| run_state(dir, &r.id) != RunState::Done)
+        .collect();
+    let mut tally = Tally {
+        total: plan.runs.len(),
+        already: plan.runs.len() - todo.len(),
+        ..Tally::default()
+    };
+    let bar = ProgressBar::with_draw_target(
+        Some(todo.len() as u64),
+        if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    if let Ok(style) = ProgressStyle::with_template(
+        "{prefix} [{bar:30}] {pos}/{len} runs  {msg}  elapsed {elapsed}  ETA {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(plan.spec.name.clone());
+    bar.set_message("0 failed");
+    bar.enable_steady_tick(Duration::from_millis(500));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let fatal: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, todo.len().max(1)) {
+            scope.spawn(|| {
+                while let Some(run) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match execute_run(dir, &plan.spec, run) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
+                            bar.set_message(format!("{n} failed"));
+                        }
+                        Err(e) => {
+                            if let Ok(mut slot) = fatal.lock() {
+                                slot.get_or_insert(e);
+                            }
+                            // Stop handing out runs: results can no longer be written.
+                            next.store(usize::MAX / 2, Ordering::Relaxed);
+                        }
+                    }
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    if let Some(e) = fatal.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    tally.failed = failed.into_inner();
+    tally.done = todo.len() - tally.failed;
+    Ok(tally)
+}
+
+/// Wall seconds since `t`, for messages.
+pub fn secs(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
