@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 status=0
 cargo nextest run --workspace --exclude tessera-daemon --no-fail-fast || status=1
 ./scripts/test-daemon.sh || status=1
+# tessera sweep on a Slurm job array (it brings up its own Slurm; test-daemon.sh has torn its one down).
+./scripts/test-sweep-slurm.sh || status=1
 if [ "$status" -ne 0 ]; then
   echo "scripts/test.sh: some tests failed" >&2
 fi

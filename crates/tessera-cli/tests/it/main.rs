@@ -1,6 +1,7 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
 mod realmode;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -221,6 +221,7 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
         "id": run.id,
         "run": spec.run.to_string(),
         "params": run.params,
+        "host": where_am_i(),
     }))?;
     std::fs::write(tmp.join("params.json"), &params)?;
     let outcome = match spec.run {
