@@ -365,3 +365,83 @@ spec:
         strip(fresh.join("results.json"))
     );
 }
+
+/// `run: repro-synergy` runs give what `tessera repro synergy --parts c` gives for the same
+/// knobs (a small cluster and workload keep it quick), and the built-in spec plans.
+#[test]
+fn repro_synergy_runs_match_the_reproduction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = "apiVersion: tessera/v1
+kind: Sweep
+metadata: {name: synergy-small}
+spec:
+  run: repro-synergy
+  fixed: {servers: 2, jobs: 300, window-start: 50, window-len: 100}
+  axes:
+    semantics: [exact, synergy]
+    load: [2, 3]
+    policy: [fifo+proportional, fifo+tune]
+";
+    let spec = write_spec(tmp.path(), "s.yaml", spec);
+    let out = tmp.path().join("out");
+    let out_s = out.to_str().unwrap();
+    let o = tessera(&["sweep", "run", &spec, "--out", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tessera(&["sweep", "collect", out_s, "--no-plots"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = json(&out.join("results.json"))["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(rows.len(), 8);
+
+    let repro = tmp.path().join("repro");
+    let o = tessera(&[
+        "repro",
+        "synergy",
+        "--parts",
+        "c",
+        "--servers",
+        "2",
+        "--jobs",
+        "300",
+        "--window-start",
+        "50",
+        "--window-len",
+        "100",
+        "--loads",
+        "2,3",
+        "--sweep-policies",
+        "fifo+proportional,fifo+tune",
+        "--out",
+        repro.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let entries = json(&repro.join("summary.json"))["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(entries.len(), 8);
+    for e in &entries {
+        let row = rows
+            .iter()
+            .find(|r| {
+                r["policy"] == e["policy"]
+                    && r["point"]["semantics"] == e["semantics"]
+                    && r["point"]["load"].as_str().unwrap().parse::<f64>().unwrap()
+                        == e["load"].as_f64().unwrap()
+            })
+            .unwrap_or_else(|| panic!("no sweep row for {e}"));
+        for m in ["avg_jct_s", "p99_jct_s", "makespan_s"] {
+            assert_eq!(row["metrics"][m], e[m], "{m} of {e}");
+        }
+    }
+
+    let o = tessera(&["sweep", "plan", "builtin:synergy-c"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("192 runs of repro-synergy"),
+        "{}",
+        stdout(&o)
+    );
+}
