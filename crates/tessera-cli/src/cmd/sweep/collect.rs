@@ -91,8 +91,36 @@ pub fn gather(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<String>)> {
             });
         }
     }
+    // The figures people look for first, then the rest by name.
+    metric_names.sort_by_key(|m| {
+        (
+            PREFERRED_ORDER
+                .iter()
+                .position(|p| p == m)
+                .unwrap_or(PREFERRED_ORDER.len()),
+            m.clone(),
+        )
+    });
     Ok((rows, metric_names))
 }
+
+const PREFERRED_ORDER: &[&str] = &[
+    "jobs",
+    "window_jobs",
+    "finished",
+    "rejected",
+    "unfinished",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "makespan_s",
+    "avg_queue_s",
+    "gpu_util",
+    "cpu_util",
+    "mem_util",
+    "preemptions",
+];
 
 pub fn collect(args: &CollectArgs) -> Result<()> {
     if args.plot_format == PlotFormat::Png && !args.no_plots {

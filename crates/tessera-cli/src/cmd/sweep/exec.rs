@@ -210,8 +210,9 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
     std::fs::create_dir_all(&tmp_root)
         .with_context(|| format!("creating {}", tmp_root.display()))?;
     let tmp = tmp_root.join(format!(
-        "{}.{}.{}",
+        "{}.{}.{}.{}",
         run.id,
+        host_name(),
         std::process::id(),
         TMP_SEQ.fetch_add(1, Ordering::Relaxed)
     ));
@@ -303,6 +304,33 @@ fn run_synergy(tmp: &Path, run: &PlannedRun) -> Result<()> {
     Ok(())
 }
 
+/// This machine's name as the kernel has it (names temporary directories so that a cleanup
+/// here never touches those of a run in progress on another node).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().replace(['.', '/'], "_"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Removes the temporary directories of runs killed mid-way (Ctrl-C) on this machine: they are
+/// incomplete by construction. Those of live processes, or of other machines, stay.
+fn remove_dead_leftovers(dir: &Path) {
+    let host = host_name();
+    let Ok(entries) = std::fs::read_dir(runs_dir(dir).join(".tmp")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut parts = name.split('.');
+        let (Some(_id), Some(h), Some(pid)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if h == host && host != "unknown" && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Reads `DIR/plan.json`.
 pub fn read_plan(dir: &Path) -> Result<Plan> {
     let path = dir.join("plan.json");
@@ -335,8 +363,7 @@ pub struct Tally {
 /// Runs every run of the plan that has no result yet on `threads` worker threads, with a
 /// progress bar on a terminal.
 pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
-    // Leftovers of runs killed mid-way (Ctrl-C) are incomplete by construction.
-    let _ = std::fs::remove_dir_all(runs_dir(dir).join(".tmp"));
+    remove_dead_leftovers(dir);
     let todo: Vec<&PlannedRun> = plan
         .runs
         .iter()
