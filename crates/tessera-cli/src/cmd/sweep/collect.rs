@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::chart::{Chart, Point, Series};
 use super::exec::{read_plan, run_dir, run_state, write_atomic, RunState};
 use super::slurm::read_error;
 use super::spec::{value_text, Plan, PlannedRun};
-use super::svg::{Chart, Point, Series};
 use super::{CollectArgs, PlotFormat};
 
 const DEFAULT_METRICS: &[&str] = &["avg_jct_s", "p99_jct_s", "makespan_s"];
@@ -123,9 +123,6 @@ const PREFERRED_ORDER: &[&str] = &[
 ];
 
 pub fn collect(args: &CollectArgs) -> Result<()> {
-    if args.plot_format == PlotFormat::Png && !args.no_plots {
-        bail!("PNG plots are not available yet; use --plot-format svg (the default) or --no-plots");
-    }
     let dir = &args.dir;
     let plan = read_plan(dir)?;
     let (rows, metric_names) = gather(dir, &plan)?;
@@ -191,7 +188,7 @@ pub fn collect(args: &CollectArgs) -> Result<()> {
 
     let mut plots = Vec::new();
     if !args.no_plots {
-        plots = draw_plots(dir, &plan, &rows)?;
+        plots = draw_plots(dir, &plan, &rows, args.plot_format)?;
     }
     eprintln!(
         "{}: {} of {} runs collected ({} rows), {} failed, {} missing -> {}/results.csv, results.json{}",
@@ -221,7 +218,17 @@ fn numeric(v: &str) -> Option<f64> {
         .and_then(|s| s.trim().parse::<f64>().ok())
 }
 
-fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row]) -> Result<Vec<String>> {
+/// Writes `chart` as `plots/STEM.svg` or `.png`; returns the file name.
+fn write_chart(dir: &Path, stem: &str, chart: &Chart, format: PlotFormat) -> Result<String> {
+    let (name, bytes) = match format {
+        PlotFormat::Svg => (format!("{stem}.svg"), chart.to_svg().into_bytes()),
+        PlotFormat::Png => (format!("{stem}.png"), super::png::render(&chart.shapes())),
+    };
+    write_atomic(&dir.join("plots").join(&name), &bytes)?;
+    Ok(name)
+}
+
+fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row], format: PlotFormat) -> Result<Vec<String>> {
     let spec = &plan.spec;
     let plots_dir = dir.join("plots");
     std::fs::create_dir_all(&plots_dir)
@@ -337,13 +344,12 @@ fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row]) -> Result<Vec<String>> {
                     log_x: false,
                     steps: false,
                 };
-                let name = format!("{metric}-vs-{}{suffix}.svg", file_safe(x));
-                write_atomic(&plots_dir.join(&name), chart.to_svg().as_bytes())?;
-                written.push(name);
+                let stem = format!("{metric}-vs-{}{suffix}", file_safe(x));
+                written.push(write_chart(dir, &stem, &chart, format)?);
             }
         }
     }
-    if let Some(name) = draw_cdf(dir, plan, x_axis.as_deref())? {
+    if let Some(name) = draw_cdf(dir, plan, x_axis.as_deref(), format)? {
         written.push(name);
     }
     Ok(written)
@@ -372,7 +378,12 @@ fn mean_sd(ys: &[f64]) -> (f64, f64) {
 }
 
 /// JCT CDF per policy at one point (all seeds pooled), from the runs' jobs.csv.
-fn draw_cdf(dir: &Path, plan: &Plan, x_axis: Option<&str>) -> Result<Option<String>> {
+fn draw_cdf(
+    dir: &Path,
+    plan: &Plan,
+    x_axis: Option<&str>,
+    format: PlotFormat,
+) -> Result<Option<String>> {
     let spec = &plan.spec;
     let mut at: BTreeMap<String, String> = BTreeMap::new();
     for a in &spec.axes {
@@ -442,9 +453,12 @@ fn draw_cdf(dir: &Path, plan: &Plan, x_axis: Option<&str>) -> Result<Option<Stri
                 }
                 max = max.max(*x);
             }
+            // At most ~2,000 steps per line: finer than a plot can show, and files stay small.
+            let every = (v.len() / 2000).max(1);
             let points = v
                 .iter()
                 .enumerate()
+                .filter(|(i, _)| i % every == 0 || *i + 1 == v.len())
                 .map(|(i, x)| Point {
                     x: *x,
                     y: (i + 1) as f64 / n,
@@ -472,7 +486,5 @@ fn draw_cdf(dir: &Path, plan: &Plan, x_axis: Option<&str>) -> Result<Option<Stri
         log_x: min_pos < f64::MAX && max / min_pos > 100.0,
         steps: true,
     };
-    let name = "jct-cdf.svg".to_string();
-    write_atomic(&dir.join("plots").join(&name), chart.to_svg().as_bytes())?;
-    Ok(Some(name))
+    Ok(Some(write_chart(dir, "jct-cdf", &chart, format)?))
 }

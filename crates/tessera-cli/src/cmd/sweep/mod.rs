@@ -1,11 +1,12 @@
 //! `tessera sweep`: many simulations from one spec, on local cores or as a Slurm job array,
 //! resumable, merged and plotted (docs/sweep.md).
 
+mod chart;
 mod collect;
 mod exec;
+mod png;
 mod slurm;
 pub mod spec;
-mod svg;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -135,7 +136,7 @@ pub struct CollectArgs {
 pub enum PlotFormat {
     /// Scalable vector graphics.
     Svg,
-    /// Raster image (not available yet: tell us if you need it).
+    /// Raster image, 1440x920 pixels.
     Png,
 }
 
