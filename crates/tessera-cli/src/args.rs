@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
@@ -23,11 +23,14 @@ pub enum Command {
     /// Inspect, convert or generate workload traces.
     #[command(subcommand)]
     Trace(TraceCommand),
-    /// Run the speed benchmarks and print their figures (see BENCHMARKS.md).
-    Bench(BenchArgs),
-    /// Reproduce a paper's setup and print our figures beside the published ones.
-    #[command(subcommand)]
-    Repro(ReproCommand),
+    /// Run a speed benchmark and print its figures (see BENCHMARKS.md); `all` runs every one.
+    /// The benchmarks come from the mechanism registry (`tessera builtins`).
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Bench(ExperimentCommand),
+    /// Reproduce a paper's setup and print our figures beside the published ones. The
+    /// experiments come from the mechanism registry (`tessera builtins`).
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Repro(ExperimentCommand),
     /// List built-in clusters, traces, policies and trace formats.
     Builtins,
     /// Run many simulations from one spec (axes x fixed options) on local cores or as a
@@ -50,10 +53,69 @@ pub enum Command {
     Queue(crate::cmd::daemon::ClientArgs),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum ReproCommand {
-    /// Synergy (OSDI'22): resource-sensitive CPU/memory allocation on 128 GPUs.
-    Synergy(crate::cmd::repro::synergy::SynergyArgs),
+/// `repro` and `bench`: one subcommand per registered experiment, added at run time
+/// ([`with_registry`]), whose flags are the experiment's parameters.
+#[derive(Debug, Args)]
+pub struct ExperimentCommand {}
+
+fn experiment_subcommand(e: &dyn tessera_mechanisms::experiment::Experiment) -> clap::Command {
+    use clap::{Arg, ArgAction};
+    let mut cmd = clap::Command::new(e.name()).about(e.about());
+    for p in e.params() {
+        let mut arg = Arg::new(p.name).long(p.name).help(p.help);
+        arg = if p.default == "false" {
+            arg.action(ArgAction::SetTrue)
+        } else {
+            let arg = arg.value_name("VALUE").allow_negative_numbers(true);
+            if p.default.is_empty() {
+                arg
+            } else {
+                arg.default_value(p.default)
+            }
+        };
+        cmd = cmd.arg(arg);
+    }
+    cmd.arg(
+        Arg::new("threads")
+            .long("threads")
+            .value_name("N")
+            .value_parser(clap::value_parser!(usize))
+            .help("Worker threads for independent runs (default: available cores)."),
+    )
+    .arg(
+        Arg::new("out")
+            .long("out")
+            .value_name("DIR")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help("Write summary.json and the figures (SVG) into this directory."),
+    )
+    .arg(
+        Arg::new("json")
+            .long("json")
+            .action(ArgAction::SetTrue)
+            .help("Print the summary.json document instead of the report."),
+    )
+}
+
+/// The CLI with `repro` and `bench` subcommands for every registered experiment.
+pub fn with_registry(cmd: clap::Command) -> clap::Command {
+    use tessera_mechanisms::experiment::{benches, experiments};
+    cmd.mut_subcommand("repro", |c| {
+        c.subcommands(experiments().map(experiment_subcommand))
+    })
+    .mut_subcommand("bench", |c| {
+        c.subcommands(benches().map(experiment_subcommand))
+            .subcommand(
+                clap::Command::new("all")
+                    .about("Every benchmark, one after the other.")
+                    .arg(
+                        clap::Arg::new("json")
+                            .long("json")
+                            .action(clap::ArgAction::SetTrue)
+                            .help("Print one JSON document."),
+                    ),
+            )
+    })
 }
 
 /// Where a cluster or trace comes from: a file path, or `builtin:NAME`.
@@ -83,11 +145,12 @@ pub struct SimulateArgs {
     pub trace: Source,
 
     /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
-    /// pollux, tiresias, philly-json.
+    /// pollux, tiresias, philly-json (see `tessera builtins`).
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub trace_format: String,
 
-    /// Policy to run; repeat to compare several. Default: every baseline (fifo, srtf, las, ftf).
+    /// Policy to run; repeat to compare several. Default: every baseline (fifo, srtf, las,
+    /// ftf). Every registered policy is listed by `tessera builtins`.
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
 
@@ -124,18 +187,17 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
 
-    /// Engine semantics: exact (completions inside rounds, progress at the true rate) or
-    /// synergy (the Synergy reference simulator's rounds: 300 s leases, credit at placement,
-    /// completion at the end of the round, scalar speed-ups, exact free profiles).
-    #[arg(long, value_enum, default_value_t = SemanticsArg::Exact)]
-    pub semantics: SemanticsArg,
+    /// Engine semantics: exact (ours: completions inside rounds, progress at the true rate),
+    /// or a mechanism's engine, e.g. synergy (the Synergy reference simulator's rounds: 300 s
+    /// leases, credit at placement, completion at the end of the round, scalar speed-ups).
+    #[arg(long, default_value = "exact", value_name = "NAME")]
+    pub semantics: String,
 
-    /// Truth model: trace (each job's trace throughput, CPU/memory do not matter), synergy
-    /// (Synergy's per-model CPU/memory sensitivity tables; jobs of models without a table run
-    /// at their trace throughput; jobs are profiled on arrival), or auto: synergy when any
-    /// ORDER+MECH policy (or `synergy`) is requested, else trace.
-    #[arg(long, value_enum, default_value_t = PerfArg::Auto)]
-    pub perf: PerfArg,
+    /// Truth model: trace (each job's trace throughput), a mechanism's model (e.g. synergy:
+    /// per-model CPU/memory sensitivity tables, jobs profiled on arrival), or auto: the model
+    /// the requested policies' mechanism prefers (synergy for ORDER+MECH policies), else trace.
+    #[arg(long, default_value = "auto", value_name = "NAME")]
+    pub perf: String,
 
     /// Profiling cost in seconds of one GPU per job (synergy truth, exact semantics).
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
@@ -150,26 +212,6 @@ pub struct SimulateArgs {
     /// as a Poisson process at that rate, seeded by --seed; job order is kept).
     #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
     pub arrivals: String,
-}
-
-/// `--semantics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SemanticsArg {
-    /// Our engine.
-    Exact,
-    /// The Synergy reference simulator's rounds.
-    Synergy,
-}
-
-/// `--perf`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PerfArg {
-    /// synergy if a Synergy policy is requested, else trace.
-    Auto,
-    /// The trace's throughput.
-    Trace,
-    /// Synergy's sensitivity tables with optimistic profiling.
-    Synergy,
 }
 
 #[derive(Debug, Subcommand)]
@@ -239,27 +281,4 @@ pub struct GenerateArgs {
     /// Output CSV; `-` for stdout.
     #[arg(long, short, default_value = "-")]
     pub output: String,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Which benchmark: `philly` (82,247 jobs on 2,048 GPUs, fifo and las with 5-minute
-    /// rounds), `synergy` (one Synergy policy on the standard experiment, the 16-policy x
-    /// 8-load sweep, OPT's LP for 500 jobs) or `all`.
-    #[arg(default_value = "philly")]
-    pub which: String,
-    /// Number of jobs of the synthetic Philly-sized trace.
-    #[arg(long, default_value_t = 82_247)]
-    pub jobs: usize,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// A human-readable table.
-    Table,
-    /// One JSON document.
-    Json,
 }

@@ -13,11 +13,6 @@ pub const CLUSTERS: &[(&str, &str, &str)] = &[
         include_str!("../data/clusters/philly-2048.yaml"),
     ),
     (
-        "synergy-128",
-        "Synergy's cluster: 16 x 8 GPUs, 24 CPUs, 500 GB per server",
-        include_str!("../data/clusters/synergy-128.yaml"),
-    ),
-    (
         "tiresias-n32g4",
         "Tiresias' n32g4: 32 servers x 4 P100",
         include_str!("../data/clusters/tiresias-n32g4.yaml"),
@@ -29,12 +24,26 @@ pub const CLUSTERS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The YAML of a built-in cluster.
-pub fn cluster_yaml(name: &str) -> Option<&'static str> {
+/// The YAML of a built-in cluster: the CLI's own, or one a mechanism ships.
+pub fn cluster_yaml(name: &str) -> Option<String> {
     CLUSTERS
         .iter()
         .find(|(n, _, _)| *n == name)
-        .map(|(_, _, y)| *y)
+        .map(|(_, _, y)| y.to_string())
+        .or_else(|| {
+            tessera_mechanisms::clusters()
+                .find(|(_, c)| c.name == name)
+                .map(|(_, c)| (c.yaml)())
+        })
+}
+
+/// Every built-in cluster name.
+pub fn cluster_names() -> Vec<&'static str> {
+    CLUSTERS
+        .iter()
+        .map(|(n, _, _)| *n)
+        .chain(tessera_mechanisms::clusters().map(|(_, c)| c.name))
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,13 +22,16 @@ pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
 pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     if let Some(name) = source.strip_prefix("builtin:") {
         let Some(yaml) = builtin::cluster_yaml(name) else {
-            let known: Vec<_> = builtin::CLUSTERS.iter().map(|(n, _, _)| *n).collect();
+            let known = builtin::cluster_names();
+            let hint = tessera_mechanisms::did_you_mean(name, known.iter().copied())
+                .map(|k| format!("; did you mean {k:?}?"))
+                .unwrap_or_default();
             bail!(
-                "unknown built-in cluster {name:?} (known: {})",
+                "unknown built-in cluster {name:?}{hint} (known: {})",
                 known.join(", ")
             );
         };
-        return Cluster::from_yaml(yaml, catalog)
+        return Cluster::from_yaml(&yaml, catalog)
             .with_context(|| format!("built-in cluster {name}"));
     }
     let text =

@@ -9,6 +9,7 @@
 mod args;
 mod builtin;
 mod cmd;
+mod figure;
 mod inputs;
 mod progress;
 mod report;
@@ -16,11 +17,19 @@ mod report;
 use std::io::ErrorKind;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+
+fn run() -> anyhow::Result<()> {
+    let matches = args::with_registry(args::Cli::command()).get_matches();
+    match matches.subcommand() {
+        Some(("repro", sub)) => cmd::experiment::run(cmd::experiment::Kind::Repro, sub),
+        Some(("bench", sub)) => cmd::experiment::run(cmd::experiment::Kind::Bench, sub),
+        _ => cmd::run(args::Cli::from_arg_matches(&matches)?),
+    }
+}
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
-    match cmd::run(cli) {
+    match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             if err.chain().any(|c| {
@@ -40,9 +49,12 @@ fn main() -> ExitCode {
                     shown = text;
                 }
             }
-            let internal = err
-                .chain()
-                .any(|c| c.downcast_ref::<tessera_sim::SimError>().is_some());
+            // A policy or model bug exits 2 whichever command surfaced it.
+            let internal = err.chain().any(|c| {
+                c.downcast_ref::<tessera_sim::SimError>().is_some()
+                    || c.downcast_ref::<tessera_mechanisms::experiment::ExperimentError>()
+                        .is_some_and(|e| e.is_internal())
+            });
             ExitCode::from(if internal { 2 } else { 1 })
         }
     }

@@ -66,6 +66,15 @@ pub struct RunBar {
     bars: Bars,
 }
 
+impl RunBar {
+    /// Counts finished runs of an experiment (`done` of `total`); callable from any thread.
+    pub fn set(&self, done: usize, total: usize) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
+        self.bars.maybe_show();
+    }
+}
+
 impl tessera_sim::Progress for RunBar {
     fn update(&mut self, done: usize, _total: usize, now: SimTime) {
         self.bar.set_position(done as u64);

@@ -34,7 +34,7 @@ impl PolicySummary {
 
 /// Truth model and engine semantics of a run, when not the defaults (trace, exact).
 #[derive(Debug, Serialize)]
-pub struct EngineInfo {
+pub struct EngineSummary {
     /// `trace` or `synergy` (sensitivity tables).
     pub perf: String,
     /// `exact` or `synergy` (the reference's rounds).
@@ -58,7 +58,7 @@ pub struct SummaryDoc {
     pub round_s: Option<f64>,
     /// Truth and semantics, present only when not the defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine: Option<EngineInfo>,
+    pub engine: Option<EngineSummary>,
     /// Re-drawn arrivals (`poisson:RATE`), present only when not the trace's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<String>,

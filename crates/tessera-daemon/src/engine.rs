@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tessera_model::{Allocation, Bytes, MilliCpu, Resources, SimDuration, SimTime, TrainingJob};
-use tessera_sched::{
-    build_policy, Action, ActiveJob, ClusterView, Ledger, Policy, PolicyOptions, Trigger,
-};
+use tessera_sched::{Action, ActiveJob, ClusterView, Ledger, Policy, PolicyOptions, Trigger};
 
 use crate::backend::{Backend, Handle, Launch, NodeHealth, Payload, RunStatus};
 use crate::clock::Clock;
@@ -189,7 +187,13 @@ impl Engine {
             })
             .collect();
         let round = config.round_seconds.map(SimDuration::from_secs_f64);
-        let policy = build_policy(&config.policy, &PolicyOptions { round })?;
+        let policy = tessera_mechanisms::build_policy(
+            &config.policy,
+            &PolicyOptions {
+                round,
+                ..PolicyOptions::default()
+            },
+        )?;
         let now = clock.now();
         let instance = store.instance()?;
         let mut engine = Engine {

@@ -5,6 +5,7 @@
 //! - [`catalog`]: the [`GpuCatalog`] of GPU models and MIG geometry (built-in YAML data).
 //! - [`cluster`]: `kind: Cluster` specs and the validated [`Cluster`].
 //! - [`job`]: [`TrainingJob`] and [`Workload`].
+//! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
 //!
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod error;
 pub mod job;
+pub mod knowledge;
 pub mod quantity;
 pub mod rng;
 pub mod time;
@@ -31,6 +33,7 @@ pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
 pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
+pub use knowledge::Knowledge;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
 pub use time::{SimDuration, SimTime};

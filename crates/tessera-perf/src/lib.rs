@@ -2,22 +2,22 @@
 //!
 //! The simulator advances jobs by a [`ThroughputModel`] (the *truth*); policies see estimates.
 //! Later mechanisms plug in here: CPU/memory sensitivity (Synergy), GPU types and parallel
-//! plans (Crius), MIG slices (MISO), GPU shares (Dilu).
+//! plans (Crius), MIG slices (MISO), GPU shares (Dilu). Mechanism-specific models live with
+//! their mechanism in `tessera-mechanisms`; this crate holds the generic traits and models.
 //!
 //! - [`TraceThroughput`]: the foundation model. A job runs at the reference throughput its
 //!   trace implies (`iterations / duration`) on the GPUs it asked for, scaled linearly when it
 //!   holds a different number.
 //! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
-//! - [`synergy`]: CPU/memory sensitivity tables (the Synergy truth), the reference simulator's
-//!   scalar rule, and optimistic profiling.
+//! - [`Profiler`]: what a driver learns about a job when it arrives, as typed
+//!   [`Knowledge`] (mechanisms bring their own profilers; see `tessera-mechanisms`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-pub mod synergy;
-
-use tessera_model::{Allocation, Cluster, SimDuration, TrainingJob};
+use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, TrainingJob};
 
 /// Iterations per second of a job on an allocation.
 ///
@@ -26,6 +26,21 @@ use tessera_model::{Allocation, Cluster, SimDuration, TrainingJob};
 pub trait ThroughputModel: Send + Sync {
     /// Throughput of `job` on `alloc` in `cluster`, in iterations per second.
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64;
+}
+
+/// Learns about a job when it arrives (e.g. Synergy's optimistic profiling, MISO's MPS
+/// phase). A driver calls [`profile`](Profiler::profile) once per job and makes the job
+/// visible to the policy after [`cost`](Profiler::cost), carrying what was learned in its
+/// knowledge.
+pub trait Profiler: Send + Sync + fmt::Debug {
+    /// How long profiling takes (the job waits, holding no cluster resources).
+    fn cost(&self) -> SimDuration;
+    /// GPUs profiling occupies while it runs (reported, not taken from the cluster).
+    fn gpus(&self) -> u32 {
+        1
+    }
+    /// What profiling `job` teaches; empty when nothing can be learned (unknown model).
+    fn profile(&self, job: &TrainingJob, cluster: &Cluster, rng: &mut SimRng) -> Knowledge;
 }
 
 /// The trace is the truth: reference throughput on the requested GPU count, scaled linearly

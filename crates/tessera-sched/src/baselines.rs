@@ -19,8 +19,34 @@
 use tessera_model::{SimDuration, TrainingJob};
 
 use crate::placement::Ledger;
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyInfo, PolicyOptions};
 use crate::view::{Action, ActiveJob, ClusterView, JobState};
+
+/// The baseline policies, one per [`JobOrder`].
+pub const POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "fifo",
+        about: "first in, first out; non-preemptive, with backfill",
+    },
+    PolicyInfo {
+        name: "srtf",
+        about: "shortest remaining time first; preemptive",
+    },
+    PolicyInfo {
+        name: "las",
+        about: "least attained GPU-service first (Tiresias-style); preemptive",
+    },
+    PolicyInfo {
+        name: "ftf",
+        about: "finish-time fairness (Themis): largest rho first; preemptive",
+    },
+];
+
+/// Builds the baseline policy of a registry name (case-insensitive), if it is one.
+pub fn build(name: &str, options: &PolicyOptions) -> Option<Box<dyn Policy>> {
+    let order = JobOrder::parse(name)?;
+    Some(Box::new(OrderedPolicy::new(order, options.round)))
+}
 
 /// How a baseline ranks jobs; the highest priority comes first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +62,18 @@ pub enum JobOrder {
 }
 
 impl JobOrder {
-    fn name(self) -> &'static str {
+    /// Every ordering, in the order listings show them.
+    pub const ALL: [JobOrder; 4] = [JobOrder::Fifo, JobOrder::Srtf, JobOrder::Las, JobOrder::Ftf];
+
+    /// The ordering of a registry name (`fifo`, `srtf`, `las`, `ftf`), case-insensitive.
+    pub fn parse(name: &str) -> Option<JobOrder> {
+        JobOrder::ALL
+            .into_iter()
+            .find(|o| o.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Registry name.
+    pub fn name(self) -> &'static str {
         match self {
             JobOrder::Fifo => "fifo",
             JobOrder::Srtf => "srtf",
@@ -45,13 +82,14 @@ impl JobOrder {
         }
     }
 
-    fn preemptive(self) -> bool {
+    /// Whether policies of this ordering preempt.
+    pub fn preemptive(self) -> bool {
         !matches!(self, JobOrder::Fifo)
     }
 
     /// Sort key, smaller first. Ties fall back to submission time, then id, so the order is
     /// total and never depends on the order of `view.active`.
-    fn key(self, view: &ClusterView<'_>, job: &ActiveJob, spec: &TrainingJob) -> f64 {
+    pub fn key(self, view: &ClusterView<'_>, job: &ActiveJob, spec: &TrainingJob) -> f64 {
         match self {
             JobOrder::Fifo => 0.0,
             JobOrder::Srtf => job.remaining_secs_estimate(),

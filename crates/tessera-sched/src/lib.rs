@@ -8,22 +8,18 @@
 //! - [`view`]: [`ClusterView`], [`ActiveJob`], [`Trigger`], [`Action`].
 //! - [`policy`]: the [`Policy`] trait and the registry ([`build_policy`], [`POLICIES`]).
 //! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.
-//! - [`baselines`]: FIFO, SRTF, LAS and FTF.
-//! - [`synergy`]: every ordering composed with a CPU/memory allocation mechanism
-//!   (`fifo+proportional`, `fifo+tune`, `las+opt`, ...; `synergy` = `fifo+tune`).
+//! - [`baselines`]: FIFO, SRTF, LAS and FTF, and the job orderings other policies reuse.
+//!
+//! Mechanism-specific policies (Synergy, ...) live with their mechanism in
+//! `tessera-mechanisms`, whose registry builds every policy by name.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod baselines;
 pub mod placement;
 pub mod policy;
-pub mod synergy;
-pub mod synergy_opt;
 pub mod view;
 
 pub use placement::Ledger;
-pub use policy::{
-    build_policy, Policy, PolicyError, PolicyInfo, PolicyOptions, POLICIES, SYNERGY_POLICIES,
-    SYNERGY_ROUND,
-};
+pub use policy::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use view::{Action, ActiveJob, ClusterView, JobState, Trigger};

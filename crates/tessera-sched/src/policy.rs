@@ -1,10 +1,9 @@
-//! The [`Policy`] trait and the registry that builds policies by name.
+//! The [`Policy`] trait, the options policies are built with, and the descriptors a registry
+//! lists them by (the registry itself is `tessera-mechanisms`).
 
 use tessera_model::SimDuration;
 use thiserror::Error;
 
-use crate::baselines::{JobOrder, OrderedPolicy};
-use crate::synergy::{Mechanism, SynergyPolicy};
 use crate::view::{Action, ClusterView};
 
 /// A scheduling policy: given a view of the world, decide what to start, stop or move.
@@ -38,8 +37,11 @@ pub trait Policy: Send {
 /// Options shared by the policies the registry builds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PolicyOptions {
-    /// Periodic round length; `None` = re-plan at every event.
+    /// Periodic round length; `None` = the policy's default (event-driven for the
+    /// baselines, the mechanism's round for round-based ones).
     pub round: Option<SimDuration>,
+    /// Seed of anything stochastic inside the policy (estimators, tie-breaking noise).
+    pub seed: u64,
 }
 
 /// A policy name that the registry does not know, or options it cannot take.
@@ -47,12 +49,22 @@ pub struct PolicyOptions {
 #[non_exhaustive]
 pub enum PolicyError {
     /// No policy of that name.
-    #[error("unknown policy {name:?} (known: {known})")]
+    #[error("unknown policy {name:?}{hint} (known: {known})")]
     Unknown {
         /// The name as given.
         name: String,
+        /// `; did you mean "X"?` when a known name is close, else empty.
+        hint: String,
         /// Known names, comma-separated.
         known: String,
+    },
+    /// The policy exists but cannot take these options.
+    #[error("policy {name}: {reason}")]
+    BadOptions {
+        /// The policy.
+        name: String,
+        /// What is wrong.
+        reason: String,
     },
 }
 
@@ -63,120 +75,4 @@ pub struct PolicyInfo {
     pub name: &'static str,
     /// One-line description for `--help` and listings.
     pub about: &'static str,
-}
-
-/// Every policy the registry can build.
-pub const POLICIES: &[PolicyInfo] = &[
-    PolicyInfo {
-        name: "fifo",
-        about: "first in, first out; non-preemptive, with backfill",
-    },
-    PolicyInfo {
-        name: "srtf",
-        about: "shortest remaining time first; preemptive",
-    },
-    PolicyInfo {
-        name: "las",
-        about: "least attained GPU-service first (Tiresias-style); preemptive",
-    },
-    PolicyInfo {
-        name: "ftf",
-        about: "finish-time fairness (Themis): largest rho first; preemptive",
-    },
-];
-
-/// Synergy (issue 3): every ordering composed with a CPU/memory allocation mechanism, named
-/// `ORDER+MECH` with ORDER in fifo|srtf|las|ftf and MECH in proportional|greedy|tune|opt; they
-/// re-plan every round (default [`SYNERGY_ROUND`]). `synergy` alone means `fifo+tune`. Kept
-/// apart from [`POLICIES`] so that default comparisons stay the four baselines.
-pub const SYNERGY_POLICIES: &[&str] = &[
-    "fifo+proportional",
-    "fifo+greedy",
-    "fifo+tune",
-    "fifo+opt",
-    "srtf+proportional",
-    "srtf+greedy",
-    "srtf+tune",
-    "srtf+opt",
-    "las+proportional",
-    "las+greedy",
-    "las+tune",
-    "las+opt",
-    "ftf+proportional",
-    "ftf+greedy",
-    "ftf+tune",
-    "ftf+opt",
-];
-
-/// Round length of Synergy policies when none is given: the reference's 300 s leases.
-pub const SYNERGY_ROUND: SimDuration = SimDuration::from_secs(300);
-
-fn parse_order(s: &str) -> Option<JobOrder> {
-    Some(match s {
-        "fifo" => JobOrder::Fifo,
-        "srtf" => JobOrder::Srtf,
-        "las" => JobOrder::Las,
-        "ftf" => JobOrder::Ftf,
-        _ => return None,
-    })
-}
-
-/// Builds a policy by registry name (case-insensitive).
-pub fn build_policy(name: &str, options: &PolicyOptions) -> Result<Box<dyn Policy>, PolicyError> {
-    let lower = name.to_ascii_lowercase();
-    let lower = if lower == "synergy" {
-        "fifo+tune".to_string()
-    } else {
-        lower
-    };
-    let unknown = || PolicyError::Unknown {
-        name: name.to_string(),
-        known: POLICIES
-            .iter()
-            .map(|p| p.name)
-            .chain(["synergy"])
-            .chain(SYNERGY_POLICIES.iter().copied())
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    if let Some((order, mech)) = lower.split_once('+') {
-        let (Some(order), Some(mech)) = (parse_order(order), Mechanism::parse(mech)) else {
-            return Err(unknown());
-        };
-        let round = options.round.or(Some(SYNERGY_ROUND));
-        return Ok(Box::new(SynergyPolicy::new(order, mech, round)));
-    }
-    let order = parse_order(&lower).ok_or_else(unknown)?;
-    Ok(Box::new(OrderedPolicy::new(order, options.round)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn registry_builds_every_listed_policy() {
-        for p in POLICIES {
-            let built = build_policy(p.name, &PolicyOptions::default()).unwrap();
-            assert_eq!(built.name(), p.name);
-        }
-        assert!(build_policy("LAS", &PolicyOptions::default()).is_ok());
-        for name in SYNERGY_POLICIES {
-            let built = build_policy(name, &PolicyOptions::default()).unwrap();
-            assert_eq!(built.name(), *name);
-            assert_eq!(built.round_length(), Some(SYNERGY_ROUND));
-        }
-        assert_eq!(
-            build_policy("synergy", &PolicyOptions::default())
-                .unwrap()
-                .name(),
-            "fifo+tune"
-        );
-        assert!(build_policy("fifo+magic", &PolicyOptions::default()).is_err());
-        let err = build_policy("lottery", &PolicyOptions::default())
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("lottery") && err.contains("fifo"), "{err}");
-    }
 }

@@ -1,9 +1,6 @@
 //! What a policy sees ([`ClusterView`]) and what it may ask for ([`Action`]).
 
-use std::sync::Arc;
-
-use tessera_model::{Allocation, Cluster, JobId, Resources, SimTime, TrainingJob};
-use tessera_perf::synergy::SensitivityEstimate;
+use tessera_model::{Allocation, Cluster, JobId, Knowledge, Resources, SimTime, TrainingJob};
 
 /// Whether a job waits or runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,9 +30,9 @@ pub struct ActiveJob {
     pub first_start: Option<SimTime>,
     /// Times it was preempted.
     pub preemptions: u32,
-    /// What profiling learned about its CPU/memory sensitivity (Synergy), if the driver
-    /// profiles jobs; `None` = unknown, treat as insensitive.
-    pub sensitivity: Option<Arc<SensitivityEstimate>>,
+    /// What the driver learned about the job (by profiling, or from its reports), as typed
+    /// facts that each mechanism defines and reads; empty when nothing is known.
+    pub knowledge: Knowledge,
 }
 
 impl ActiveJob {
@@ -53,7 +50,7 @@ impl ActiveJob {
             throughput_estimate: job.reference_throughput(),
             first_start: None,
             preemptions: 0,
-            sensitivity: None,
+            knowledge: Knowledge::new(),
         }
     }
 

@@ -18,10 +18,10 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Cluster, JobId, Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
+    Allocation, Cluster, JobId, Knowledge, Resources, SimDuration, SimRng, SimTime, TrainingJob,
+    Workload,
 };
-use tessera_perf::synergy::{Profiler, SensitivityEstimate};
-use tessera_perf::{RestartCosts, ThroughputModel};
+use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
 use thiserror::Error;
 
@@ -36,9 +36,9 @@ pub struct SimConfig {
     pub time_limit: Option<SimTime>,
     /// Record allocation changes over time.
     pub record_timeseries: bool,
-    /// Profile every job when it arrives (Synergy's optimistic profiling): the job becomes
-    /// visible to the policy after the profiler's cost, carrying its estimate in
-    /// [`ActiveJob::sensitivity`]. `None` = no profiling, no estimates.
+    /// Profile every job when it arrives: the job becomes visible to the policy after the
+    /// profiler's cost, carrying what was learned in [`ActiveJob::knowledge`]. `None` = no
+    /// profiling, nothing known.
     pub profiler: Option<Arc<dyn Profiler>>,
     /// Seed of the profiler's measurement noise.
     pub profile_seed: u64,
@@ -179,8 +179,9 @@ pub struct Simulation<'a> {
     scheduling_points: u64,
     actions: Vec<Action>,
     finished: bool,
-    /// Estimates of jobs being profiled, by job index (empty without a profiler).
-    estimates: Vec<Option<Arc<SensitivityEstimate>>>,
+    /// What profiling learned about jobs still being profiled, by job index (empty without
+    /// a profiler).
+    estimates: Vec<Option<Knowledge>>,
     profile_rng: SimRng,
     profiling_gpu_secs: f64,
     /// Jobs of the measurement window not yet ended.
@@ -340,8 +341,12 @@ impl<'a> Simulation<'a> {
                     }
                 }
                 Event::ProfileDone { job } => {
-                    let estimate = self.estimates.get_mut(job.index()).and_then(Option::take);
-                    self.activate(job, estimate);
+                    let knowledge = self
+                        .estimates
+                        .get_mut(job.index())
+                        .and_then(Option::take)
+                        .unwrap_or_default();
+                    self.activate(job, knowledge);
                     trigger.arrival = true;
                 }
             }
@@ -361,6 +366,11 @@ impl<'a> Simulation<'a> {
         }
         self.plan_next_round();
 
+        if trigger.completion {
+            // Completions free resources even when the policy then does nothing: the series
+            // records every change, not only the policy's (issue 10).
+            self.record_sample();
+        }
         if !self.active.is_empty() && (trigger.round || trigger.arrival || trigger.completion) {
             self.schedule(trigger)?;
         }
@@ -433,13 +443,11 @@ impl<'a> Simulation<'a> {
             return;
         }
         if let Some(profiler) = self.config.profiler.clone() {
-            let estimate = profiler
-                .profile(job, self.cluster, &mut self.profile_rng)
-                .map(Arc::new);
+            let estimate = profiler.profile(job, self.cluster, &mut self.profile_rng);
             let cost = profiler.cost();
             self.profiling_gpu_secs += profiler.gpus() as f64 * cost.as_secs_f64();
             if !cost.is_zero() {
-                self.estimates[job.id.index()] = estimate;
+                self.estimates[job.id.index()] = Some(estimate);
                 self.seq += 1;
                 self.heap.push(Reverse((
                     self.now + cost,
@@ -451,15 +459,15 @@ impl<'a> Simulation<'a> {
             self.activate(job.id, estimate);
             return;
         }
-        self.activate(job.id, None);
+        self.activate(job.id, Knowledge::new());
     }
 
     /// Makes an arrived (and profiled) job visible to the policy.
-    fn activate(&mut self, id: JobId, sensitivity: Option<Arc<SensitivityEstimate>>) {
+    fn activate(&mut self, id: JobId, knowledge: Knowledge) {
         let job = &self.jobs[id.index()];
         self.active_pos[job.id.index()] = self.active.len() as u32;
         self.active.push(ActiveJob {
-            sensitivity,
+            knowledge,
             ..ActiveJob::arrived(job)
         });
         self.state[job.id.index()].synced_at = self.now;

@@ -11,12 +11,12 @@
 //!
 //! ```
 //! use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
-//! use tessera_sched::{build_policy, PolicyOptions};
+//! use tessera_sched::{baselines::{JobOrder, OrderedPolicy}};
 //! use tessera_sim::{SimConfig, Simulation};
 //!
 //! let cluster = Cluster::homogeneous("V100-32GB", 1, 4, MilliCpu::from_cores(24), Bytes::from_gib(256)).unwrap();
 //! let jobs = Workload::new(vec![TrainingJob::simple(0, SimTime::ZERO, 4, SimDuration::from_secs(100))]);
-//! let policy = build_policy("fifo", &PolicyOptions::default()).unwrap();
+//! let policy = Box::new(OrderedPolicy::new(JobOrder::Fifo, None));
 //! let report = Simulation::new(&cluster, &jobs, &tessera_perf::TraceThroughput, policy, SimConfig::default())
 //!     .run(&mut ())
 //!     .unwrap();
@@ -27,10 +27,6 @@
 
 mod engine;
 pub mod metrics;
-pub mod reference;
-pub mod synergy_experiment;
-pub mod synergy_workload;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation};
 pub use metrics::{JobOutcome, JobRecord, SimReport, Summary, UtilSample};
-pub use reference::run_reference;

@@ -125,26 +125,29 @@ pub struct Summary {
 
 /// What an engine measured over a run, besides the per-job records.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RunTotals {
+pub struct RunTotals {
     /// First arrival (the start of the makespan).
-    pub(crate) first_arrival: Option<SimTime>,
+    pub first_arrival: Option<SimTime>,
     /// Last completion (the end of the makespan).
-    pub(crate) last_completion: SimTime,
+    pub last_completion: SimTime,
     /// When the run stopped (utilization is averaged up to here if later than the last
     /// completion, i.e. when jobs were left unfinished).
-    pub(crate) stopped_at: SimTime,
+    pub stopped_at: SimTime,
     /// Time integrals of allocated GPUs, millicores and bytes (unit × seconds).
-    pub(crate) util_integral: (f64, f64, f64),
+    pub util_integral: (f64, f64, f64),
     /// Cluster capacity: GPUs, millicores, bytes.
-    pub(crate) capacity: (u64, u64, u64),
-    pub(crate) events: u64,
-    pub(crate) scheduling_points: u64,
-    pub(crate) profiling_gpu_secs: f64,
+    pub capacity: (u64, u64, u64),
+    /// Events processed.
+    pub events: u64,
+    /// Policy calls.
+    pub scheduling_points: u64,
+    /// GPU-seconds spent profiling arriving jobs.
+    pub profiling_gpu_secs: f64,
 }
 
 impl Summary {
     /// Aggregates per-job records and run totals (shared by both engines).
-    pub(crate) fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
+    pub fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
         let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
         jcts.sort_by(f64::total_cmp);
         let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();

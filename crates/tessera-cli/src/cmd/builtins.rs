@@ -1,24 +1,51 @@
-//! `tessera builtins`: what is built in.
+//! `tessera builtins`: everything built in, from the mechanism registry and the trace crate.
 
 use std::io::Write;
 
 use anyhow::Result;
+use tessera_mechanisms::experiment::{benches, engines, experiments};
+use tessera_mechanisms::MECHANISMS;
 
 use crate::builtin;
 
 pub fn run() -> Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "Clusters (--cluster builtin:NAME):")?;
+    writeln!(out, "Mechanisms:")?;
+    for m in MECHANISMS {
+        writeln!(out, "  {:<20} {}", m.name(), m.about())?;
+    }
+    writeln!(out, "\nClusters (--cluster builtin:NAME):")?;
     for (name, about, _) in builtin::CLUSTERS {
         writeln!(out, "  {name:<20} {about}")?;
+    }
+    for (_, c) in tessera_mechanisms::clusters() {
+        writeln!(out, "  {:<20} {}", c.name, c.about)?;
     }
     writeln!(out, "\nTraces (--trace builtin:NAME):")?;
     for (name, about) in tessera_trace::BUILTIN_TRACES {
         writeln!(out, "  {name:<20} {about}")?;
     }
     writeln!(out, "\nPolicies (--policy NAME):")?;
-    for p in tessera_sched::POLICIES {
-        writeln!(out, "  {:<20} {}", p.name, p.about)?;
+    for m in MECHANISMS {
+        for p in m.policies() {
+            writeln!(out, "  {:<20} {}", p.name, p.about)?;
+        }
+    }
+    writeln!(out, "\nTruth models (--perf NAME): auto, trace")?;
+    for (_, t) in tessera_mechanisms::truths() {
+        writeln!(out, "  {:<20} {}", t.name, t.about)?;
+    }
+    writeln!(out, "\nEngine semantics (--semantics NAME): exact")?;
+    for e in engines() {
+        writeln!(out, "  {:<20} {}", e.name, e.about)?;
+    }
+    writeln!(out, "\nExperiments (tessera repro NAME):")?;
+    for e in experiments() {
+        writeln!(out, "  {:<20} {}", e.name(), e.about())?;
+    }
+    writeln!(out, "\nBenchmarks (tessera bench NAME):")?;
+    for b in benches() {
+        writeln!(out, "  {:<20} {}", b.name(), b.about())?;
     }
     writeln!(out, "\nTrace formats (--trace-format NAME): auto")?;
     for f in tessera_trace::TraceFormat::ALL {

@@ -1,9 +1,8 @@
 //! One module per command.
 
-mod bench;
 mod builtins;
 pub mod daemon;
-pub mod repro;
+pub mod experiment;
 mod simulate;
 pub mod sweep;
 mod trace;
@@ -16,8 +15,8 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Simulate(args) => simulate::run(&args),
         Command::Trace(cmd) => trace::run(&cmd),
-        Command::Bench(args) => bench::run(&args),
-        Command::Repro(cmd) => repro::run(&cmd),
+        // Dispatched from the raw matches in `main` (their flags come from the registry).
+        Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
         Command::Builtins => builtins::run(),
         Command::Sweep(cmd) => sweep::run(&cmd),
         Command::Serve(a) => daemon::serve(&a),

@@ -1,65 +1,44 @@
 //! `tessera simulate`: one workload, one cluster, several policies, one comparison.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use tessera_model::{Cluster, SimDuration, Workload};
-use tessera_perf::synergy::{
-    OptimisticProfiler, ReferenceProfiler, ReferenceSpeedup, SynergyThroughput, TableMode,
+use anyhow::{bail, Context, Result};
+use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
+use tessera_mechanisms::{
+    build_policy, build_truth, did_you_mean, mechanism_of_policy, truths, Truth, TruthOptions,
+    EXACT_ENGINE,
 };
-use tessera_perf::{RestartCosts, ThroughputModel, TraceThroughput};
-use tessera_sched::{build_policy, PolicyOptions, POLICIES};
-use tessera_sim::{run_reference, SimConfig, SimReport, Simulation};
+use tessera_model::{Cluster, SimDuration, Workload};
+use tessera_perf::{RestartCosts, TraceThroughput};
+use tessera_sched::PolicyOptions;
+use tessera_sim::{SimConfig, SimReport, Simulation};
 use tessera_trace::{with_arrivals, Arrivals};
 
-use crate::args::{PerfArg, SemanticsArg, SimulateArgs};
+use crate::args::SimulateArgs;
 use crate::inputs::{
     check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format,
 };
 use crate::progress::Bars;
-use crate::report::{comparison_table, write_outputs, EngineInfo, PolicySummary, SummaryDoc};
+use crate::report::{comparison_table, write_outputs, EngineSummary, PolicySummary, SummaryDoc};
 
-/// A finished run: its report and wall time in seconds.
-pub type RunResult = Result<(SimReport, f64)>;
-
-/// Which truth model the simulator advances jobs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Perf {
-    /// Each job's trace throughput, whatever CPU and memory it holds.
-    Trace,
-    /// Synergy's sensitivity tables (1/2/4-GPU tables by GPU count); jobs are profiled on
-    /// arrival (optimistic profiling) so that Synergy policies see estimates.
-    Synergy,
-}
-
-/// How runs are simulated: truth model and engine semantics.
+/// How runs are simulated: truth model, engine semantics and settings.
 #[derive(Debug, Clone)]
 pub struct Engine {
-    /// Truth model.
-    pub perf: Perf,
-    /// The Synergy reference simulator's round semantics instead of the exact engine.
-    pub reference_semantics: bool,
-    /// Engine settings (with the profiler set when `perf` is Synergy).
+    /// Truth (and the profiler whose estimates policies see).
+    pub truth: Truth,
+    /// An alternative engine of the registry, or `None` for the exact engine.
+    pub semantics: Option<&'static EngineInfo>,
+    /// Engine settings (the profiler is taken from `truth`).
     pub config: SimConfig,
 }
 
-impl Engine {
-    /// The exact engine with the trace's throughput (what `tessera simulate` does by default).
-    pub fn trace(config: SimConfig) -> Engine {
-        Engine {
-            perf: Perf::Trace,
-            reference_semantics: false,
-            config,
-        }
+fn trace_truth() -> Truth {
+    Truth {
+        name: "trace",
+        model: std::sync::Arc::new(TraceThroughput),
+        profiler: None,
     }
-}
-
-/// True for Synergy registry names (`ORDER+MECH` or `synergy`).
-pub fn is_synergy_policy(name: &str) -> bool {
-    name.contains('+') || name.eq_ignore_ascii_case("synergy")
 }
 
 /// One policy to run: its registry name and options.
@@ -67,6 +46,56 @@ pub fn is_synergy_policy(name: &str) -> bool {
 pub struct PolicyRun {
     pub name: String,
     pub options: PolicyOptions,
+}
+
+/// Resolves `--semantics`: `exact` or a registered engine.
+fn resolve_semantics(name: &str) -> Result<Option<&'static EngineInfo>> {
+    if name.eq_ignore_ascii_case(EXACT_ENGINE) {
+        return Ok(None);
+    }
+    if let Some(e) = engines().find(|e| e.name.eq_ignore_ascii_case(name)) {
+        return Ok(Some(e));
+    }
+    let known: Vec<&str> = std::iter::once(EXACT_ENGINE)
+        .chain(engines().map(|e| e.name))
+        .collect();
+    let hint = did_you_mean(name, known.iter().copied())
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default();
+    bail!(
+        "--semantics: unknown engine {name:?}{hint} (known: {})",
+        known.join(", ")
+    )
+}
+
+/// Resolves `--perf`: `trace`, a registered truth, or `auto` (the truth the requested
+/// policies' mechanism prefers, else trace).
+fn resolve_truth(name: &str, runs: &[PolicyRun], options: &TruthOptions) -> Result<Truth> {
+    let wanted = if name.eq_ignore_ascii_case("auto") {
+        runs.iter()
+            .filter_map(|r| mechanism_of_policy(&r.name))
+            .find_map(|m| m.preferred_truth())
+            .unwrap_or("trace")
+    } else {
+        name
+    };
+    if wanted.eq_ignore_ascii_case("trace") {
+        return Ok(trace_truth());
+    }
+    if let Some(t) = build_truth(wanted, options) {
+        return Ok(t);
+    }
+    let known: Vec<&str> = ["auto", "trace"]
+        .into_iter()
+        .chain(truths().map(|(_, t)| t.name))
+        .collect();
+    let hint = did_you_mean(wanted, known.iter().copied())
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default();
+    bail!(
+        "--perf: unknown truth model {wanted:?}{hint} (known: {})",
+        known.join(", ")
+    )
 }
 
 /// What `tessera simulate` computed: the `summary.json` document, the reports behind it, and
@@ -188,7 +217,10 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         None => None,
     };
     let names: Vec<String> = if args.policies.is_empty() {
-        POLICIES.iter().map(|p| p.name.to_string()).collect()
+        tessera_sched::baselines::POLICIES
+            .iter()
+            .map(|p| p.name.to_string())
+            .collect()
     } else {
         args.policies.clone()
     };
@@ -196,19 +228,16 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         .into_iter()
         .map(|name| PolicyRun {
             name,
-            options: PolicyOptions { round },
+            options: PolicyOptions {
+                round,
+                seed: args.seed,
+            },
         })
         .collect();
     // Fail on an unknown name before any run starts.
     for r in &runs {
         build_policy(&r.name, &r.options).with_context(|| "--policy".to_string())?;
     }
-    let perf = match args.perf {
-        PerfArg::Trace => Perf::Trace,
-        PerfArg::Synergy => Perf::Synergy,
-        PerfArg::Auto if runs.iter().any(|r| is_synergy_policy(&r.name)) => Perf::Synergy,
-        PerfArg::Auto => Perf::Trace,
-    };
     if !(args.profile_cost.is_finite() && args.profile_cost >= 0.0) {
         anyhow::bail!(
             "--profile-cost must be a non-negative number of seconds, got {}",
@@ -221,56 +250,53 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             args.profile_error
         );
     }
-    let reference_semantics = args.semantics == SemanticsArg::Synergy;
+    let semantics = resolve_semantics(&args.semantics)?;
+    let truth = resolve_truth(
+        &args.perf,
+        &runs,
+        &TruthOptions {
+            profile_cost: Some(SimDuration::from_secs_f64(args.profile_cost)),
+            profile_error: args.profile_error,
+            engine: semantics.map_or(EXACT_ENGINE, |e| e.name),
+        },
+    )?;
     let config = SimConfig {
-        restart_costs: if args.no_restart_cost || reference_semantics {
+        restart_costs: if args.no_restart_cost || semantics.is_some() {
             RestartCosts::free()
         } else {
             RestartCosts::default()
         },
-        profiler: match (perf, reference_semantics) {
-            (Perf::Trace, _) => None,
-            (Perf::Synergy, false) => Some(Arc::new(OptimisticProfiler {
-                cost: SimDuration::from_secs_f64(args.profile_cost),
-                rel_error: args.profile_error,
-                ..OptimisticProfiler::default()
-            })),
-            (Perf::Synergy, true) => Some(Arc::new(ReferenceProfiler)),
-        },
+        profiler: truth.profiler.clone(),
         profile_seed: args.seed,
         ..SimConfig::default()
     };
     let engine = Engine {
-        perf,
-        reference_semantics,
+        truth,
+        semantics,
         config,
     };
     let threads = args
         .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(tessera_mechanisms::experiment::default_threads);
     let results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
 
     let summaries: Vec<PolicySummary> = results
         .iter()
         .map(|(r, wall)| PolicySummary::new(r, *wall))
         .collect();
-    let synergy_info = (perf == Perf::Synergy || reference_semantics).then(|| EngineInfo {
-        perf: match perf {
-            Perf::Trace => "trace",
-            Perf::Synergy => "synergy",
-        }
-        .to_string(),
-        semantics: if reference_semantics {
-            "synergy"
-        } else {
-            "exact"
-        }
-        .to_string(),
-        profile_cost_s: (perf == Perf::Synergy && !reference_semantics)
-            .then_some(args.profile_cost),
-        profile_error: (perf == Perf::Synergy && !reference_semantics)
-            .then_some(args.profile_error),
-    });
+    // Reported when it is not the default (trace truth, exact engine), so the default
+    // summary stays free of fields no one asked for.
+    let profiled = engine.semantics.is_none() && engine.truth.profiler.is_some();
+    let engine_info =
+        (engine.truth.name != "trace" || engine.semantics.is_some()).then(|| EngineSummary {
+            perf: engine.truth.name.to_string(),
+            semantics: engine
+                .semantics
+                .map_or(EXACT_ENGINE, |e| e.name)
+                .to_string(),
+            profile_cost_s: profiled.then_some(args.profile_cost),
+            profile_error: profiled.then_some(args.profile_error),
+        });
     let doc = SummaryDoc {
         cluster: format!("{} ({})", args.cluster, cluster.name),
         gpus: cluster.totals().0,
@@ -278,7 +304,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         trace_format: format_label(&args.trace, &trace),
         seed: args.seed,
         round_s: round.map(|r| r.as_secs_f64()),
-        engine: synergy_info,
+        engine: engine_info,
         arrivals: arrivals_label,
         trace_skipped: (trace.skipped > 0).then_some(trace.skipped),
         trace_dropped: (trace.dropped > 0).then_some(trace.dropped),
@@ -294,26 +320,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     })
 }
 
-/// Runs each policy on its own thread (at most `threads` at once) with the trace's
-/// throughput on the exact engine; results in input order with their wall time in seconds.
-pub fn run_policies(
-    cluster: &Cluster,
-    workload: &Workload,
-    runs: &[PolicyRun],
-    config: &SimConfig,
-    threads: usize,
-) -> Result<Vec<(SimReport, f64)>> {
-    run_policies_with(
-        cluster,
-        workload,
-        runs,
-        &Engine::trace(config.clone()),
-        threads,
-    )
-}
-
-/// Runs each policy on its own thread (at most `threads` at once) under `engine`; results in
-/// input order with their wall time in seconds.
+/// Runs each policy (at most `threads` at once) under `engine`; results in input order with
+/// their wall time in seconds.
 pub fn run_policies_with(
     cluster: &Cluster,
     workload: &Workload,
@@ -321,52 +329,27 @@ pub fn run_policies_with(
     engine: &Engine,
     threads: usize,
 ) -> Result<Vec<(SimReport, f64)>> {
-    let synergy_truth = SynergyThroughput::new(TableMode::PerGpuCount);
-    let reference_truth = ReferenceSpeedup::default();
-    let truth: &dyn ThroughputModel = match (engine.perf, engine.reference_semantics) {
-        (Perf::Trace, _) => &TraceThroughput,
-        (Perf::Synergy, false) => &synergy_truth,
-        (Perf::Synergy, true) => &reference_truth,
-    };
+    let truth = engine.truth.model.as_ref();
     let bars = Bars::new();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<RunResult>>> =
-        Mutex::new((0..runs.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, runs.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(spec) = runs.get(i) else { break };
-                let outcome = (|| {
-                    let policy = build_policy(&spec.name, &spec.options)?;
-                    let started = Instant::now();
-                    let report = if engine.reference_semantics {
-                        run_reference(cluster, workload, truth, policy, &engine.config)
-                    } else {
-                        let mut bar = bars.bar(&spec.name, workload.len());
-                        let sim = Simulation::new(
-                            cluster,
-                            workload,
-                            truth,
-                            policy,
-                            engine.config.clone(),
-                        );
-                        sim.run(&mut bar)
-                    }
-                    .with_context(|| format!("simulating policy {}", spec.name))?;
-                    Ok((report, started.elapsed().as_secs_f64()))
-                })();
-                if let Ok(mut slots) = results.lock() {
-                    slots[i] = Some(outcome);
+    let results = run_parallel(
+        runs,
+        threads,
+        |_| 1.0,
+        |spec| -> Result<(SimReport, f64)> {
+            let policy = build_policy(&spec.name, &spec.options)?;
+            let started = Instant::now();
+            let report = match engine.semantics {
+                Some(e) => (e.run)(cluster, workload, truth, policy, &engine.config),
+                None => {
+                    let mut bar = bars.bar(&spec.name, workload.len());
+                    Simulation::new(cluster, workload, truth, policy, engine.config.clone())
+                        .run(&mut bar)
                 }
-            });
-        }
-    });
-    let slots = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
-    slots
-        .into_iter()
-        .map(|s| s.unwrap_or_else(|| Err(anyhow::anyhow!("a simulation did not run"))))
-        .collect()
+            }
+            .with_context(|| format!("simulating policy {}", spec.name))?;
+            Ok((report, started.elapsed().as_secs_f64()))
+        },
+        &|_, _| {},
+    )?;
+    results.into_iter().collect()
 }

@@ -371,23 +371,24 @@ spec:
     );
 }
 
-/// `run: repro-synergy` runs give what `tessera repro synergy --parts c` gives for the same
-/// knobs (a small cluster and workload keep it quick), and the built-in spec plans.
+/// `run: repro` runs of the Synergy experiment, one (semantics, load, policy) each, give what
+/// one `tessera repro synergy --parts c` gives for the same knobs (a small cluster and workload
+/// keep it quick), and the built-in spec plans.
 #[test]
-fn repro_synergy_runs_match_the_reproduction() {
+fn repro_runs_match_the_reproduction() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = "apiVersion: tessera/v1
+    let text = "apiVersion: tessera/v1
 kind: Sweep
 metadata: {name: synergy-small}
 spec:
-  run: repro-synergy
-  fixed: {servers: 2, jobs: 300, window-start: 50, window-len: 100}
+  run: repro
+  fixed: {experiment: synergy, parts: c, servers: 2, jobs: 300, window-start: 50, window-len: 100}
   axes:
     semantics: [exact, synergy]
-    load: [2, 3]
-    policy: [fifo+proportional, fifo+tune]
+    loads: [2, 3]
+    sweep-policies: [fifo+proportional, fifo+tune]
 ";
-    let spec = write_spec(tmp.path(), "s.yaml", spec);
+    let spec = write_spec(tmp.path(), "s.yaml", text);
     let out = tmp.path().join("out");
     let out_s = out.to_str().unwrap();
     let o = tessera(&["sweep", "run", &spec, "--out", out_s]);
@@ -433,7 +434,11 @@ spec:
             .find(|r| {
                 r["policy"] == e["policy"]
                     && r["point"]["semantics"] == e["semantics"]
-                    && r["point"]["load"].as_str().unwrap().parse::<f64>().unwrap()
+                    && r["point"]["loads"]
+                        .as_str()
+                        .unwrap()
+                        .parse::<f64>()
+                        .unwrap()
                         == e["load"].as_f64().unwrap()
             })
             .unwrap_or_else(|| panic!("no sweep row for {e}"));
@@ -444,9 +449,20 @@ spec:
 
     let o = tessera(&["sweep", "plan", "builtin:synergy-c"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("192 runs of repro-synergy"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("192 runs of repro"), "{}", stdout(&o));
+
+    // Bad values are named before anything runs.
+    for (bad, want) in [
+        ("fifo+tune]", "fifo+nosuch]"),
+        ("experiment: synergy", "experiment: nosuch"),
+        ("servers: 2", "srevers: 2"),
+    ]
+    .map(|(from, to)| (text.replace(from, to), to))
+    {
+        let path = write_spec(tmp.path(), "bad.yaml", &bad);
+        let o = tessera(&["sweep", "plan", &path]);
+        assert_eq!(o.status.code(), Some(1), "{want}");
+        let key = want.split(':').next().unwrap().trim_end_matches(']');
+        assert!(stderr(&o).contains(key), "{want}: {}", stderr(&o));
+    }
 }

@@ -6,7 +6,8 @@ use tessera_model::{
     Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{RestartCosts, TraceThroughput};
-use tessera_sched::{build_policy, PolicyOptions, POLICIES};
+use tessera_sched::baselines::{build as build_policy, POLICIES};
+use tessera_sched::PolicyOptions;
 use tessera_sim::{JobOutcome, SimConfig, SimReport, Simulation};
 
 fn cluster_strategy() -> impl Strategy<Value = Cluster> {
@@ -83,6 +84,7 @@ fn simulate(
         policy,
         &PolicyOptions {
             round: round.map(SimDuration::from_secs),
+            ..PolicyOptions::default()
         },
     )
     .unwrap();
@@ -135,6 +137,19 @@ proptest! {
         }
         prop_assert!(report.summary.gpu_util <= 1.0 + 1e-9);
         prop_assert!(report.timeseries.iter().all(|s| s.gpus <= total_gpus));
+        // The series records every change (issue 10): its integral of busy GPUs is the jobs'
+        // GPU-seconds, and it ends with nothing busy.
+        let series = &report.timeseries;
+        let integral: f64 = series
+            .windows(2)
+            .map(|w| w[0].gpus as f64 * w[1].time.saturating_since(w[0].time).as_secs_f64())
+            .sum();
+        let gpu_secs: f64 = report.jobs.iter().map(|j| j.gpu_secs).sum();
+        prop_assert!((integral - gpu_secs).abs() <= 1e-6 * gpu_secs.max(1.0), "series {} vs jobs {}", integral, gpu_secs);
+        if let Some(last) = series.last() {
+            prop_assert_eq!(last.gpus, 0);
+            prop_assert_eq!(last.running, 0);
+        }
     }
 
     #[test]

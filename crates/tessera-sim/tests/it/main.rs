@@ -3,11 +3,11 @@
 mod chaos;
 mod invariants;
 mod scenarios;
-mod synergy;
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
-use tessera_sched::{build_policy, PolicyOptions};
+use tessera_sched::baselines::build as build_policy;
+use tessera_sched::PolicyOptions;
 use tessera_sim::{SimConfig, SimReport, Simulation};
 
 /// One node with `gpus` V100s, 24 cores and 256 GiB.
@@ -47,6 +47,7 @@ pub fn run(
         policy,
         &PolicyOptions {
             round: round.map(SimDuration::from_secs),
+            ..PolicyOptions::default()
         },
     )
     .unwrap();

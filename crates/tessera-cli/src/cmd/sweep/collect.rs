@@ -51,6 +51,22 @@ fn point_map(run: &PlannedRun) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The per-policy results of a run's summary: `policies` (simulate), else `entries` (repro
+/// experiments), else the first list of objects in the document.
+fn result_rows(doc: &Value) -> Option<&Vec<Value>> {
+    let is_rows = |v: &&Vec<Value>| v.iter().all(Value::is_object);
+    doc["policies"]
+        .as_array()
+        .or_else(|| doc["entries"].as_array())
+        .filter(is_rows)
+        .or_else(|| {
+            doc.as_object()?
+                .values()
+                .filter_map(Value::as_array)
+                .find(|a| !a.is_empty() && is_rows(a))
+        })
+}
+
 /// Rows of the done runs in plan order, and the metric names in first-seen order.
 pub fn gather(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<String>)> {
     let mut rows = Vec::new();
@@ -64,9 +80,8 @@ pub fn gather(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<String>)> {
             .with_context(|| format!("reading {}", path.display()))?;
         let doc: Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        let policies = doc["policies"]
-            .as_array()
-            .with_context(|| format!("{}: no policies list", path.display()))?;
+        let policies =
+            result_rows(&doc).with_context(|| format!("{}: no list of results", path.display()))?;
         for p in policies {
             let Some(obj) = p.as_object() else { continue };
             let policy = obj

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -18,11 +18,11 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tessera_model::SimDuration;
-use tessera_sim::synergy_experiment::{reference_cluster, run_one, RunSpec, Semantics};
-use tessera_sim::synergy_workload::SynergyWorkload;
+use tessera_mechanisms::experiment::{
+    experiments, run_parallel, Experiment, ExperimentArgs, RunContext,
+};
 
-use super::spec::{simulate_argv, Plan, PlannedRun, RunKind, Spec};
+use super::spec::{simulate_argv, value_text, Plan, PlannedRun, RunKind, Spec};
 use crate::args::SimulateArgs;
 use crate::cmd::simulate;
 use crate::report::write_outputs;
@@ -54,95 +54,33 @@ pub fn simulate_args(params: &BTreeMap<String, Value>) -> Result<SimulateArgs> {
     Ok(args)
 }
 
-/// Parameters of one Synergy-reproduction run (`run: repro-synergy`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SynergyParams {
-    /// Registry name, e.g. `fifo+tune`.
-    pub policy: String,
-    /// Jobs per hour.
-    pub load: f64,
-    /// `single` (all 1-GPU) or `multi` (the Philly GPU mix).
-    #[serde(default = "default_single")]
-    pub trace: String,
-    /// `exact` or `synergy`.
-    #[serde(default = "default_exact")]
-    pub semantics: String,
-    #[serde(default = "default_seed")]
-    pub seed: u64,
-    #[serde(default = "default_servers")]
-    pub servers: u32,
-    #[serde(default = "default_jobs")]
-    pub jobs: usize,
-    #[serde(default = "default_window_start")]
-    pub window_start: u32,
-    #[serde(default = "default_window_len")]
-    pub window_len: u32,
-    #[serde(default = "default_profile_cost")]
-    pub profile_cost: f64,
-    #[serde(default)]
-    pub profile_error: f64,
-    #[serde(default)]
-    pub restart_costs: bool,
-}
-
-fn default_single() -> String {
-    "single".into()
-}
-fn default_exact() -> String {
-    "exact".into()
-}
-fn default_seed() -> u64 {
-    1
-}
-fn default_servers() -> u32 {
-    16
-}
-fn default_jobs() -> usize {
-    16_000
-}
-fn default_window_start() -> u32 {
-    4000
-}
-fn default_window_len() -> u32 {
-    1000
-}
-fn default_profile_cost() -> f64 {
-    60.0
-}
-
-impl SynergyParams {
-    pub fn parse(params: &BTreeMap<String, Value>) -> Result<SynergyParams> {
-        let map: serde_json::Map<String, Value> =
-            params.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let p: SynergyParams = serde_json::from_value(Value::Object(map))?;
-        p.semantics()?;
-        if !matches!(p.trace.as_str(), "single" | "multi") {
-            bail!("trace must be single or multi, got {:?}", p.trace);
-        }
-        if !(p.load.is_finite() && p.load > 0.0) {
-            bail!(
-                "load must be a positive number of jobs per hour, got {}",
-                p.load
-            );
-        }
-        if !(p.profile_cost.is_finite() && p.profile_cost >= 0.0) {
-            bail!("profile-cost must be a non-negative number of seconds");
-        }
-        if !(p.profile_error.is_finite() && (0.0..1.0).contains(&p.profile_error)) {
-            bail!("profile-error must be a fraction in [0, 1)");
-        }
-        tessera_sched::build_policy(&p.policy, &tessera_sched::PolicyOptions::default())?;
-        Ok(p)
-    }
-
-    fn semantics(&self) -> Result<Semantics> {
-        match self.semantics.as_str() {
-            "exact" => Ok(Semantics::Exact),
-            "synergy" => Ok(Semantics::Synergy),
-            s => bail!("semantics must be exact or synergy, got {s:?}"),
-        }
-    }
+/// The registry experiment a `run: repro` run names, and its parameters as the experiment's
+/// own flags (everything but `experiment`).
+pub fn repro_args(
+    params: &BTreeMap<String, Value>,
+) -> Result<(&'static dyn Experiment, ExperimentArgs)> {
+    let known = || {
+        experiments()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(name) = params.get("experiment").map(value_text) else {
+        bail!(
+            "run: repro needs an `experiment` option (one of: {})",
+            known()
+        );
+    };
+    let Some(exp) = experiments().find(|e| e.name() == name) else {
+        bail!("unknown experiment {name:?} (known: {})", known());
+    };
+    let given: Vec<(&str, String)> = params
+        .iter()
+        .filter(|(k, _)| k.as_str() != "experiment")
+        .map(|(k, v)| (k.as_str(), value_text(v)))
+        .collect();
+    let args = ExperimentArgs::new(exp.params(), given.iter().map(|(k, v)| (*k, v.as_str())))?;
+    Ok((exp, args))
 }
 
 /// What a finished run left in its directory.
@@ -227,7 +165,7 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
     std::fs::write(tmp.join("params.json"), &params)?;
     let outcome = match spec.run {
         RunKind::Simulate => run_simulate(&tmp, spec, run),
-        RunKind::ReproSynergy => run_synergy(&tmp, run),
+        RunKind::Repro => run_repro(&tmp, run),
     };
     let target = run_dir(dir, &run.id);
     match outcome {
@@ -273,34 +211,16 @@ fn run_simulate(tmp: &Path, spec: &Spec, run: &PlannedRun) -> Result<()> {
     Ok(())
 }
 
-fn run_synergy(tmp: &Path, run: &PlannedRun) -> Result<()> {
-    let p = SynergyParams::parse(&run.params)?;
-    let workload = SynergyWorkload {
-        jobs: p.jobs,
-        jobs_per_hour: p.load,
-        multi_gpu: p.trace == "multi",
-        split: [20.0, 70.0, 10.0],
-        seed: p.seed,
-    }
-    .generate();
-    let cluster = reference_cluster(p.servers);
-    let spec = RunSpec {
-        policy: p.policy.clone(),
-        semantics: p.semantics()?,
-        window: (p.window_start, p.window_start.saturating_add(p.window_len)),
-        profile_cost: SimDuration::from_secs_f64(p.profile_cost),
-        profile_error: p.profile_error,
-        seed: p.seed,
-        restart_costs: p.restart_costs,
-    };
-    let stats = run_one(&cluster, &workload, &spec)
-        .with_context(|| format!("{} at {} jobs/h", p.policy, p.load))?;
-    let doc = serde_json::json!({
-        "cluster": format!("synergy reference, {} servers x 8 GPUs", p.servers),
-        "window": [spec.window.0, spec.window.1],
-        "policies": [stats],
-    });
-    std::fs::write(tmp.join("summary.json"), serde_json::to_vec_pretty(&doc)?)?;
+fn run_repro(tmp: &Path, run: &PlannedRun) -> Result<()> {
+    let (exp, args) = repro_args(&run.params)?;
+    // One thread per run: the sweep's pool is what runs in parallel.
+    let output = exp
+        .run(&args, &RunContext::quiet(1))
+        .with_context(|| format!("repro {}", exp.name()))?;
+    std::fs::write(
+        tmp.join("summary.json"),
+        serde_json::to_vec_pretty(&output.summary)?,
+    )?;
     Ok(())
 }
 
@@ -360,8 +280,8 @@ pub struct Tally {
     pub failed: usize,
 }
 
-/// Runs every run of the plan that has no result yet on `threads` worker threads, with a
-/// progress bar on a terminal.
+/// Runs every run of the plan that has no result yet on `threads` workers (the project's one
+/// parallel runner), with a progress bar on a terminal.
 pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
     remove_dead_leftovers(dir);
     let todo: Vec<&PlannedRun> = plan
@@ -390,32 +310,35 @@ pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
     bar.set_prefix(plan.spec.name.clone());
     bar.set_message("0 failed");
     bar.enable_steady_tick(Duration::from_millis(500));
-    let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     let fatal: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, todo.len().max(1)) {
-            scope.spawn(|| {
-                while let Some(run) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    match execute_run(dir, &plan.spec, run) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
-                            bar.set_message(format!("{n} failed"));
-                        }
-                        Err(e) => {
-                            if let Ok(mut slot) = fatal.lock() {
-                                slot.get_or_insert(e);
-                            }
-                            // Stop handing out runs: results can no longer be written.
-                            next.store(usize::MAX / 2, Ordering::Relaxed);
-                        }
-                    }
-                    bar.inc(1);
+    // All runs cost alike as far as we know: plan order.
+    run_parallel(
+        &todo,
+        threads,
+        |_| 0.0,
+        |run| {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match execute_run(dir, &plan.spec, run) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.set_message(format!("{n} failed"));
                 }
-            });
-        }
-    });
+                Err(e) => {
+                    // Results can no longer be written: stop starting runs.
+                    stop.store(true, Ordering::Relaxed);
+                    if let Ok(mut slot) = fatal.lock() {
+                        slot.get_or_insert(e);
+                    }
+                }
+            }
+        },
+        &|done, _| bar.set_position(done as u64),
+    )?;
     bar.finish_and_clear();
     if let Some(e) = fatal.into_inner().ok().flatten() {
         return Err(e);

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
-use exec::{run_local, run_state, write_plan, RunState, SynergyParams};
+use exec::{run_local, run_state, write_plan, RunState};
 use spec::{value_text, Plan, RunKind, Spec};
 
 /// Built-in specs: (name, description, YAML).
@@ -193,22 +193,14 @@ pub fn plan_spec(source: &str) -> Result<(Plan, String)> {
 fn check_run(spec: &Spec, params: &BTreeMap<String, Value>) -> Result<()> {
     match spec.run {
         RunKind::Simulate => exec::simulate_args(params).map(|_| ()),
-        RunKind::ReproSynergy => SynergyParams::parse(params).map(|_| ()),
+        RunKind::Repro => exec::repro_args(params).map(|_| ()),
     }
 }
 
 /// Checks one option value in the context of the spec's fixed options.
 fn check_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
-    if spec.run == RunKind::ReproSynergy {
-        // Values of other options come from the first value of each axis.
-        let mut params: BTreeMap<String, Value> = spec.fixed.iter().cloned().collect();
-        for a in &spec.axes {
-            if let Some(v) = a.values.first() {
-                params.insert(a.name.clone(), v.clone());
-            }
-        }
-        params.insert(name.to_string(), value.clone());
-        return SynergyParams::parse(&params).map(|_| ());
+    if spec.run == RunKind::Repro {
+        return check_repro_value(spec, name, value);
     }
     let mut one = BTreeMap::new();
     one.insert(name.to_string(), value.clone());
@@ -227,7 +219,7 @@ fn check_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
     for text in &texts {
         match name {
             "policy" => {
-                tessera_sched::build_policy(text, &tessera_sched::PolicyOptions::default())?;
+                tessera_mechanisms::build_policy(text, &tessera_sched::PolicyOptions::default())?;
             }
             "cluster" => {
                 crate::inputs::load_cluster(text, &catalog)?;
@@ -255,6 +247,40 @@ fn check_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
                 }
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `run: repro` value: the experiment exists and has this parameter, and policy
+/// lists (parameters named like `policies`) name registered policies.
+fn check_repro_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
+    let mut params: BTreeMap<String, Value> = BTreeMap::new();
+    if name != "experiment" {
+        let experiment = spec
+            .fixed
+            .iter()
+            .find(|(k, _)| k == "experiment")
+            .map(|(_, v)| v.clone())
+            .or_else(|| {
+                spec.axes
+                    .iter()
+                    .find(|a| a.name == "experiment")
+                    .and_then(|a| a.values.first().cloned())
+            });
+        if let Some(e) = experiment {
+            params.insert("experiment".into(), e);
+        }
+    }
+    params.insert(name.to_string(), value.clone());
+    exec::repro_args(&params)?;
+    if name.contains("polic") {
+        for policy in value_text(value)
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            tessera_mechanisms::build_policy(policy, &tessera_sched::PolicyOptions::default())?;
         }
     }
     Ok(())

@@ -20,16 +20,16 @@ pub enum RunKind {
     /// `tessera simulate` with the run's parameters as its options.
     #[default]
     Simulate,
-    /// One run of the Synergy reproduction (`tessera repro synergy`): one policy, one load,
-    /// one semantics, measured over the job window.
-    ReproSynergy,
+    /// `tessera repro EXPERIMENT` (any experiment of the mechanism registry) with the run's
+    /// parameters; `experiment` names it.
+    Repro,
 }
 
 impl fmt::Display for RunKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             RunKind::Simulate => "simulate",
-            RunKind::ReproSynergy => "repro-synergy",
+            RunKind::Repro => "repro",
         })
     }
 }

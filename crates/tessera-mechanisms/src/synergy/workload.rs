@@ -12,8 +12,8 @@
 //!   furthest below its target share (ties to the first), round-robin within the class;
 //! - iterations = duration / the model's iteration time at the proportional share.
 
+use super::perf::SynergyProfiles;
 use tessera_model::{SimDuration, SimRng, SimTime, TrainingJob, Workload};
-use tessera_perf::synergy::SynergyProfiles;
 
 /// Image models, in round-robin order.
 pub const IMAGE_MODELS: &[&str] = &["alexnet", "res18", "res50", "mobilenet", "shufflenet"];

@@ -19,14 +19,13 @@
 //!   model, and the best-case demand.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
-use tessera_model::{Allocation, Bytes, Cluster, SimDuration, SimRng, TrainingJob};
+use tessera_model::{Allocation, Bytes, Cluster, Knowledge, SimDuration, SimRng, TrainingJob};
 use thiserror::Error;
 
-use crate::ThroughputModel;
+use tessera_perf::{Profiler, ThroughputModel};
 
 /// CPU cores per GPU of the table rows.
 pub const CPU_LEVELS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 24.0];
@@ -239,7 +238,7 @@ pub struct SynergyProfiles {
 }
 
 /// The Synergy simulator's tables (MIT, Microsoft), embedded.
-const BUILTIN_JSON: &str = include_str!("../data/synergy_model_profiles.json");
+const BUILTIN_JSON: &str = include_str!("../../data/synergy_model_profiles.json");
 
 impl SynergyProfiles {
     /// The embedded Synergy tables (parsed once).
@@ -364,7 +363,7 @@ pub fn per_gpu(alloc: &Allocation) -> Option<(f64, f64)> {
     })
 }
 
-/// A job's base throughput scaled by the GPUs it holds (as [`crate::TraceThroughput`]).
+/// A job's base throughput scaled by the GPUs it holds (as [`tessera_perf::TraceThroughput`]).
 fn base_throughput(job: &TrainingJob, alloc: &Allocation) -> f64 {
     let held = alloc.gpus();
     if held == 0 || job.gpus == 0 {
@@ -552,25 +551,6 @@ impl SensitivityEstimate {
     }
 }
 
-/// Learns a job's sensitivity when it arrives. The simulator calls it once per job and makes
-/// the job visible to the policy after [`cost`](Profiler::cost).
-pub trait Profiler: Send + Sync + fmt::Debug {
-    /// How long profiling takes (the job waits, holding no cluster resources).
-    fn cost(&self) -> SimDuration;
-    /// GPUs profiling occupies while it runs (reported, not taken from the cluster).
-    fn gpus(&self) -> u32 {
-        1
-    }
-    /// The estimate for `job`, or `None` when its model is unknown (the policy then treats
-    /// it as insensitive).
-    fn profile(
-        &self,
-        job: &TrainingJob,
-        cluster: &Cluster,
-        rng: &mut SimRng,
-    ) -> Option<SensitivityEstimate>;
-}
-
 /// The reference simulator's "profile": the 1-GPU table and its capped scalar best case,
 /// known for free and exactly.
 #[derive(Clone, Copy, Debug, Default)]
@@ -585,15 +565,12 @@ impl Profiler for ReferenceProfiler {
         0
     }
 
-    fn profile(
-        &self,
-        job: &TrainingJob,
-        cluster: &Cluster,
-        _: &mut SimRng,
-    ) -> Option<SensitivityEstimate> {
-        let p = SynergyProfiles::builtin().exact(&job.model, 1)?;
+    fn profile(&self, job: &TrainingJob, cluster: &Cluster, _: &mut SimRng) -> Knowledge {
+        let Some(p) = SynergyProfiles::builtin().exact(&job.model, 1) else {
+            return Knowledge::new();
+        };
         let (c, m, s) = reference_demand(p, job.gpus, ServerShape::of(cluster));
-        Some(SensitivityEstimate {
+        Knowledge::of(SensitivityEstimate {
             table: p.table.clone(),
             best_cpu_per_gpu: c,
             best_mem_per_gpu: m,
@@ -761,15 +738,12 @@ impl Profiler for OptimisticProfiler {
         self.cost
     }
 
-    fn profile(
-        &self,
-        job: &TrainingJob,
-        cluster: &Cluster,
-        rng: &mut SimRng,
-    ) -> Option<SensitivityEstimate> {
-        let p = SynergyProfiles::builtin().for_gpus(&job.model, job.gpus)?;
+    fn profile(&self, job: &TrainingJob, cluster: &Cluster, rng: &mut SimRng) -> Knowledge {
+        let Some(p) = SynergyProfiles::builtin().for_gpus(&job.model, job.gpus) else {
+            return Knowledge::new();
+        };
         let table = self.estimate_table(p, job.gpus, ServerShape::of(cluster), rng);
-        Some(SensitivityEstimate::from_table(table))
+        Knowledge::of(SensitivityEstimate::from_table(table))
     }
 }
 

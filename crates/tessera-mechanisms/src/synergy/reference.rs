@@ -1,5 +1,5 @@
 //! `--semantics synergy`: the Synergy reference simulator's round semantics, for like-for-like
-//! comparison with its published figures. Our default engine ([`crate::Simulation`]) is exact
+//! comparison with its published figures. Our default engine ([`tessera_sim::Simulation`]) is exact
 //! (completions inside rounds, progress at the true rate); this one quantises as the
 //! reference does:
 //!
@@ -15,14 +15,12 @@
 //! The cap of jobs demanding more than one server is a property of the demand, applied by
 //! [`tessera_perf::synergy::ReferenceProfiler`] and [`tessera_perf::synergy::ReferenceSpeedup`].
 
-use std::sync::Arc;
-
-use tessera_model::{Cluster, JobId, SimDuration, SimRng, SimTime, Workload};
+use tessera_model::{Cluster, JobId, Knowledge, SimDuration, SimRng, SimTime, Workload};
 use tessera_perf::ThroughputModel;
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
 
-use crate::engine::{SimConfig, SimError};
-use crate::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary};
+use tessera_sim::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary};
+use tessera_sim::{SimConfig, SimError};
 
 /// Default round of the reference semantics when the policy has none.
 pub const REFERENCE_ROUND: SimDuration = SimDuration::from_secs(300);
@@ -108,12 +106,12 @@ pub fn run_reference(
                 }
                 continue;
             }
-            let sensitivity = config.profiler.as_ref().and_then(|p| {
+            let knowledge = config.profiler.as_ref().map_or_else(Knowledge::new, |p| {
                 profiling_gpu_secs += p.gpus() as f64 * p.cost().as_secs_f64();
-                p.profile(job, cluster, &mut rng).map(Arc::new)
+                p.profile(job, cluster, &mut rng)
             });
             active.push(ActiveJob {
-                sensitivity,
+                knowledge,
                 ..ActiveJob::arrived(job)
             });
         }

@@ -1,16 +1,15 @@
 //! Synergy mechanisms on hand-checked two-server rounds, and properties over random rounds.
 
-use std::sync::Arc;
-
 use proptest::prelude::*;
+use tessera_mechanisms::synergy::perf::SensitivityEstimate;
+use tessera_mechanisms::synergy::policy::{
+    estimated_relative, exact_estimate, Allocator, FreeMap, Slice, SynergyPolicy,
+};
 use tessera_model::{
-    Allocation, Bytes, Cluster, JobId, MilliCpu, Resources, SimDuration, SimTime, TrainingJob,
+    Allocation, Bytes, Cluster, JobId, Knowledge, MilliCpu, Resources, SimDuration, SimTime,
+    TrainingJob,
 };
-use tessera_perf::synergy::SensitivityEstimate;
 use tessera_sched::baselines::JobOrder;
-use tessera_sched::synergy::{
-    estimated_relative, exact_estimate, FreeMap, Mechanism, Slice, SynergyPolicy,
-};
 use tessera_sched::{Action, ActiveJob, ClusterView, Policy, Trigger};
 
 fn servers(n: u32, cores: u64, gib: u64) -> Cluster {
@@ -35,9 +34,9 @@ fn spec(id: u32, model: &str, gpus: u32) -> TrainingJob {
     j
 }
 
-fn active(job: &TrainingJob, est: Option<Arc<SensitivityEstimate>>) -> ActiveJob {
+fn active(job: &TrainingJob, est: Knowledge) -> ActiveJob {
     ActiveJob {
-        sensitivity: est,
+        knowledge: est,
         ..ActiveJob::arrived(job)
     }
 }
@@ -46,7 +45,7 @@ fn active(job: &TrainingJob, est: Option<Arc<SensitivityEstimate>>) -> ActiveJob
 fn round(
     cluster: &Cluster,
     jobs: &[TrainingJob],
-    mech: Mechanism,
+    mech: Allocator,
     order: JobOrder,
 ) -> (Vec<Option<Allocation>>, Vec<ActiveJob>, SynergyPolicy) {
     let act: Vec<ActiveJob> = jobs
@@ -121,7 +120,7 @@ fn greedy_gives_best_case_or_skips_two_servers() {
         spec(2, "alexnet", 1),
         spec(3, "gnmt", 1),
     ];
-    let (got, _, _) = round(&c, &jobs, Mechanism::Greedy, JobOrder::Fifo);
+    let (got, _, _) = round(&c, &jobs, Allocator::Greedy, JobOrder::Fifo);
     let got: Vec<_> = got.iter().map(cores).collect();
     assert_eq!(
         got,
@@ -134,7 +133,7 @@ fn greedy_gives_best_case_or_skips_two_servers() {
     );
     // Five alexnets: the fifth finds no server with 12 free cores and is skipped.
     let jobs: Vec<_> = (0..5).map(|i| spec(i, "alexnet", 1)).collect();
-    let (got, _, _) = round(&c, &jobs, Mechanism::Greedy, JobOrder::Fifo);
+    let (got, _, _) = round(&c, &jobs, Allocator::Greedy, JobOrder::Fifo);
     assert!(got[..4].iter().all(|a| cores(a).unwrap().1 == 12.0));
     assert!(got[4].is_none());
 }
@@ -147,7 +146,7 @@ fn tune_demotes_a_peer_to_make_room_two_servers() {
     // lowest id) back to 3 cores / 62.5 GB, and J4 gets 3 cores / 62.5 GB there.
     let c = servers(2, 24, 500);
     let jobs: Vec<_> = (0..5).map(|i| spec(i, "alexnet", 1)).collect();
-    let (got, act, _) = round(&c, &jobs, Mechanism::Tune, JobOrder::Fifo);
+    let (got, act, _) = round(&c, &jobs, Allocator::Tune, JobOrder::Fifo);
     let got_c: Vec<_> = got.iter().map(cores).collect();
     assert_eq!(
         got_c,
@@ -161,7 +160,7 @@ fn tune_demotes_a_peer_to_make_room_two_servers() {
     );
     let tune = objective(&got, &act);
     assert!((tune - (3.0 * 2.94 + 2.0)).abs() < 1e-9, "{tune}");
-    let (prop, pact, _) = round(&c, &jobs, Mechanism::Proportional, JobOrder::Fifo);
+    let (prop, pact, _) = round(&c, &jobs, Allocator::Proportional, JobOrder::Fifo);
     assert!((objective(&prop, &pact) - 5.0).abs() < 1e-9);
 }
 
@@ -172,9 +171,9 @@ fn opt_beats_tune_beats_proportional_two_servers() {
     // 500 GB; placement realises it (node 0: 12 + 12; node 1: 12 + 6 + 6).
     let c = servers(2, 24, 500);
     let jobs: Vec<_> = (0..5).map(|i| spec(i, "alexnet", 1)).collect();
-    let (opt, act, p) = round(&c, &jobs, Mechanism::Opt, JobOrder::Fifo);
-    let (tune, tact, _) = round(&c, &jobs, Mechanism::Tune, JobOrder::Fifo);
-    let (prop, pact, _) = round(&c, &jobs, Mechanism::Proportional, JobOrder::Fifo);
+    let (opt, act, p) = round(&c, &jobs, Allocator::Opt, JobOrder::Fifo);
+    let (tune, tact, _) = round(&c, &jobs, Allocator::Tune, JobOrder::Fifo);
+    let (prop, pact, _) = round(&c, &jobs, Allocator::Proportional, JobOrder::Fifo);
     let (o, t, pr) = (
         objective(&opt, &act),
         objective(&tune, &tact),
@@ -240,7 +239,7 @@ proptest! {
     ) {
         let c = servers(n, cpu, mem);
         let jobs: Vec<TrainingJob> = specs.iter().enumerate().map(|(i, (m, g))| spec(i as u32, m, *g)).collect();
-        let (got, act, _) = round(&c, &jobs, Mechanism::Tune, order);
+        let (got, act, _) = round(&c, &jobs, Allocator::Tune, order);
         for (j, (g, a)) in jobs.iter().zip(got.iter().zip(&act)) {
             if let Some(g) = g {
                 let fair = Allocation { shares: g.shares.iter().map(|s| {
@@ -252,9 +251,9 @@ proptest! {
         }
         let total_gpus: u32 = jobs.iter().map(|j| j.gpus).sum();
         if total_gpus as u64 <= c.totals().0 {
-            let (_, _, p) = round(&c, &jobs, Mechanism::Opt, order);
+            let (_, _, p) = round(&c, &jobs, Allocator::Opt, order);
             let t = objective(&got, &act);
-            let (prop, pact, _) = round(&c, &jobs, Mechanism::Proportional, order);
+            let (prop, pact, _) = round(&c, &jobs, Allocator::Proportional, order);
             let pr = objective(&prop, &pact);
             let s = p.opt_stats();
             let placed_tune = got.iter().filter(|g| g.is_some()).count();
@@ -273,9 +272,9 @@ proptest! {
 /// time is a benchmark: `tessera bench synergy`.)
 #[test]
 fn opt_lp_500_jobs_solves() {
+    use tessera_mechanisms::synergy::opt::{solve_round, OptJob};
+    use tessera_mechanisms::synergy::perf::{OptimisticProfiler, ServerShape, SynergyProfiles};
     use tessera_model::SimRng;
-    use tessera_perf::synergy::{OptimisticProfiler, ServerShape, SynergyProfiles};
-    use tessera_sched::synergy_opt::{solve_round, OptJob};
     let models = [
         "alexnet",
         "res18",
@@ -341,7 +340,7 @@ fn starts_with_order(
     cluster: &Cluster,
     jobs: &[TrainingJob],
     act: &[ActiveJob],
-    mech: Mechanism,
+    mech: Allocator,
     order: JobOrder,
 ) -> Vec<Option<Allocation>> {
     let free: Vec<Resources> = cluster
@@ -381,7 +380,7 @@ proptest! {
     fn decisions_do_not_depend_on_active_order(
         specs in prop::collection::vec((model_strategy(), prop::sample::select(vec![1u32, 1, 2, 4])), 1..60),
         attained in prop::collection::vec(prop::sample::select(vec![0.0, 10.0, 3600.0]), 60),
-        mech in prop::sample::select(vec![Mechanism::Proportional, Mechanism::Greedy, Mechanism::Tune, Mechanism::Opt]),
+        mech in prop::sample::select(vec![Allocator::Proportional, Allocator::Greedy, Allocator::Tune, Allocator::Opt]),
         order in prop::sample::select(vec![JobOrder::Fifo, JobOrder::Srtf, JobOrder::Las, JobOrder::Ftf]),
         rotate in 0usize..60,
     ) {

@@ -9,7 +9,7 @@
 //!   proportional share fits;
 //! - `opt`: per round, one (CPU, memory) grid point per job maximising Σ estimated throughput
 //!   subject to cluster CPU and memory and every job ≥ its proportional-share throughput (an
-//!   LP over job classes, rounded), then a per-server placement; see [`crate::synergy_opt`].
+//!   LP over job classes, rounded), then a per-server placement; see [`super::opt`].
 //!
 //! Like the reference, a policy re-plans everything at each round boundary (all leases end):
 //! jobs are ranked, the mechanism allocates in rank order on a ledger where every running
@@ -17,7 +17,7 @@
 //! allocation is unchanged keeps running untouched). Between rounds (the exact engine's
 //! completions and arrivals) the policy only fills free resources with queued jobs.
 //!
-//! Policies read what profiling learned from [`ActiveJob::sensitivity`]; a job without an
+//! Policies read what profiling learned from [`ActiveJob::knowledge`] (a [`SensitivityEstimate`]); a job without an
 //! estimate is treated as insensitive (best case = proportional share, speed-up 1).
 //!
 //! Placement is multi-resource: the whole vector on one server if one fits it (best fit: the
@@ -27,24 +27,24 @@
 
 use std::borrow::Cow;
 
+use super::perf::{gb_to_bytes, SensitivityEstimate};
 use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, SimDuration,
     SimTime, TrainingJob,
 };
-use tessera_perf::synergy::{gb_to_bytes, SensitivityEstimate};
 
-use crate::baselines::JobOrder;
-use crate::placement::proportional_share;
-use crate::policy::Policy;
-use crate::synergy_opt::{job_options, solve_round, OptJob, OptStats, Point};
-use crate::view::{Action, ActiveJob, ClusterView, JobState};
+use super::opt::{job_options, solve_round, OptJob, OptStats, Point};
+use tessera_sched::baselines::JobOrder;
+use tessera_sched::placement::proportional_share;
+use tessera_sched::Policy;
+use tessera_sched::{Action, ActiveJob, ClusterView, JobState};
 
 /// A job not run for this long is moved to the front (the reference's starvation guard).
 pub const STARVATION: SimDuration = SimDuration::from_secs(1000 * 3600);
 
 /// How CPU and memory are handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mechanism {
+pub enum Allocator {
     /// In proportion to GPUs.
     Proportional,
     /// Best-case demand or skip.
@@ -55,24 +55,24 @@ pub enum Mechanism {
     Opt,
 }
 
-impl Mechanism {
+impl Allocator {
     /// Registry suffix.
     pub fn name(self) -> &'static str {
         match self {
-            Mechanism::Proportional => "proportional",
-            Mechanism::Greedy => "greedy",
-            Mechanism::Tune => "tune",
-            Mechanism::Opt => "opt",
+            Allocator::Proportional => "proportional",
+            Allocator::Greedy => "greedy",
+            Allocator::Tune => "tune",
+            Allocator::Opt => "opt",
         }
     }
 
     /// Parses a registry suffix.
-    pub fn parse(s: &str) -> Option<Mechanism> {
+    pub fn parse(s: &str) -> Option<Allocator> {
         Some(match s {
-            "proportional" | "fair" => Mechanism::Proportional,
-            "greedy" => Mechanism::Greedy,
-            "tune" => Mechanism::Tune,
-            "opt" => Mechanism::Opt,
+            "proportional" | "fair" => Allocator::Proportional,
+            "greedy" => Allocator::Greedy,
+            "tune" => Allocator::Tune,
+            "opt" => Allocator::Opt,
             _ => return None,
         })
     }
@@ -267,9 +267,9 @@ struct Placed<'v> {
 }
 
 /// Estimated speed-up at the best case used for ordering (1 under proportional).
-fn speedup(mechanism: Mechanism, job: &ActiveJob) -> f64 {
-    match (mechanism, &job.sensitivity) {
-        (Mechanism::Proportional, _) | (_, None) => 1.0,
+fn speedup(mechanism: Allocator, job: &ActiveJob) -> f64 {
+    match (mechanism, job.knowledge.get::<SensitivityEstimate>()) {
+        (Allocator::Proportional, _) | (_, None) => 1.0,
         (_, Some(e)) => e.speedup.max(1e-9),
     }
 }
@@ -374,7 +374,7 @@ type ClassKey = (u32, Vec<(u64, u64, u64)>);
 pub struct SynergyPolicy {
     name: String,
     order: JobOrder,
-    mechanism: Mechanism,
+    mechanism: Allocator,
     round: Option<SimDuration>,
     /// Per job id: submission and last placement (compact, so that ranking thousands of
     /// queued jobs reads 16 bytes per job rather than each job's spec).
@@ -401,7 +401,7 @@ pub struct SynergyPolicy {
 
 impl SynergyPolicy {
     /// `order` with `mechanism`, re-planning every `round` (or at every event if `None`).
-    pub fn new(order: JobOrder, mechanism: Mechanism, round: Option<SimDuration>) -> Self {
+    pub fn new(order: JobOrder, mechanism: Allocator, round: Option<SimDuration>) -> Self {
         let order_name = match order {
             JobOrder::Fifo => "fifo",
             JobOrder::Srtf => "srtf",
@@ -505,7 +505,7 @@ impl SynergyPolicy {
     /// The job's best-case slice, memoised per job id on the estimate's values (the
     /// conversion rounds, which costs a libm call per job per round otherwise).
     fn best_slice(&mut self, job: &ActiveJob) -> Slice {
-        let Some(e) = &job.sensitivity else {
+        let Some(e) = job.knowledge.get::<SensitivityEstimate>() else {
             return Slice::Fair;
         };
         let key = (e.best_cpu_per_gpu.to_bits(), e.best_mem_per_gpu.to_bits());
@@ -527,7 +527,7 @@ impl SynergyPolicy {
     /// any resource, the proportional share; otherwise the job asked for less and keeps it
     /// (`best` is its best-case slice).
     fn fair_slice(cluster: &Cluster, job: &ActiveJob, best: Slice) -> Slice {
-        let Some(e) = &job.sensitivity else {
+        let Some(e) = job.knowledge.get::<SensitivityEstimate>() else {
             return Slice::Fair;
         };
         let Some(g) = cluster.groups.first() else {
@@ -580,18 +580,18 @@ impl SynergyPolicy {
         let job = &view.active[idx];
         let Some(spec) = view.spec(job) else { return };
         let alloc = match self.mechanism {
-            Mechanism::Proportional => Self::try_slice(ledger, spec, job, Slice::Fair),
-            Mechanism::Greedy => {
+            Allocator::Proportional => Self::try_slice(ledger, spec, job, Slice::Fair),
+            Allocator::Greedy => {
                 let best = self.best_slice(job);
                 Self::try_slice(ledger, spec, job, best)
             }
-            Mechanism::Tune | Mechanism::Opt => {
+            Allocator::Tune | Allocator::Opt => {
                 let best = self.best_slice(job);
                 let fair = Self::fair_slice(view.cluster, job, best);
                 Self::try_slice(ledger, spec, job, best)
                     .or_else(|| Self::try_slice(ledger, spec, job, fair))
                     .or_else(|| {
-                        if demote && self.mechanism == Mechanism::Tune {
+                        if demote && self.mechanism == Allocator::Tune {
                             demote_peers(view, ledger, plan, spec);
                             ledger.place(spec, fair).map(Cow::Owned)
                         } else {
@@ -627,7 +627,7 @@ impl SynergyPolicy {
         // The reference's LAS and every OPT take the prefix of ranked jobs whose GPUs fit;
         // FIFO/SRTF/FTF walk the whole list (backfill). Either way the walk pops the ranking
         // only as far as it goes.
-        let prefix = replan && (self.order == JobOrder::Las || self.mechanism == Mechanism::Opt);
+        let prefix = replan && (self.order == JobOrder::Las || self.mechanism == Allocator::Opt);
         if !prefix {
             while ledger.free_gpus() > 0 {
                 // every job needs at least one GPU
@@ -656,13 +656,13 @@ impl SynergyPolicy {
                 chosen.push(r.idx);
             }
         }
-        if self.order == JobOrder::Las && self.mechanism == Mechanism::Tune {
+        if self.order == JobOrder::Las && self.mechanism == Allocator::Tune {
             // The reference allocates LAS's round largest-first under TUNE (stable).
             chosen.sort_by_key(|&i| {
                 std::cmp::Reverse(view.spec(&view.active[i]).map_or(0, |s| s.gpus))
             });
         }
-        if self.mechanism == Mechanism::Opt {
+        if self.mechanism == Allocator::Opt {
             self.plan_opt(view, &mut ledger, &mut plan, &chosen);
         } else {
             for &idx in &chosen {
@@ -701,7 +701,11 @@ impl SynergyPolicy {
                 self.opt_class_of.resize(id + 1, u32::MAX);
             }
             if self.opt_class_of[id] == u32::MAX {
-                let opts = job_options(job.sensitivity.as_deref(), fair_cpu, fair_mem);
+                let opts = job_options(
+                    job.knowledge.get::<SensitivityEstimate>(),
+                    fair_cpu,
+                    fair_mem,
+                );
                 let bits = opts
                     .iter()
                     .map(|p| (p.0.to_bits(), p.1.to_bits(), p.2.to_bits()))
@@ -722,7 +726,7 @@ impl SynergyPolicy {
                 let (_, opts) = self.opt_classes.get(class as usize)?;
                 Some(OptJob {
                     gpus: spec.gpus,
-                    estimate: view.active[i].sensitivity.as_deref(),
+                    estimate: view.active[i].knowledge.get::<SensitivityEstimate>(),
                     class: Some((class, opts.as_slice())),
                 })
             })
@@ -974,7 +978,7 @@ impl Policy for SynergyPolicy {
     }
 
     fn stats(&self) -> Vec<(String, f64)> {
-        if self.mechanism != Mechanism::Opt {
+        if self.mechanism != Allocator::Opt {
             return Vec::new();
         }
         self.opt.as_pairs()
@@ -985,7 +989,7 @@ impl Policy for SynergyPolicy {
 /// believes; for tests and reports.
 pub fn estimated_relative(job: &ActiveJob, alloc: &Allocation) -> f64 {
     let g = alloc.gpus();
-    match (&job.sensitivity, g) {
+    match (job.knowledge.get::<SensitivityEstimate>(), g) {
         (_, 0) => 0.0,
         (None, _) => 1.0,
         (Some(e), g) => e.relative(
@@ -996,11 +1000,11 @@ pub fn estimated_relative(job: &ActiveJob, alloc: &Allocation) -> f64 {
 }
 
 /// Convenience for tests: an estimate from a true table.
-pub fn exact_estimate(model: &str, gpus: u32) -> Option<std::sync::Arc<SensitivityEstimate>> {
-    let p = tessera_perf::synergy::SynergyProfiles::builtin().for_gpus(model, gpus)?;
-    Some(std::sync::Arc::new(SensitivityEstimate::from_table(
-        p.table.clone(),
-    )))
+pub fn exact_estimate(model: &str, gpus: u32) -> tessera_model::Knowledge {
+    match super::perf::SynergyProfiles::builtin().for_gpus(model, gpus) {
+        Some(p) => tessera_model::Knowledge::of(SensitivityEstimate::from_table(p.table.clone())),
+        None => tessera_model::Knowledge::new(),
+    }
 }
 
 #[cfg(test)]

@@ -5,17 +5,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
-use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, Workload};
-use tessera_perf::synergy::{
+use super::perf::{
     OptimisticProfiler, ReferenceProfiler, ReferenceSpeedup, SynergyThroughput, TableMode,
 };
+use serde::Serialize;
+use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::{RestartCosts, ThroughputModel};
-use tessera_sched::{build_policy, PolicyError, PolicyOptions};
+use tessera_sched::PolicyOptions;
 
-use crate::engine::{SimConfig, SimError, Simulation};
-use crate::metrics::{percentile, JobOutcome, SimReport};
-use crate::reference::run_reference;
+use crate::experiment::ExperimentError;
+
+use super::reference::run_reference;
+use tessera_sim::metrics::{percentile, JobOutcome, SimReport};
+use tessera_sim::{SimConfig, SimError, Simulation};
 
 /// Which engine semantics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -39,24 +41,7 @@ impl Semantics {
     }
 }
 
-/// The reference cluster: `servers` × 8 GPUs, 24 cores and 500 GB each (16 servers = 128
-/// GPUs in the paper's simulations).
-pub fn reference_cluster(servers: u32) -> Cluster {
-    // A valid spec by construction; the fallback keeps library code panic-free.
-    Cluster::homogeneous(
-        "V100-32GB",
-        servers.max(1),
-        8,
-        MilliCpu::from_cores(24),
-        Bytes::from_gib(500),
-    )
-    .unwrap_or_else(|_| Cluster {
-        name: "empty".into(),
-        catalog: tessera_model::GpuCatalog::builtin(),
-        groups: Vec::new(),
-        nodes: Vec::new(),
-    })
-}
+pub use super::reference_cluster;
 
 /// Knobs of one run.
 #[derive(Clone, Debug)]
@@ -107,24 +92,17 @@ pub struct WindowStats {
     pub policy_stats: Vec<(String, f64)>,
 }
 
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Unknown policy.
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    /// The simulation failed.
-    #[error(transparent)]
-    Sim(#[from] SimError),
-}
-
 /// Runs one policy over `workload` on `cluster`.
 pub fn run_one(
     cluster: &Cluster,
     workload: &Workload,
     spec: &RunSpec,
-) -> Result<WindowStats, RunError> {
-    let policy = build_policy(&spec.policy, &PolicyOptions::default())?;
+) -> Result<WindowStats, ExperimentError> {
+    let policy = crate::build_policy(&spec.policy, &PolicyOptions::default())?;
+    let sim_err = |source| ExperimentError::Sim {
+        context: format!("{} ({} engine)", spec.policy, spec.semantics.name()),
+        source,
+    };
     let started = Instant::now();
     let report = match spec.semantics {
         Semantics::Exact => {
@@ -145,7 +123,7 @@ pub fn run_one(
                 stop_after_window: Some(spec.window),
                 ..SimConfig::default()
             };
-            run_exact(cluster, workload, &truth, policy, config)?
+            run_exact(cluster, workload, &truth, policy, config).map_err(sim_err)?
         }
         Semantics::Synergy => {
             let config = SimConfig {
@@ -160,7 +138,8 @@ pub fn run_one(
                 &ReferenceSpeedup::default(),
                 policy,
                 &config,
-            )?
+            )
+            .map_err(sim_err)?
         }
     };
     let wall_s = started.elapsed().as_secs_f64();

@@ -20,11 +20,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use super::perf::SensitivityEstimate;
 use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel,
     WithTimeLimit,
 };
-use tessera_perf::synergy::SensitivityEstimate;
 
 /// One job of the round.
 #[derive(Clone, Copy, Debug)]

@@ -4,12 +4,14 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use tessera_mechanisms::build_policy;
+use tessera_mechanisms::synergy::experiment::{reference_cluster, run_one, RunSpec, Semantics};
+use tessera_mechanisms::synergy::perf::{OptimisticProfiler, SynergyThroughput, TableMode};
+use tessera_mechanisms::synergy::workload::SynergyWorkload;
+use tessera_mechanisms::synergy::POLICIES as SYNERGY_POLICIES;
 use tessera_model::{SimDuration, SimTime, TrainingJob, Workload};
-use tessera_perf::synergy::{OptimisticProfiler, SynergyThroughput, TableMode};
 use tessera_perf::RestartCosts;
-use tessera_sched::{build_policy, PolicyOptions, SYNERGY_POLICIES};
-use tessera_sim::synergy_experiment::{reference_cluster, run_one, RunSpec, Semantics};
-use tessera_sim::synergy_workload::SynergyWorkload;
+use tessera_sched::PolicyOptions;
 use tessera_sim::{JobOutcome, SimConfig, Simulation};
 
 fn config(cost: u64) -> SimConfig {
@@ -62,7 +64,7 @@ proptest! {
         n in 1usize..40,
         seed in 0u64..1000,
         multi in any::<bool>(),
-        policy in prop::sample::select(SYNERGY_POLICIES.to_vec()),
+        policy in prop::sample::select(SYNERGY_POLICIES.iter().map(|p| p.name).collect::<Vec<_>>()),
         round in prop::sample::select(vec![60u64, 300]),
     ) {
         let cluster = reference_cluster(servers);
@@ -75,7 +77,7 @@ proptest! {
         }).collect();
         let w = Workload::new(jobs);
         let truth = SynergyThroughput::new(TableMode::PerGpuCount);
-        let p = build_policy(policy, &PolicyOptions { round: Some(SimDuration::from_secs(round)) }).unwrap();
+        let p = build_policy(policy, &PolicyOptions { round: Some(SimDuration::from_secs(round)), ..PolicyOptions::default() }).unwrap();
         let mut sim = Simulation::new(&cluster, &w, &truth, p, config(60));
         let mut steps = 0;
         while sim.step().unwrap() {
