@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -18,9 +18,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tessera_mechanisms::experiment::{
-    experiments, run_parallel, Experiment, ExperimentArgs, RunContext,
-};
+use tessera_mechanisms::experiment::{experiments, Experiment, ExperimentArgs, RunContext};
 
 use super::spec::{simulate_argv, value_text, Plan, PlannedRun, RunKind, Spec};
 use crate::args::SimulateArgs;
@@ -280,8 +278,8 @@ pub struct Tally {
     pub failed: usize,
 }
 
-/// Runs every run of the plan that has no result yet on `threads` workers (the project's one
-/// parallel runner), with a progress bar on a terminal.
+/// Runs every run of the plan that has no result yet on `threads` worker threads, with a
+/// progress bar on a terminal.
 pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
     remove_dead_leftovers(dir);
     let todo: Vec<&PlannedRun> = plan
@@ -310,35 +308,36 @@ pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
     bar.set_prefix(plan.spec.name.clone());
     bar.set_message("0 failed");
     bar.enable_steady_tick(Duration::from_millis(500));
+    let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
     let fatal: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
-    // All runs cost alike as far as we know: plan order.
-    run_parallel(
-        &todo,
-        threads,
-        |_| 0.0,
-        |run| {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            match execute_run(dir, &plan.spec, run) {
-                Ok(true) => {}
-                Ok(false) => {
-                    let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
-                    bar.set_message(format!("{n} failed"));
-                }
-                Err(e) => {
-                    // Results can no longer be written: stop starting runs.
-                    stop.store(true, Ordering::Relaxed);
-                    if let Ok(mut slot) = fatal.lock() {
-                        slot.get_or_insert(e);
+    // Plain scoped threads, not rayon's `run_parallel`: a run calls `run_parallel` itself
+    // (simulate's policies, an experiment's runs), and a rayon worker that waits on another
+    // pool steals its own pool's jobs meanwhile, so runs would nest on one stack without
+    // bound (a 1,000-run sweep overflowed it).
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, todo.len().max(1)) {
+            scope.spawn(|| {
+                while let Some(run) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match execute_run(dir, &plan.spec, run) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
+                            bar.set_message(format!("{n} failed"));
+                        }
+                        Err(e) => {
+                            if let Ok(mut slot) = fatal.lock() {
+                                slot.get_or_insert(e);
+                            }
+                            // Results can no longer be written: stop handing out runs.
+                            next.store(usize::MAX / 2, Ordering::Relaxed);
+                        }
                     }
+                    bar.inc(1);
                 }
-            }
-        },
-        &|done, _| bar.set_position(done as u64),
-    )?;
+            });
+        }
+    });
     bar.finish_and_clear();
     if let Some(e) = fatal.into_inner().ok().flatten() {
         return Err(e);
