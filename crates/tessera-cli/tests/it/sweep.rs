@@ -466,3 +466,35 @@ spec:
         assert!(stderr(&o).contains(key), "{want}: {}", stderr(&o));
     }
 }
+
+/// Relative trace and cluster paths mean what they mean to `tessera simulate` in the same
+/// directory, and are stored absolute, so runs started elsewhere (Slurm tasks start in the
+/// sweep directory) read the same files.
+#[test]
+fn relative_paths_are_resolved_from_the_current_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(data("small.csv"), tmp.path().join("t.csv")).unwrap();
+    std::fs::copy(data("four_gpus.yaml"), tmp.path().join("c.yaml")).unwrap();
+    let spec = "apiVersion: tessera/v1
+kind: Sweep
+spec:
+  fixed: {cluster: c.yaml, policy: fifo}
+  axes:
+    trace: [t.csv, builtin:tiresias-60]
+";
+    std::fs::write(tmp.path().join("s.yaml"), spec).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .current_dir(tmp.path())
+        .args(["sweep", "plan", "s.yaml", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let first = &plan["runs"][0]["params"];
+    let cluster = PathBuf::from(first["cluster"].as_str().unwrap());
+    assert!(cluster.is_absolute());
+    assert_eq!(std::fs::canonicalize(cluster).unwrap(), dir.join("c.yaml"));
+    assert!(PathBuf::from(first["trace"].as_str().unwrap()).is_absolute());
+    assert_eq!(plan["runs"][1]["params"]["trace"], "builtin:tiresias-60");
+}

@@ -171,7 +171,10 @@ pub fn load_spec(source: &str) -> Result<(Spec, String)> {
 /// Parses, expands and checks a spec: every fixed option and axis value is checked on its
 /// own, so that an error names the axis and the value.
 pub fn plan_spec(source: &str) -> Result<(Plan, String)> {
-    let (spec, text) = load_spec(source)?;
+    let (mut spec, text) = load_spec(source)?;
+    if spec.run == RunKind::Simulate {
+        absolutize_paths(&mut spec)?;
+    }
     for (name, value) in &spec.fixed {
         check_value(&spec, name, value)
             .with_context(|| format!("fixed option {name} = {}", value_text(value)))?;
@@ -188,6 +191,38 @@ pub fn plan_spec(source: &str) -> Result<(Plan, String)> {
         check_run(&spec, &first.params).context("the first run of the plan")?;
     }
     Ok((Plan { spec, runs }, text))
+}
+
+/// Options of `simulate` that name files.
+const PATH_OPTIONS: &[&str] = &["cluster", "trace", "gpu-catalog"];
+
+/// Makes relative file paths absolute (from the current directory, as `tessera simulate` would
+/// read them), so that a run reads the same file wherever it runs: Slurm tasks start in the
+/// sweep directory, and `--resume` may be given from elsewhere.
+fn absolutize_paths(spec: &mut Spec) -> Result<()> {
+    let fix = |v: &mut Value| -> Result<()> {
+        if let Value::String(s) = v {
+            if !s.starts_with("builtin:") && Path::new(s.as_str()).is_relative() {
+                let abs =
+                    std::path::absolute(s.as_str()).with_context(|| format!("resolving {s}"))?;
+                *s = abs.display().to_string();
+            }
+        }
+        Ok(())
+    };
+    for (name, value) in &mut spec.fixed {
+        if PATH_OPTIONS.contains(&name.as_str()) {
+            fix(value)?;
+        }
+    }
+    for axis in &mut spec.axes {
+        if PATH_OPTIONS.contains(&axis.name.as_str()) {
+            for v in &mut axis.values {
+                fix(v)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_run(spec: &Spec, params: &BTreeMap<String, Value>) -> Result<()> {
