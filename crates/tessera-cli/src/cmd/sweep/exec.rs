@@ -161,12 +161,26 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
         "host": where_am_i(),
     }))?;
     std::fs::write(tmp.join("params.json"), &params)?;
-    let outcome = match spec.run {
+    // A panic is a bug, but one run's bug must not stop the sweep: it is recorded as its error.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match spec.run {
         RunKind::Simulate => run_simulate(&tmp, spec, run),
         RunKind::Repro => run_repro(&tmp, run),
-    };
+    }))
+    .unwrap_or_else(|payload| {
+        let text = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(anyhow::anyhow!("the run panicked (a bug): {text}"))
+    });
     let target = run_dir(dir, &run.id);
     match outcome {
+        // Another process (a local run beside a Slurm task) finished it first: keep theirs.
+        Ok(()) if run_state(dir, &run.id) == RunState::Done => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(true)
+        }
         Ok(()) => {
             // Replace an earlier failure's directory; the rename makes the result appear whole.
             if target.exists() {
