@@ -279,6 +279,17 @@ spec:
         cdf.contains("at load 240"),
         "the CDF is drawn at the last load by default"
     );
+    let o = tessera(&["sweep", "collect", out_s, "--cdf-at", "load=60"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cdf = std::fs::read_to_string(out.join("plots/jct-cdf.svg")).unwrap();
+    assert!(cdf.contains("at load 60"));
+    let o = tessera(&["sweep", "collect", out_s, "--cdf-at", "load=61"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("axis load has no value 61"),
+        "{}",
+        stderr(&o)
+    );
     let o = tessera(&["sweep", "collect", out_s, "--plot-format", "png"]);
     assert!(o.status.success(), "{}", stderr(&o));
     for name in ["avg_jct_s-vs-load.png", "jct-cdf.png"] {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -139,7 +139,32 @@ const PREFERRED_ORDER: &[&str] = &[
 
 pub fn collect(args: &CollectArgs) -> Result<()> {
     let dir = &args.dir;
-    let plan = read_plan(dir)?;
+    let mut plan = read_plan(dir)?;
+    for item in &args.cdf_at {
+        let Some((axis, value)) = item.split_once('=') else {
+            bail!("--cdf-at {item:?}: expected AXIS=VALUE");
+        };
+        let Some(a) = plan.spec.axes.iter().find(|a| a.name == axis) else {
+            let names: Vec<&str> = plan.spec.axes.iter().map(|a| a.name.as_str()).collect();
+            bail!(
+                "--cdf-at: {axis} is not an axis (axes: {})",
+                names.join(", ")
+            );
+        };
+        let Some(v) = a.values.iter().find(|v| value_text(v) == value) else {
+            let values: Vec<String> = a.values.iter().map(value_text).collect();
+            bail!(
+                "--cdf-at: axis {axis} has no value {value} (values: {})",
+                values.join(", ")
+            );
+        };
+        let v = v.clone();
+        plan.spec
+            .outputs
+            .cdf_at
+            .get_or_insert_with(BTreeMap::new)
+            .insert(axis.to_string(), v);
+    }
     let (rows, metric_names) = gather(dir, &plan)?;
     let axes: Vec<&str> = plan
         .spec

@@ -130,6 +130,10 @@ pub struct CollectArgs {
     /// Write no plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// Where to draw the JCT CDFs: AXIS=VALUE, repeatable (default: the spec's
+    /// `outputs.cdfAt`, else the last value of the x axis and the first of the others).
+    #[arg(long, value_name = "AXIS=VALUE")]
+    pub cdf_at: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
