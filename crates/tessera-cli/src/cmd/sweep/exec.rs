@@ -154,13 +154,7 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
     ));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let params = serde_json::to_vec_pretty(&serde_json::json!({
-        "id": run.id,
-        "run": spec.run.to_string(),
-        "params": run.params,
-        "host": where_am_i(),
-    }))?;
-    std::fs::write(tmp.join("params.json"), &params)?;
+    let started = Instant::now();
     // A panic is a bug, but one run's bug must not stop the sweep: it is recorded as its error.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match spec.run {
         RunKind::Simulate => run_simulate(&tmp, spec, run),
@@ -174,6 +168,18 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
             .unwrap_or_default();
         Err(anyhow::anyhow!("the run panicked (a bug): {text}"))
     });
+    // Where and how long (the whole run in its worker: inputs, simulation, files), so that a
+    // sweep's parallel efficiency can be measured from its runs.
+    let params = serde_json::to_vec_pretty(&serde_json::json!({
+        "id": run.id,
+        "run": spec.run.to_string(),
+        "params": run.params,
+        "host": where_am_i(),
+        "wall_s": started.elapsed().as_secs_f64(),
+    }))?;
+    if outcome.is_ok() {
+        std::fs::write(tmp.join("params.json"), &params)?;
+    }
     let target = run_dir(dir, &run.id);
     match outcome {
         // Another process (a local run beside a Slurm task) finished it first: keep theirs.
