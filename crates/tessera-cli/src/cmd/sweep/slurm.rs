@@ -142,6 +142,8 @@ fn live_tasks(subs: &[Submission]) -> Result<Vec<(String, String, String)>> {
                 f.next().unwrap_or("").to_string(),
             ))
         })
+        // A completing task's process is being killed; its run, if unfinished, left nothing.
+        .filter(|(_, state, _)| state != "COMPLETING")
         .collect())
 }
 
