@@ -37,6 +37,8 @@ pub enum Command {
     /// Slurm job array; resumable; merged and plotted by `sweep collect` (docs/sweep.md).
     #[command(subcommand)]
     Sweep(crate::cmd::sweep::SweepCommand),
+    /// Plan how to shard one model's training across GPUs of different speeds (HAP).
+    Plan(crate::cmd::plan::PlanArgs),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
     Serve(crate::cmd::daemon::ServeArgs),
     /// Submit a job spec (YAML or JSON) to the daemon.

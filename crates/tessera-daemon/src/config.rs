@@ -81,6 +81,17 @@ pub struct Limits {
     pub max_active_jobs: usize,
     /// Most GPUs one job may request (default 1024).
     pub max_gpus_per_job: u32,
+    /// Most open client connections (default 1024); beyond it a new connection gets a 503
+    /// and is closed, so idle or slow clients cannot exhaust the daemon's file descriptors.
+    pub max_connections: usize,
+    /// Milliseconds a client has to send a request's headers, and how long an idle
+    /// keep-alive connection stays open (default 10000).
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's body (default 30000).
+    pub body_timeout_ms: u64,
+    /// Milliseconds an answer may wait for a client that does not read it before the
+    /// connection is closed (default 30000).
+    pub send_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -90,6 +101,10 @@ impl Default for Limits {
             max_active_jobs_per_tenant: 10_000,
             max_active_jobs: 100_000,
             max_gpus_per_job: 1024,
+            max_connections: 1024,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            send_timeout_ms: 30_000,
         }
     }
 }
@@ -156,6 +171,10 @@ pub struct LocalConfig {
     /// The logical nodes (default: one node `local` with 4 `A100-80GB`, 8 CPUs, 32Gi).
     #[serde(default = "default_local_nodes")]
     pub nodes: Vec<LocalNodeConfig>,
+    /// Tenant -> Unix user its jobs run as (the daemon must run as root). Tenants not listed
+    /// run as the daemon's user; only jobs of different users are isolated from each other.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub run_as: BTreeMap<String, String>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -194,6 +213,18 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Most memory one node or one job may declare (1 PiB): larger values are typos or attacks,
+/// and would overflow the store's signed 64-bit integers and the MiB rounding.
+pub const MAX_MEMORY: Bytes = Bytes(1 << 50);
+/// Most CPU one node or one job may declare (one million cores).
+pub const MAX_CPU: MilliCpu = MilliCpu(1_000_000_000);
+/// Most GPUs one local node may declare.
+pub const MAX_NODE_GPUS: u32 = 4096;
+/// Shortest scheduling round: below it the engine would do nothing but schedule.
+pub const MIN_ROUND_SECONDS: f64 = 1.0;
+/// Longest scheduling round (30 days).
+pub const MAX_ROUND_SECONDS: f64 = 30.0 * 86_400.0;
+
 /// True for 1..=63 characters of ASCII letters, digits, `-`, `_`, `.`, starting with a letter
 /// or digit: the only names the daemon accepts (tenants, queues, jobs, nodes it shows).
 pub fn is_safe_name(s: &str) -> bool {
@@ -222,10 +253,26 @@ impl DaemonConfig {
         Ok(config)
     }
 
+    /// Things that are valid but probably not what the operator meant; `tessera serve` and
+    /// `tesserad` print them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.tenants.is_empty() {
+            w.push(
+                "no tenant is configured: every API request except /healthz will be refused \
+                 (401) until `tenants:` lists at least one (name + tokenSha256)"
+                    .to_string(),
+            );
+        }
+        w
+    }
+
     /// Checks values serde cannot.
     pub fn validate(&self) -> Result<(), DaemonError> {
         let bad = |m: String| Err(DaemonError::Config(m));
         let mut names = std::collections::BTreeSet::new();
+        // A token hash shared by two tenants would authenticate as whichever wins a lookup.
+        let mut hashes: BTreeMap<String, &str> = BTreeMap::new();
         for t in &self.tenants {
             if !is_safe_name(&t.name) {
                 return bad(format!("tenant name {:?} is not a safe name", t.name));
@@ -240,25 +287,93 @@ impl DaemonConfig {
                     t.name
                 ));
             }
-        }
-        if let Some(r) = self.round_seconds {
-            if !(r.is_finite() && r > 0.0) {
-                return bad(format!("roundSeconds must be positive, got {r}"));
+            if let Some(other) = hashes.insert(t.token_sha256.to_ascii_lowercase(), &t.name) {
+                return bad(format!(
+                    "tenants {other:?} and {:?} have the same token (tokenSha256); give each tenant its own",
+                    t.name
+                ));
             }
         }
+        if let Some(r) = self.round_seconds {
+            if !(r.is_finite() && (MIN_ROUND_SECONDS..=MAX_ROUND_SECONDS).contains(&r)) {
+                return bad(format!(
+                    "roundSeconds must be between {MIN_ROUND_SECONDS} and {MAX_ROUND_SECONDS}, got {r}"
+                ));
+            }
+        }
+        let catalog = tessera_model::GpuCatalog::builtin();
+        let known_gpus = || {
+            catalog
+                .models()
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         if self.poll_interval_ms == 0 {
             return bad("pollIntervalMs must be positive".into());
         }
         if self.limits.max_body_bytes < 256 {
             return bad("limits.maxBodyBytes must be at least 256".into());
         }
+        if self.limits.max_connections == 0 {
+            return bad("limits.maxConnections must be positive".into());
+        }
+        for (field, ms) in [
+            ("headerTimeoutMs", self.limits.header_timeout_ms),
+            ("bodyTimeoutMs", self.limits.body_timeout_ms),
+            ("sendTimeoutMs", self.limits.send_timeout_ms),
+        ] {
+            if !(100..=3_600_000).contains(&ms) {
+                return bad(format!(
+                    "limits.{field} must be between 100 and 3600000, got {ms}"
+                ));
+            }
+        }
         if let BackendConfig::Local(l) = &self.backend {
             if l.nodes.is_empty() {
                 return bad("backend.nodes must not be empty".into());
             }
+            for (tenant, user) in &l.run_as {
+                if !is_safe_name(tenant) || !is_safe_name(user) {
+                    return bad(format!(
+                        "runAs: {tenant:?} -> {user:?}: tenant and user must be safe names"
+                    ));
+                }
+            }
+            let mut node_names = std::collections::BTreeSet::new();
             for n in &l.nodes {
                 if !is_safe_name(&n.name) {
                     return bad(format!("local node name {:?} is not a safe name", n.name));
+                }
+                if !node_names.insert(n.name.as_str()) {
+                    return bad(format!("duplicate local node {:?}", n.name));
+                }
+                if !crate::inventory::known_gpu_type(&n.gpu, &catalog) {
+                    return bad(format!(
+                        "local node {:?}: unknown GPU model {:?} (known: {})",
+                        n.name,
+                        n.gpu,
+                        known_gpus()
+                    ));
+                }
+                if n.gpus > MAX_NODE_GPUS {
+                    return bad(format!(
+                        "local node {:?}: gpus {} is more than {MAX_NODE_GPUS}",
+                        n.name, n.gpus
+                    ));
+                }
+                if n.memory > MAX_MEMORY {
+                    return bad(format!(
+                        "local node {:?}: memory {} is more than {MAX_MEMORY}",
+                        n.name, n.memory.0
+                    ));
+                }
+                if n.cpus > MAX_CPU {
+                    return bad(format!(
+                        "local node {:?}: cpus {} is more than {MAX_CPU}",
+                        n.name, n.cpus
+                    ));
                 }
             }
         }
@@ -266,6 +381,19 @@ impl DaemonConfig {
             if let Some(p) = &s.partition {
                 if !is_safe_name(p) {
                     return bad(format!("partition {p:?} is not a safe name"));
+                }
+            }
+            for (gres, gpu) in s
+                .gres_map
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .chain(s.default_gpu.as_deref().map(|g| ("defaultGpu", g)))
+            {
+                if catalog.find(gpu).is_none() {
+                    return bad(format!(
+                        "{gres}: unknown GPU model {gpu:?} (known: {})",
+                        known_gpus()
+                    ));
                 }
             }
         }
@@ -313,6 +441,78 @@ mod tests {
         ] {
             assert!(DaemonConfig::from_yaml(bad).is_err(), "{bad}");
         }
+    }
+
+    fn rejection(text: &str) -> String {
+        match DaemonConfig::from_yaml(text) {
+            Ok(_) => panic!("accepted: {text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn two_tenants_with_one_token_are_refused() {
+        let h = hash_token("shared");
+        let text = format!(
+            "store: x\ntenants:\n  - {{name: alice, tokenSha256: {h}}}\n  - {{name: root, tokenSha256: {}, admin: true}}\nbackend: {{kind: local, workDir: /w}}\n",
+            h.to_ascii_uppercase()
+        );
+        let e = rejection(&text);
+        assert!(
+            e.contains("alice") && e.contains("root") && e.contains("same token"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_local_nodes_and_rounds_are_refused() {
+        let node = |name: &str, gpu: &str| {
+            format!("{{name: {name}, gpu: {gpu}, gpus: 2, cpus: '8', memory: 16Gi}}")
+        };
+        let local = |nodes: &[String]| {
+            format!(
+                "store: x\nbackend: {{kind: local, workDir: /w, nodes: [{}]}}\n",
+                nodes.join(", ")
+            )
+        };
+        let e = rejection(&local(&[node("a", "A100-80GB"), node("a", "V100-32GB")]));
+        assert!(e.contains("duplicate local node \"a\""), "{e}");
+        let e = rejection(&local(&[node("a", "Z9000")]));
+        assert!(e.contains("Z9000") && e.contains("A100-80GB"), "{e}");
+        let ok = local(&[node("a", "A100-80GB"), node("b", "v100")]);
+        DaemonConfig::from_yaml(&ok).unwrap();
+        for r in ["0.000001", "1e-300", "0.5"] {
+            let e = rejection(&format!("roundSeconds: {r}\n{ok}"));
+            assert!(e.contains("roundSeconds"), "{e}");
+        }
+        DaemonConfig::from_yaml(&format!("roundSeconds: 1\n{ok}")).unwrap();
+        let e = rejection(&format!("roundSeconds: 1e300\n{ok}"));
+        assert!(e.contains("roundSeconds"), "{e}");
+        let e = rejection(
+            "store: x\nbackend: {kind: local, workDir: /w, nodes: [{name: a, gpu: A100-80GB, gpus: 2, cpus: '8', memory: 18446744073709551615}]}\n",
+        );
+        assert!(e.contains("memory"), "{e}");
+        let e = rejection(
+            "store: x\nbackend: {kind: slurm, workDir: /w, gresMap: {tesla: NoSuchGpu}}\n",
+        );
+        assert!(e.contains("NoSuchGpu"), "{e}");
+        let e = rejection("store: x\nbackend: {kind: slurm, workDir: /w, defaultGpu: Nope}\n");
+        assert!(e.contains("Nope"), "{e}");
+    }
+
+    #[test]
+    fn warns_when_no_tenant_is_configured() {
+        let c = DaemonConfig::from_yaml("store: x.db\nbackend: {kind: local, workDir: /tmp/w}\n")
+            .unwrap();
+        assert!(c.warnings().iter().any(|w| w.contains("no tenant")));
+        let with = format!(
+            "store: x.db\ntenants: [{{name: a, tokenSha256: {}}}]\nbackend: {{kind: local, workDir: /tmp/w}}\n",
+            hash_token("t")
+        );
+        assert!(DaemonConfig::from_yaml(&with)
+            .unwrap()
+            .warnings()
+            .is_empty());
     }
 
     #[test]

@@ -106,6 +106,21 @@ pub struct Engine {
     actions: Vec<Action>,
     last_decision_secs: f64,
     retry_at: Option<SimTime>,
+    /// Changes the store refused (disk full), written first, in order, once it accepts writes.
+    unsaved: WriteBatch,
+    /// Why the store last refused a write, until a write succeeds again.
+    store_error: Option<String>,
+    /// Backend actions decided while the store refused writes, carried out once the
+    /// decisions are durable.
+    deferred: Vec<Deferred>,
+}
+
+/// A backend action waiting for its decision to be written.
+enum Deferred {
+    /// Scheduling decisions: runs to preempt, jobs to start (with their tokens).
+    Act(Vec<RunRow>, Vec<(usize, String)>),
+    /// The run of a cancelled job, to stop.
+    Cancel(RunRow),
 }
 
 fn secs(us: u64) -> f64 {
@@ -229,6 +244,9 @@ impl Engine {
             actions: Vec::new(),
             last_decision_secs: 0.0,
             retry_at: None,
+            unsaved: WriteBatch::default(),
+            store_error: None,
+            deferred: Vec::new(),
         };
         engine.reconcile()?;
         Ok(engine)
@@ -584,13 +602,82 @@ impl Engine {
         }
     }
 
-    fn commit(&mut self, batch: &WriteBatch) {
-        if let Err(e) = self.store.commit(batch) {
-            // The store is the source of truth: without it we must not act. Crash loudly so
-            // that a supervisor restarts the daemon, which then reconciles.
-            tracing::error!("store commit failed: {e}");
-            std::process::abort();
+    /// Writes a batch, after anything still unsaved. When the store refuses (a full disk),
+    /// the batch is kept, in order, to be written by [`flush`](Self::flush), and `false` is
+    /// returned: the caller must not act on the backend (or acknowledge a client) until then.
+    fn commit(&mut self, batch: &WriteBatch) -> bool {
+        if !self.flush() {
+            self.unsaved.append(batch.clone());
+            return false;
         }
+        match self.store.commit(batch) {
+            Ok(()) => true,
+            Err(e) => {
+                self.store_refused(e);
+                self.unsaved.append(batch.clone());
+                false
+            }
+        }
+    }
+
+    /// Records a refused write. A store that is corrupt cannot be worked around: crash loudly
+    /// so that a supervisor restarts the daemon, which then reconciles (or refuses to start).
+    fn store_refused(&mut self, e: DaemonError) {
+        if let DaemonError::Store(rusqlite::Error::SqliteFailure(f, _)) = &e {
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) {
+                tracing::error!("store is corrupt: {e}");
+                std::process::abort();
+            }
+        }
+        if self.store_error.is_none() {
+            tracing::error!(
+                "the store refuses writes; serving reads only until it accepts them: {e}"
+            );
+        }
+        self.store_error = Some(e.to_string());
+    }
+
+    /// Writes what the store refused before and then carries out the backend actions that
+    /// waited for it. True when nothing is left unwritten.
+    fn flush(&mut self) -> bool {
+        if !self.unsaved.is_empty() {
+            if let Err(e) = self.store.commit(&self.unsaved) {
+                self.store_refused(e);
+                return false;
+            }
+            self.unsaved = WriteBatch::default();
+        }
+        if self.store_error.take().is_some() {
+            tracing::info!("the store accepts writes again");
+            self.trigger.completion = true;
+        }
+        for d in std::mem::take(&mut self.deferred) {
+            match d {
+                Deferred::Act(to_preempt, to_start) => self.act(to_preempt, to_start),
+                Deferred::Cancel(run) => {
+                    let mut batch = WriteBatch::default();
+                    self.stop_runs(vec![run], false, &mut batch);
+                    self.commit(&batch);
+                }
+            }
+        }
+        self.unsaved.is_empty()
+    }
+
+    /// The answer to a write while the store refuses writes.
+    fn store_unavailable(&self) -> ApiError {
+        ApiError::new(
+            503,
+            "store_unavailable",
+            format!(
+                "the store cannot be written ({}); reads are served and running jobs tracked; \
+                 retry later",
+                self.store_error.as_deref().unwrap_or("unknown error")
+            ),
+        )
     }
 
     // ---------------------------------------------------------------------------------------
@@ -598,6 +685,8 @@ impl Engine {
 
     /// Polls the backend for the status of every running job and records changes.
     pub fn poll(&mut self) {
+        // Also how writes resume after a full disk: at every poll.
+        self.flush();
         let mut watched: Vec<Handle> = Vec::new();
         for &idx in &self.active {
             if let Some(h) = &self.jobs[idx].row.handle {
@@ -890,6 +979,11 @@ impl Engine {
 
     /// One scheduling point: view, policy, validation, persistence, then backend actions.
     pub fn schedule(&mut self) {
+        // Decisions must be durable before they are acted on: none while the store refuses
+        // writes (the triggers stay set, so scheduling resumes with the store).
+        if !self.flush() {
+            return;
+        }
         let t0 = Instant::now();
         let now = self.clock.now();
         let mut trigger = std::mem::take(&mut self.trigger);
@@ -912,11 +1006,19 @@ impl Engine {
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         {
+            // Device-level state for the view; the daemon places whole GPUs only so far.
+            let mut devices = tessera_sched::ClusterState::new(&self.map.cluster);
+            for a in &self.active_buf {
+                if let Some(alloc) = &a.allocation {
+                    devices.take(&self.map.cluster, alloc);
+                }
+            }
             let view = ClusterView {
                 now,
                 trigger,
                 cluster: &self.map.cluster,
                 free: &self.free,
+                state: &devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
             };
@@ -936,6 +1038,14 @@ impl Engine {
                 Action::Start { job, .. } => (*job, "start"),
                 Action::Preempt { job } => (*job, "preempt"),
                 Action::Resize { job, .. } => (*job, "resize"),
+                // Not carried out by the daemon yet: refused, never half-applied.
+                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
+                    tracing::warn!(
+                        action = other.kind(),
+                        "policy asked for an action the daemon does not carry out; ignored"
+                    );
+                    continue;
+                }
             };
             let idx = job.index();
             let state = self.jobs.get(idx).map(|j| j.row.state);
@@ -1051,9 +1161,17 @@ impl Engine {
                 }
             }
         }
-        self.commit(&batch);
+        if !self.commit(&batch) {
+            self.deferred.push(Deferred::Act(to_preempt, to_start));
+            return;
+        }
+        self.act(to_preempt, to_start);
+    }
 
-        // Phase 2: act, then record the outcome.
+    /// Phase 2 of scheduling: act on durable decisions, then record the outcome.
+    fn act(&mut self, to_preempt: Vec<RunRow>, to_start: Vec<(usize, String)>) {
+        let now = self.clock.now();
+        let now_us = now.as_micros();
         let mut batch = WriteBatch::default();
         self.stop_runs(to_preempt, true, &mut batch);
         for (idx, token) in to_start {
@@ -1085,7 +1203,10 @@ impl Engine {
                     self.retry_at = Some(now + SimDuration::from_secs(SUBMIT_RETRY_SECS));
                     self.release(idx);
                     let job = &mut self.jobs[idx];
-                    job.submit_failures += 1;
+                    // Running out of descriptors or processes says nothing about the job.
+                    if !e.is_transient() {
+                        job.submit_failures += 1;
+                    }
                     job.row.start_us = None;
                     let (to, detail) = if job.submit_failures >= MAX_SUBMIT_FAILURES {
                         (
@@ -1136,6 +1257,7 @@ impl Engine {
             name: Launch::run_name(&self.instance, job.row.id, job.row.attempt),
             job_id: job.row.id,
             attempt: job.row.attempt,
+            tenant: job.row.tenant.clone(),
             payload,
             env,
             placement: job.row.placement.clone(),
@@ -1291,6 +1413,14 @@ impl Engine {
         items: Vec<(Option<String>, String)>,
     ) -> Vec<Result<Response, ApiError>> {
         let now_us = self.clock.now().as_micros();
+        if !self.flush() {
+            return items
+                .iter()
+                .map(|_| Err(self.store_unavailable()))
+                .collect();
+        }
+        let (first_new, next_id, submissions) =
+            (self.jobs.len(), self.next_id, self.metrics.submissions);
         let mut batch = WriteBatch::default();
         let mut results = Vec::with_capacity(items.len());
         for (token, body) in items {
@@ -1298,7 +1428,17 @@ impl Engine {
             results.push(r);
         }
         if !batch.is_empty() {
-            self.commit(&batch);
+            if let Err(e) = self.store.commit(&batch) {
+                // Not acknowledged, so not kept: the client is told to retry.
+                self.store_refused(e);
+                self.forget_jobs_from(first_new);
+                (self.next_id, self.metrics.submissions) = (next_id, submissions);
+                let refused = self.store_unavailable();
+                return results
+                    .into_iter()
+                    .map(|r| r.and(Err(refused.clone())))
+                    .collect();
+            }
             self.trigger.arrival = true;
         }
         let positions = if results.iter().any(|r| r.is_ok()) {
@@ -1318,6 +1458,21 @@ impl Engine {
                 })
             })
             .collect()
+    }
+
+    /// Drops jobs `first..` again (submissions the store refused to record).
+    fn forget_jobs_from(&mut self, first: usize) {
+        while self.jobs.len() > first {
+            let idx = self.jobs.len() - 1;
+            let Some(job) = self.jobs.pop() else { break };
+            self.specs.pop();
+            self.by_id.remove(&job.row.id);
+            if self.active.remove(&idx) {
+                if let Some(n) = self.active_per_tenant.get_mut(&job.row.tenant) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
     }
 
     fn submit_one(
@@ -1488,13 +1643,26 @@ impl Engine {
                     return Err(ApiError::forbidden("a job token cannot cancel jobs"));
                 }
                 let idx = self.lookup(&caller, id)?;
+                if !self.flush() {
+                    return Err(self.store_unavailable());
+                }
                 self.cancel(idx)?;
                 Ok(Response::Job(Box::new(self.view(idx, None, false))))
             }
             Request::Nodes => Ok(Response::Nodes(self.nodes())),
             Request::Queue => Ok(Response::Queue(self.queue(&caller))),
             Request::Progress { id, report } => {
+                // Only the job itself reports progress: a tenant token (or another job's)
+                // could otherwise feed the policy made-up throughput.
+                if !matches!(caller, Caller::Job { id: own } if own == id) {
+                    return Err(ApiError::forbidden(
+                        "progress is accepted only with the job's own token (TESSERA_TOKEN)",
+                    ));
+                }
                 let idx = self.lookup(&caller, id)?;
+                if !self.flush() {
+                    return Err(self.store_unavailable());
+                }
                 self.progress(idx, report)
             }
             Request::Metrics | Request::Submit { .. } => {
@@ -1524,13 +1692,20 @@ impl Engine {
             "cancelled by a client",
             &mut batch,
         );
-        self.commit(&batch);
+        self.trigger.completion = true;
+        if !self.commit(&batch) {
+            // Applied in memory and written once the store accepts writes (then the run is
+            // stopped); not acknowledged until then.
+            if let Some(run) = run {
+                self.deferred.push(Deferred::Cancel(run));
+            }
+            return Err(self.store_unavailable());
+        }
         if let Some(run) = run {
             let mut batch = WriteBatch::default();
             self.stop_runs(vec![run], false, &mut batch);
             self.commit(&batch);
         }
-        self.trigger.completion = true;
         Ok(())
     }
 
@@ -1569,7 +1744,9 @@ impl Engine {
             jobs: vec![job.row.clone()],
             ..WriteBatch::default()
         };
-        self.commit(&batch);
+        if !self.commit(&batch) {
+            return Err(self.store_unavailable());
+        }
         Ok(Response::Ack(ack))
     }
 

@@ -24,6 +24,22 @@ pub enum DaemonError {
     /// The SQLite store failed.
     #[error("store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// Another process (a second daemon) holds the store.
+    #[error("store {path} is in use by another tessera daemon{}; stop it first, or give this daemon its own store", holder.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    StoreLocked {
+        /// The database file.
+        path: PathBuf,
+        /// The holder's pid, as written in the lock file.
+        holder: Option<u32>,
+    },
+    /// The store file cannot be opened or is not a tessera store.
+    #[error("store {path}: {message}")]
+    StoreOpen {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The store holds data this version cannot read.
     #[error("store is corrupt or from another version: {0}")]
     StoreFormat(String),
@@ -85,6 +101,15 @@ pub enum BackendError {
     /// A placement the backend cannot express.
     #[error("unsupported placement: {0}")]
     Unsupported(String),
+    /// The machine ran out of something that comes back (file descriptors, processes,
+    /// memory, disk space): the operation is retried later and never counts against the job.
+    #[error("{what}: out of resources, will retry: {message}")]
+    Exhausted {
+        /// The program or path.
+        what: String,
+        /// The OS error.
+        message: String,
+    },
     /// A file operation failed.
     #[error("{path}: {message}")]
     File {
@@ -95,12 +120,51 @@ pub enum BackendError {
     },
 }
 
+/// True for OS errors that go away by themselves (descriptor, process, memory or disk
+/// exhaustion).
+pub(crate) fn is_exhaustion(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOSPC | libc::EDQUOT
+        )
+    )
+}
+
 impl BackendError {
     pub(crate) fn file(path: &std::path::Path, e: std::io::Error) -> BackendError {
+        if is_exhaustion(&e) {
+            return BackendError::Exhausted {
+                what: path.display().to_string(),
+                message: e.to_string(),
+            };
+        }
         BackendError::File {
             path: path.display().to_string(),
             message: e.to_string(),
         }
+    }
+
+    /// An I/O failure of `what` (a program or a path): [`BackendError::Exhausted`] when the
+    /// machine ran out of resources, else [`BackendError::Spawn`].
+    pub fn from_io(what: &str, e: &std::io::Error) -> BackendError {
+        if is_exhaustion(e) {
+            BackendError::Exhausted {
+                what: what.to_string(),
+                message: e.to_string(),
+            }
+        } else {
+            BackendError::Spawn {
+                program: what.to_string(),
+                message: e.to_string(),
+            }
+        }
+    }
+
+    /// True when retrying later may succeed without anything changing: such failures must
+    /// not fail a job.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BackendError::Exhausted { .. })
     }
 }
 

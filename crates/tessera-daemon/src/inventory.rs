@@ -301,6 +301,7 @@ impl ClusterMap {
                 gpus: p.gpus,
                 cpu: p.cpu,
                 memory: p.memory,
+                devices: None,
             });
         }
         Some(tessera_model::Allocation { shares })
@@ -310,6 +311,16 @@ impl ClusterMap {
 enum Resolved {
     Model(String),
     Mig(GpuModel),
+}
+
+/// True when a GRES type or GPU name resolves with the default GRES map (how a local node's
+/// `gpu` is read): config validation refuses the others instead of silently not scheduling them.
+pub(crate) fn known_gpu_type(t: &str, base: &GpuCatalog) -> bool {
+    let map: BTreeMap<String, String> = DEFAULT_GRES_MAP
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    resolve_type(t, &map, base).is_some()
 }
 
 fn resolve_type(t: &str, map: &BTreeMap<String, String>, base: &GpuCatalog) -> Option<Resolved> {

@@ -97,7 +97,7 @@ pub async fn serve_on(
     server::serve_engine(
         engine,
         listener,
-        config.limits.max_body_bytes,
+        &config.limits,
         Duration::from_millis(config.poll_interval_ms),
         shutdown,
     )
@@ -212,7 +212,7 @@ pub fn spawn(
                 server::serve_engine(
                     engine,
                     listener,
-                    config.limits.max_body_bytes,
+                    &config.limits,
                     Duration::from_millis(config.poll_interval_ms),
                     shutdown,
                 )

@@ -1,12 +1,14 @@
 //! The HTTP API (axum) and the engine thread it talks to.
 
 use std::future::Future;
-use std::sync::mpsc;
+use std::pin::Pin;
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
@@ -14,14 +16,21 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use crate::config::Limits;
 use crate::engine::{Engine, Request, Response};
 use crate::error::{ApiError, DaemonError};
+use crate::spec::JobSpec;
 use crate::types::{JobState, ProgressReport};
 
 /// Most requests the engine takes in one batch (one store transaction for the submissions).
 const MAX_BATCH: usize = 1024;
 /// How often node health is re-read from the backend.
 const INVENTORY_INTERVAL: Duration = Duration::from_secs(30);
+/// Longest error message sent back, in bytes: messages may quote client input, and an error
+/// must not echo a large body back.
+const MAX_ERROR_MESSAGE: usize = 512;
+/// How long open connections get to finish at shutdown before they are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 pub(crate) struct Envelope {
     token: Option<String>,
@@ -91,11 +100,31 @@ pub(crate) fn run_engine(
 #[derive(Clone)]
 struct AppState {
     tx: mpsc::Sender<Envelope>,
+    body_timeout: Duration,
+}
+
+/// `message` cut to [`MAX_ERROR_MESSAGE`] bytes (on a character boundary), saying how much
+/// was cut.
+fn cap_message(message: &str) -> String {
+    if message.len() <= MAX_ERROR_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_ERROR_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}... ({} more bytes not shown)",
+        &message[..end],
+        message.len() - end
+    )
 }
 
 fn error_response(e: &ApiError) -> HttpResponse {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.body())).into_response()
+    let mut body = e.body();
+    body.error.message = cap_message(&body.error.message);
+    (status, Json(body)).into_response()
 }
 
 impl IntoResponse for ApiError {
@@ -151,6 +180,22 @@ fn respond(r: Result<Response, ApiError>, created: bool) -> HttpResponse {
     }
 }
 
+/// Reads a request's body within the body timeout (a client trickling its body must not hold
+/// a connection forever) and the body size limit.
+async fn read_body(state: &AppState, req: axum::extract::Request) -> Result<String, ApiError> {
+    match tokio::time::timeout(state.body_timeout, Bytes::from_request(req, &())).await {
+        Ok(body) => body_text(body),
+        Err(_) => Err(ApiError::new(
+            408,
+            "timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                state.body_timeout.as_millis()
+            ),
+        )),
+    }
+}
+
 fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
     let bytes = body.map_err(|rej| {
         let status = rej.status().as_u16();
@@ -175,11 +220,28 @@ fn job_id(s: &str) -> Result<i64, ApiError> {
 async fn submit(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    req: axum::extract::Request,
 ) -> HttpResponse {
-    let body = match body_text(body) {
+    // Anonymous callers get no parsing work done for them (the token itself is checked by
+    // the engine).
+    if bearer(&headers).is_none() {
+        return error_response(&ApiError::unauthorized());
+    }
+    let body = match read_body(&s, req).await {
         Ok(b) => b,
         Err(e) => return error_response(&e),
+    };
+    // YAML parsing can be costly: it runs on the blocking pool, never on the engine thread,
+    // and the engine gets the spec as compact JSON (cheap to read again).
+    let parsed = tokio::task::spawn_blocking(move || {
+        let spec = JobSpec::parse(&body)?;
+        serde_json::to_string(&spec).map_err(|e| ApiError::internal(e.to_string()))
+    })
+    .await;
+    let body = match parsed {
+        Ok(Ok(json)) => json,
+        Ok(Err(e)) => return error_response(&e),
+        Err(_) => return error_response(&ApiError::internal("the spec parser stopped")),
     };
     respond(call(&s, &headers, Request::Submit { body }).await, true)
 }
@@ -239,18 +301,25 @@ async fn progress(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    req: axum::extract::Request,
 ) -> HttpResponse {
     let id = match job_id(&id) {
         Ok(v) => v,
         Err(e) => return error_response(&e),
     };
-    let report: ProgressReport = match body_text(body).and_then(|t| {
+    let report: ProgressReport = match read_body(&s, req).await.and_then(|t| {
         serde_json::from_str(&t).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
     }) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
+    // The store keeps integers as signed 64-bit.
+    if report.iterations > i64::MAX as u64 {
+        return error_response(&ApiError::bad_request(format!(
+            "iterations: must be at most {}",
+            i64::MAX
+        )));
+    }
     respond(
         call(&s, &headers, Request::Progress { id, report }).await,
         false,
@@ -277,7 +346,7 @@ async fn fallback() -> HttpResponse {
     error_response(&ApiError::not_found("no such endpoint"))
 }
 
-fn router(tx: mpsc::Sender<Envelope>, max_body: usize) -> Router {
+fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
     Router::new()
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
@@ -287,8 +356,11 @@ fn router(tx: mpsc::Sender<Envelope>, max_body: usize) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(fallback)
-        .layer(DefaultBodyLimit::max(max_body))
-        .with_state(AppState { tx })
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .with_state(AppState {
+            tx,
+            body_timeout: Duration::from_millis(limits.body_timeout_ms),
+        })
 }
 
 /// Serves the API for an opened engine on `listener` until `shutdown` resolves, then stops
@@ -296,7 +368,7 @@ fn router(tx: mpsc::Sender<Envelope>, max_body: usize) -> Router {
 pub(crate) async fn serve_engine(
     mut engine: Engine,
     listener: tokio::net::TcpListener,
-    max_body: usize,
+    limits: &Limits,
     poll_interval: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
@@ -306,16 +378,183 @@ pub(crate) async fn serve_engine(
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())
         .spawn(move || run_engine(engine, rx, poll_interval))?;
-    let app = router(tx, max_body);
+    let app = router(tx, limits);
     tracing::info!(%addr, "serving the tessera API");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
-    // The router (and its sender) is dropped once serving ends; the engine loop then exits.
+    accept_loop(listener, app, limits, shutdown).await;
+    // Every connection (and the router's sender with it) is gone; the engine loop then exits.
     let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-    served?;
     match joined {
         Ok(Ok(())) => Ok(()),
         _ => Err(DaemonError::Engine("the engine thread panicked".into())),
+    }
+}
+
+/// A client connection whose writes fail once they have made no progress for `limit`: a
+/// client that stops reading its answers must not hold a connection (and a descriptor and a
+/// slot under the cap) forever.
+struct SendTimeout {
+    inner: tokio::net::TcpStream,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl SendTimeout {
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Ready(v) => {
+                self.stalled = None;
+                Poll::Ready(v)
+            }
+            Poll::Pending => {
+                let limit = self.limit;
+                let timer = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client does not read its answers",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for SendTimeout {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for SendTimeout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.check(cx, r)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.check(cx, r)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.check(cx, r)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Answers a connection beyond the cap with a 503 (best effort, never waiting) and closes it.
+fn refuse(stream: tokio::net::TcpStream, cap: usize) {
+    let body = serde_json::json!({"error": {
+        "code": "unavailable",
+        "message": format!("the daemon serves at most {cap} connections; retry later"),
+    }})
+    .to_string();
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         connection: close\r\nretry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(reply.as_bytes());
+}
+
+/// Accepts connections until `shutdown`, each served by hyper with a header read timeout
+/// (which also closes idle keep-alive connections: hyper arms it while waiting for the next
+/// request's head) and a send timeout, under a cap on open connections. Accept errors (running out of file
+/// descriptors) are logged and retried after a pause, never fatal.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: &Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let cap = limits.max_connections;
+    let send_timeout = Duration::from_millis(limits.send_timeout_ms);
+    let permits = Arc::new(tokio::sync::Semaphore::new(cap));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_timeout_ms));
+    let mut tasks = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("accepting a connection failed, retrying: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refuse(stream, cap);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let io = SendTimeout {
+            inner: stream,
+            limit: send_timeout,
+            stalled: None,
+        };
+        let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
+        let mut stop = stop_rx.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            tokio::pin!(conn);
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    changed = stop.changed(), if !stopping => {
+                        let _ = changed;
+                        stopping = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tessera_model::{Bytes, MilliCpu};
 
-use crate::config::is_safe_name;
+use crate::config::{is_safe_name, MAX_CPU, MAX_MEMORY};
 use crate::error::ApiError;
 
 /// Most arguments in `command`.
@@ -94,6 +94,143 @@ pub struct Hints {
     pub duration_seconds: Option<f64>,
 }
 
+/// Largest spec text accepted, in bytes (checked before parsing, whatever the body limit).
+pub const MAX_SPEC_BYTES: usize = 64 * 1024;
+/// Deepest nesting of collections accepted (a valid spec needs 3), checked before parsing:
+/// the YAML parser's cost grows much faster than the text with deeply nested flow collections.
+pub const MAX_SPEC_DEPTH: usize = 32;
+
+/// Most alias uses (`*name`) accepted, checked before parsing: each one copies its anchor's
+/// value, so a 64 KiB spec of aliases to one long string would otherwise become tens of MB.
+pub const MAX_SPEC_ALIASES: usize = 64;
+
+/// A conservative, linear pre-scan of YAML or JSON text that bounds how deeply collections
+/// nest: flow brackets (`[`, `{`) outside quotes and comments, plus block structure (one level
+/// per indentation step and per `- ` entry marker). Block scalars (`|`, `>`) are skipped, so
+/// brackets in scripts do not count. It may over-count odd but valid layouts; it never
+/// under-counts what the parser would nest.
+fn check_shape(text: &str) -> Result<(), ApiError> {
+    let limit = MAX_SPEC_DEPTH;
+    let too_deep = || {
+        Err(ApiError::bad_request(format!(
+            "spec nests collections more than {MAX_SPEC_DEPTH} levels deep"
+        )))
+    };
+    let mut aliases = 0usize;
+    let mut flow = 0usize;
+    let mut indents: Vec<usize> = Vec::new();
+    // (indentation of the node owning a block scalar, content indentation once known)
+    let mut block_scalar: Option<(usize, Option<usize>)> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let rest = &line[indent..];
+        if let Some((owner, content)) = block_scalar {
+            if rest.trim().is_empty() {
+                continue;
+            }
+            match content {
+                None if indent > owner => {
+                    block_scalar = Some((owner, Some(indent)));
+                    continue;
+                }
+                Some(c) if indent >= c => continue,
+                _ => block_scalar = None,
+            }
+        }
+        let bytes = rest.as_bytes();
+        if bytes.is_empty() || bytes[0] == b'#' {
+            continue;
+        }
+        let mut depth_here = 0usize;
+        let mut node_indent = indent;
+        if flow == 0 {
+            while indents.last().is_some_and(|&top| top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+            // `- - - x`: each entry marker opens one more level.
+            let mut j = 0;
+            while j < bytes.len()
+                && bytes[j] == b'-'
+                && (j + 1 == bytes.len() || bytes[j + 1] == b' ')
+            {
+                depth_here += 1;
+                j += 1;
+                while j < bytes.len() && bytes[j] == b' ' {
+                    j += 1;
+                }
+            }
+            node_indent = indent + j;
+        }
+        if indents.len() + depth_here + flow > limit {
+            return too_deep();
+        }
+        let (mut quote, mut prev) = (None::<u8>, b' ');
+        // Last non-blank byte outside quotes: a quote opens a quoted scalar only where a
+        // scalar can start (`a 'b` is one plain scalar, and must not hide what follows).
+        let mut last_sig: Option<u8> = None;
+        let mut k = 0;
+        while k < bytes.len() {
+            let b = bytes[k];
+            match quote {
+                Some(b'"') if b == b'\\' => k += 1,
+                Some(q) if b == q => {
+                    if q == b'\'' && bytes.get(k + 1) == Some(&b'\'') {
+                        k += 1;
+                    } else {
+                        quote = None;
+                    }
+                }
+                Some(_) => {}
+                None => match b {
+                    b'#' if prev == b' ' || prev == b'\t' => break,
+                    b'"' | b'\''
+                        if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':')
+                            && last_sig.is_none_or(|c| b":[{,-?".contains(&c)) =>
+                    {
+                        quote = Some(b)
+                    }
+                    b'[' | b'{' => {
+                        flow += 1;
+                        if indents.len() + depth_here + flow > limit {
+                            return too_deep();
+                        }
+                    }
+                    b']' | b'}' => flow = flow.saturating_sub(1),
+                    // Counted wherever a scalar could start (over-counting is safe).
+                    b'*' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':')
+                        && last_sig.is_none_or(|c| b":[{,-?".contains(&c)) =>
+                    {
+                        aliases += 1;
+                        if aliases > MAX_SPEC_ALIASES {
+                            return Err(ApiError::bad_request(format!(
+                                "spec uses more than {MAX_SPEC_ALIASES} YAML aliases"
+                            )));
+                        }
+                    }
+                    _ => {}
+                },
+            }
+            if quote.is_none() && b != b' ' && b != b'\t' {
+                last_sig = Some(b);
+            }
+            prev = b;
+            k += 1;
+        }
+        // `key: |`, `- >-`, `key: |2`: the following more-indented lines are text.
+        if flow == 0 && quote.is_none() {
+            let t = rest.split(" #").next().unwrap_or("").trim_end();
+            let head = t.trim_end_matches(|c: char| c == '+' || c == '-' || c.is_ascii_digit());
+            if (head.ends_with('|') || head.ends_with('>'))
+                && (head.len() == 1 || head[..head.len() - 1].ends_with([' ', ':', '-']))
+            {
+                block_scalar = Some((node_indent.min(indent), None));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
     if s.len() > max {
         return Err(ApiError::bad_request(format!(
@@ -110,7 +247,18 @@ fn check_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
 
 impl JobSpec {
     /// Parses a spec: JSON when the text starts with `{`, YAML otherwise.
+    ///
+    /// Text larger than [`MAX_SPEC_BYTES`], nested deeper than [`MAX_SPEC_DEPTH`] or with
+    /// more than [`MAX_SPEC_ALIASES`] aliases is refused before any parsing.
     pub fn parse(text: &str) -> Result<JobSpec, ApiError> {
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(ApiError::new(
+                413,
+                "body_too_large",
+                format!("a job spec may be at most {MAX_SPEC_BYTES} bytes"),
+            ));
+        }
+        check_shape(text)?;
         let trimmed = text.trim_start();
         let spec: JobSpec = if trimmed.starts_with('{') {
             serde_json::from_str(trimmed)
@@ -227,6 +375,23 @@ impl JobSpec {
         if self.hints.iterations == Some(0) {
             return bad("hints.iterations: must be positive".into());
         }
+        // The store keeps integers as signed 64-bit: larger values would come back wrong.
+        if self.hints.iterations.is_some_and(|i| i > i64::MAX as u64) {
+            return bad(format!("hints.iterations: must be at most {}", i64::MAX));
+        }
+        if let Some(m) = self.memory {
+            if m > MAX_MEMORY {
+                return bad(format!(
+                    "memory: {} is more than the limit of {MAX_MEMORY}",
+                    m.0
+                ));
+            }
+        }
+        if let Some(c) = self.cpu {
+            if c > MAX_CPU {
+                return bad(format!("cpu: {c} is more than the limit of {MAX_CPU}"));
+            }
+        }
         Ok(())
     }
 }
@@ -289,5 +454,90 @@ mod tests {
             assert_eq!(e.status, 400);
             assert!(e.message.contains(needle), "{text:?}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn deep_nesting_and_huge_specs_are_refused_before_parsing() {
+        let head = "name: a\ncommand: [x]\ngpus: 1\nhints: ";
+        let mut block = String::from("name: a\ncommand: [x]\ngpus: 1\nhints:\n");
+        for i in 0..40 {
+            block.push_str(&" ".repeat(i + 1));
+            block.push_str("k:\n");
+        }
+        for text in [
+            format!("{head}{}", "[".repeat(60_000)),
+            format!("{head}{}", "{a: ".repeat(15_000)),
+            format!(
+                "name: a\ncommand: [x]\ngpus: 1\nhints:\n{}x\n",
+                "- ".repeat(60)
+            ),
+            format!(
+                "{{\"name\": \"a\", \"gpus\": 1, \"hints\": {}",
+                "[".repeat(50_000)
+            ),
+            // A quote inside a plain scalar opens nothing, and hides nothing after it.
+            format!("{head}[a 'b, {}", "[".repeat(50_000)),
+            format!("{head}[a \"b, {}", "{x: ".repeat(10_000)),
+            block,
+        ] {
+            let e = JobSpec::parse(&text).unwrap_err();
+            assert!(e.message.contains("levels deep"), "{}", e.message);
+        }
+        let huge = format!("name: a\ncommand: [x]\ngpus: 1\n#{}\n", "x".repeat(70_000));
+        assert_eq!(JobSpec::parse(&huge).unwrap_err().status, 413);
+    }
+
+    #[test]
+    fn alias_amplification_is_refused_before_parsing() {
+        let long = "x".repeat(4000);
+        let bomb = format!(
+            "name: a\ngpus: 1\ncommand: [&s {long}{}]\n",
+            ", *s".repeat(14_000)
+        );
+        let e = JobSpec::parse(&bomb).unwrap_err();
+        assert!(e.message.contains("aliases"), "{}", e.message);
+        // A few aliases are fine, and `*` inside scalars or scripts is no alias.
+        let ok = "name: a\ngpus: 1\ncommand: [&s echo, *s, 'a*b', \"*\", x*y]\nscript_note: 0\n";
+        let e = JobSpec::parse(ok).unwrap_err();
+        assert!(e.message.contains("script_note"), "{}", e.message);
+        let s = JobSpec::parse(&format!(
+            "name: a\ngpus: 1\nscript: |\n{}",
+            "  ls *.txt */x\n".repeat(200)
+        ))
+        .unwrap();
+        assert!(s.script.unwrap().contains("*.txt"));
+    }
+
+    #[test]
+    fn brackets_in_scripts_and_strings_do_not_count_as_nesting() {
+        let deep = "[".repeat(200);
+        let script = format!(
+            "name: a\ngpus: 1\nscript: |\n  echo '{deep}'\n  if [ -f x ]; then echo {{}}; fi\n    {deep}\nenv: {{A: \"{deep}\", B: '{deep}'}}\n# {deep}\n"
+        );
+        let s = JobSpec::parse(&script).unwrap();
+        assert!(s.script.unwrap().contains(&deep));
+        let folded = format!("name: a\ngpus: 1\nscript: >-\n  {deep}\n\n  {deep}\n");
+        JobSpec::parse(&folded).unwrap();
+        let json =
+            format!("{{\"name\":\"a\",\"gpus\":1,\"command\":[\"echo\",\"{deep}\\\"{deep}\"]}}");
+        JobSpec::parse(&json).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_quantities_are_refused() {
+        for (field, value) in [
+            ("memory", "18446744073709551615"),
+            ("memory", "2Pi"),
+            ("cpu", "18446744073709551"),
+        ] {
+            let text = format!("name: a\ncommand: [x]\ngpus: 1\n{field}: {value}\n");
+            let e = JobSpec::parse(&text).unwrap_err();
+            assert!(e.message.contains(field), "{value}: {}", e.message);
+        }
+        let e = JobSpec::parse(
+            "name: a\ncommand: [x]\ngpus: 1\nhints: {iterations: 9223372036854775808}\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("iterations"), "{}", e.message);
     }
 }

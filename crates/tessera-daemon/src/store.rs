@@ -157,7 +157,7 @@ pub struct RunRow {
 }
 
 /// Changes written in one transaction.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WriteBatch {
     /// Jobs to insert or rewrite.
     pub jobs: Vec<JobRow>,
@@ -172,12 +172,121 @@ impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty() && self.transitions.is_empty() && self.runs.is_empty()
     }
+
+    /// Adds `later`'s changes after these (rows are rewritten whole, so the later row wins).
+    pub fn append(&mut self, later: WriteBatch) {
+        self.jobs.extend(later.jobs);
+        self.transitions.extend(later.transitions);
+        self.runs.extend(later.runs);
+    }
 }
 
 /// The SQLite store.
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
+    /// The exclusive lock on `<store>.lock`, held as long as the store is open (dropping the
+    /// file releases it); `None` for a read-only [`Store::inspect`] handle.
+    _lock: Option<std::fs::File>,
+}
+
+/// The lock file beside a store: `t.db` -> `t.db.lock`.
+pub fn lock_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    name.into()
+}
+
+/// Takes the exclusive, non-blocking `flock` on the store's lock file and writes our pid into
+/// it, so that a second daemon on the same store refuses to start and can name the holder.
+/// The kernel drops the lock when the holder dies, so a SIGKILLed daemon leaves no stale lock.
+fn lock_store(path: &Path) -> Result<std::fs::File, DaemonError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let lock = lock_path(path);
+    let open_err = |e: std::io::Error| DaemonError::StoreOpen {
+        path: lock.clone(),
+        message: e.to_string(),
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .map_err(open_err)?;
+    // SAFETY: flock(2) on a descriptor we own; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(DaemonError::StoreLocked {
+                path: path.to_path_buf(),
+                holder: text.trim().parse().ok(),
+            });
+        }
+        return Err(open_err(err));
+    }
+    file.set_len(0).map_err(open_err)?;
+    file.rewind().map_err(open_err)?;
+    writeln!(file, "{}", std::process::id()).map_err(open_err)?;
+    Ok(file)
+}
+
+/// Refuses a file that is not a tessera store before anything writes to it: garbage (not
+/// SQLite) and SQLite databases of other programs (tables, but no tessera `meta` row). An empty
+/// or absent file is a new store.
+fn check_foreign(path: &Path) -> Result<(), DaemonError> {
+    let refuse = |message: String| DaemonError::StoreOpen {
+        path: path.to_path_buf(),
+        message,
+    };
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(refuse(e.to_string())),
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| refuse(e.to_string()))?;
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| refuse(format!("not a SQLite database ({e})")))?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    let ours = tables.iter().any(|t| t == "meta")
+        && conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .ok()
+            .flatten()
+            .is_some();
+    if !ours {
+        return Err(refuse(format!(
+            "not a tessera store (a SQLite database with tables {}); refusing to modify it",
+            tables
+                .iter()
+                .take(5)
+                .map(|t| format!("{t:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
 }
 
 fn bad(e: impl std::fmt::Display) -> DaemonError {
@@ -186,10 +295,45 @@ fn bad(e: impl std::fmt::Display) -> DaemonError {
 
 impl Store {
     /// Opens (creating if needed) the database at `path`.
+    ///
+    /// Takes an exclusive lock (`<path>.lock`) first: a store held by another daemon is
+    /// refused with [`DaemonError::StoreLocked`]. A file that is not a tessera store is refused
+    /// before anything is written to it.
     pub fn open(path: &Path, sync: SyncMode) -> Result<Store, DaemonError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| DaemonError::StoreOpen {
+                path: dir.to_path_buf(),
+                message: e.to_string(),
+            })?;
         }
+        let lock = lock_store(path)?;
+        check_foreign(path)?;
+        Self::open_locked(path, sync, lock).map_err(|e| match e {
+            DaemonError::Store(e) => DaemonError::StoreOpen {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            },
+            DaemonError::StoreFormat(m) => DaemonError::StoreOpen {
+                path: path.to_path_buf(),
+                message: format!("corrupt or from another version: {m}"),
+            },
+            other => other,
+        })
+    }
+
+    /// Opens a store read-only without taking the lock (diagnostics and tests, while a daemon
+    /// may hold it).
+    pub fn inspect(path: &Path) -> Result<Store, DaemonError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| DaemonError::StoreOpen {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Store { conn, _lock: None })
+    }
+
+    fn open_locked(path: &Path, sync: SyncMode, lock: std::fs::File) -> Result<Store, DaemonError> {
         let conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(
@@ -235,7 +379,10 @@ impl Store {
         if check != "ok" {
             return Err(bad(format!("integrity check: {check}")));
         }
-        Ok(Store { conn })
+        Ok(Store {
+            conn,
+            _lock: Some(lock),
+        })
     }
 
     /// A random id of this store, fixed at creation; part of every backend run name.
@@ -589,6 +736,67 @@ mod tests {
         assert_eq!(s.load_jobs().unwrap(), vec![j]);
         assert_eq!(s.transitions(1).unwrap().len(), 2);
         assert_eq!(s.open_runs().unwrap()[0].state, RunState::Live);
+    }
+
+    #[test]
+    fn a_second_opener_is_refused_with_the_holders_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let first = Store::open(&path, SyncMode::Full).unwrap();
+        let e = Store::open(&path, SyncMode::Full).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("pid {}", std::process::id())) && e.contains("t.db"),
+            "{e}"
+        );
+        // Read-only inspection is still possible while the daemon holds the store.
+        assert!(Store::inspect(&path)
+            .unwrap()
+            .load_jobs()
+            .unwrap()
+            .is_empty());
+        drop(first);
+        Store::open(&path, SyncMode::Full).expect("free again once the holder is gone");
+    }
+
+    #[test]
+    fn a_garbage_file_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garbage.db");
+        std::fs::write(&path, vec![0xA5u8; 8192]).unwrap();
+        let e = Store::open(&path, SyncMode::Full).unwrap_err().to_string();
+        assert!(e.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_foreign_sqlite_file_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other-app.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch("CREATE TABLE photos (id INTEGER PRIMARY KEY, path TEXT);")
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let e = Store::open(&path, SyncMode::Full).unwrap_err().to_string();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("not a tessera store"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the file was modified"
+        );
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("other-app.db") && !n.ends_with(".lock"))
+            .collect();
+        assert_eq!(
+            names,
+            vec!["other-app.db".to_string()],
+            "no WAL or journal beside it"
+        );
     }
 
     #[test]

@@ -269,6 +269,10 @@ pub fn benches() -> impl Iterator<Item = &'static dyn Experiment> {
 /// one parallel runner of the project (simulate's policies, experiments' runs, sweeps).
 /// `cost` orders the work, heaviest first, so that no worker idles at the end while another
 /// finishes a long run. Each finished item reports through `progress`.
+///
+/// Plain scoped threads pulling from a shared counter: a worker that waits never picks up
+/// other work, so runners nest safely (a sweep of simulations that each run policies in
+/// parallel); a work-stealing pool would nest further runs on the waiting worker's stack.
 pub fn run_parallel<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
@@ -276,28 +280,43 @@ pub fn run_parallel<T: Sync, R: Send>(
     f: impl Fn(&T) -> R + Sync,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<R>, ExperimentError> {
-    use rayon::prelude::*;
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| cost(&items[b]).total_cmp(&cost(&items[a])));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-        .map_err(|e| ExperimentError::Other(format!("starting {threads} worker threads: {e}")))?;
+    let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let total = items.len();
-    let mut results: Vec<(usize, R)> = pool.install(|| {
-        order
-            .par_iter()
-            .with_max_len(1)
-            .map(|&i| {
-                let r = f(&items[i]);
-                progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
-                (i, r)
-            })
-            .collect()
-    });
-    results.sort_by_key(|(i, _)| *i);
-    Ok(results.into_iter().map(|(_, r)| r).collect())
+    let slots: Vec<std::sync::Mutex<Option<R>>> =
+        (0..total).map(|_| std::sync::Mutex::new(None)).collect();
+    let workers = threads.clamp(1, total.max(1));
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            handles.push(scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let r = f(&items[i]);
+                    if let Ok(mut slot) = slots[i].lock() {
+                        *slot = Some(r);
+                    }
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                }
+            }));
+        }
+        for h in handles {
+            if h.join().is_err() {
+                return Err(ExperimentError::Other("a worker thread panicked".into()));
+            }
+        }
+        Ok(())
+    })?;
+    slots
+        .into_iter()
+        .map(|s| {
+            s.into_inner()
+                .ok()
+                .flatten()
+                .ok_or_else(|| ExperimentError::Other("a run did not happen".into()))
+        })
+        .collect()
 }
 
 /// Default worker count: the machine's cores.

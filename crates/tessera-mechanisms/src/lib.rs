@@ -9,6 +9,7 @@
 //! - [`baselines`]: FIFO, SRTF, LAS, FTF on the trace's throughput; the default cluster and
 //!   workload; the Philly-scale benchmark.
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
+//! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -34,10 +35,11 @@ use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub mod baselines;
 #[cfg(feature = "experiments")]
 pub mod experiment;
+pub mod hap;
 pub mod synergy;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
-pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy];
+pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy, &hap::Hap];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
 #[derive(Clone, Copy, Debug)]

@@ -10,7 +10,7 @@ use tessera_model::{
     TrainingJob,
 };
 use tessera_sched::baselines::JobOrder;
-use tessera_sched::{Action, ActiveJob, ClusterView, Policy, Trigger};
+use tessera_sched::{Action, ActiveJob, ClusterState, ClusterView, Policy, Trigger};
 
 fn servers(n: u32, cores: u64, gib: u64) -> Cluster {
     Cluster::homogeneous(
@@ -52,11 +52,8 @@ fn round(
         .iter()
         .map(|j| active(j, exact_estimate(&j.model, j.gpus)))
         .collect();
-    let free: Vec<Resources> = cluster
-        .nodes
-        .iter()
-        .map(|n| cluster.capacity(n.id))
-        .collect();
+    let state = ClusterState::new(cluster);
+    let free: Vec<Resources> = state.free().to_vec();
     let view = ClusterView {
         now: SimTime::from_secs(10_000),
         trigger: Trigger {
@@ -65,6 +62,7 @@ fn round(
         },
         cluster,
         free: &free,
+        state: &state,
         jobs,
         active: &act,
     };
@@ -343,11 +341,8 @@ fn starts_with_order(
     mech: Allocator,
     order: JobOrder,
 ) -> Vec<Option<Allocation>> {
-    let free: Vec<Resources> = cluster
-        .nodes
-        .iter()
-        .map(|n| cluster.capacity(n.id))
-        .collect();
+    let state = ClusterState::new(cluster);
+    let free: Vec<Resources> = state.free().to_vec();
     let view = ClusterView {
         now: SimTime::from_secs(10_000),
         trigger: Trigger {
@@ -356,6 +351,7 @@ fn starts_with_order(
         },
         cluster,
         free: &free,
+        state: &state,
         jobs,
         active: act,
     };

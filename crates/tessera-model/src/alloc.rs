@@ -1,11 +1,113 @@
-//! Allocations: what a job holds on which nodes.
+//! Allocations: what a job holds on which nodes, down to the device.
+//!
+//! A [`NodeShare`] without [`devices`](NodeShare::devices) means "any `gpus` free whole GPUs
+//! of the node" (the driver picks them and records which). With devices it names **which**
+//! GPUs of the node ([`GpuMask`]) and **what part** of each ([`GpuPart`]): the whole GPU, one
+//! MIG instance, or a quota (SM share in permille and device memory) on GPUs shared with
+//! others.
 
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{NodeId, Resources};
 use crate::quantity::{Bytes, MilliCpu};
 
+/// GPU indices on one node, as a bit set (nodes have at most [`GpuMask::MAX_GPUS`] GPUs).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct GpuMask(pub u64);
+
+impl GpuMask {
+    /// Most GPUs a node may have.
+    pub const MAX_GPUS: u32 = 64;
+
+    /// The set holding one GPU.
+    pub fn one(index: u32) -> GpuMask {
+        GpuMask(1u64.checked_shl(index).unwrap_or(0))
+    }
+
+    /// The set of GPUs `0..n`.
+    pub fn first(n: u32) -> GpuMask {
+        if n >= 64 {
+            GpuMask(u64::MAX)
+        } else {
+            GpuMask((1u64 << n) - 1)
+        }
+    }
+
+    /// Number of GPUs in the set.
+    pub fn count(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// True when `index` is in the set.
+    pub fn contains(self, index: u32) -> bool {
+        index < 64 && self.0 & (1u64 << index) != 0
+    }
+
+    /// True when the sets share no GPU.
+    pub fn is_disjoint(self, other: GpuMask) -> bool {
+        self.0 & other.0 == 0
+    }
+
+    /// The indices in the set, ascending.
+    pub fn iter(self) -> impl Iterator<Item = u32> {
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            Some(i)
+        })
+    }
+}
+
+/// One MIG GPU instance: a profile of the GPU's MIG geometry at a memory-slice start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MigInstance {
+    /// Index of the profile in the geometry's `profiles`.
+    pub profile: u8,
+    /// Memory slice it starts at.
+    pub start: u8,
+}
+
+/// What part of each of its GPUs a share holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuPart {
+    /// The whole GPU, exclusively.
+    Whole,
+    /// One MIG instance of the GPU's current layout.
+    Mig(MigInstance),
+    /// A share of a GPU that others may share too (MPS-style quotas): `sm_request` is
+    /// guaranteed, up to `sm_limit` when neighbours leave compute idle (both in permille of
+    /// the GPU's SMs), and `memory` of device memory is pinned.
+    Quota {
+        /// Guaranteed SM share, permille.
+        sm_request: u16,
+        /// Upper SM share, permille.
+        sm_limit: u16,
+        /// Device memory held on each GPU.
+        memory: Bytes,
+    },
+}
+
+/// Which GPUs of a node a share holds, and what part of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceAlloc {
+    /// The GPUs.
+    pub gpus: GpuMask,
+    /// The part held on each of them.
+    pub part: GpuPart,
+}
+
 /// A job's holding on one node.
+///
+/// `gpus` counts the **whole** GPUs taken from the node's pool of free whole GPUs; a share of
+/// MIG instances or quotas holds none of those (`gpus == 0`) and names its GPUs in
+/// `devices`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeShare {
     /// The node.
@@ -16,9 +118,42 @@ pub struct NodeShare {
     pub cpu: MilliCpu,
     /// Memory on it.
     pub memory: Bytes,
+    /// Which GPUs and what part of each; `None` = any `gpus` free whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DeviceAlloc>,
 }
 
 impl NodeShare {
+    /// A share of `gpus` whole GPUs (any free ones), `cpu` and `memory`.
+    pub fn whole(node: NodeId, gpus: u32, cpu: MilliCpu, memory: Bytes) -> NodeShare {
+        NodeShare {
+            node,
+            gpus,
+            cpu,
+            memory,
+            devices: None,
+        }
+    }
+
+    /// True when both hold the same resources on the same node; devices are compared only
+    /// where both name them.
+    pub fn same_holding(&self, other: &NodeShare) -> bool {
+        self.node == other.node
+            && self.gpus == other.gpus
+            && self.cpu == other.cpu
+            && self.memory == other.memory
+            && match (self.devices, other.devices) {
+                (Some(x), Some(y)) => x == y,
+                _ => true,
+            }
+    }
+
+    /// GPU devices the share touches (whole, MIG or quota), counting a share without device
+    /// detail by its whole GPUs.
+    pub fn device_count(&self) -> u32 {
+        self.devices.map_or(self.gpus, |d| d.gpus.count())
+    }
+
     /// The share as a resource vector.
     pub fn resources(&self) -> Resources {
         Resources {
@@ -37,9 +172,18 @@ pub struct Allocation {
 }
 
 impl Allocation {
-    /// Total GPUs.
+    /// Total whole GPUs.
     pub fn gpus(&self) -> u32 {
         self.shares.iter().map(|s| s.gpus).sum()
+    }
+    /// Total GPU devices touched (whole GPUs, GPUs holding one of its MIG instances or
+    /// quotas).
+    pub fn devices(&self) -> u32 {
+        self.shares.iter().map(NodeShare::device_count).sum()
+    }
+    /// The single part all of its device-level shares hold, if any share names devices.
+    pub fn part(&self) -> Option<GpuPart> {
+        self.shares.iter().find_map(|s| s.devices.map(|d| d.part))
     }
     /// Total CPU.
     pub fn cpu(&self) -> MilliCpu {
@@ -49,6 +193,18 @@ impl Allocation {
     pub fn memory(&self) -> Bytes {
         Bytes(self.shares.iter().map(|s| s.memory.0).sum())
     }
+    /// True when both hold the same resources on the same nodes; devices are compared only
+    /// where both name them (a plan that leaves devices to the driver matches the driver's
+    /// record of the GPUs it picked).
+    pub fn same_holding(&self, other: &Allocation) -> bool {
+        self.shares.len() == other.shares.len()
+            && self
+                .shares
+                .iter()
+                .zip(&other.shares)
+                .all(|(a, b)| a.same_holding(b))
+    }
+
     /// Number of nodes spanned.
     pub fn node_count(&self) -> usize {
         self.shares.len()
@@ -75,12 +231,19 @@ mod tests {
     use super::*;
 
     fn share(node: u32) -> NodeShare {
-        NodeShare {
-            node: NodeId(node),
-            gpus: 1,
-            cpu: MilliCpu(0),
-            memory: Bytes(0),
-        }
+        NodeShare::whole(NodeId(node), 1, MilliCpu(0), Bytes(0))
+    }
+
+    #[test]
+    fn masks() {
+        let m = GpuMask(0b1011_0000);
+        assert_eq!(m.count(), 3);
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![4, 5, 7]);
+        assert!(m.contains(5) && !m.contains(6) && !m.contains(64));
+        assert_eq!(GpuMask::first(3), GpuMask(0b111));
+        assert_eq!(GpuMask::first(64), GpuMask(u64::MAX));
+        assert_eq!(GpuMask::one(70), GpuMask(0));
+        assert!(GpuMask::first(4).is_disjoint(GpuMask::one(4)));
     }
 
     #[test]

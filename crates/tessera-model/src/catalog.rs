@@ -74,6 +74,76 @@ pub struct MigGeometry {
     pub profiles: Vec<MigProfile>,
 }
 
+impl MigGeometry {
+    /// Compute slices of a MIG-capable GPU.
+    pub const COMPUTE_SLICES: u32 = 7;
+    /// Memory slices of a MIG-capable GPU.
+    pub const MEMORY_SLICES: u32 = 8;
+
+    /// The profile of an instance.
+    pub fn profile(&self, instance: crate::MigInstance) -> Option<&MigProfile> {
+        self.profiles.get(instance.profile as usize)
+    }
+
+    /// Checks a layout against NVIDIA's placement rules: every profile known and started at
+    /// one of its allowed positions, memory-slice runs inside the GPU and disjoint, at most
+    /// seven compute slices in all, no profile more often than its maximum.
+    pub fn check_layout(&self, layout: &[crate::MigInstance]) -> Result<(), String> {
+        let mut memory: u32 = 0;
+        let mut compute: u32 = 0;
+        let mut counts = vec![0u8; self.profiles.len()];
+        for inst in layout {
+            let Some(p) = self.profile(*inst) else {
+                return Err(format!(
+                    "no profile #{} in geometry {}",
+                    inst.profile, self.name
+                ));
+            };
+            if !p.starts.contains(&inst.start) {
+                return Err(format!(
+                    "{} cannot start at memory slice {} (allowed: {:?})",
+                    p.name, inst.start, p.starts
+                ));
+            }
+            let end = inst.start as u32 + p.memory_slices as u32;
+            if end > Self::MEMORY_SLICES {
+                return Err(format!(
+                    "{} at {} runs past the last memory slice",
+                    p.name, inst.start
+                ));
+            }
+            let run = ((1u32 << p.memory_slices) - 1) << inst.start;
+            if memory & run != 0 {
+                return Err(format!(
+                    "{} at {} overlaps another instance",
+                    p.name, inst.start
+                ));
+            }
+            memory |= run;
+            compute += p.compute_slices as u32;
+            counts[inst.profile as usize] += 1;
+            if counts[inst.profile as usize] > p.max_count {
+                return Err(format!("more than {} instances of {}", p.max_count, p.name));
+            }
+        }
+        if compute > Self::COMPUTE_SLICES {
+            return Err(format!(
+                "{compute} compute slices (at most {})",
+                Self::COMPUTE_SLICES
+            ));
+        }
+        Ok(())
+    }
+
+    /// The index of a profile by name (`3g.20gb`).
+    pub fn find_profile(&self, name: &str) -> Option<u8> {
+        self.profiles
+            .iter()
+            .position(|p| p.name.eq_ignore_ascii_case(name))
+            .map(|i| i as u8)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CatalogFile {
@@ -242,6 +312,37 @@ mod tests {
         assert_eq!(mig.profiles.len(), 6);
         assert_eq!(mig.profiles.iter().map(|p| p.sms).max(), Some(98));
         assert!(c.mig_geometry(c.resolve("V100-32GB").unwrap()).is_none());
+    }
+
+    #[test]
+    fn mig_layout_rules() {
+        let c = GpuCatalog::builtin();
+        let geo = c.mig_geometry(c.resolve("A100-40GB").unwrap()).unwrap();
+        let at = |name: &str, start: u8| crate::MigInstance {
+            profile: geo.find_profile(name).unwrap(),
+            start,
+        };
+        assert!(geo
+            .check_layout(&[at("4g.20gb", 0), at("3g.20gb", 4)])
+            .is_ok());
+        assert!(geo.check_layout(&[at("7g.40gb", 0)]).is_ok());
+        assert!(geo
+            .check_layout(&[
+                at("3g.20gb", 0),
+                at("2g.10gb", 4),
+                at("1g.5gb", 6),
+                at("1g.5gb", 7 - 1)
+            ])
+            .is_err()); // 1g at 6 twice overlaps
+        assert!(geo
+            .check_layout(&[at("4g.20gb", 0), at("4g.20gb", 0)])
+            .is_err());
+        assert!(geo.check_layout(&[at("3g.20gb", 2)]).is_err()); // 3g may start at 0 or 4 only
+        let seven: Vec<_> = (0..7).map(|i| at("1g.5gb", i)).collect();
+        assert!(geo.check_layout(&seven).is_ok());
+        let mut eight = seven.clone();
+        eight.push(at("1g.5gb", 0));
+        assert!(geo.check_layout(&eight).is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod quantity;
 pub mod rng;
 pub mod time;
 
-pub use alloc::{Allocation, NodeShare};
+pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare};
 pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
 pub use error::SpecError;

@@ -112,6 +112,16 @@ impl Bytes {
     pub const fn from_gib(gib: u64) -> Self {
         Bytes(gib.saturating_mul(Self::GIB))
     }
+    /// Gibibytes given as a float (catalog figures such as 4.75 GiB), rounded to the byte;
+    /// negative or non-finite values give zero.
+    pub fn from_gib_f64(gib: f64) -> Self {
+        let b = gib * Self::GIB as f64;
+        if b.is_finite() && b > 0.0 {
+            Bytes(b.round().min(u64::MAX as f64) as u64)
+        } else {
+            Bytes(0)
+        }
+    }
     /// Gibibytes as a float (reports, ratios).
     pub fn as_gib(self) -> f64 {
         self.0 as f64 / Self::GIB as f64

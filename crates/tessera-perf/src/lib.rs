@@ -11,11 +11,17 @@
 //! - [`RestartCosts`]: checkpoint + restore seconds per model, charged on every restart.
 //! - [`Profiler`]: what a driver learns about a job when it arrives, as typed
 //!   [`Knowledge`] (mechanisms bring their own profilers; see `tessera-mechanisms`).
+//! - [`roofline`]: a device's compute roof and memory slope (kernel time from FLOPs and bytes).
+//! - [`collective`]: α–β costs of all-reduce, all-gather, reduce-scatter, all-to-all and
+//!   rooted collectives, inside a node and across nodes.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+pub mod collective;
+pub mod roofline;
 
 use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, TrainingJob};
 
@@ -26,6 +32,25 @@ use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, Trainin
 pub trait ThroughputModel: Send + Sync {
     /// Throughput of `job` on `alloc` in `cluster`, in iterations per second.
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64;
+
+    /// True when a job's speed depends on who shares its GPUs (quotas, MPS): drivers then
+    /// call [`throughput_among`](Self::throughput_among) and re-rate a job whenever a
+    /// neighbour arrives, leaves or is retuned.
+    fn depends_on_neighbours(&self) -> bool {
+        false
+    }
+
+    /// Throughput of `job` on `alloc` while `neighbours` (job, allocation) hold quota shares
+    /// of the same GPUs. Default: neighbours do not matter.
+    fn throughput_among(
+        &self,
+        job: &TrainingJob,
+        alloc: &Allocation,
+        cluster: &Cluster,
+        _neighbours: &[(&TrainingJob, &Allocation)],
+    ) -> f64 {
+        self.throughput(job, alloc, cluster)
+    }
 }
 
 /// Learns about a job when it arrives (e.g. Synergy's optimistic profiling, MISO's MPS
@@ -144,6 +169,7 @@ mod tests {
             gpus,
             cpu: MilliCpu(0),
             memory: Bytes(0),
+            devices: None,
         };
         let at = |gpus| {
             TraceThroughput.throughput(

@@ -7,6 +7,8 @@
 //!
 //! - [`view`]: [`ClusterView`], [`ActiveJob`], [`Trigger`], [`Action`].
 //! - [`policy`]: the [`Policy`] trait and the registry ([`build_policy`], [`POLICIES`]).
+//! - [`state`]: [`ClusterState`], free resources and every GPU's state, and [`validate`],
+//!   the one check of actions all drivers apply.
 //! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.
 //! - [`baselines`]: FIFO, SRTF, LAS and FTF, and the job orderings other policies reuse.
 //!
@@ -18,8 +20,10 @@
 pub mod baselines;
 pub mod placement;
 pub mod policy;
+pub mod state;
 pub mod view;
 
 pub use placement::Ledger;
 pub use policy::{Policy, PolicyError, PolicyInfo, PolicyOptions};
+pub use state::{validate, ActionError, ClusterState, GpuState};
 pub use view::{Action, ActiveJob, ClusterView, JobState, Trigger};

@@ -150,12 +150,7 @@ pub fn proportional_share(
         Some(m) => split(m.0, job.gpus),
         None => split(group.memory.0, group.gpus_per_node),
     };
-    NodeShare {
-        node,
-        gpus,
-        cpu: MilliCpu(cpu),
-        memory: Bytes(memory),
-    }
+    NodeShare::whole(node, gpus, MilliCpu(cpu), Bytes(memory))
 }
 
 #[cfg(test)]

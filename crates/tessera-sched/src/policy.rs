@@ -27,6 +27,13 @@ pub trait Policy: Send {
     /// Appends this scheduling point's decisions to `actions` (which arrives empty).
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>);
 
+    /// A one-off instant at which the policy wants to be called again (the end of a
+    /// profiling phase, an autoscaler tick), asked after each [`schedule`](Policy::schedule).
+    /// The driver calls at that instant with `trigger.wakeup` set. Default: none.
+    fn wakeup(&self) -> Option<tessera_model::SimTime> {
+        None
+    }
+
     /// Policy-specific counters for the run report (e.g. solver time and optimality gap of
     /// LP-based policies), as (name, value) pairs in a fixed order. Default: none.
     fn stats(&self) -> Vec<(String, f64)> {

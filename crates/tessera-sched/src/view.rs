@@ -1,6 +1,10 @@
 //! What a policy sees ([`ClusterView`]) and what it may ask for ([`Action`]).
 
-use tessera_model::{Allocation, Cluster, JobId, Knowledge, Resources, SimTime, TrainingJob};
+use tessera_model::{
+    Allocation, Cluster, JobId, Knowledge, MigInstance, NodeId, Resources, SimTime, TrainingJob,
+};
+
+use crate::state::ClusterState;
 
 /// Whether a job waits or runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +78,10 @@ pub struct Trigger {
     pub arrival: bool,
     /// One or more jobs finished (or otherwise released resources).
     pub completion: bool,
+    /// A wake-up the policy asked for ([`Policy::wakeup`](crate::Policy::wakeup)).
+    pub wakeup: bool,
+    /// A GPU finished reconfiguring.
+    pub reconfigured: bool,
 }
 
 /// A read-only snapshot of the world at one scheduling point.
@@ -85,8 +93,10 @@ pub struct ClusterView<'a> {
     pub trigger: Trigger,
     /// Nodes and their capacities.
     pub cluster: &'a Cluster,
-    /// Free resources per node, indexed by `NodeId`.
+    /// Free resources per node, indexed by `NodeId` (`gpus` = whole-free GPUs).
     pub free: &'a [Resources],
+    /// Every GPU's state (mode, MIG layout, quotas in use, ready time).
+    pub state: &'a ClusterState,
     /// Every job of the workload, indexed by `JobId`.
     pub jobs: &'a [TrainingJob],
     /// Jobs that arrived and are not finished, in no particular order.
@@ -122,4 +132,47 @@ pub enum Action {
         /// Its new allocation.
         allocation: Allocation,
     },
+    /// Change a running job's CPU, memory or GPU quota on the same nodes and GPUs, in place:
+    /// no checkpoint, no restart.
+    Retune {
+        /// The job.
+        job: JobId,
+        /// Its new allocation (same nodes, GPUs and whole-GPU counts).
+        allocation: Allocation,
+    },
+    /// Change one GPU's MIG layout (`Some`) or return it to whole-GPU mode (`None`). Only on a
+    /// GPU nobody holds: preempt its holders earlier in the same batch. The GPU is
+    /// unavailable for the driver's reconfiguration time.
+    Reconfigure {
+        /// The node.
+        node: NodeId,
+        /// The GPU's index on the node.
+        gpu: u32,
+        /// The new layout; `None` = not partitioned.
+        layout: Option<Vec<MigInstance>>,
+    },
+}
+
+impl Action {
+    /// The job it concerns, if any.
+    pub fn job(&self) -> Option<JobId> {
+        match self {
+            Action::Start { job, .. }
+            | Action::Preempt { job }
+            | Action::Resize { job, .. }
+            | Action::Retune { job, .. } => Some(*job),
+            Action::Reconfigure { .. } => None,
+        }
+    }
+
+    /// The variant's name, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Start { .. } => "start",
+            Action::Preempt { .. } => "preempt",
+            Action::Resize { .. } => "resize",
+            Action::Retune { .. } => "retune",
+            Action::Reconfigure { .. } => "reconfigure",
+        }
+    }
 }

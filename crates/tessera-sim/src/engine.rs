@@ -18,11 +18,13 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Cluster, JobId, Knowledge, Resources, SimDuration, SimRng, SimTime, TrainingJob,
-    Workload,
+    Allocation, Cluster, GpuMask, GpuPart, JobId, Knowledge, NodeId, Resources, SimDuration,
+    SimRng, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
-use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
+use tessera_sched::{
+    validate, Action, ActiveJob, ClusterState, ClusterView, JobState, Policy, Trigger,
+};
 use thiserror::Error;
 
 use crate::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary, UtilSample};
@@ -45,7 +47,13 @@ pub struct SimConfig {
     /// Stop once every job with an id in `lo..hi` has ended (a steady-state measurement
     /// window, e.g. Synergy's jobs 4000–4999); later jobs are reported unfinished.
     pub stop_after_window: Option<(u32, u32)>,
+    /// How long a GPU is unavailable after a [`Action::Reconfigure`] (destroying and
+    /// creating MIG instances).
+    pub reconfigure_time: SimDuration,
 }
+
+/// Default [`SimConfig::reconfigure_time`]: the order of `nvidia-smi mig` destroy + create.
+pub const DEFAULT_RECONFIGURE_TIME: SimDuration = SimDuration::from_secs(5);
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -56,6 +64,7 @@ impl Default for SimConfig {
             profiler: None,
             profile_seed: 0,
             stop_after_window: None,
+            reconfigure_time: DEFAULT_RECONFIGURE_TIME,
         }
     }
 }
@@ -109,6 +118,10 @@ enum Event {
     ProfileDone {
         job: JobId,
     },
+    /// A wake-up the policy asked for.
+    Wakeup,
+    /// A GPU finished reconfiguring.
+    ReconfigDone,
 }
 
 /// Per-job mutable state, indexed by job id.
@@ -127,6 +140,8 @@ struct Progressing {
     version: u32,
     gpus_held: u32,
     gpu_secs: f64,
+    /// GPU-seconds of progress (held minus restoring): the attained service policies see.
+    served_gpu_secs: f64,
     record_outcome: Option<JobOutcome>,
     first_start: Option<SimTime>,
     finish: Option<SimTime>,
@@ -157,7 +172,11 @@ pub struct Simulation<'a> {
     round: Option<SimDuration>,
     next_round: Option<SimTime>,
 
-    free: Vec<Resources>,
+    /// Free resources and every GPU's state.
+    devices: ClusterState,
+    /// The wake-up the policy asked for last, if still pending.
+    wakeup: Option<SimTime>,
+    reconfigurations: u64,
     capacity: (u64, u64, u64),
     used: (u64, u64, u64),
     active: Vec<ActiveJob>,
@@ -208,6 +227,7 @@ impl<'a> Simulation<'a> {
             version: 0,
             gpus_held: 0,
             gpu_secs: 0.0,
+            served_gpu_secs: 0.0,
             record_outcome: None,
             first_start: None,
             finish: None,
@@ -238,11 +258,9 @@ impl<'a> Simulation<'a> {
             next_arrival: 0,
             round,
             next_round: None,
-            free: cluster
-                .nodes
-                .iter()
-                .map(|n| cluster.capacity(n.id))
-                .collect(),
+            devices: ClusterState::new(cluster),
+            wakeup: None,
+            reconfigurations: 0,
             capacity: cluster.totals(),
             used: (0, 0, 0),
             active: Vec::new(),
@@ -280,7 +298,7 @@ impl<'a> Simulation<'a> {
 
     /// Free resources per node.
     pub fn free(&self) -> &[Resources] {
-        &self.free
+        self.devices.free()
     }
 
     /// Jobs that arrived and have not ended.
@@ -336,10 +354,17 @@ impl<'a> Simulation<'a> {
             self.events += 1;
             match event {
                 Event::Completion { job, version } => {
-                    if self.complete(job, version) {
+                    if self.complete(job, version)? {
                         trigger.completion = true;
                     }
                 }
+                Event::Wakeup => {
+                    if self.wakeup == Some(t) {
+                        self.wakeup = None;
+                        trigger.wakeup = true;
+                    }
+                }
+                Event::ReconfigDone => trigger.reconfigured = true,
                 Event::ProfileDone { job } => {
                     let knowledge = self
                         .estimates
@@ -371,7 +396,13 @@ impl<'a> Simulation<'a> {
             // records every change, not only the policy's (issue 10).
             self.record_sample();
         }
-        if !self.active.is_empty() && (trigger.round || trigger.arrival || trigger.completion) {
+        if !self.active.is_empty()
+            && (trigger.round
+                || trigger.arrival
+                || trigger.completion
+                || trigger.wakeup
+                || trigger.reconfigured)
+        {
             self.schedule(trigger)?;
         }
         if self.done_jobs == self.jobs.len() {
@@ -483,6 +514,10 @@ impl<'a> Simulation<'a> {
         let worked = now.saturating_since(working_from).as_secs_f64();
         st.done = (st.done + st.rate * worked).min(total);
         st.gpu_secs += st.gpus_held as f64 * held;
+        // Attained service counts the time the job made progress, not the time spent
+        // restoring from a checkpoint: otherwise a preemptive policy with rounds shorter than
+        // the restore time livelocks (each job is preempted before it ever resumes).
+        st.served_gpu_secs += st.gpus_held as f64 * worked;
         if st.gpus_held > 0 {
             st.held_secs += held;
             st.integ.0 += st.cur.0 * held;
@@ -492,16 +527,16 @@ impl<'a> Simulation<'a> {
         st.synced_at = now;
         if let Some(&pos) = self.active_pos.get(job.index()) {
             if let Some(a) = self.active.get_mut(pos as usize) {
-                a.attained_gpu_secs = st.gpu_secs;
+                a.attained_gpu_secs = st.served_gpu_secs;
                 a.remaining_iters = total - st.done;
             }
         }
     }
 
-    fn complete(&mut self, job: JobId, version: u32) -> bool {
+    fn complete(&mut self, job: JobId, version: u32) -> Result<bool, SimError> {
         let pos = self.active_pos[job.index()];
         if pos == NOT_ACTIVE || self.state[job.index()].version != version {
-            return false; // stale: the job was preempted or resized since
+            return Ok(false); // stale: the job was preempted or resized since
         }
         self.sync(job);
         let total = self.jobs[job.index()].iterations as f64;
@@ -509,6 +544,7 @@ impl<'a> Simulation<'a> {
         if let Some(a) = &alloc {
             self.release(a);
         }
+        let freed = alloc.unwrap_or_default();
         let st = &mut self.state[job.index()];
         st.done = total; // float rounding must not leave a sliver of work
         st.rate = 0.0;
@@ -519,7 +555,8 @@ impl<'a> Simulation<'a> {
         self.mark_stopped(job);
         self.job_ended(job);
         self.last_completion = self.now;
-        true
+        self.rerate_neighbours(&freed, job)?;
+        Ok(true)
     }
 
     fn remove_active(&mut self, job: JobId) {
@@ -561,12 +598,20 @@ impl<'a> Simulation<'a> {
             now: self.now,
             trigger,
             cluster: self.cluster,
-            free: &self.free,
+            free: self.devices.free(),
+            state: &self.devices,
             jobs: self.jobs,
             active: &self.active,
         };
         self.policy.schedule(&view, &mut actions);
         self.scheduling_points += 1;
+        if let Some(at) = self.policy.wakeup().filter(|&at| at > self.now) {
+            if self.wakeup != Some(at) {
+                self.wakeup = Some(at);
+                self.seq += 1;
+                self.heap.push(Reverse((at, self.seq, Event::Wakeup)));
+            }
+        }
         let changed = !actions.is_empty();
         let mut result = Ok(());
         for action in actions.drain(..) {
@@ -593,82 +638,190 @@ impl<'a> Simulation<'a> {
     }
 
     fn apply(&mut self, action: Action) -> Result<(), SimError> {
-        let job = match &action {
-            Action::Start { job, .. } | Action::Preempt { job } | Action::Resize { job, .. } => {
-                *job
-            }
+        if let Action::Reconfigure { node, gpu, layout } = &action {
+            self.devices
+                .check_reconfigure(self.cluster, *node, *gpu, layout.as_deref())
+                .map_err(|e| self.invalid(&action, e.reason))?;
+            let ready = self.now + self.config.reconfigure_time;
+            self.devices.reconfigure(*node, *gpu, layout.clone(), ready);
+            self.reconfigurations += 1;
+            self.seq += 1;
+            self.heap
+                .push(Reverse((ready, self.seq, Event::ReconfigDone)));
+            return Ok(());
+        }
+        let Some(job) = action.job() else {
+            return Err(self.invalid(&action, "action names no job"));
         };
         let pos = match self.active_pos.get(job.index()) {
             Some(&p) if p != NOT_ACTIVE => p as usize,
             _ => return Err(self.invalid(&action, "job is not active")),
         };
-        let state = self.active[pos].state;
-        match (&action, state) {
-            (Action::Start { allocation, .. }, JobState::Queued) => {
-                self.check_fits(&action, job, allocation)?;
-                self.take(allocation);
+        let new = validate(
+            &self.devices,
+            self.cluster,
+            &self.jobs[job.index()],
+            self.active[pos].allocation.as_ref(),
+            &action,
+            self.now,
+        )
+        .map_err(|e| self.invalid(&action, e.reason))?;
+        match (action, new) {
+            (Action::Start { .. }, Some(alloc)) => {
+                self.take(&alloc);
                 let restart = self.state[job.index()].ever_started;
-                self.begin(job, pos, allocation.clone(), restart)
+                self.begin(job, pos, alloc, restart)
             }
-            (Action::Preempt { .. }, JobState::Running) => {
-                self.stop(job, pos);
+            (Action::Preempt { .. }, _) => {
+                let old = self.stop(job, pos);
                 self.active[pos].state = JobState::Queued;
                 self.mark_stopped(job);
-                Ok(())
+                self.rerate_neighbours(&old, job)
             }
-            (Action::Resize { allocation, .. }, JobState::Running) => {
+            (Action::Resize { .. }, Some(alloc)) => {
                 let old = self.stop(job, pos);
-                if let Err(e) = self.check_fits(&action, job, allocation) {
-                    // Leave the world as it was before the invalid action.
-                    self.take(&old);
-                    self.active[pos].allocation = Some(old);
-                    return Err(e);
-                }
-                self.take(allocation);
-                self.begin(job, pos, allocation.clone(), true)
+                self.take(&alloc);
+                self.begin(job, pos, alloc, true)?;
+                self.rerate_neighbours(&old, job)
             }
-            _ => Err(self.invalid(&action, format!("job is {state:?}"))),
+            (Action::Retune { .. }, Some(alloc)) => {
+                self.sync(job);
+                let old = self.active[pos].allocation.take().unwrap_or_default();
+                self.release(&old);
+                self.take(&alloc);
+                self.active[pos].allocation = Some(alloc);
+                self.rerate(job)?;
+                self.rerate_neighbours(&old, job)
+            }
+            (action, _) => Err(self.invalid(&action, "validated to nothing")),
         }
     }
 
-    fn check_fits(&self, action: &Action, job: JobId, alloc: &Allocation) -> Result<(), SimError> {
-        let spec = &self.jobs[job.index()];
-        if alloc.shares.is_empty() || alloc.gpus() == 0 {
-            return Err(self.invalid(action, "allocation holds no GPUs"));
+    /// The jobs holding a quota share on any GPU of `alloc` (other than `except`).
+    fn sharers(&self, alloc: &Allocation, except: JobId) -> Vec<JobId> {
+        let touched: Vec<(NodeId, GpuMask)> = alloc
+            .shares
+            .iter()
+            .filter_map(|s| match s.devices {
+                Some(d) if matches!(d.part, GpuPart::Quota { .. }) => Some((s.node, d.gpus)),
+                _ => None,
+            })
+            .collect();
+        if touched.is_empty() {
+            return Vec::new();
         }
-        if !alloc.nodes_distinct() {
-            return Err(self.invalid(action, "a node appears twice"));
+        let mut out: Vec<JobId> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|&j| j != except)
+            .filter(|&j| {
+                let pos = self.active_pos[j.index()] as usize;
+                self.active[pos].allocation.as_ref().is_some_and(|a| {
+                    a.shares.iter().any(|s| {
+                        s.devices.is_some_and(|d| {
+                            touched
+                                .iter()
+                                .any(|(n, m)| *n == s.node && !m.is_disjoint(d.gpus))
+                        })
+                    })
+                })
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Re-rates the jobs sharing GPUs with `alloc` when truth depends on neighbours (quotas,
+    /// MPS): their speed changes when a neighbour arrives, leaves or is retuned.
+    fn rerate_neighbours(&mut self, alloc: &Allocation, changed: JobId) -> Result<(), SimError> {
+        if !self.truth.depends_on_neighbours() {
+            return Ok(());
         }
-        for s in &alloc.shares {
-            let Some(node) = self.cluster.nodes.get(s.node.index()) else {
-                return Err(self.invalid(action, format!("no node {}", s.node.0)));
-            };
-            if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&node.gpu) {
-                return Err(self.invalid(
-                    action,
-                    format!("node {} has a GPU model the job does not allow", node.name),
-                ));
-            }
-            if !self.free[s.node.index()].fits(&s.resources()) {
-                return Err(self.invalid(action, format!("over-allocates node {}", node.name)));
-            }
+        let mut all = self.sharers(alloc, changed);
+        if let Some(a) = self.active_pos.get(changed.index()).and_then(|&p| {
+            (p != NOT_ACTIVE)
+                .then(|| self.active[p as usize].allocation.clone())
+                .flatten()
+        }) {
+            all.extend(self.sharers(&a, changed));
+        }
+        all.sort_unstable();
+        all.dedup();
+        for j in all {
+            self.rerate(j)?;
         }
         Ok(())
     }
 
-    fn take(&mut self, alloc: &Allocation) {
-        for s in &alloc.shares {
-            self.free[s.node.index()].sub(&s.resources());
+    /// Brings a running job's rate up to date with its allocation and neighbours (no restart:
+    /// progress so far is kept and any restore still under way continues).
+    fn rerate(&mut self, job: JobId) -> Result<(), SimError> {
+        self.sync(job);
+        let pos = self.active_pos[job.index()] as usize;
+        let Some(alloc) = self.active[pos].allocation.clone() else {
+            return Ok(());
+        };
+        let rate = self.rate_of(job, &alloc)?;
+        let now = self.now;
+        let spec = &self.jobs[job.index()];
+        let st = &mut self.state[job.index()];
+        if rate == st.rate {
+            return Ok(());
         }
+        st.rate = rate;
+        st.version = st.version.wrapping_add(1);
+        let remaining = (spec.iterations as f64 - st.done).max(0.0);
+        let finish = st.resumes_at.max(now) + SimDuration::from_secs_f64_ceil(remaining / rate);
+        let version = st.version;
+        self.seq += 1;
+        self.heap.push(Reverse((
+            finish,
+            self.seq,
+            Event::Completion { job, version },
+        )));
+        Ok(())
+    }
+
+    /// The truth rate of `job` on `alloc`, with its neighbours when truth depends on them.
+    fn rate_of(&self, job: JobId, alloc: &Allocation) -> Result<f64, SimError> {
+        let spec = &self.jobs[job.index()];
+        let rate = if self.truth.depends_on_neighbours() {
+            let neighbours: Vec<(&TrainingJob, &Allocation)> = self
+                .sharers(alloc, job)
+                .into_iter()
+                .filter_map(|j| {
+                    let pos = self.active_pos[j.index()] as usize;
+                    self.active[pos]
+                        .allocation
+                        .as_ref()
+                        .map(|a| (&self.jobs[j.index()], a))
+                })
+                .collect();
+            self.truth
+                .throughput_among(spec, alloc, self.cluster, &neighbours)
+        } else {
+            self.truth.throughput(spec, alloc, self.cluster)
+        };
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(SimError::BadThroughput {
+                job: spec.name.clone(),
+                rate,
+                now: self.now,
+            });
+        }
+        Ok(rate)
+    }
+
+    fn take(&mut self, alloc: &Allocation) {
+        self.devices.take(self.cluster, alloc);
         self.used.0 += alloc.gpus() as u64;
         self.used.1 += alloc.cpu().0;
         self.used.2 += alloc.memory().0;
     }
 
     fn release(&mut self, alloc: &Allocation) {
-        for s in &alloc.shares {
-            self.free[s.node.index()].add(&s.resources());
-        }
+        self.devices.release(self.cluster, alloc);
         self.used.0 -= alloc.gpus() as u64;
         self.used.1 -= alloc.cpu().0;
         self.used.2 -= alloc.memory().0;
@@ -696,15 +849,8 @@ impl<'a> Simulation<'a> {
         alloc: Allocation,
         restart: bool,
     ) -> Result<(), SimError> {
+        let rate = self.rate_of(job, &alloc)?;
         let spec = &self.jobs[job.index()];
-        let rate = self.truth.throughput(spec, &alloc, self.cluster);
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(SimError::BadThroughput {
-                job: spec.name.clone(),
-                rate,
-                now: self.now,
-            });
-        }
         let cost = if restart {
             self.config.restart_costs.for_model(&spec.model)
         } else {
@@ -744,6 +890,10 @@ impl<'a> Simulation<'a> {
             self.seq,
             Event::Completion { job, version },
         )));
+        if self.truth.depends_on_neighbours() {
+            let held = self.active[pos].allocation.clone().unwrap_or_default();
+            self.rerate_neighbours(&held, job)?;
+        }
         Ok(())
     }
 
@@ -782,19 +932,20 @@ impl<'a> Simulation<'a> {
     /// Checks the engine's invariants; used by tests after every step.
     ///
     /// - no node has more GPUs, CPU or memory allocated than it has;
-    /// - free resources plus what running jobs hold equals capacity, node by node;
+    /// - free resources plus what running jobs hold equals capacity, node by node, and every
+    ///   GPU's state is what its holders imply (at most one whole holder; MIG instances valid
+    ///   for the layout, disjoint, one holder each; Σ SM requests ≤ 1000‰, Σ device memory ≤
+    ///   capacity) — see [`ClusterState::check_invariants`];
     /// - no job has done more iterations than it has, and finished jobs did all of them.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut held: Vec<Resources> = vec![Resources::default(); self.free.len()];
+        let mut holdings: Vec<(JobId, &Allocation)> = Vec::new();
         for a in &self.active {
             match (&a.state, &a.allocation) {
                 (JobState::Running, Some(alloc)) => {
                     if self.running_pos[a.id.index()] == NOT_ACTIVE {
                         return Err(format!("job {:?} runs but is not tracked as running", a.id));
                     }
-                    for s in &alloc.shares {
-                        held[s.node.index()].add(&s.resources());
-                    }
+                    holdings.push((a.id, alloc));
                 }
                 (JobState::Queued, None) => {}
                 (st, alloc) => {
@@ -816,17 +967,8 @@ impl<'a> Simulation<'a> {
                 self.running.len()
             ));
         }
-        for (node, (f, h)) in self.cluster.nodes.iter().zip(self.free.iter().zip(&held)) {
-            let cap = self.cluster.capacity(node.id);
-            let mut sum = *f;
-            sum.add(h);
-            if sum != cap {
-                return Err(format!(
-                    "node {}: free {f:?} + held {h:?} != capacity {cap:?}",
-                    node.name
-                ));
-            }
-        }
+        // Device level: free + held = capacity per node, no GPU over-committed.
+        self.devices.check_invariants(self.cluster, holdings)?;
         for (job, st) in self.jobs.iter().zip(&self.state) {
             let total = job.iterations as f64;
             if st.done > total {

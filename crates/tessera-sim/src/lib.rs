@@ -28,5 +28,5 @@
 mod engine;
 pub mod metrics;
 
-pub use engine::{Progress, SimConfig, SimError, Simulation};
+pub use engine::{Progress, SimConfig, SimError, Simulation, DEFAULT_RECONFIGURE_TIME};
 pub use metrics::{JobOutcome, JobRecord, SimReport, Summary, UtilSample};

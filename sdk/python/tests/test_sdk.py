@@ -125,3 +125,62 @@ def test_error_answers_are_ignored():
         assert it.cpu_workers == 2 and it.reports_sent == 0
     finally:
         d.close()
+
+
+class OddDaemon:
+    """Answers every report with a fixed raw reply (status line, headers and all)."""
+
+    def __init__(self, raw):
+        import socket
+
+        self.raw = raw
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(self.raw)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # Truncated: fewer body bytes than announced, then the connection closes.
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"state\": \"run",
+        # Not HTTP at all.
+        b"garbage\r\n\r\n",
+        # JSON, but not an object.
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n[1, 2, 3]",
+        # An object with values of the wrong types.
+        b"HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"cpuWorkers\": {\"a\": 1}, \"gpus\": []}",
+        # Not UTF-8.
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n\xff\xfe\xfd\xfc",
+        # Nothing at all.
+        b"",
+    ],
+)
+def test_report_progress_never_raises_on_broken_replies(raw):
+    d = OddDaemon(raw)
+    try:
+        assert report_progress(ctx(d.url), 5, timeout=2.0) is None
+        it = TesseraIterator(range(3), context=ctx(d.url), report_interval=0)
+        assert list(it) == [0, 1, 2]
+    finally:
+        d.close()

@@ -84,6 +84,9 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         .init();
     let config = DaemonConfig::from_file(&args.config)
         .with_context(|| format!("reading daemon config {}", args.config.display()))?;
+    for w in config.warnings() {
+        eprintln!("warning: {}: {w}", args.config.display());
+    }
     tessera_daemon::run(config).context("daemon stopped")?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 mod builtins;
 pub mod daemon;
 pub mod experiment;
+pub mod plan;
 mod simulate;
 pub mod sweep;
 mod trace;
@@ -19,6 +20,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
         Command::Builtins => builtins::run(),
         Command::Sweep(cmd) => sweep::run(&cmd),
+        Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),
         Command::Submit(a) => daemon::submit(&a),
         Command::List(a) => daemon::list(&a),

@@ -93,6 +93,8 @@ pub struct Launch {
     pub job_id: i64,
     /// Attempt number (1 for the first start, +1 after each preemption).
     pub attempt: u32,
+    /// The job's tenant (the local backend may run it as that tenant's Unix user).
+    pub tenant: String,
     /// What to run.
     pub payload: Payload,
     /// Environment for the job (validated names; values written quoted into a file).
@@ -311,10 +313,9 @@ pub(crate) fn run_command(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| BackendError::Spawn {
-        program: program.clone(),
-        message: e.to_string(),
-    })?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| BackendError::from_io(&program, &e))?;
     // Drain the pipes on threads so that a chatty command cannot block on a full pipe.
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
@@ -385,6 +386,7 @@ mod tests {
             name: Launch::run_name("ab12", 7, 1),
             job_id: 7,
             attempt: 1,
+            tenant: "alice".into(),
             payload: Payload::Command(vec![
                 "printf".into(),
                 "%s|%s".into(),

@@ -664,6 +664,7 @@ x|RUNNING|None|n1|bad
             name: "tessera-9-2".into(),
             job_id: 9,
             attempt: 2,
+            tenant: "alice".into(),
             payload: Payload::Command(vec!["true".into()]),
             env: vec![],
             placement: vec![share("n4", Some("a100_3g.40gb"), 1, 8)],

@@ -20,6 +20,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for w in config.warnings() {
+        eprintln!("warning: {path}: {w}");
+    }
     match tessera_daemon::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -55,6 +55,7 @@ pub fn local_backend(dir: &Path, gpus: u32) -> BackendConfig {
             cpus: MilliCpu::from_cores(8),
             memory: Bytes::from_gib(64),
         }],
+        run_as: Default::default(),
     })
 }
 

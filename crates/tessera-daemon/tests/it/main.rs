@@ -4,10 +4,12 @@
 //! - `local`: the local backend running real processes.
 //! - `slurm`: a real Slurm (`scripts/slurm/up.sh`); skipped outside CI when absent, and a
 //!   failure when `CI=true` and Slurm is missing.
+//! - `hardening`: hostile clients and faults (timeouts, caps, limits, exhaustion).
 //! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
 
 mod api;
 mod common;
+mod hardening;
 mod local;
 mod restart;
 mod slurm;

@@ -283,3 +283,47 @@ fn kill_group(pid: i32) {
         libc::kill(-pid, libc::SIGKILL);
     }
 }
+
+#[test]
+fn a_second_daemon_on_the_same_store_refuses_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), local_backend(dir.path(), 4));
+    let first = start_tesserad(dir.path(), config.clone(), free_port());
+    let alice = Client::new(&first.url, Some(ALICE.into()));
+    let ok = alice.submit(&job("only", 1, "sleep 30")).unwrap();
+    let mut second_config = config;
+    second_config.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let path = dir.path().join("second.yaml");
+    std::fs::write(&path, serde_norway::to_string(&second_config).unwrap()).unwrap();
+    let err_path = dir.path().join("second.err");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_tesserad"))
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = second.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill(); // our own child
+            let _ = second.wait();
+            panic!("the second daemon started on a store the first one holds");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", first.child.id())) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    // The first daemon and its job are untouched.
+    let jobs = alice.list().unwrap();
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ok.id]);
+    alice.cancel(ok.id).unwrap();
+}

@@ -91,7 +91,7 @@ fn slurm_jobs(conf: &std::path::Path, prefix: &str) -> Vec<(String, String, Stri
 }
 
 fn instance(dir: &std::path::Path) -> String {
-    tessera_daemon::store::Store::open(&dir.join("t.db"), Default::default())
+    tessera_daemon::store::Store::inspect(&dir.join("t.db"))
         .unwrap()
         .instance()
         .unwrap()

@@ -825,6 +825,7 @@ mod tests {
                 gpus: 1,
                 cpu: MilliCpu::from_cores(cores),
                 memory: gb_to_bytes(gb),
+                devices: None,
             }],
         };
         let truth = SynergyThroughput::new(TableMode::PerGpuCount);

@@ -169,6 +169,7 @@ impl<'c> FreeMap<'c> {
                 gpus: k,
                 cpu: MilliCpu(cpu.0.saturating_mul(k as u64)),
                 memory: Bytes(memory.0.saturating_mul(k as u64)),
+                devices: None,
             },
         }
     }
@@ -553,7 +554,7 @@ impl SynergyPolicy {
         let same = a.gpus() == spec.gpus
             && a.shares
                 .iter()
-                .all(|s| *s == ledger.share(spec, s.node, s.gpus, slice));
+                .all(|s| s.same_holding(&ledger.share(spec, s.node, s.gpus, slice)));
         (same && ledger.reserve(a)).then_some(Cow::Borrowed(a))
     }
 
@@ -792,7 +793,8 @@ impl SynergyPolicy {
             for &i in &self.holding {
                 let j = &view.active[i];
                 if let Some(cur) = &j.allocation {
-                    let same = planned[i] != NONE && *plan[planned[i] as usize].alloc == *cur;
+                    let same =
+                        planned[i] != NONE && plan[planned[i] as usize].alloc.same_holding(cur);
                     if !same {
                         actions.push(Action::Preempt { job: j.id });
                         if planned[i] != NONE {

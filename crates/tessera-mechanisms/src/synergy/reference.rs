@@ -15,9 +15,12 @@
 //! The cap of jobs demanding more than one server is a property of the demand, applied by
 //! [`tessera_perf::synergy::ReferenceProfiler`] and [`tessera_perf::synergy::ReferenceSpeedup`].
 
+use tessera_model::GpuPart;
 use tessera_model::{Cluster, JobId, Knowledge, SimDuration, SimRng, SimTime, Workload};
 use tessera_perf::ThroughputModel;
-use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Policy, Trigger};
+use tessera_sched::{
+    validate, Action, ActiveJob, ClusterState, ClusterView, JobState, Policy, Trigger,
+};
 
 use tessera_sim::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary};
 use tessera_sim::{SimConfig, SimError};
@@ -52,11 +55,8 @@ pub fn run_reference(
         .filter(|d| !d.is_zero())
         .unwrap_or(REFERENCE_ROUND);
     let round_s = round.as_secs_f64();
-    let capacity: Vec<_> = cluster
-        .nodes
-        .iter()
-        .map(|n| cluster.capacity(n.id))
-        .collect();
+    // Every round starts from an empty cluster.
+    let empty = ClusterState::new(cluster);
     let totals = cluster.totals();
     let mut st: Vec<JobState2> = vec![JobState2::default(); jobs.len()];
     let mut active: Vec<ActiveJob> = Vec::new();
@@ -84,7 +84,7 @@ pub fn run_reference(
     let mut points = 0u64;
     let mut stop_reason: Option<&str> = None;
     // Buffers reused every round.
-    let mut free = capacity.clone();
+    let mut devices = empty.clone();
     let mut placed: Vec<usize> = Vec::new();
     let mut ran: Vec<bool> = Vec::new();
     let mut pos_of: Vec<u32> = vec![u32::MAX; jobs.len()];
@@ -143,33 +143,52 @@ pub fn run_reference(
             now: t,
             trigger: Trigger {
                 round: true,
-                arrival: false,
-                completion: false,
+                ..Trigger::default()
             },
             cluster,
-            free: &capacity,
+            free: empty.free(),
+            state: &empty,
             jobs,
             active: &active,
         };
         policy.schedule(&view, &mut actions);
         points += 1;
         events += 1;
-        free.clone_from(&capacity);
+        devices.clone_from(&empty);
         placed.clear();
         // Position of each active job, by job id (rebuilt: jobs arrived and ended since).
         for (i, a) in active.iter().enumerate() {
             pos_of[a.id.index()] = i as u32;
         }
         for action in actions.drain(..) {
-            let Action::Start { job, allocation } = action else {
-                continue; // nothing runs between rounds, so preemptions are no-ops
-            };
             let invalid = |reason: &str| SimError::InvalidAction {
                 policy: policy.name().to_string(),
                 now: t,
-                action: format!("start {job:?}"),
+                action: format!("{action:?}"),
                 reason: reason.to_string(),
             };
+            let (job, allocation) = match &action {
+                Action::Start { job, allocation } => (*job, allocation),
+                // Nothing runs between rounds, so preemptions are no-ops.
+                Action::Preempt { .. } => continue,
+                // The reference has no resize, in-place retune or reconfiguration: refuse
+                // rather than silently drop what it cannot model.
+                other => {
+                    return Err(invalid(&format!(
+                        "the synergy engine does not model {} actions",
+                        other.kind()
+                    )))
+                }
+            };
+            if allocation
+                .shares
+                .iter()
+                .any(|s| s.devices.is_some_and(|d| d.part != GpuPart::Whole))
+            {
+                return Err(invalid(
+                    "the synergy engine models whole GPUs only (no MIG instances or quotas)",
+                ));
+            }
             let pos = match pos_of.get(job.index()) {
                 Some(&p) if active.get(p as usize).is_some_and(|a| a.id == job) => p as usize,
                 _ => return Err(invalid("job is not active")),
@@ -177,16 +196,11 @@ pub fn run_reference(
             if active[pos].allocation.is_some() {
                 return Err(invalid("started twice in one round"));
             }
-            if allocation.gpus() == 0 || !allocation.nodes_distinct() {
-                return Err(invalid("allocation holds no GPUs or repeats a node"));
-            }
-            for s in &allocation.shares {
-                match free.get_mut(s.node.index()) {
-                    Some(f) if f.fits(&s.resources()) => f.sub(&s.resources()),
-                    _ => return Err(invalid("over-allocates a node")),
-                }
-            }
-            active[pos].allocation = Some(allocation);
+            let resolved = validate(&devices, cluster, &jobs[job.index()], None, &action, t)
+                .map_err(|e| invalid(&e.reason))?
+                .unwrap_or_default();
+            devices.take(cluster, &resolved);
+            active[pos].allocation = Some(resolved);
             active[pos].state = JobState::Running;
             placed.push(pos);
         }

@@ -48,6 +48,7 @@ impl Policy for Chaos {
                         gpus,
                         cpu: MilliCpu(cpu),
                         memory: Bytes(mem),
+                        devices: None,
                     })
                     .collect(),
             };

@@ -1,6 +1,7 @@
 //! Integration tests of the simulator: hand-computed scenarios and randomized invariants.
 
 mod chaos;
+mod devices;
 mod invariants;
 mod scenarios;
 

@@ -1,6 +1,6 @@
 //! Small scenarios whose JCTs are computed by hand (comments show the timeline).
 
-use tessera_model::SimDuration;
+use tessera_model::{SimDuration, SimTime, TrainingJob};
 use tessera_perf::RestartCosts;
 use tessera_sim::JobOutcome;
 
@@ -170,4 +170,48 @@ fn multi_node_jobs_get_proportional_cpu_and_memory() {
     for u in [r.summary.gpu_util, r.summary.cpu_util, r.summary.mem_util] {
         assert!((u - 0.75).abs() < 1e-9, "{u}");
     }
+}
+
+/// Regression (found by the invariants property test): LAS with rounds shorter than the
+/// restore time livelocked — each job was preempted while still restoring, because restoring
+/// counted as attained service. Attained service now counts progress only, so the job that
+/// is restoring keeps the lowest attained service and resumes.
+#[test]
+fn las_rounds_shorter_than_restore_time_terminate() {
+    let mut jobs: Vec<TrainingJob> = [("resnet50", 1), ("bert", 930), ("gnmt", 31)]
+        .iter()
+        .enumerate()
+        .map(|(i, (model, secs))| {
+            let mut j =
+                TrainingJob::simple(i as u32, SimTime::ZERO, 1, SimDuration::from_secs(*secs));
+            j.model = model.to_string();
+            j
+        })
+        .collect();
+    jobs.sort_by_key(|j| j.id);
+    let workload = tessera_model::Workload::new(jobs);
+    let policy = tessera_sched::baselines::build(
+        "las",
+        &tessera_sched::PolicyOptions {
+            round: Some(SimDuration::from_secs(30)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // A time limit turns a livelock into a failure instead of a hang.
+    let config = tessera_sim::SimConfig {
+        time_limit: Some(SimTime::from_secs(100_000)),
+        ..Default::default()
+    };
+    let cluster = one_node(1);
+    let r = tessera_sim::Simulation::new(
+        &cluster,
+        &workload,
+        &tessera_perf::TraceThroughput,
+        policy,
+        config,
+    )
+    .run(&mut ())
+    .unwrap();
+    assert_eq!(r.summary.finished, 3, "{:?}", r.summary);
 }

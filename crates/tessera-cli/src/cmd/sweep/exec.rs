@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -18,7 +18,9 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tessera_mechanisms::experiment::{experiments, Experiment, ExperimentArgs, RunContext};
+use tessera_mechanisms::experiment::{
+    experiments, run_parallel, Experiment, ExperimentArgs, RunContext,
+};
 
 use super::spec::{simulate_argv, value_text, Plan, PlannedRun, RunKind, Spec};
 use crate::args::SimulateArgs;
@@ -328,36 +330,35 @@ pub fn run_local(dir: &Path, plan: &Plan, threads: usize) -> Result<Tally> {
     bar.set_prefix(plan.spec.name.clone());
     bar.set_message("0 failed");
     bar.enable_steady_tick(Duration::from_millis(500));
-    let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     let fatal: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
-    // Plain scoped threads, not rayon's `run_parallel`: a run calls `run_parallel` itself
-    // (simulate's policies, an experiment's runs), and a rayon worker that waits on another
-    // pool steals its own pool's jobs meanwhile, so runs would nest on one stack without
-    // bound (a 1,000-run sweep overflowed it).
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, todo.len().max(1)) {
-            scope.spawn(|| {
-                while let Some(run) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    match execute_run(dir, &plan.spec, run) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
-                            bar.set_message(format!("{n} failed"));
-                        }
-                        Err(e) => {
-                            if let Ok(mut slot) = fatal.lock() {
-                                slot.get_or_insert(e);
-                            }
-                            // Results can no longer be written: stop handing out runs.
-                            next.store(usize::MAX / 2, Ordering::Relaxed);
-                        }
-                    }
-                    bar.inc(1);
+    // The project's one parallel runner; runs cost alike as far as we know, so plan order.
+    run_parallel(
+        &todo,
+        threads,
+        |_| 0.0,
+        |run| {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match execute_run(dir, &plan.spec, run) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let n = failed.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.set_message(format!("{n} failed"));
                 }
-            });
-        }
-    });
+                Err(e) => {
+                    // Results can no longer be written: start no further runs.
+                    stop.store(true, Ordering::Relaxed);
+                    if let Ok(mut slot) = fatal.lock() {
+                        slot.get_or_insert(e);
+                    }
+                }
+            }
+        },
+        &|done, _| bar.set_position(done as u64),
+    )?;
     bar.finish_and_clear();
     if let Some(e) = fatal.into_inner().ok().flatten() {
         return Err(e);

@@ -1,0 +1,49 @@
+//! Errors of the planner: bad graphs, bad cluster descriptions, solver failures.
+
+use thiserror::Error;
+
+/// Why a graph, a cluster or a synthesis was rejected.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The text is not valid JSON/YAML of the expected shape.
+    #[error("{what}: {message}")]
+    Syntax {
+        /// `graph` or `cluster`.
+        what: &'static str,
+        /// The parser's message (with line and column when known).
+        message: String,
+    },
+    /// A field is out of range or inconsistent.
+    #[error("field {field}: {reason}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `ops[3].dims`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A GPU model the catalog does not know.
+    #[error(transparent)]
+    Spec(#[from] tessera_model::SpecError),
+    /// A built-in graph name that does not exist.
+    #[error("unknown built-in model {name:?} (known: {known})")]
+    UnknownModel {
+        /// The name as given.
+        name: String,
+        /// Comma-separated built-in names.
+        known: String,
+    },
+    /// The search found no program (the graph admits no valid sharding; a bug in a rule set).
+    #[error("no valid program for graph {graph:?}")]
+    NoProgram {
+        /// Graph name.
+        graph: String,
+    },
+}
+
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> PlanError {
+    PlanError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}

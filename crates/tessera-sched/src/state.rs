@@ -1,0 +1,641 @@
+//! What is free and held, down to the device: [`ClusterState`] with one [`GpuState`] per GPU,
+//! and the one validation of actions that every driver (the exact engine, the reference
+//! engines, the daemon) applies.
+//!
+//! A GPU is in one of three conditions:
+//! - **whole-free**: not partitioned, nobody on it; counted in the node's free GPUs;
+//! - **held**: exclusively by one whole-GPU holder, or **shared** by quota holders
+//!   (Σ SM requests ≤ 1000‰, Σ device memory ≤ capacity); either way not whole-free;
+//! - **partitioned** into a MIG layout ([`Action::Reconfigure`]): holders take instances of
+//!   the layout, one holder per instance.
+//!
+//! A reconfigured GPU is unavailable until its `ready_at`.
+
+use tessera_model::{
+    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, MigInstance, NodeId,
+    NodeShare, Resources, SimTime, TrainingJob,
+};
+use thiserror::Error;
+
+use crate::view::Action;
+
+/// Sum of SM requests a shared GPU may carry, permille (Σ requests ≤ 100%).
+pub const SM_REQUEST_CAPACITY: u32 = 1000;
+/// Sum of SM limits a shared GPU may carry, permille: limits may over-commit (Dilu allows
+/// 150%); drivers check requests against [`SM_REQUEST_CAPACITY`] and limits against this.
+pub const SM_LIMIT_CAPACITY: u32 = 1500;
+
+/// One GPU's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuState {
+    /// The MIG layout when partitioned.
+    pub mig: Option<Vec<MigInstance>>,
+    /// Instances of the layout in use (bit i = `mig[i]`).
+    pub mig_busy: u8,
+    /// Held whole by one holder.
+    pub whole: bool,
+    /// Quota holders sharing it.
+    pub quota_holders: u32,
+    /// Σ SM requests of its quota holders, permille.
+    pub sm_requested: u32,
+    /// Σ SM limits of its quota holders, permille.
+    pub sm_limits: u32,
+    /// Σ device memory pinned by quota holders and MIG instances in use.
+    pub memory_used: Bytes,
+    /// Unavailable before this instant (a reconfiguration in progress).
+    pub ready_at: SimTime,
+}
+
+impl GpuState {
+    /// Nobody holds any part of it.
+    pub fn is_idle(&self) -> bool {
+        !self.whole && self.quota_holders == 0 && self.mig_busy == 0
+    }
+
+    /// Idle and not partitioned: can be taken whole.
+    pub fn is_whole_free(&self) -> bool {
+        self.mig.is_none() && self.is_idle()
+    }
+}
+
+/// An action a driver refuses, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{reason}")]
+pub struct ActionError {
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn refuse<T>(reason: impl Into<String>) -> Result<T, ActionError> {
+    Err(ActionError {
+        reason: reason.into(),
+    })
+}
+
+/// Free resources per node and the state of every GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterState {
+    free: Vec<Resources>,
+    gpus: Vec<GpuState>,
+    /// Index of each node's first GPU in `gpus`.
+    first_gpu: Vec<u32>,
+}
+
+impl ClusterState {
+    /// Everything free.
+    pub fn new(cluster: &Cluster) -> ClusterState {
+        let mut first_gpu = Vec::with_capacity(cluster.nodes.len());
+        let mut total = 0u32;
+        for n in &cluster.nodes {
+            first_gpu.push(total);
+            total = total.saturating_add(n.gpus);
+        }
+        ClusterState {
+            free: cluster
+                .nodes
+                .iter()
+                .map(|n| cluster.capacity(n.id))
+                .collect(),
+            gpus: vec![GpuState::default(); total as usize],
+            first_gpu,
+        }
+    }
+
+    /// Free resources per node (`gpus` = whole-free GPUs).
+    pub fn free(&self) -> &[Resources] {
+        &self.free
+    }
+
+    /// The GPUs of a node.
+    pub fn gpus(&self, node: NodeId) -> &[GpuState] {
+        let first = self.first_gpu.get(node.index()).copied().unwrap_or(0) as usize;
+        let end = self
+            .first_gpu
+            .get(node.index() + 1)
+            .map_or(self.gpus.len(), |&e| e as usize);
+        self.gpus.get(first..end).unwrap_or(&[])
+    }
+
+    fn gpu_mut(&mut self, node: NodeId, index: u32) -> Option<&mut GpuState> {
+        let first = *self.first_gpu.get(node.index())? as usize;
+        self.gpus.get_mut(first + index as usize)
+    }
+
+    fn whole_free_mask(&self, node: NodeId, now: SimTime) -> GpuMask {
+        let mut m = GpuMask::default();
+        for (i, g) in self.gpus(node).iter().enumerate() {
+            if g.is_whole_free() && g.ready_at <= now {
+                m.0 |= 1 << i;
+            }
+        }
+        m
+    }
+
+    /// Checks that `alloc` can be taken now by `job` and returns it with every share's
+    /// devices named (a share without devices gets the lowest-numbered whole-free GPUs).
+    /// Nothing changes.
+    pub fn resolve(
+        &self,
+        cluster: &Cluster,
+        job: &TrainingJob,
+        alloc: &Allocation,
+        now: SimTime,
+    ) -> Result<Allocation, ActionError> {
+        if alloc.shares.is_empty() || alloc.devices() == 0 {
+            return refuse("allocation holds no GPUs");
+        }
+        if !alloc.nodes_distinct() {
+            return refuse("a node appears twice");
+        }
+        let mut resolved = alloc.clone();
+        for s in &mut resolved.shares {
+            let Some(node) = cluster.nodes.get(s.node.index()) else {
+                return refuse(format!("no node {}", s.node.0));
+            };
+            if !job.gpu_types.is_empty() && !job.gpu_types.contains(&node.gpu) {
+                return refuse(format!(
+                    "node {} has a GPU model the job does not allow",
+                    node.name
+                ));
+            }
+            let free = self.free[s.node.index()];
+            if !free.fits(&s.resources()) {
+                return refuse(format!("over-allocates node {}", node.name));
+            }
+            let whole_free = self.whole_free_mask(s.node, now);
+            let devices = match s.devices {
+                None => {
+                    let picked = GpuMask(
+                        whole_free
+                            .iter()
+                            .take(s.gpus as usize)
+                            .fold(0u64, |m, i| m | (1 << i)),
+                    );
+                    if picked.count() < s.gpus {
+                        return refuse(format!(
+                            "node {}: {} whole GPUs asked, {} free and ready",
+                            node.name,
+                            s.gpus,
+                            picked.count()
+                        ));
+                    }
+                    DeviceAlloc {
+                        gpus: picked,
+                        part: GpuPart::Whole,
+                    }
+                }
+                Some(d) => d,
+            };
+            self.check_devices(cluster, s, devices, now)?;
+            s.devices = Some(devices);
+        }
+        Ok(resolved)
+    }
+
+    fn check_devices(
+        &self,
+        cluster: &Cluster,
+        s: &NodeShare,
+        d: DeviceAlloc,
+        now: SimTime,
+    ) -> Result<(), ActionError> {
+        let node = &cluster.nodes[s.node.index()];
+        if d.gpus.iter().any(|i| i >= node.gpus) {
+            return refuse(format!("node {} has no GPU {:?}", node.name, d.gpus));
+        }
+        let gpus = self.gpus(s.node);
+        let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
+        for i in d.gpus.iter() {
+            let g = &gpus[i as usize];
+            if g.ready_at > now {
+                return refuse(format!(
+                    "GPU {i} of {} is being reconfigured until {}",
+                    node.name, g.ready_at
+                ));
+            }
+        }
+        match d.part {
+            GpuPart::Whole => {
+                if d.gpus.count() != s.gpus {
+                    return refuse(format!(
+                        "{} whole GPUs counted but {} named",
+                        s.gpus,
+                        d.gpus.count()
+                    ));
+                }
+                if let Some(i) = d.gpus.iter().find(|&i| !gpus[i as usize].is_whole_free()) {
+                    return refuse(format!("GPU {i} of {} is not free", node.name));
+                }
+            }
+            GpuPart::Mig(inst) => {
+                if s.gpus != 0 || d.gpus.count() != 1 {
+                    return refuse("a MIG share names exactly one GPU and no whole GPUs");
+                }
+                let i = d.gpus.iter().next().unwrap_or(0);
+                let g = &gpus[i as usize];
+                let Some(layout) = &g.mig else {
+                    return refuse(format!("GPU {i} of {} is not partitioned", node.name));
+                };
+                let Some(pos) = layout.iter().position(|x| *x == inst) else {
+                    return refuse(format!(
+                        "GPU {i} of {} has no instance {inst:?} in its layout",
+                        node.name
+                    ));
+                };
+                if g.mig_busy & (1 << pos) != 0 {
+                    return refuse(format!("instance {inst:?} of GPU {i} is in use"));
+                }
+            }
+            GpuPart::Quota {
+                sm_request,
+                sm_limit,
+                memory,
+            } => {
+                if s.gpus != 0 {
+                    return refuse("a quota share holds no whole GPUs");
+                }
+                if sm_request == 0 || sm_request > sm_limit || sm_limit as u32 > SM_REQUEST_CAPACITY
+                {
+                    return refuse(format!(
+                        "quota needs 0 < request {sm_request} <= limit {sm_limit} <= 1000 permille"
+                    ));
+                }
+                for i in d.gpus.iter() {
+                    let g = &gpus[i as usize];
+                    if g.whole || g.mig.is_some() {
+                        return refuse(format!("GPU {i} of {} is not shareable", node.name));
+                    }
+                    if g.sm_requested + sm_request as u32 > SM_REQUEST_CAPACITY {
+                        return refuse(format!("GPU {i}: SM requests exceed 1000 permille"));
+                    }
+                    if g.sm_limits + sm_limit as u32 > SM_LIMIT_CAPACITY {
+                        return refuse(format!(
+                            "GPU {i}: SM limits exceed {SM_LIMIT_CAPACITY} permille"
+                        ));
+                    }
+                    if g.memory_used.0.saturating_add(memory.0) > capacity.0 {
+                        return refuse(format!("GPU {i}: device memory exceeds its capacity"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a resolved allocation (every share names its devices; see
+    /// [`resolve`](Self::resolve)).
+    pub fn take(&mut self, cluster: &Cluster, alloc: &Allocation) {
+        for s in &alloc.shares {
+            if let Some(f) = self.free.get_mut(s.node.index()) {
+                f.sub(&s.resources());
+            }
+            let Some(d) = s.devices else { continue };
+            let mem_of = |cluster: &Cluster, gpu_node: NodeId, inst: MigInstance| -> Bytes {
+                let node = &cluster.nodes[gpu_node.index()];
+                cluster
+                    .catalog
+                    .mig_geometry(node.gpu)
+                    .and_then(|geo| geo.profile(inst))
+                    .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib))
+            };
+            for i in d.gpus.iter() {
+                let became_shared;
+                {
+                    let mem = match d.part {
+                        GpuPart::Mig(inst) => mem_of(cluster, s.node, inst),
+                        _ => Bytes(0),
+                    };
+                    let Some(g) = self.gpu_mut(s.node, i) else {
+                        continue;
+                    };
+                    became_shared = matches!(d.part, GpuPart::Quota { .. }) && g.is_whole_free();
+                    match d.part {
+                        GpuPart::Whole => g.whole = true,
+                        GpuPart::Mig(inst) => {
+                            if let Some(pos) = g
+                                .mig
+                                .as_ref()
+                                .and_then(|l| l.iter().position(|x| *x == inst))
+                            {
+                                g.mig_busy |= 1 << pos;
+                                g.memory_used += mem;
+                            }
+                        }
+                        GpuPart::Quota {
+                            sm_request,
+                            sm_limit,
+                            memory,
+                        } => {
+                            g.quota_holders += 1;
+                            g.sm_requested += sm_request as u32;
+                            g.sm_limits += sm_limit as u32;
+                            g.memory_used += memory;
+                        }
+                    }
+                }
+                if became_shared {
+                    // A whole-free GPU that starts being shared leaves the whole-GPU pool.
+                    if let Some(f) = self.free.get_mut(s.node.index()) {
+                        f.gpus = f.gpus.saturating_sub(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Returns a resolved allocation.
+    pub fn release(&mut self, cluster: &Cluster, alloc: &Allocation) {
+        for s in &alloc.shares {
+            if let Some(f) = self.free.get_mut(s.node.index()) {
+                f.add(&s.resources());
+            }
+            let Some(d) = s.devices else { continue };
+            for i in d.gpus.iter() {
+                let mut back_to_pool = false;
+                let node = &cluster.nodes[s.node.index()];
+                let mig_mem = |inst: MigInstance| {
+                    cluster
+                        .catalog
+                        .mig_geometry(node.gpu)
+                        .and_then(|geo| geo.profile(inst))
+                        .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib))
+                };
+                let Some(g) = self.gpu_mut(s.node, i) else {
+                    continue;
+                };
+                match d.part {
+                    GpuPart::Whole => g.whole = false,
+                    GpuPart::Mig(inst) => {
+                        if let Some(pos) = g
+                            .mig
+                            .as_ref()
+                            .and_then(|l| l.iter().position(|x| *x == inst))
+                        {
+                            g.mig_busy &= !(1 << pos);
+                            g.memory_used -= mig_mem(inst);
+                        }
+                    }
+                    GpuPart::Quota {
+                        sm_request,
+                        sm_limit,
+                        memory,
+                    } => {
+                        g.quota_holders = g.quota_holders.saturating_sub(1);
+                        g.sm_requested = g.sm_requested.saturating_sub(sm_request as u32);
+                        g.sm_limits = g.sm_limits.saturating_sub(sm_limit as u32);
+                        g.memory_used -= memory;
+                        back_to_pool = g.is_whole_free();
+                    }
+                }
+                if back_to_pool {
+                    if let Some(f) = self.free.get_mut(s.node.index()) {
+                        f.gpus += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks a reconfiguration: the GPU exists, nobody holds any part of it, and the layout
+    /// (if any) is valid for its MIG geometry.
+    pub fn check_reconfigure(
+        &self,
+        cluster: &Cluster,
+        node: NodeId,
+        gpu: u32,
+        layout: Option<&[MigInstance]>,
+    ) -> Result<(), ActionError> {
+        let Some(n) = cluster.nodes.get(node.index()) else {
+            return refuse(format!("no node {}", node.0));
+        };
+        let Some(g) = self.gpus(node).get(gpu as usize) else {
+            return refuse(format!("node {} has no GPU {gpu}", n.name));
+        };
+        if !g.is_idle() {
+            return refuse(format!(
+                "GPU {gpu} of {} is in use (preempt its holders first)",
+                n.name
+            ));
+        }
+        if let Some(layout) = layout {
+            let Some(geo) = cluster.catalog.mig_geometry(n.gpu) else {
+                return refuse(format!("{} is not MIG-capable", n.name));
+            };
+            geo.check_layout(layout)
+                .map_err(|reason| ActionError { reason })?;
+        }
+        Ok(())
+    }
+
+    /// Applies a checked reconfiguration: the GPU takes `layout` (or whole mode) and is
+    /// unavailable until `ready_at`.
+    pub fn reconfigure(
+        &mut self,
+        node: NodeId,
+        gpu: u32,
+        layout: Option<Vec<MigInstance>>,
+        ready_at: SimTime,
+    ) {
+        let was_whole_free;
+        let now_whole_free;
+        {
+            let Some(g) = self.gpu_mut(node, gpu) else {
+                return;
+            };
+            was_whole_free = g.is_whole_free();
+            g.mig = layout;
+            g.mig_busy = 0;
+            g.ready_at = ready_at;
+            now_whole_free = g.is_whole_free();
+        }
+        if let Some(f) = self.free.get_mut(node.index()) {
+            match (was_whole_free, now_whole_free) {
+                (true, false) => f.gpus = f.gpus.saturating_sub(1),
+                (false, true) => f.gpus += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks every device-level invariant against what the holders hold, node by node:
+    /// free + held = capacity; at most one whole holder per GPU and none beside sharers or
+    /// on a partitioned GPU; MIG instances valid for the layout and disjoint, one holder each;
+    /// Σ SM requests ≤ 1000‰, Σ limits ≤ the limit capacity and Σ device memory ≤ capacity.
+    pub fn check_invariants<'a>(
+        &self,
+        cluster: &Cluster,
+        holdings: impl IntoIterator<Item = (JobId, &'a Allocation)>,
+    ) -> Result<(), String> {
+        let mut rebuilt = ClusterState::new(cluster);
+        // Carry layouts and readiness over: they are not holdings.
+        for (a, b) in rebuilt.gpus.iter_mut().zip(&self.gpus) {
+            a.mig = b.mig.clone();
+            a.ready_at = b.ready_at;
+        }
+        for (n, node) in cluster.nodes.iter().enumerate() {
+            let partitioned = self
+                .gpus(node.id)
+                .iter()
+                .filter(|g| g.mig.is_some())
+                .count();
+            rebuilt.free[n].gpus = rebuilt.free[n].gpus.saturating_sub(partitioned as u32);
+        }
+        for (job, alloc) in holdings {
+            for s in &alloc.shares {
+                let Some(d) = s.devices else {
+                    return Err(format!("job {job:?} holds a share without named devices"));
+                };
+                let node = cluster
+                    .nodes
+                    .get(s.node.index())
+                    .ok_or_else(|| format!("job {job:?} holds a share on no node"))?;
+                let gpus = rebuilt.gpus(s.node);
+                let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
+                for i in d.gpus.iter() {
+                    let g = gpus.get(i as usize).ok_or_else(|| {
+                        format!(
+                            "job {job:?} holds GPU {i} of {}, which does not exist",
+                            node.name
+                        )
+                    })?;
+                    match d.part {
+                        GpuPart::Whole if !g.is_whole_free() => {
+                            return Err(format!(
+                                "GPU {i} of {} held whole while also held or partitioned",
+                                node.name
+                            ));
+                        }
+                        GpuPart::Quota { .. } if g.whole || g.mig.is_some() => {
+                            return Err(format!(
+                                "GPU {i} of {} shared while held whole or partitioned",
+                                node.name
+                            ));
+                        }
+                        GpuPart::Mig(inst) => {
+                            let layout = g.mig.as_ref().ok_or_else(|| format!("job {job:?} holds a MIG instance of unpartitioned GPU {i} of {}", node.name))?;
+                            let pos = layout.iter().position(|x| *x == inst).ok_or_else(|| {
+                                format!("job {job:?} holds {inst:?}, not in GPU {i}'s layout")
+                            })?;
+                            if g.mig_busy & (1 << pos) != 0 {
+                                return Err(format!(
+                                    "instance {inst:?} of GPU {i} of {} held twice",
+                                    node.name
+                                ));
+                            }
+                        }
+                        _ => {}
+                    }
+                    let _ = capacity;
+                }
+            }
+            rebuilt.take(cluster, alloc);
+        }
+        for (n, node) in cluster.nodes.iter().enumerate() {
+            if rebuilt.free[n] != self.free[n] {
+                return Err(format!(
+                    "node {}: free {:?} but holdings leave {:?}",
+                    node.name, self.free[n], rebuilt.free[n]
+                ));
+            }
+            let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
+            let geo = cluster.catalog.mig_geometry(node.gpu);
+            for (i, (g, r)) in self
+                .gpus(node.id)
+                .iter()
+                .zip(rebuilt.gpus(node.id))
+                .enumerate()
+            {
+                if g != r {
+                    return Err(format!(
+                        "GPU {i} of {}: state {g:?}, holdings give {r:?}",
+                        node.name
+                    ));
+                }
+                if g.sm_requested > SM_REQUEST_CAPACITY || g.sm_limits > SM_LIMIT_CAPACITY {
+                    return Err(format!("GPU {i} of {}: SM over-committed {g:?}", node.name));
+                }
+                if g.memory_used > capacity {
+                    return Err(format!(
+                        "GPU {i} of {}: device memory over-committed",
+                        node.name
+                    ));
+                }
+                if let Some(layout) = &g.mig {
+                    let geo = geo.ok_or_else(|| {
+                        format!("GPU {i} of {} partitioned but not MIG-capable", node.name)
+                    })?;
+                    geo.check_layout(layout)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks `action` against the job's state (`holding` = what it holds now, `None` when
+/// queued) and the cluster, and returns the allocation it will hold afterwards with devices
+/// named (`None` for a preemption). The one validation every driver applies; a driver adds
+/// only checks of its own (node health in the daemon).
+///
+/// `Resize` and `Retune` are checked as if the job's current holding were released first.
+/// A `Retune` must keep the same nodes, GPUs and whole-GPU counts (only CPU, memory and
+/// quotas change).
+pub fn validate(
+    state: &ClusterState,
+    cluster: &Cluster,
+    job: &TrainingJob,
+    holding: Option<&Allocation>,
+    action: &Action,
+    now: SimTime,
+) -> Result<Option<Allocation>, ActionError> {
+    match (action, holding) {
+        (Action::Start { allocation, .. }, None) => {
+            state.resolve(cluster, job, allocation, now).map(Some)
+        }
+        (Action::Preempt { .. }, Some(_)) => Ok(None),
+        (Action::Resize { allocation, .. }, Some(old)) => {
+            let mut without = state.clone();
+            without.release(cluster, old);
+            without.resolve(cluster, job, allocation, now).map(Some)
+        }
+        (Action::Retune { allocation, .. }, Some(old)) => {
+            let same_devices = allocation.shares.len() == old.shares.len()
+                && allocation.shares.iter().zip(&old.shares).all(|(a, b)| {
+                    a.node == b.node
+                        && a.gpus == b.gpus
+                        && match (a.devices, b.devices) {
+                            (None, _) => true,
+                            (Some(x), Some(y)) => {
+                                x.gpus == y.gpus
+                                    && matches!(
+                                        (x.part, y.part),
+                                        (GpuPart::Whole, GpuPart::Whole)
+                                            | (GpuPart::Quota { .. }, GpuPart::Quota { .. })
+                                    )
+                                    || x == y
+                            }
+                            (Some(_), None) => false,
+                        }
+                });
+            if !same_devices {
+                return refuse("a retune keeps the job's nodes and GPUs (use Resize to move it)");
+            }
+            // Name the same devices as before where the new allocation leaves them implicit.
+            let mut named = allocation.clone();
+            for (a, b) in named.shares.iter_mut().zip(&old.shares) {
+                if a.devices.is_none() {
+                    a.devices = b.devices;
+                }
+            }
+            let mut without = state.clone();
+            without.release(cluster, old);
+            without.resolve(cluster, job, &named, now).map(Some)
+        }
+        (Action::Reconfigure { .. }, _) => refuse("a reconfiguration concerns a GPU, not a job"),
+        (a, h) => refuse(format!(
+            "{} on a job that is {}",
+            a.kind(),
+            if h.is_some() { "running" } else { "queued" }
+        )),
+    }
+}
