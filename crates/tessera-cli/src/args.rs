@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
 /// Start with `tessera simulate`: it runs a built-in cluster and workload under the baseline
-/// policies and prints a comparison. `tessera serve` runs the same policies on real jobs;
+/// policies and Synergy's, and prints a comparison. `tessera serve` runs the same policies on real jobs;
 /// `submit`, `list`, `describe`, `cancel`, `nodes` and `queue` talk to it.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about, long_about, max_term_width = 100)]
@@ -19,9 +19,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay a workload trace on a cluster under one or more policies and compare them.
+    #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
     /// Inspect, convert or generate workload traces.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = TRACE_EXAMPLES)]
     Trace(TraceCommand),
     /// Run a speed benchmark and print its figures (see BENCHMARKS.md); `all` runs every one.
     /// The benchmarks come from the mechanism registry (`tessera builtins`).
@@ -40,8 +41,10 @@ pub enum Command {
     /// Plan how to shard one model's training across GPUs of different speeds (HAP).
     Plan(crate::cmd::plan::PlanArgs),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(crate::cmd::daemon::ServeArgs),
     /// Submit a job spec (YAML or JSON) to the daemon.
+    #[command(after_help = SUBMIT_EXAMPLES)]
     Submit(crate::cmd::daemon::SubmitArgs),
     /// List your jobs (all jobs with an admin token).
     List(crate::cmd::daemon::ListArgs),
@@ -54,6 +57,31 @@ pub enum Command {
     /// Show queues and the pending jobs in scheduling order.
     Queue(crate::cmd::daemon::ClientArgs),
 }
+
+const SIMULATE_EXAMPLES: &str = "Examples:
+  tessera simulate
+      the built-in loaded cluster and workload under the baselines and Synergy
+  tessera simulate --cluster c.yaml --trace jobs.csv --policy fifo --policy las --out out/
+      compare two policies on your files; out/ gets CSVs, summary.json and plots
+  tessera simulate --cluster pai_machine_spec.csv --trace cluster_log.csv --reject-unfit
+      a Helios log on Alibaba PAI's 2020 machines; jobs that never fit are reported, not fatal";
+
+const SERVE_EXAMPLES: &str = "Examples:
+  tessera serve --config tessera.yaml
+      start the daemon (see docs/daemon.md for the config: store, backend, tenants)
+  tessera serve --config tessera.yaml --log-level debug 2> daemon.log
+      the same, logging plain text (no colour) to a file";
+
+const SUBMIT_EXAMPLES: &str = "Examples:
+  tessera submit job.yaml --token $TOKEN
+      submit a job spec; prints its id
+  tessera describe 12 --token $TOKEN
+      its state, pending reason, queue position and history (RFC 3339 times)";
+
+const TRACE_EXAMPLES: &str = "Examples:
+  tessera trace generate --jobs 10000 --load 120 --seed 7 -o jobs.csv
+  tessera trace inspect cluster_log.csv
+  tessera trace convert trace_seren.csv -o seren.csv";
 
 /// `repro` and `bench`: one subcommand per registered experiment, added at run time
 /// ([`with_registry`]), whose flags are the experiment's parameters.
@@ -133,7 +161,7 @@ pub struct SimulateArgs {
     /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:default",
+        default_value = "builtin:synergy-128",
         value_name = "PATH|builtin:NAME"
     )]
     pub cluster: Source,
@@ -141,28 +169,29 @@ pub struct SimulateArgs {
     /// Workload trace: a file or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:philly-synthetic-2k",
+        default_value = "builtin:synergy-mix-600",
         value_name = "PATH|builtin:NAME"
     )]
     pub trace: Source,
 
     /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
-    /// pollux, tiresias, philly-json (see `tessera builtins`).
+    /// pollux, tiresias, philly-json, helios, acme (see `tessera builtins`).
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub trace_format: String,
 
-    /// Policy to run; repeat to compare several. Default: every baseline (fifo, srtf, las,
-    /// ftf). Every registered policy is listed by `tessera builtins`.
+    /// Policy to run; repeat to compare several. Default: the baselines (fifo, srtf, las, ftf)
+    /// and Synergy's LAS with proportional and with tuned CPU/memory (las+proportional,
+    /// las+tune). Every registered policy is listed by `tessera builtins`.
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
 
     /// Round length in seconds for preemptive policies (leases end and jobs are re-planned
     /// every round). Without it, they re-plan at every arrival and completion.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub round: Option<f64>,
 
     /// Seed for generated workloads and anything stochastic.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
 
     /// Report jobs that can never fit the cluster as rejected instead of failing.
@@ -177,17 +206,32 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_restart_cost: bool,
 
-    /// Write jobs.csv, summary.json and timeseries.csv into this directory.
+    /// Write jobs.csv, summary.json and timeseries.csv into this directory, and plots:
+    /// jct_cdf (JCT CDF per policy, log x), timeline (busy GPUs and queue length over time)
+    /// and jct_bars (average and p99 JCT relative to the first policy).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+
+    /// Image format of the plots written with --out.
+    #[arg(long, value_enum, default_value_t = crate::plot::PlotFormat::Svg)]
+    pub plot_format: crate::plot::PlotFormat,
+
+    /// Write no plots with --out (only the CSV and JSON files).
+    #[arg(long)]
+    pub no_plots: bool,
 
     /// Print the comparison as JSON (the summary.json document) instead of a table.
     #[arg(long)]
     pub json: bool,
 
     /// Worker threads for running policies in parallel (default: available cores).
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<usize>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub threads: Option<usize>,
+
+    /// Not an option of simulate: `--jobs` once meant worker threads here; it is refused so
+    /// that `--jobs 10000` is not mistaken for a job count.
+    #[arg(long, hide = true, value_name = "N", allow_negative_numbers = true)]
+    pub jobs: Option<String>,
 
     /// Engine semantics: exact (ours: completions inside rounds, progress at the true rate),
     /// or a mechanism's engine, e.g. synergy (the Synergy reference simulator's rounds: 300 s
@@ -202,12 +246,22 @@ pub struct SimulateArgs {
     pub perf: String,
 
     /// Profiling cost in seconds of one GPU per job (synergy truth, exact semantics).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub profile_cost: f64,
 
     /// Profiling relative error: each measurement is scaled by 1 + e·U(-1, 1) (synergy
     /// truth, exact semantics).
-    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "FRACTION",
+        allow_negative_numbers = true
+    )]
     pub profile_error: f64,
 
     /// Arrival times: `trace` (as the trace has them) or `poisson:JOBS_PER_HOUR` (re-drawn
@@ -262,23 +316,23 @@ pub struct ConvertArgs {
     #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
     pub arrivals: String,
     /// Seed of re-drawn arrivals.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
 }
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// Number of jobs.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
     pub jobs: usize,
     /// Arrival rate in jobs per hour (Poisson).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub load: f64,
     /// Seed.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// GPU count of every job (default: the Philly mix 1/2/4/8 GPUs).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gpus: Option<u32>,
     /// Output CSV; `-` for stdout.
     #[arg(long, short, default_value = "-")]

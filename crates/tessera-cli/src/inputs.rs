@@ -3,10 +3,18 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use tessera_model::{Cluster, GpuCatalog};
+use tessera_model::{Cluster, Dimension, GpuCatalog};
 use tessera_trace::{LoadedTrace, ReadOptions, TraceFormat};
 
 use crate::builtin;
+use tessera_trace::printable;
+
+/// `; did you mean "x"?` when a known name is close to `name`, else nothing.
+fn hint(name: &str, known: &[&str]) -> String {
+    tessera_mechanisms::did_you_mean(name, known.iter().copied())
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default()
+}
 
 /// The built-in GPU catalog, or the one in `path`.
 pub fn load_catalog(path: Option<&Path>) -> Result<GpuCatalog> {
@@ -27,7 +35,8 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
                 .map(|k| format!("; did you mean {k:?}?"))
                 .unwrap_or_default();
             bail!(
-                "unknown built-in cluster {name:?}{hint} (known: {})",
+                "unknown built-in cluster {:?}{hint} (known: {})",
+                printable(name),
                 known.join(", ")
             );
         };
@@ -36,6 +45,19 @@ pub fn load_cluster(source: &str, catalog: &GpuCatalog) -> Result<Cluster> {
     }
     let text =
         std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
+    if tessera_trace::looks_like_pai_machine_spec(&text) {
+        let pai = tessera_trace::read_pai_machine_spec(&text, source)?;
+        eprintln!(
+            "{source}: read as an Alibaba PAI 2020 machine spec: {} GPU machines in {} groups; \
+             left out {} CPU-only and {} MISC machines (GPU model not published)",
+            pai.machines,
+            pai.spec.spec.node_groups.len(),
+            pai.cpu_only,
+            pai.misc
+        );
+        return Cluster::from_spec(&pai.spec, catalog)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"));
+    }
     // The error names the line (when known) and the field: `FILE: line 9: field spec...`.
     Cluster::from_yaml(&text, catalog).map_err(|e| anyhow::anyhow!("{source}: {e}"))
 }
@@ -46,9 +68,11 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
         return Ok(None);
     }
     name.parse::<TraceFormat>().map(Some).map_err(|_| {
-        let known: Vec<String> = TraceFormat::ALL.iter().map(|f| f.to_string()).collect();
+        let known: Vec<&str> = TraceFormat::ALL.iter().map(|f| f.name()).collect();
         anyhow::anyhow!(
-            "unknown trace format {name:?} (known: auto, {})",
+            "unknown trace format {:?}{} (known: auto, {})",
+            printable(name),
+            hint(name, &known),
             known.join(", ")
         )
     })
@@ -63,13 +87,18 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let Some(workload) = tessera_trace::builtin_trace(name, seed) else {
+        let Some(workload) =
+            tessera_trace::builtin_trace(name, seed).or_else(|| builtin::trace(name, seed))
+        else {
             let known: Vec<_> = tessera_trace::BUILTIN_TRACES
                 .iter()
+                .chain(builtin::TRACES)
                 .map(|(n, _)| *n)
                 .collect();
             bail!(
-                "unknown built-in trace {name:?} (known: {})",
+                "unknown built-in trace {:?}{} (known: {})",
+                printable(name),
+                hint(name, &known),
                 known.join(", ")
             );
         };
@@ -80,6 +109,7 @@ pub fn load_trace(
             workload,
             lines,
             skipped: 0,
+            skipped_examples: Vec::new(),
             dropped: 0,
         });
     }
@@ -92,6 +122,28 @@ pub fn load_trace(
     )?)
 }
 
+/// Tells the user what the reader skipped and dropped, naming the first skipped rows.
+pub fn report_skips(source: &str, trace: &LoadedTrace) {
+    if trace.skipped > 0 {
+        eprintln!("{source}: skipped {} malformed rows, first:", trace.skipped);
+        for e in &trace.skipped_examples {
+            eprintln!("  {e}");
+        }
+        if trace.skipped > trace.skipped_examples.len() {
+            eprintln!(
+                "  ... and {} more",
+                trace.skipped - trace.skipped_examples.len()
+            );
+        }
+    }
+    if trace.dropped > 0 {
+        eprintln!(
+            "{source}: dropped {} jobs the trace marks as not replayable (unfinished, CPU-only, or no run time)",
+            trace.dropped
+        );
+    }
+}
+
 /// How to name a trace's format to the user: built-in workloads are generated, not parsed.
 pub fn format_label(source: &str, trace: &LoadedTrace) -> String {
     if source.starts_with("builtin:") {
@@ -101,8 +153,9 @@ pub fn format_label(source: &str, trace: &LoadedTrace) -> String {
     }
 }
 
-/// Fails on the first job that can never fit the cluster, naming the trace line, unless the
-/// user asked for such jobs to be reported as rejected.
+/// Fails on the first job that can never fit the cluster (on any dimension: GPU type, GPU
+/// count, CPU, memory), naming the trace line and the dimension, unless the user asked for
+/// such jobs to be reported as rejected; then returns how many there are.
 pub fn check_fit(
     source: &str,
     trace: &LoadedTrace,
@@ -111,13 +164,17 @@ pub fn check_fit(
 ) -> Result<usize> {
     let mut unfit = 0;
     for (job, line) in trace.workload.jobs().iter().zip(&trace.lines) {
-        let max = cluster.max_gpus_for(&job.gpu_types);
-        if job.gpus as u64 > max {
+        if let Err(e) = cluster.can_ever_fit(job) {
             if !reject_unfit {
+                let field = match e.reason.dimension() {
+                    Dimension::Gpus => "gpus",
+                    Dimension::GpuType => "gpu_type",
+                    Dimension::Cpu => "cpu",
+                    Dimension::Memory => "memory",
+                    _ => "resources",
+                };
                 bail!(
-                    "{source}:{line}: field gpus: job {:?} asks for {} GPUs but the largest eligible node group has {max} (use --reject-unfit to report such jobs as rejected)",
-                    job.name,
-                    job.gpus
+                    "{source}:{line}: field {field}: {e} (use --reject-unfit to report such jobs as rejected)"
                 );
             }
             unfit += 1;

@@ -9,8 +9,8 @@
 mod args;
 mod builtin;
 mod cmd;
-mod figure;
 mod inputs;
+mod plot;
 mod progress;
 mod report;
 

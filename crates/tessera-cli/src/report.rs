@@ -135,6 +135,8 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
             vec![
                 p.policy.clone(),
                 format!("{}/{}", s.finished, s.jobs),
+                s.rejected.to_string(),
+                s.unfinished.to_string(),
                 human_secs(s.avg_jct_s),
                 speedup,
                 human_secs(s.p50_jct_s),
@@ -151,6 +153,8 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
         &[
             "policy",
             "finished",
+            "rejected",
+            "unfinished",
             "avg JCT",
             "vs first",
             "p50 JCT",

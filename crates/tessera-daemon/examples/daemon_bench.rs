@@ -5,6 +5,8 @@
 //! 1. Submissions per second through the HTTP API (JSON bodies, bearer auth, `synchronous=FULL`
 //!    SQLite in WAL mode, group commit), with the FIFO policy starting jobs on 1,000 nodes as
 //!    they arrive (a backend that runs nothing).
+//!    With a third argument PENDING, instead: submissions while the local backend starts and
+//!    reaps real processes, over PENDING jobs queued beforehand (p50/p99 latency).
 //! 2. One scheduling round over 1,000 nodes (8 GPUs each) and 5,000 pending jobs, for FIFO and
 //!    LAS: the decision (view + policy + validation), and the whole round including durable
 //!    writes of every transition and the backend calls.
@@ -13,7 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tessera_daemon::backend::{GresCount, InventoryNode, NodeHealth, NullBackend};
-use tessera_daemon::config::TenantConfig;
+use tessera_daemon::config::{LocalConfig, LocalNodeConfig, TenantConfig};
+use tessera_daemon::types::JobState;
 use tessera_daemon::{hash_token, Client, DaemonConfig, Engine, ManualClock, SystemClock};
 use tessera_model::{Bytes, MilliCpu, SimDuration, SimTime};
 
@@ -104,6 +107,130 @@ fn submissions(total: usize, clients: usize) {
     drop(d);
 }
 
+/// Submissions over HTTP while the local backend really starts and reaps processes (each job
+/// runs `true` on one GPU), with `pending` jobs already queued that cannot start (they ask for
+/// all the node's memory while a long-running blocker holds a little of it).
+fn submissions_while_running(total: usize, clients: usize, pending: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config(dir.path(), "fifo");
+    c.round_seconds = None;
+    // Finished runs are noticed within 100 ms, so jobs keep starting and finishing.
+    c.poll_interval_ms = 100;
+    c.backend = tessera_daemon::BackendConfig::Local(LocalConfig {
+        work_dir: dir.path().join("runs"),
+        nodes: vec![LocalNodeConfig {
+            name: "box".into(),
+            gpu: "A100-80GB".into(),
+            gpus: 16,
+            cpus: MilliCpu::from_cores(64),
+            memory: Bytes::from_gib(256),
+        }],
+        run_as: Default::default(),
+    });
+    let job = |name: &str, command: &str, memory: &str| {
+        format!(r#"{{"name":"{name}","command":["{command}"],"gpus":1,"memory":"{memory}"}}"#)
+    };
+    {
+        // Preload through the library (no daemon runs on the store yet): the blocker starts,
+        // the rest cannot.
+        let mut e = Engine::open(
+            &c,
+            tessera_daemon::build_backend(&c.backend).expect("backend"),
+            Arc::new(SystemClock::new()),
+        )
+        .expect("engine");
+        e.submit_many(
+            TOKEN,
+            &[
+                r#"{"name":"blocker","command":["sleep","600"],"gpus":1,"memory":"1Gi"}"#
+                    .to_string(),
+            ],
+        )
+        .remove(0)
+        .expect("blocker");
+        e.schedule();
+        let queued: Vec<String> = (0..pending)
+            .map(|i| job(&format!("queued-{i}"), "true", "256Gi"))
+            .collect();
+        for chunk in queued.chunks(5000) {
+            for r in e.submit_many(TOKEN, chunk) {
+                r.expect("queued");
+            }
+        }
+        e.schedule();
+        let counts = e.count_by_state();
+        assert_eq!(
+            counts.get(&JobState::Running).copied(),
+            Some(1),
+            "{counts:?}"
+        );
+    }
+    let d = tessera_daemon::spawn(
+        c.clone(),
+        tessera_daemon::build_backend(&c.backend).expect("backend"),
+        Arc::new(SystemClock::new()),
+    )
+    .expect("daemon");
+    let url = d.url();
+    let per = total / clients;
+    let start = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let url = url.clone();
+            let job = job(&format!("run-{t}"), "true", "1Gi");
+            std::thread::spawn(move || {
+                let c = Client::new(&url, Some(TOKEN.into()));
+                let mut lat = Vec::with_capacity(per);
+                for _ in 0..per {
+                    let t0 = Instant::now();
+                    c.submit(&job).expect("submit");
+                    lat.push(t0.elapsed().as_secs_f64());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut lat: Vec<f64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect();
+    let secs = start.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] * 1e3;
+    let n = per * clients;
+    let jobs = Client::new(&url, Some(TOKEN.into())).list().expect("list");
+    let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
+    println!(
+        "submissions while jobs run: {n} via HTTP from {clients} clients over {pending} queued in {secs:.2} s = {:.0} jobs/s, latency p50 {:.1} ms p99 {:.1} ms (local backend, real processes; by the end {} completed, {} running or starting)",
+        n as f64 / secs,
+        pct(0.50),
+        pct(0.99),
+        count(JobState::Completed),
+        count(JobState::Running) + count(JobState::Starting),
+    );
+    let metrics = Client::new(&url, Some(TOKEN.into()))
+        .metrics()
+        .expect("metrics");
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (sum, calls) = (
+        value("tessera_scheduling_latency_seconds_sum"),
+        value("tessera_scheduling_latency_seconds_count"),
+    );
+    println!(
+        "  scheduling points during the run: {calls:.0}, mean decision {:.1} ms",
+        if calls > 0.0 { sum / calls * 1e3 } else { 0.0 }
+    );
+    for j in jobs.iter().filter(|j| j.name == "blocker") {
+        let _ = Client::new(&url, Some(TOKEN.into())).cancel(j.id);
+    }
+    drop(d);
+}
+
 fn round(policy: &str, pending: usize, node_count: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = config(dir.path(), policy);
@@ -152,8 +279,15 @@ fn main() {
         .collect();
     let total = args.first().copied().unwrap_or(10_000);
     let clients = args.get(1).copied().unwrap_or(16).max(1);
-    println!("command: cargo run --release -p tessera-daemon --example daemon-bench -- {total} {clients}");
+    let pending = args.get(2).copied();
+    println!("command: cargo run --release -p tessera-daemon --example daemon-bench -- {total} {clients}{}", pending.map(|p| format!(" {p}")).unwrap_or_default());
+    if let Some(pending) = pending {
+        // Only the scenario with real processes and a deep queue.
+        submissions_while_running(total, clients, pending);
+        return;
+    }
     submissions(total, clients);
+    submissions_while_running(total, clients, 0);
     round("fifo", 5000, 1000);
     round("las", 5000, 1000);
 }

@@ -176,14 +176,34 @@ impl Client {
 
     /// Jobs visible to this token.
     pub fn list(&self) -> Result<Vec<JobView>, ClientError> {
-        Ok(self.get::<JobList>("/v1/jobs")?.jobs)
+        self.list_all("/v1/jobs?")
+    }
+
+    /// Every page of a listing (`path` ends with `?` or `&`).
+    fn list_all(&self, path: &str) -> Result<Vec<JobView>, ClientError> {
+        let mut jobs = Vec::new();
+        let mut after = None;
+        loop {
+            let page = match after {
+                None => self.get::<JobList>(path.trim_end_matches(['?', '&']))?,
+                Some(a) => self.get::<JobList>(&format!("{path}after={a}"))?,
+            };
+            jobs.extend(page.jobs);
+            match page.next_after {
+                Some(a) => after = Some(a),
+                None => return Ok(jobs),
+            }
+        }
+    }
+
+    /// One page of `GET /v1/jobs` with filters (`query` such as `state=pending&limit=50`).
+    pub fn list_page(&self, query: &str) -> Result<JobList, ClientError> {
+        self.get(&format!("/v1/jobs?{query}"))
     }
 
     /// Jobs visible to this token in one state.
     pub fn list_state(&self, state: crate::types::JobState) -> Result<Vec<JobView>, ClientError> {
-        Ok(self
-            .get::<JobList>(&format!("/v1/jobs?state={}", state.as_str()))?
-            .jobs)
+        self.list_all(&format!("/v1/jobs?state={}&", state.as_str()))
     }
 
     /// One job with its history, pending reason and queue position.
@@ -204,6 +224,21 @@ impl Client {
     /// Queues and pending jobs in order.
     pub fn queue(&self) -> Result<QueueView, ClientError> {
         self.get("/v1/queue")
+    }
+
+    /// Sets a node's health as an administrator: `Down` stops and requeues its jobs,
+    /// `Draining` places nothing new there, `Up` hands its health back to the backend.
+    pub fn set_node_health(
+        &self,
+        node: &str,
+        health: crate::backend::NodeHealth,
+    ) -> Result<NodeList, ClientError> {
+        let body = serde_json::json!({ "health": health }).to_string();
+        self.send(
+            "POST",
+            &format!("/v1/nodes/{node}/health"),
+            Some(("application/json", &body)),
+        )
     }
 
     /// Reports a job's progress (what the SDK does).

@@ -26,6 +26,7 @@ pub mod backend;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod core;
 pub mod engine;
 pub mod error;
 pub mod inventory;

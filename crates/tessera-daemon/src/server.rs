@@ -83,6 +83,7 @@ pub(crate) fn run_engine(
             let result = engine.handle(e.token.as_deref(), e.request);
             let _ = e.reply.send(result);
         }
+        engine.collect_backend_results();
         if last_poll.elapsed() >= poll_interval {
             engine.poll();
             last_poll = Instant::now();
@@ -249,6 +250,9 @@ async fn submit(
 #[derive(Deserialize)]
 struct ListQuery {
     state: Option<String>,
+    queue: Option<String>,
+    after: Option<i64>,
+    limit: Option<usize>,
 }
 
 async fn list(
@@ -272,7 +276,23 @@ async fn list(
             }
         },
     };
-    respond(call(&s, &headers, Request::List { state }).await, false)
+    let limit = match q.limit {
+        None => crate::types::DEFAULT_PAGE,
+        Some(l) if (1..=crate::types::MAX_PAGE).contains(&l) => l,
+        Some(_) => {
+            return error_response(&ApiError::bad_request(format!(
+                "limit: must be within 1..={}",
+                crate::types::MAX_PAGE
+            )))
+        }
+    };
+    let request = Request::List {
+        state,
+        queue: q.queue,
+        after: q.after,
+        limit,
+    };
+    respond(call(&s, &headers, request).await, false)
 }
 
 async fn describe(
@@ -326,6 +346,33 @@ async fn progress(
     )
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthBody {
+    health: crate::backend::NodeHealth,
+}
+
+/// `POST /v1/nodes/{name}/health` `{"health": "down"|"draining"|"up"}` (administrators):
+/// `up` hands the node's health back to the backend.
+async fn node_health(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> HttpResponse {
+    let health = match body_text(body).and_then(|t| {
+        serde_json::from_str::<HealthBody>(&t)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+    }) {
+        Ok(b) => (b.health != crate::backend::NodeHealth::Up).then_some(b.health),
+        Err(e) => return error_response(&e),
+    };
+    respond(
+        call(&s, &headers, Request::SetNodeHealth { node, health }).await,
+        false,
+    )
+}
+
 async fn nodes(State(s): State<AppState>, headers: HeaderMap) -> HttpResponse {
     respond(call(&s, &headers, Request::Nodes).await, false)
 }
@@ -352,6 +399,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
         .route("/v1/jobs/{id}/progress", post(progress))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{name}/health", post(node_health))
         .route("/v1/queue", get(queue))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -374,6 +422,7 @@ pub(crate) async fn serve_engine(
 ) -> Result<(), DaemonError> {
     let addr = listener.local_addr()?;
     engine.set_callback_url(format!("http://{addr}"));
+    engine.start_backend_thread()?;
     let (tx, rx) = mpsc::channel::<Envelope>();
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())

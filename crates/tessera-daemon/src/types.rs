@@ -138,10 +138,19 @@ pub struct JobView {
 
 /// `GET /v1/jobs`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobList {
-    /// Jobs visible to the caller, by id.
+    /// Jobs visible to the caller, by id (one page).
     pub jobs: Vec<JobView>,
+    /// When more jobs match: pass it as `after=` to get the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<i64>,
 }
+
+/// Jobs per page of `GET /v1/jobs` unless `limit=` says otherwise.
+pub const DEFAULT_PAGE: usize = 1000;
+/// The largest page `GET /v1/jobs` serves.
+pub const MAX_PAGE: usize = 10_000;
 
 /// One recorded state change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

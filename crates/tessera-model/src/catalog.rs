@@ -206,6 +206,12 @@ impl GpuCatalog {
         for (i, g) in self.gpus.iter().enumerate() {
             let field = |f: &str| format!("gpus[{i}].{f}");
             for name in std::iter::once(&g.name).chain(&g.aliases) {
+                if name.trim().is_empty() {
+                    return Err(SpecError::invalid(
+                        &field("name"),
+                        "GPU names and aliases must not be empty".to_string(),
+                    ));
+                }
                 let key = name.to_ascii_lowercase();
                 if seen.contains(&key) {
                     return Err(SpecError::invalid(
@@ -227,6 +233,12 @@ impl GpuCatalog {
                         format!("must be positive, got {v}"),
                     ));
                 }
+            }
+            if g.sms == 0 {
+                return Err(SpecError::invalid(
+                    &field("sms"),
+                    "must be at least 1".to_string(),
+                ));
             }
             if let Some(m) = &g.mig {
                 if !self.mig.iter().any(|geo| &geo.name == m) {
@@ -360,6 +372,19 @@ mod tests {
         assert!(GpuCatalog::from_yaml(dup).is_err());
         let neg = "apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n- {name: X, memoryGiB: -1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n";
         assert!(GpuCatalog::from_yaml(neg).is_err());
+        let ok = "apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n- {name: X, memoryGiB: 1, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}\n";
+        assert!(GpuCatalog::from_yaml(ok).is_ok());
+        for (bad, field) in [
+            (ok.replace("name: X", "name: ''"), "gpus[0].name"),
+            (ok.replace("sms: 1", "sms: 0"), "gpus[0].sms"),
+            (
+                ok.replace("name: X,", "name: X, aliases: [' '],"),
+                "gpus[0].name",
+            ),
+        ] {
+            let err = GpuCatalog::from_yaml(&bad).unwrap_err().to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
         assert!(GpuCatalog::from_yaml("kind: [").is_err());
         assert!(
             GpuCatalog::from_yaml("apiVersion: tessera/v1\nkind: GpuCatalog\ngpus: []\n").is_err()

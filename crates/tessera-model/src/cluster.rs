@@ -229,6 +229,14 @@ impl Cluster {
                     "must be at least 1".into(),
                 ));
             }
+            if g.gpus_per_node == 0 {
+                // GPU-less nodes would only confuse GPU-proportional shares; CPU-only work is
+                // not scheduled here.
+                return Err(SpecError::invalid(
+                    &field("gpusPerNode"),
+                    "must be at least 1".into(),
+                ));
+            }
             if g.gpus_per_node > 64 {
                 return Err(SpecError::invalid(
                     &field("gpusPerNode"),
@@ -344,6 +352,281 @@ impl Cluster {
     }
 }
 
+/// A resource dimension on which a job can be too large for a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Dimension {
+    /// Whole GPUs (count).
+    Gpus,
+    /// The GPU models a job may run on.
+    GpuType,
+    /// CPU.
+    Cpu,
+    /// Host memory.
+    Memory,
+}
+
+/// Why a job can never run on a cluster, whatever else runs there: the first dimension, in
+/// the order GPU type, GPU count, CPU, memory, that no eligible node group can satisfy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unfit {
+    /// The job asks for no GPU at all (a training job needs at least one).
+    NoGpus,
+    /// None of the GPU models the job accepts is in the cluster.
+    GpuTypeMissing {
+        /// The models the job accepts.
+        wanted: Vec<String>,
+        /// The models the cluster has, in group order, without repeats.
+        available: Vec<String>,
+    },
+    /// No eligible node group has that many GPUs (a job stays within one group).
+    TooManyGpus {
+        /// GPUs requested.
+        asked: u32,
+        /// GPUs of the largest eligible group.
+        largest_group: u64,
+    },
+    /// Even one GPU's share of the job's CPU request exceeds every eligible node.
+    Cpu {
+        /// The job's whole CPU request.
+        asked: MilliCpu,
+        /// GPUs it is split over.
+        gpus: u32,
+        /// CPU of the largest eligible node.
+        largest_node: MilliCpu,
+    },
+    /// Even one GPU's share of the job's memory request exceeds every eligible node.
+    Memory {
+        /// The job's whole memory request.
+        asked: Bytes,
+        /// GPUs it is split over.
+        gpus: u32,
+        /// Memory of the largest eligible node.
+        largest_node: Bytes,
+    },
+    /// Its CPU or memory per GPU lets a node hold only a few of its GPUs, and no eligible
+    /// group has enough nodes for all of them.
+    TooSpread {
+        /// GPUs requested.
+        gpus: u32,
+        /// The dimension that limits GPUs per node.
+        limit: Dimension,
+        /// Most of its GPUs one node of the best group can hold.
+        per_node: u32,
+        /// Nodes of that group.
+        nodes: u32,
+    },
+}
+
+impl Unfit {
+    /// The dimension that does not fit.
+    pub fn dimension(&self) -> Dimension {
+        match self {
+            Unfit::NoGpus | Unfit::TooManyGpus { .. } => Dimension::Gpus,
+            Unfit::GpuTypeMissing { .. } => Dimension::GpuType,
+            Unfit::Cpu { .. } => Dimension::Cpu,
+            Unfit::Memory { .. } => Dimension::Memory,
+            Unfit::TooSpread { limit, .. } => *limit,
+        }
+    }
+}
+
+impl std::fmt::Display for Unfit {
+    /// Reads after a job's name: `job "a" ` + `asks for 49 CPUs but the largest node has 48`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per_gpu = |gpus: u32| {
+            if gpus > 1 {
+                format!(" for {gpus} GPUs")
+            } else {
+                String::new()
+            }
+        };
+        match self {
+            Unfit::NoGpus => write!(f, "asks for 0 GPUs"),
+            Unfit::GpuTypeMissing { wanted, available } => write!(
+                f,
+                "may run only on {} but the cluster has only {}",
+                wanted.join(" or "),
+                available.join(", ")
+            ),
+            Unfit::TooManyGpus {
+                asked,
+                largest_group,
+            } => write!(
+                f,
+                "asks for {asked} GPUs but the largest eligible node group has {largest_group}"
+            ),
+            Unfit::Cpu {
+                asked,
+                gpus,
+                largest_node,
+            } => write!(
+                f,
+                "asks for {asked} CPUs{} but the largest node has {largest_node}",
+                per_gpu(*gpus)
+            ),
+            Unfit::Memory {
+                asked,
+                gpus,
+                largest_node,
+            } => write!(
+                f,
+                "asks for {asked} of memory{} but the largest node has {largest_node}",
+                per_gpu(*gpus)
+            ),
+            Unfit::TooSpread {
+                gpus,
+                limit,
+                per_node,
+                nodes,
+            } => {
+                let what = match limit {
+                    Dimension::Cpu => "CPU",
+                    Dimension::Memory => "memory",
+                    _ => "GPUs",
+                };
+                write!(
+                    f,
+                    "asks for {gpus} GPUs, but its {what} per GPU lets a node hold at most \
+                     {per_node} of them and the eligible groups have at most {nodes} nodes"
+                )
+            }
+        }
+    }
+}
+
+/// A job that can never run on a cluster, with the job's name for messages.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job {job:?} {reason}")]
+pub struct UnfitJob {
+    /// The job's name in its trace.
+    pub job: String,
+    /// Why it can never fit.
+    pub reason: Unfit,
+}
+
+impl Cluster {
+    /// Whether `job` can ever run on this cluster (empty of other work), on every dimension:
+    /// an accepted GPU model, enough GPUs in one node group, and CPU and memory per node.
+    ///
+    /// A job stays within one node group and gets its explicit CPU/memory request split in
+    /// proportion to the GPUs it holds on each node (as placement does), so a node holding
+    /// `k` of its `n` GPUs needs `k/n` of the request. The most spread-out placement, one GPU
+    /// per node, is the least a node must hold; a job fits when some eligible group has nodes
+    /// big enough for that and enough of them. Jobs without an explicit request get the
+    /// nodes' proportional share, which always fits.
+    pub fn can_ever_fit(&self, job: &crate::TrainingJob) -> Result<(), UnfitJob> {
+        self.unfit_reason(job).map_or(Ok(()), |reason| {
+            Err(UnfitJob {
+                job: job.name.clone(),
+                reason,
+            })
+        })
+    }
+
+    fn unfit_reason(&self, job: &crate::TrainingJob) -> Option<Unfit> {
+        if job.gpus == 0 {
+            return Some(Unfit::NoGpus);
+        }
+        let typed: Vec<&NodeGroup> = self
+            .groups
+            .iter()
+            .filter(|g| job.gpu_types.is_empty() || job.gpu_types.contains(&g.gpu))
+            .collect();
+        if typed.is_empty() {
+            let mut available: Vec<String> = Vec::new();
+            for g in &self.groups {
+                let name = &self.catalog.get(g.gpu).name;
+                if !available.contains(name) {
+                    available.push(name.clone());
+                }
+            }
+            return Some(Unfit::GpuTypeMissing {
+                wanted: job
+                    .gpu_types
+                    .iter()
+                    .map(|&id| self.catalog.get(id).name.clone())
+                    .collect(),
+                available,
+            });
+        }
+        let big: Vec<&NodeGroup> = typed
+            .iter()
+            .copied()
+            .filter(|g| g.total_gpus() >= job.gpus as u64)
+            .collect();
+        if big.is_empty() {
+            return Some(Unfit::TooManyGpus {
+                asked: job.gpus,
+                largest_group: typed.iter().map(|g| g.total_gpus()).max().unwrap_or(0),
+            });
+        }
+        // The share of `total` that `k` of the job's GPUs carry, rounded as placement does.
+        let share = |total: u64, k: u32| (total as u128 * k as u128 / job.gpus as u128) as u64;
+        let cpu_ok: Vec<&NodeGroup> = big
+            .iter()
+            .copied()
+            .filter(|g| job.cpu.is_none_or(|c| share(c.0, 1) <= g.cpu.0))
+            .collect();
+        if let (true, Some(asked)) = (cpu_ok.is_empty(), job.cpu) {
+            return Some(Unfit::Cpu {
+                asked,
+                gpus: job.gpus,
+                largest_node: big.iter().map(|g| g.cpu).max().unwrap_or_default(),
+            });
+        }
+        let mem_ok: Vec<&NodeGroup> = cpu_ok
+            .iter()
+            .copied()
+            .filter(|g| job.memory.is_none_or(|m| share(m.0, 1) <= g.memory.0))
+            .collect();
+        if let (true, Some(asked)) = (mem_ok.is_empty(), job.memory) {
+            return Some(Unfit::Memory {
+                asked,
+                gpus: job.gpus,
+                largest_node: cpu_ok.iter().map(|g| g.memory).max().unwrap_or_default(),
+            });
+        }
+        // Device memory and MIG profiles join here once jobs can ask for them: filter
+        // `mem_ok` by the group's GPU model and report the dimension the same way.
+        let mut best: Option<(u64, Dimension, u32, u32)> = None;
+        for g in mem_ok {
+            // Most of the job's GPUs one node can hold, and what limits it.
+            let mut per_node = g.gpus_per_node.min(job.gpus);
+            let mut limit = Dimension::Gpus;
+            while per_node > 1 {
+                let cpu_fits = job.cpu.is_none_or(|c| share(c.0, per_node) <= g.cpu.0);
+                let mem_fits = job
+                    .memory
+                    .is_none_or(|m| share(m.0, per_node) <= g.memory.0);
+                if cpu_fits && mem_fits {
+                    break;
+                }
+                limit = if cpu_fits {
+                    Dimension::Memory
+                } else {
+                    Dimension::Cpu
+                };
+                per_node -= 1;
+            }
+            let capacity = per_node as u64 * g.count as u64;
+            if capacity >= job.gpus as u64 {
+                return None;
+            }
+            if best.is_none_or(|(c, ..)| capacity > c) {
+                best = Some((capacity, limit, per_node, g.count));
+            }
+        }
+        best.map(|(_, limit, per_node, nodes)| Unfit::TooSpread {
+            gpus: job.gpus,
+            limit,
+            per_node,
+            nodes,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +665,10 @@ spec:
             (
                 MINIMAL.replace("count: 256", "count: 0"),
                 "spec.nodeGroups[0].count",
+            ),
+            (
+                MINIMAL.replace("gpusPerNode: 8", "gpusPerNode: 0"),
+                "spec.nodeGroups[0].gpusPerNode: must be at least 1",
             ),
             (
                 MINIMAL.replace("memory: 512Gi", "memory: 512Qi"),
@@ -437,5 +724,146 @@ spec:
         )
         .unwrap_err();
         assert!(err.line().is_some(), "{err:?}");
+    }
+
+    fn job_named(name: &str, gpus: u32) -> crate::TrainingJob {
+        let mut j = crate::TrainingJob::simple(
+            0,
+            crate::SimTime::ZERO,
+            gpus,
+            crate::SimDuration::from_secs(60),
+        );
+        j.name = name.into();
+        j
+    }
+
+    fn two_groups() -> Cluster {
+        let yaml = "apiVersion: tessera/v1\nkind: Cluster\nspec:\n  nodeGroups:\n    - {name: v, count: 4, gpu: V100-32GB, gpusPerNode: 8, cpus: 48, memory: 512Gi}\n    - {name: k, count: 2, gpu: K80, gpusPerNode: 4, cpus: 64, memory: 256Gi}\n";
+        Cluster::from_yaml(yaml, &GpuCatalog::builtin()).unwrap()
+    }
+
+    #[test]
+    fn unfit_cpu_and_memory_are_named() {
+        let c = two_groups();
+        let mut a = job_named("a", 1);
+        a.cpu = Some(MilliCpu::from_cores(65));
+        let err = c.can_ever_fit(&a).unwrap_err();
+        assert_eq!(err.reason.dimension(), Dimension::Cpu);
+        assert_eq!(
+            err.to_string(),
+            "job \"a\" asks for 65 CPUs but the largest node has 64"
+        );
+        a.cpu = Some(MilliCpu::from_cores(64));
+        assert!(c.can_ever_fit(&a).is_ok(), "64 CPUs fit a K80 node");
+        // Only V100 nodes (48 CPUs) are eligible: 49 no longer fits.
+        a.gpu_types = vec![c.catalog.resolve("V100-32GB").unwrap()];
+        a.cpu = Some(MilliCpu::from_cores(49));
+        assert_eq!(
+            c.can_ever_fit(&a).unwrap_err().to_string(),
+            "job \"a\" asks for 49 CPUs but the largest node has 48"
+        );
+        let mut m = job_named("m", 1);
+        m.memory = Some(Bytes::from_gib(600));
+        let err = c.can_ever_fit(&m).unwrap_err();
+        assert_eq!(err.reason.dimension(), Dimension::Memory);
+        assert_eq!(
+            err.to_string(),
+            "job \"m\" asks for 600Gi of memory but the largest node has 512Gi"
+        );
+    }
+
+    #[test]
+    fn unfit_gpu_count_and_type_are_named() {
+        let c = two_groups();
+        assert_eq!(
+            c.can_ever_fit(&job_named("z", 0)).unwrap_err().reason,
+            Unfit::NoGpus
+        );
+        let err = c.can_ever_fit(&job_named("big", 33)).unwrap_err();
+        assert_eq!(err.reason.dimension(), Dimension::Gpus);
+        assert!(err
+            .to_string()
+            .contains("largest eligible node group has 32"));
+        assert!(c.can_ever_fit(&job_named("ok", 32)).is_ok());
+        let mut t = job_named("t", 1);
+        t.gpu_types = vec![
+            c.catalog.resolve("A100-40GB").unwrap(),
+            c.catalog.resolve("H100-80GB").unwrap(),
+        ];
+        let err = c.can_ever_fit(&t).unwrap_err();
+        assert_eq!(err.reason.dimension(), Dimension::GpuType);
+        assert_eq!(
+            err.to_string(),
+            "job \"t\" may run only on A100-40GB or H100-80GB but the cluster has only V100-32GB, K80"
+        );
+        // K80 only: 8 GPUs fit (2 nodes x 4), 9 do not.
+        t.gpu_types = vec![c.catalog.resolve("K80").unwrap()];
+        assert!(c.can_ever_fit(&job_named("k", 8)).is_ok());
+        t.gpus = 9;
+        assert!(c
+            .can_ever_fit(&t)
+            .unwrap_err()
+            .to_string()
+            .contains("has 8"));
+    }
+
+    #[test]
+    fn multi_gpu_requests_split_over_nodes() {
+        let c = Cluster::homogeneous(
+            "V100-32GB",
+            2,
+            8,
+            MilliCpu::from_cores(48),
+            Bytes::from_gib(512),
+        )
+        .unwrap();
+        // 4 GPUs, 120 CPUs: 30 per GPU, so a 48-CPU node holds one GPU; 2 nodes hold 2 < 4.
+        let mut j = job_named("s", 4);
+        j.cpu = Some(MilliCpu::from_cores(120));
+        let err = c.can_ever_fit(&j).unwrap_err();
+        assert_eq!(
+            err.reason,
+            Unfit::TooSpread {
+                gpus: 4,
+                limit: Dimension::Cpu,
+                per_node: 1,
+                nodes: 2
+            }
+        );
+        // 2 GPUs, 90 CPUs: 45 per GPU, one per node, 2 nodes: fits.
+        j.gpus = 2;
+        j.cpu = Some(MilliCpu::from_cores(90));
+        assert!(c.can_ever_fit(&j).is_ok());
+        // 2 GPUs asking 100 CPUs: 50 per GPU exceeds any node.
+        j.cpu = Some(MilliCpu::from_cores(100));
+        assert_eq!(
+            c.can_ever_fit(&j).unwrap_err().to_string(),
+            "job \"s\" asks for 100 CPUs for 2 GPUs but the largest node has 48"
+        );
+        // Proportional jobs always fit when their GPUs do.
+        assert!(c.can_ever_fit(&job_named("p", 16)).is_ok());
+    }
+
+    proptest::proptest! {
+        /// On a one-group cluster, a job fits exactly when a brute-force search over GPUs per
+        /// node finds a placement with enough nodes.
+        #[test]
+        fn fit_agrees_with_brute_force(
+            nodes in 1u32..5, gpn in 1u32..9, node_cpu in 1u64..100, node_gib in 1u64..600,
+            gpus in 1u32..40, cpu in proptest::option::of(1u64..400),
+            gib in proptest::option::of(1u64..2000),
+        ) {
+            let c = Cluster::homogeneous("V100-32GB", nodes, gpn, MilliCpu::from_cores(node_cpu), Bytes::from_gib(node_gib)).unwrap();
+            let mut j = job_named("j", gpus);
+            j.cpu = cpu.map(MilliCpu::from_cores);
+            j.memory = gib.map(Bytes::from_gib);
+            let share = |t: u64, k: u32| (t as u128 * k as u128 / gpus as u128) as u64;
+            let brute = (1..=gpn.min(gpus)).any(|k| {
+                let fits = j.cpu.is_none_or(|x| share(x.0, k) <= node_cpu * 1000)
+                    && j.memory.is_none_or(|x| share(x.0, k) <= node_gib << 30);
+                fits && k as u64 * nodes as u64 >= gpus as u64
+            });
+            proptest::prop_assert_eq!(c.can_ever_fit(&j).is_ok(), brute);
+        }
     }
 }

@@ -30,10 +30,12 @@ pub mod time;
 
 pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare};
 pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
-pub use cluster::{Cluster, ClusterSpec, Node, NodeGroup, NodeId, Resources};
+pub use cluster::{
+    Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
+};
 pub use error::SpecError;
 pub use job::{JobId, TrainingJob, Workload};
 pub use knowledge::Knowledge;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
-pub use time::{SimDuration, SimTime};
+pub use time::{SimDuration, SimTime, TimeRangeError, MAX_INPUT_SECS};

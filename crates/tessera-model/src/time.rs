@@ -7,6 +7,35 @@ use serde::{Deserialize, Serialize};
 
 const MICROS_PER_SEC: u64 = 1_000_000;
 
+/// The largest time or duration, in seconds, that inputs (trace times, durations, round
+/// lengths, costs) may state: about 31.7 years. The engine's clock holds 584,000 years of
+/// microseconds, so sums of many such values still fit; a value past this limit is refused
+/// with its field named rather than silently saturated.
+pub const MAX_INPUT_SECS: u64 = 1_000_000_000;
+
+/// Why seconds from an input cannot become a [`SimDuration`].
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum TimeRangeError {
+    /// NaN, infinite or negative.
+    #[error("{} is not a non-negative number of seconds", short(*.0))]
+    NotNonNegative(f64),
+    /// Positive but below one microsecond, the clock's resolution.
+    #[error("{} s is below the clock's resolution of 1 microsecond", short(*.0))]
+    BelowResolution(f64),
+    /// Above [`MAX_INPUT_SECS`].
+    #[error("{} s is beyond the limit of {MAX_INPUT_SECS} s (about 31.7 years)", short(*.0))]
+    TooLarge(f64),
+}
+
+/// A number as a user would write it: `1e300`, `1e-7`, `1.5`.
+fn short(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 /// An instant on the simulation (or daemon) clock, in microseconds since the epoch of the run.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -87,6 +116,22 @@ impl SimDuration {
         } else {
             us as u64
         })
+    }
+    /// Seconds from an input value, checked against the clock's range: at most
+    /// [`MAX_INPUT_SECS`], and a positive value must be at least one microsecond (so that a
+    /// tiny round length is not silently zero). Zero is allowed.
+    pub fn checked_from_secs_f64(s: f64) -> Result<Self, TimeRangeError> {
+        if !(s.is_finite() && s >= 0.0) {
+            return Err(TimeRangeError::NotNonNegative(s));
+        }
+        if s > MAX_INPUT_SECS as f64 {
+            return Err(TimeRangeError::TooLarge(s));
+        }
+        let d = SimDuration(secs_to_micros(s));
+        if s > 0.0 && d.is_zero() {
+            return Err(TimeRangeError::BelowResolution(s));
+        }
+        Ok(d)
     }
     /// Whole microseconds.
     pub const fn as_micros(self) -> u64 {
@@ -173,6 +218,22 @@ mod tests {
             1_000_001
         );
         assert_eq!(SimTime::MAX + SimDuration::from_secs(1), SimTime::MAX);
+        let checked = SimDuration::checked_from_secs_f64;
+        assert_eq!(checked(1.5), Ok(SimDuration::from_micros(1_500_000)));
+        assert_eq!(checked(0.0), Ok(SimDuration::ZERO));
+        assert_eq!(checked(1e-7), Err(TimeRangeError::BelowResolution(1e-7)));
+        assert_eq!(checked(1e300), Err(TimeRangeError::TooLarge(1e300)));
+        assert_eq!(checked(-1.0), Err(TimeRangeError::NotNonNegative(-1.0)));
+        assert!(checked(f64::NAN).is_err());
+        assert_eq!(
+            checked(1e300).unwrap_err().to_string(),
+            "1e300 s is beyond the limit of 1000000000 s (about 31.7 years)"
+        );
+        assert!(checked(1e-7).unwrap_err().to_string().starts_with("1e-7 s"));
+        assert_eq!(
+            checked(MAX_INPUT_SECS as f64),
+            Ok(SimDuration::from_secs(MAX_INPUT_SECS))
+        );
         assert_eq!(
             SimTime::from_secs(1) - SimTime::from_secs(2),
             SimDuration::ZERO

@@ -461,14 +461,12 @@ impl<'a> Simulation<'a> {
 
     fn arrive(&mut self, job: &TrainingJob) {
         self.first_arrival.get_or_insert(job.submit);
-        let max = self.cluster.max_gpus_for(&job.gpu_types);
-        if job.gpus == 0 || job.gpus as u64 > max {
+        // Every dimension (GPU type and count, CPU, memory): a job that can never fit would
+        // otherwise wait forever, spinning through rounds (issue 10).
+        if let Err(unfit) = self.cluster.can_ever_fit(job) {
             let st = &mut self.state[job.id.index()];
             st.record_outcome = Some(JobOutcome::Rejected {
-                reason: format!(
-                    "asks for {} GPUs; the largest eligible node group has {max}",
-                    job.gpus
-                ),
+                reason: unfit.to_string(),
             });
             self.job_ended(job.id);
             return;

@@ -36,7 +36,8 @@ pub enum TraceErrorKind {
     /// The format was not given and could not be recognised.
     #[error("cannot detect the trace format (give one of: {0})")]
     UnknownFormat(String),
-    /// The header lacks a required column.
+    /// The header lacks a required column (the header is quoted with control characters
+    /// escaped).
     #[error("missing column (header has: {0})")]
     MissingColumn(String),
     /// A row has fewer fields than the column needs.
@@ -68,6 +69,21 @@ pub enum TraceErrorKind {
     /// A number too large for its type.
     #[error("value out of range: {0}")]
     OutOfRange(String),
+    /// A time or duration beyond [`tessera_model::MAX_INPUT_SECS`], the range the engine's
+    /// clock can add up without saturating.
+    #[error("{0} s is beyond the limit of {max} s (about 31.7 years)", max = tessera_model::MAX_INPUT_SECS)]
+    TimeTooLarge(String),
+    /// The header names a column twice.
+    #[error("column {0:?} appears twice in the header")]
+    DuplicateColumn(String),
+    /// A data row has more fields than the header has columns.
+    #[error("row has {got} fields but the header has {want} columns")]
+    ExtraFields {
+        /// Fields in the row.
+        got: usize,
+        /// Columns in the header.
+        want: usize,
+    },
     /// A GPU model that the catalog does not know.
     #[error("unknown GPU type {name:?} (known: {known})")]
     UnknownGpuType {
@@ -108,6 +124,21 @@ pub enum TraceErrorKind {
     NotJson(String),
 }
 
+/// `text` with control characters and other unprintable characters escaped (`\0`, `\u{1b}`),
+/// so that quoting binary input in a message cannot garble a terminal.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() || c == '\u{fffd}' {
+                c.escape_debug().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
 impl TraceError {
     /// An error about the whole source (no line, no field).
     pub fn whole(source: &str, kind: TraceErrorKind) -> TraceError {
@@ -140,9 +171,9 @@ impl fmt::Display for TraceError {
         if let Some(field) = &self.field {
             write!(f, "field {field}: ")?;
         }
-        // Values quoted from the input may hold newlines; keep the message on one line.
-        let reason = self.kind.to_string().replace(['\n', '\r'], " ");
-        write!(f, "{reason}")
+        // Values quoted from the input may hold newlines or terminal escapes: keep the message
+        // on one line and printable.
+        write!(f, "{}", printable(&self.kind.to_string()))
     }
 }
 

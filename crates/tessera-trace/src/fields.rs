@@ -4,6 +4,7 @@
 
 use tessera_model::{
     Bytes, GpuCatalog, GpuModelId, MilliCpu, QuantityError, SimDuration, SimTime, TrainingJob,
+    MAX_INPUT_SECS,
 };
 
 use crate::error::{TraceError, TraceErrorKind as K};
@@ -82,10 +83,15 @@ pub(crate) struct Row<'a> {
     pub(crate) index: usize,
 }
 
+/// How many skipped rows' errors are kept to show the user (`--skip-invalid`).
+pub(crate) const SKIPPED_EXAMPLES: usize = 5;
+
 /// Jobs read so far, each with its source line, and the count of skipped rows.
 pub(crate) struct Parsed {
     pub(crate) jobs: Vec<(TrainingJob, u64)>,
     pub(crate) skipped: usize,
+    /// The errors of the first [`SKIPPED_EXAMPLES`] skipped rows.
+    pub(crate) skipped_examples: Vec<TraceError>,
     /// Well-formed jobs the format says cannot be replayed (see [`crate::LoadedTrace::dropped`]).
     pub(crate) dropped: usize,
 }
@@ -99,6 +105,28 @@ pub(crate) fn read_rows(
     text: &str,
     layout: &Layout<'_>,
     mut make: impl FnMut(&Row<'_>) -> Result<TrainingJob, TraceError>,
+) -> Result<Parsed, TraceError> {
+    read_rows_dropping(ctx, text, layout, |row| make(row).map(Some))
+}
+
+impl Parsed {
+    /// Counts a skipped row, keeping the first few errors to show.
+    pub(crate) fn skip(&mut self, e: TraceError) {
+        self.skipped += 1;
+        if self.skipped_examples.len() < SKIPPED_EXAMPLES {
+            self.skipped_examples.push(e);
+        }
+    }
+}
+
+/// Like [`read_rows`], but `make` may return `Ok(None)` for a well-formed row the format says
+/// cannot be replayed (a CPU-only job, a job that never ran); such rows are counted in
+/// [`Parsed::dropped`].
+pub(crate) fn read_rows_dropping(
+    ctx: &Ctx<'_>,
+    text: &str,
+    layout: &Layout<'_>,
+    mut make: impl FnMut(&Row<'_>) -> Result<Option<TrainingJob>, TraceError>,
 ) -> Result<Parsed, TraceError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -114,8 +142,10 @@ pub(crate) fn read_rows(
     let mut parsed = Parsed {
         jobs: Vec::new(),
         skipped: 0,
+        skipped_examples: Vec::new(),
         dropped: 0,
     };
+    let columns = header.names.len();
     for (index, result) in records.enumerate() {
         let outcome = match result {
             Ok(record) => {
@@ -127,7 +157,22 @@ pub(crate) fn read_rows(
                     line,
                     index,
                 };
-                make(&row).map(|job| (job, line))
+                // A row longer than its header is shifted or corrupt: its values cannot be
+                // trusted to sit under the right columns. (Positional formats have no header
+                // to compare with.)
+                if layout.positional.is_none() && record.len() > columns {
+                    Err(TraceError::at(
+                        ctx.source,
+                        line,
+                        None,
+                        K::ExtraFields {
+                            got: record.len(),
+                            want: columns,
+                        },
+                    ))
+                } else {
+                    make(&row).map(|job| job.map(|j| (j, line)))
+                }
             }
             Err(e) => {
                 let line = e.position().map_or(0, |p| p.line());
@@ -140,8 +185,9 @@ pub(crate) fn read_rows(
             }
         };
         match outcome {
-            Ok(pair) => parsed.jobs.push(pair),
-            Err(_) if ctx.opts.skip_invalid => parsed.skipped += 1,
+            Ok(Some(pair)) => parsed.jobs.push(pair),
+            Ok(None) => parsed.dropped += 1,
+            Err(e) if ctx.opts.skip_invalid => parsed.skip(e),
             Err(e) => return Err(e),
         }
     }
@@ -172,6 +218,16 @@ fn read_header(
     };
     let line = record_line(&record);
     let header = Header::new(record.iter().map(str::to_string));
+    for (i, name) in header.names.iter().enumerate() {
+        if !name.is_empty() && header.names[..i].contains(name) {
+            return Err(TraceError::at(
+                ctx.source,
+                line,
+                Some(name),
+                K::DuplicateColumn(name.clone()),
+            ));
+        }
+    }
     if let Some(missing) = required.iter().find(|c| header.index(c).is_none()) {
         let have = header.names.join(",");
         let have: String = have.chars().take(200).collect();
@@ -408,16 +464,20 @@ pub(crate) fn parse_micros(value: &str) -> Result<u64, K> {
         return Err(K::EmptyValue);
     }
     let unsigned = value.strip_prefix('+').unwrap_or(value);
+    let limit = MAX_INPUT_SECS * MICROS_PER_SEC;
     if let Some(us) = exact_decimal_micros(unsigned) {
-        return us.ok_or_else(|| K::OutOfRange(value.to_string()));
+        return match us {
+            Some(us) if us <= limit => Ok(us),
+            _ => Err(K::TimeTooLarge(value.to_string())),
+        };
     }
     let secs = parse_number(value)?;
     if secs < 0.0 {
         return Err(K::Negative(value.to_string()));
     }
     let us = (secs * MICROS_PER_SEC as f64).round();
-    if us >= u64::MAX as f64 {
-        return Err(K::OutOfRange(value.to_string()));
+    if us > limit as f64 {
+        return Err(K::TimeTooLarge(value.to_string()));
     }
     Ok(us as u64)
 }
@@ -480,14 +540,18 @@ pub(crate) fn default_iterations(duration: SimDuration) -> u64 {
     us.div_ceil(MICROS_PER_SEC).max(1)
 }
 
-/// Seconds from a positive, finite `f64` that the caller computed (not read): at least 1 µs.
-pub(crate) fn computed_duration(secs: f64) -> SimDuration {
+/// Seconds from a positive, finite `f64` that the caller computed (not read): at least 1 µs,
+/// and an error past [`MAX_INPUT_SECS`] (a step count of 2^64 - 1 must not saturate).
+pub(crate) fn computed_duration(secs: f64) -> Result<SimDuration, K> {
+    if !(secs.is_finite() && secs <= MAX_INPUT_SECS as f64) {
+        return Err(K::TimeTooLarge(format!("{secs:.0}")));
+    }
     let d = SimDuration::from_secs_f64_ceil(secs);
-    if d.is_zero() {
+    Ok(if d.is_zero() {
         SimDuration::from_micros(1)
     } else {
         d
-    }
+    })
 }
 
 /// Decodes file bytes. Invalid UTF-8 sequences become U+FFFD, which field access then reports
@@ -515,8 +579,25 @@ mod tests {
         assert!(matches!(parse_micros("."), Err(K::NotANumber(_))));
         assert!(matches!(
             parse_micros("99999999999999999999"),
-            Err(K::OutOfRange(_))
+            Err(K::TimeTooLarge(_))
         ));
+        // Issue 10: 18,446,744,000,000 s fits in u64 microseconds only just, and saturated
+        // the clock; anything past the input limit is refused.
+        assert!(matches!(
+            parse_micros("18446744000000"),
+            Err(K::TimeTooLarge(_))
+        ));
+        assert!(matches!(parse_micros("1e13"), Err(K::TimeTooLarge(_))));
+        assert_eq!(parse_micros("1000000000"), Ok(1_000_000_000_000_000));
+        assert!(matches!(
+            parse_micros("1000000000.000001"),
+            Err(K::TimeTooLarge(_))
+        ));
+        assert!(matches!(
+            computed_duration(1.8e19 / 3.0),
+            Err(K::TimeTooLarge(_))
+        ));
+        assert_eq!(computed_duration(1e-9), Ok(SimDuration::from_micros(1)));
         assert!(matches!(parse_micros(""), Err(K::EmptyValue)));
     }
 

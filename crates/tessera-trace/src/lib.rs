@@ -12,7 +12,10 @@
 //!   - `pollux`: Pollux/Sia workloads (run time derived from Pollux's application facts);
 //!   - `tiresias`: the Tiresias simulator CSV;
 //!   - `philly-json`: the raw Philly `cluster_job_log` (JSON); unfinished and zero-length jobs
-//!     are dropped and counted in [`LoadedTrace::dropped`].
+//!     are dropped and counted in [`LoadedTrace::dropped`];
+//!   - `helios`: Helios `cluster_log.csv` (SenseTime); CPU-only jobs are dropped;
+//!   - `acme`: Acme `trace_seren.csv` / `trace_kalos.csv` (Shanghai AI Lab), with CPU and
+//!     memory requests; CPU-only jobs are dropped.
 //! - Every reader checks each value, never panics on any input, and reports the first bad row
 //!   as a [`TraceError`] displayed as `FILE:LINE: field FIELD: reason`; with
 //!   [`ReadOptions::skip_invalid`] bad rows are counted and skipped instead.
@@ -21,6 +24,7 @@
 //! - [`synthetic`] generates Poisson workloads (Philly GPU mix and run times built in);
 //!   [`builtin_trace`] names ready-made workloads ([`BUILTIN_TRACES`]).
 //! - [`TraceStats`] summarises a workload.
+//! - [`read_pai_machine_spec`] reads Alibaba PAI's 2020 machine list as a cluster spec.
 //!
 //! ```
 //! use tessera_model::GpuCatalog;
@@ -46,13 +50,19 @@ use tessera_model::{GpuCatalog, SimTime, Workload};
 mod error;
 pub(crate) mod fields;
 pub mod formats;
+mod pai;
 mod stats;
 pub mod synthetic;
 
-pub use error::{TraceError, TraceErrorKind};
+pub use error::{printable, TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
+pub use formats::tessera::TesseraCsvWriter;
+pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
 pub use stats::{human_duration, TraceStats};
-pub use synthetic::{with_arrivals, Arrivals, BadArrivals};
+pub use synthetic::{with_arrivals, Arrivals, BadArrivals, GenerateError};
+
+/// The most GPUs one job may ask for; every reader refuses larger counts.
+pub const MAX_GPUS_PER_JOB: u64 = fields::MAX_GPUS;
 
 use fields::{Ctx, Parsed};
 use synthetic::{DurationDist, PoissonWorkload, PHILLY_GPU_MIX};
@@ -72,17 +82,23 @@ pub enum TraceFormat {
     Tiresias,
     /// The raw Philly trace's `cluster_job_log` (a JSON list of jobs with attempts).
     PhillyJson,
+    /// Helios job logs (`cluster_log.csv`: `job_id,vc,gpu_num,cpu_num,state,submit_time,duration`).
+    Helios,
+    /// Acme job traces (`trace_seren.csv`, `trace_kalos.csv`).
+    Acme,
 }
 
 impl TraceFormat {
     /// Every format, in the order they are listed to users.
-    pub const ALL: [TraceFormat; 6] = [
+    pub const ALL: [TraceFormat; 8] = [
         TraceFormat::Tessera,
         TraceFormat::PolluxPhilly,
         TraceFormat::Gavel,
         TraceFormat::Pollux,
         TraceFormat::Tiresias,
         TraceFormat::PhillyJson,
+        TraceFormat::Helios,
+        TraceFormat::Acme,
     ];
 
     /// The name used on the command line.
@@ -94,6 +110,8 @@ impl TraceFormat {
             TraceFormat::Pollux => "pollux",
             TraceFormat::Tiresias => "tiresias",
             TraceFormat::PhillyJson => "philly-json",
+            TraceFormat::Helios => "helios",
+            TraceFormat::Acme => "acme",
         }
     }
 
@@ -116,12 +134,24 @@ impl TraceFormat {
             TraceFormat::PhillyJson => {
                 "raw Philly cluster_job_log JSON: jobid,vc,status,submitted_time,attempts[detail[gpus]]"
             }
+            TraceFormat::Helios => {
+                "Helios cluster_log.csv: job_id,vc,gpu_num,cpu_num,state,submit_time,duration"
+            }
+            TraceFormat::Acme => {
+                "Acme trace_seren/kalos.csv: job_id,user,node_num,gpu_num,cpu_num,[mem_per_pod_GB,]state,submit_time,duration"
+            }
         }
     }
 
     /// Whether submit times are absolute (and so are made relative to the earliest job).
     fn absolute_times(self) -> bool {
-        matches!(self, TraceFormat::PolluxPhilly | TraceFormat::PhillyJson)
+        matches!(
+            self,
+            TraceFormat::PolluxPhilly
+                | TraceFormat::PhillyJson
+                | TraceFormat::Helios
+                | TraceFormat::Acme
+        )
     }
 }
 
@@ -167,6 +197,8 @@ pub struct LoadedTrace {
     pub lines: Vec<u64>,
     /// Rows skipped as invalid (only with [`ReadOptions::skip_invalid`]).
     pub skipped: usize,
+    /// Why the first few skipped rows were skipped (at most five), to show the user.
+    pub skipped_examples: Vec<TraceError>,
     /// Well-formed jobs left out because the trace says they cannot be replayed (philly-json:
     /// unfinished, no attempts, zero run time or no GPUs); 0 for the other formats.
     pub dropped: usize,
@@ -220,6 +252,8 @@ pub fn parse_trace(
         TraceFormat::Pollux => formats::pollux::parse(&ctx, text),
         TraceFormat::Tiresias => formats::tiresias::parse(&ctx, text),
         TraceFormat::PhillyJson => formats::philly_json::parse(&ctx, text),
+        TraceFormat::Helios => formats::helios::parse(&ctx, text),
+        TraceFormat::Acme => formats::acme::parse(&ctx, text),
     }?;
     Ok(finish(parsed, format, detected))
 }
@@ -253,6 +287,7 @@ fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
         workload,
         lines,
         skipped: parsed.skipped,
+        skipped_examples: parsed.skipped_examples,
         dropped: parsed.dropped,
     }
 }
@@ -291,6 +326,12 @@ pub fn detect_format(file_name: &str, text_head: &str) -> Option<TraceFormat> {
         }
         if has(&["num_gpu", "submit_time", "duration"]) {
             return Some(TraceFormat::Tiresias);
+        }
+        if has(&["job_id", "vc", "gpu_num", "submit_time", "duration"]) {
+            return Some(TraceFormat::Helios);
+        }
+        if has(&["job_id", "gpu_num", "state", "submit_time", "duration"]) {
+            return Some(TraceFormat::Acme);
         }
     }
     let ext = Path::new(file_name).extension().and_then(|e| e.to_str());
@@ -406,6 +447,20 @@ mod tests {
             Some(TraceFormat::Gavel)
         );
         assert_eq!(d("dir/x.TRACE", ""), Some(TraceFormat::Gavel));
+        assert_eq!(
+            d(
+                "x.csv",
+                "job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue"
+            ),
+            Some(TraceFormat::Helios)
+        );
+        assert_eq!(
+            d(
+                "x.csv",
+                "job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time"
+            ),
+            Some(TraceFormat::Acme)
+        );
         assert_eq!(d("x.csv", "what,is,this"), None);
         assert_eq!(d("x.csv", ""), None);
     }

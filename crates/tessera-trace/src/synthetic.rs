@@ -88,17 +88,94 @@ pub struct PoissonWorkload {
     pub seed: u64,
 }
 
+/// Most jobs one generator run may produce (job ids are 32-bit).
+pub const MAX_GENERATED_JOBS: usize = 100_000_000;
+
+/// Why a generator's parameters cannot produce a trace that reads back.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerateError {
+    /// More jobs than [`MAX_GENERATED_JOBS`].
+    #[error("{0} jobs is more than the limit of {MAX_GENERATED_JOBS}")]
+    TooManyJobs(usize),
+    /// A GPU count outside 1..=[`crate::MAX_GPUS_PER_JOB`].
+    #[error("GPU count {0} is outside 1..={max}", max = crate::MAX_GPUS_PER_JOB)]
+    BadGpus(u32),
+    /// A rate that is not positive and finite.
+    #[error("the arrival rate must be positive (jobs per hour), got {0}")]
+    BadRate(f64),
+    /// The arrivals would run past the clock's input range.
+    #[error(
+        "{jobs} jobs at {jobs_per_hour:?} jobs/h arrive over about {span_s:e} s, past the limit of \
+         {max} s: raise the rate or lower the job count",
+        max = tessera_model::MAX_INPUT_SECS
+    )]
+    SpanTooLong {
+        /// Jobs asked for.
+        jobs: usize,
+        /// The rate.
+        jobs_per_hour: f64,
+        /// Expected (or drawn) span of the arrivals in seconds.
+        span_s: f64,
+    },
+}
+
 impl PoissonWorkload {
-    /// Draws the workload. The first job arrives at time zero; jobs are named `0`, `1`, ….
-    pub fn generate(&self) -> Workload {
+    /// Checks that the parameters give a trace every reader accepts: a bounded job count,
+    /// GPU counts in range, a positive rate, and arrivals expected well within the clock's
+    /// input range (half of it, so that random gaps stay inside).
+    pub fn check(&self) -> Result<(), GenerateError> {
+        if self.jobs > MAX_GENERATED_JOBS {
+            return Err(GenerateError::TooManyJobs(self.jobs));
+        }
+        if let Some(&(g, _)) = self
+            .gpu_mix
+            .iter()
+            .find(|(g, _)| *g == 0 || u64::from(*g) > crate::MAX_GPUS_PER_JOB)
+        {
+            return Err(GenerateError::BadGpus(g));
+        }
+        if !(self.jobs_per_hour.is_finite() && self.jobs_per_hour > 0.0) {
+            return Err(GenerateError::BadRate(self.jobs_per_hour));
+        }
+        let span_s = self.jobs.saturating_sub(1) as f64 * 3600.0 / self.jobs_per_hour;
+        if span_s.is_nan() || span_s > tessera_model::MAX_INPUT_SECS as f64 / 2.0 {
+            return Err(GenerateError::SpanTooLong {
+                jobs: self.jobs,
+                jobs_per_hour: self.jobs_per_hour,
+                span_s,
+            });
+        }
+        Ok(())
+    }
+
+    /// The jobs one by one, in submit order, without holding them all (for writing large
+    /// traces). A drawn arrival past the clock's input range ends the stream with an error
+    /// rather than a clamped time. Same draws as [`generate`](Self::generate).
+    pub fn stream(&self) -> impl Iterator<Item = Result<TrainingJob, GenerateError>> + '_ {
         let mut rng = SimRng::seed_from_u64(self.seed);
         let rate_per_s = self.jobs_per_hour / 3600.0;
         let weights: Vec<f64> = self.gpu_mix.iter().map(|(_, w)| *w).collect();
+        let limit = tessera_model::MAX_INPUT_SECS as f64;
+        let mut now_s = 0.0f64;
         let mut now = SimTime::ZERO;
-        let mut jobs = Vec::with_capacity(self.jobs);
-        for i in 0..self.jobs {
+        let mut failed = false;
+        (0..self.jobs).map_while(move |i| {
+            if failed {
+                return None;
+            }
             if i > 0 && rate_per_s.is_finite() && rate_per_s > 0.0 {
-                now += SimDuration::from_secs_f64(rng.exponential(rate_per_s));
+                let gap = rng.exponential(rate_per_s);
+                now_s += gap;
+                if now_s.is_nan() || now_s > limit {
+                    failed = true;
+                    return Some(Err(GenerateError::SpanTooLong {
+                        jobs: self.jobs,
+                        jobs_per_hour: self.jobs_per_hour,
+                        span_s: now_s,
+                    }));
+                }
+                now += SimDuration::from_secs_f64(gap);
             }
             let gpus = match self.gpu_mix.get(rng.weighted_index(&weights)) {
                 Some((g, _)) => (*g).max(1),
@@ -106,9 +183,15 @@ impl PoissonWorkload {
             };
             let duration = self.durations.sample(&mut rng);
             let id = u32::try_from(i).unwrap_or(u32::MAX);
-            jobs.push(TrainingJob::simple(id, now, gpus, duration));
-        }
-        Workload::new(jobs)
+            Some(Ok(TrainingJob::simple(id, now, gpus, duration)))
+        })
+    }
+
+    /// Draws the workload. The first job arrives at time zero; jobs are named `0`, `1`, ….
+    /// Built-in workloads use parameters that pass [`check`](Self::check); with others, the
+    /// jobs drawn before an arrival ran past the clock's input range are kept.
+    pub fn generate(&self) -> Workload {
+        Workload::new(self.stream().map_while(Result::ok).collect())
     }
 }
 

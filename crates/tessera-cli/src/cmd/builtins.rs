@@ -22,7 +22,7 @@ pub fn run() -> Result<()> {
         writeln!(out, "  {:<20} {}", c.name, c.about)?;
     }
     writeln!(out, "\nTraces (--trace builtin:NAME):")?;
-    for (name, about) in tessera_trace::BUILTIN_TRACES {
+    for (name, about) in tessera_trace::BUILTIN_TRACES.iter().chain(builtin::TRACES) {
         writeln!(out, "  {name:<20} {about}")?;
     }
     writeln!(out, "\nPolicies (--policy NAME):")?;
@@ -49,7 +49,12 @@ pub fn run() -> Result<()> {
     }
     writeln!(out, "\nTrace formats (--trace-format NAME): auto")?;
     for f in tessera_trace::TraceFormat::ALL {
-        writeln!(out, "  {f}")?;
+        writeln!(out, "  {:<20} {}", f.name(), f.description())?;
     }
+    writeln!(
+        out,
+        "\nCluster files (--cluster PATH): a `kind: Cluster` YAML, or Alibaba PAI's 2020 \
+         pai_machine_spec.csv"
+    )?;
     Ok(())
 }

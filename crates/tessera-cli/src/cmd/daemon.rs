@@ -66,6 +66,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct IdArgs {
     /// Job id.
+    #[arg(allow_negative_numbers = true)]
     pub id: i64,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -78,8 +79,10 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             args.log_level
         )
     })?;
+    // Colour codes only on a terminal: a log file or a pipe gets plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_max_level(level)
         .init();
     let config = DaemonConfig::from_file(&args.config)
@@ -89,6 +92,64 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     }
     tessera_daemon::run(config).context("daemon stopped")?;
     Ok(())
+}
+
+// The CLI is an edge where reading the wall clock is right: ages are relative to now.
+#[allow(clippy::disallowed_methods)]
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A Unix time as RFC 3339 in UTC with its age: `2026-11-23T10:50:42Z (3m 5s ago)`.
+fn when(unix: f64, now: f64) -> String {
+    format!("{} ({})", rfc3339(unix), age(now - unix))
+}
+
+/// RFC 3339, UTC, whole seconds; out-of-range or non-finite times as the raw number.
+pub fn rfc3339(unix: f64) -> String {
+    if !(unix.is_finite() && (0.0..253_402_300_800.0).contains(&unix)) {
+        return format!("{unix}");
+    }
+    let secs = unix.floor() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date, counting from 0000-03-01 so that leap days
+    // fall at the end of each 400-year era's years.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `5s ago`, `3m 5s ago`, `2h 10m ago`, `4d 1h ago`; `in 5s` for the future.
+fn age(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "unknown age".into();
+    }
+    let s = secs.abs().round() as u64;
+    let text = match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    };
+    if secs < 0.0 {
+        format!("in {text}")
+    } else {
+        format!("{text} ago")
+    }
 }
 
 fn client(args: &ClientArgs) -> Client {
@@ -236,13 +297,21 @@ pub fn describe(args: &IdArgs) -> Result<()> {
     if let Some(p) = &j.progress {
         writeln!(out, "progress:       {} iterations", p.iterations)?;
     }
+    let now = unix_now();
+    writeln!(out, "submitted:      {}", when(j.submitted_at, now))?;
+    if let Some(t) = j.started_at {
+        writeln!(out, "started:        {}", when(t, now))?;
+    }
+    if let Some(t) = j.finished_at {
+        writeln!(out, "finished:       {}", when(t, now))?;
+    }
     writeln!(out, "history:")?;
     for t in &detail.transitions {
         let from = t.from.map(|s| s.as_str()).unwrap_or("-");
         writeln!(
             out,
-            "  {:>14.3}  {from:>9} -> {:<9} {}",
-            t.at,
+            "  {}  {from:>9} -> {:<9} {}",
+            when(t.at, now),
             t.to.as_str(),
             t.detail
         )?;
@@ -333,4 +402,23 @@ pub fn queue(args: &ClientArgs) -> Result<()> {
         write!(out, "{}", job_rows(&q.pending))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_with_age() {
+        assert_eq!(rfc3339(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400.0), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_431_042.9), "2026-11-23T10:50:42Z");
+        assert_eq!(rfc3339(f64::NAN), "NaN");
+        assert_eq!(age(5.2), "5s ago");
+        assert_eq!(age(185.0), "3m 5s ago");
+        assert_eq!(age(7800.0), "2h 10m ago");
+        assert_eq!(age(90_000.0), "1d 1h ago");
+        assert_eq!(age(-5.0), "in 5s");
+        assert_eq!(when(100.0, 160.0), "1970-01-01T00:01:40Z (1m 0s ago)");
+    }
 }

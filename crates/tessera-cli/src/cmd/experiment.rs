@@ -11,7 +11,6 @@ use tessera_mechanisms::experiment::{
     benches, default_threads, experiments, Experiment, ExperimentArgs, ReproOutput, RunContext,
 };
 
-use crate::figure;
 use crate::progress::Bars;
 
 /// Which registry list a subcommand draws from.
@@ -118,9 +117,8 @@ fn write_outputs(dir: &std::path::Path, output: &ReproOutput) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     let mut written = vec![path.display().to_string()];
     for f in &output.figures {
-        let path = dir.join(format!("{}.svg", f.file_stem));
-        std::fs::write(&path, figure::svg(f))
-            .with_context(|| format!("writing {}", path.display()))?;
+        let path = crate::plot::experiment_figure(dir, crate::plot::PlotFormat::Svg, f)
+            .with_context(|| format!("drawing {}", f.file_stem))?;
         written.push(path.display().to_string());
     }
     eprintln!("wrote {}", written.join(", "));

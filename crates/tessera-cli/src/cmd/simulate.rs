@@ -17,7 +17,7 @@ use tessera_trace::{with_arrivals, Arrivals};
 
 use crate::args::SimulateArgs;
 use crate::inputs::{
-    check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format,
+    check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format, report_skips,
 };
 use crate::progress::Bars;
 use crate::report::{comparison_table, write_outputs, EngineSummary, PolicySummary, SummaryDoc};
@@ -39,6 +39,39 @@ fn trace_truth() -> Truth {
         model: std::sync::Arc::new(TraceThroughput),
         profiler: None,
     }
+}
+
+/// What `tessera simulate` compares when no `--policy` is given: the baselines, and the
+/// headline mechanism (Synergy's LAS+TUNE, with its proportional allocation beside it so the
+/// gain of tuning CPU and memory shows on its own).
+pub const DEFAULT_POLICIES: &[&str] =
+    &["fifo", "srtf", "las", "ftf", "las+proportional", "las+tune"];
+
+/// Rounds beyond which a run is worth a warning: each round costs a scheduling pass (a few
+/// microseconds when idle), so 100 million of them take minutes to hours.
+const MANY_ROUNDS: f64 = 1e8;
+
+/// Warns when the trace spans so many rounds that the run will be slow: the last arrival plus
+/// the total work done back to back bounds the simulated time.
+fn warn_many_rounds(workload: &Workload, round: SimDuration) -> bool {
+    let last_submit = workload
+        .jobs()
+        .last()
+        .map_or(0.0, |j| j.submit.as_secs_f64());
+    let work: f64 = workload
+        .jobs()
+        .iter()
+        .map(|j| j.duration.as_secs_f64())
+        .sum();
+    let rounds = (last_submit + work) / round.as_secs_f64().max(1e-6);
+    if rounds > MANY_ROUNDS {
+        eprintln!(
+            "warning: up to {rounds:.1e} rounds of {} s (the trace's span plus its jobs' work back \
+             to back); the run may take long: consider a longer --round",
+            round.as_secs_f64()
+        );
+    }
+    rounds > MANY_ROUNDS
 }
 
 /// One policy to run: its registry name and options.
@@ -99,7 +132,7 @@ fn resolve_truth(name: &str, runs: &[PolicyRun], options: &TruthOptions) -> Resu
 }
 
 /// What `tessera simulate` computed: the `summary.json` document, the reports behind it, and
-/// the reader's remarks (detected format, skipped rows) that `run` prints on stderr.
+/// the reader's remarks (detected format, unfit jobs) that `run` prints on stderr.
 pub struct Simulated {
     pub doc: SummaryDoc,
     pub reports: Vec<SimReport>,
@@ -164,18 +197,30 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     if let Some(dir) = &args.out {
         write_outputs(dir, &doc, &reports)?;
-        eprintln!(
-            "wrote {}/{{summary.json,jobs.csv,timeseries.csv}}",
-            dir.display()
-        );
+        let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
+            .iter()
+            .map(|f| dir.join(f).display().to_string())
+            .collect();
+        if !args.no_plots {
+            for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
+                written.push(p.display().to_string());
+            }
+        }
+        eprintln!("wrote {}", written.join(", "));
     }
     Ok(())
 }
 
 /// Loads the inputs named by `args`, runs every policy and returns the results without
-/// printing or writing anything: the entry point `tessera sweep` calls once per run.
+/// printing them or writing files: the entry point `tessera sweep` calls once per run.
 pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let mut notes = Vec::new();
+    if let Some(n) = &args.jobs {
+        bail!(
+            "simulate has no --jobs (got {n}): use --threads N for worker threads; the number of \
+             jobs comes from the trace (e.g. `tessera trace generate --jobs N -o t.csv`)"
+        );
+    }
     let catalog = load_catalog(args.gpu_catalog.as_deref())?;
     let cluster = load_cluster(&args.cluster, &catalog)?;
     let format = parse_format(&args.trace_format)?;
@@ -189,17 +234,17 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             args.trace, trace.format
         ));
     }
-    if trace.skipped > 0 {
-        notes.push(format!(
-            "{}: skipped {} malformed rows",
-            args.trace, trace.skipped
-        ));
-    }
-    if trace.dropped > 0 {
-        notes.push(format!(
-            "{}: dropped {} jobs that did not finish or have no run time or GPUs",
-            args.trace, trace.dropped
-        ));
+    report_skips(&args.trace, &trace);
+    if trace.workload.is_empty() {
+        bail!(
+            "{}: no jobs to simulate (the trace has no job rows{})",
+            args.trace,
+            if trace.skipped + trace.dropped > 0 {
+                ", after skipped and dropped ones"
+            } else {
+                ""
+            }
+        );
     }
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
@@ -213,14 +258,14 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         Some(s) if !(s.is_finite() && s > 0.0) => {
             anyhow::bail!("--round must be a positive number of seconds, got {s}")
         }
-        Some(s) => Some(SimDuration::from_secs_f64(s)),
+        Some(s) => Some(SimDuration::checked_from_secs_f64(s).context("--round")?),
         None => None,
     };
+    if let Some(r) = round {
+        let _ = warn_many_rounds(&trace.workload, r);
+    }
     let names: Vec<String> = if args.policies.is_empty() {
-        tessera_sched::baselines::POLICIES
-            .iter()
-            .map(|p| p.name.to_string())
-            .collect()
+        DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
     } else {
         args.policies.clone()
     };
@@ -238,12 +283,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     for r in &runs {
         build_policy(&r.name, &r.options).with_context(|| "--policy".to_string())?;
     }
-    if !(args.profile_cost.is_finite() && args.profile_cost >= 0.0) {
-        anyhow::bail!(
-            "--profile-cost must be a non-negative number of seconds, got {}",
-            args.profile_cost
-        );
-    }
+    let profile_cost =
+        SimDuration::checked_from_secs_f64(args.profile_cost).context("--profile-cost")?;
     if !(args.profile_error.is_finite() && (0.0..1.0).contains(&args.profile_error)) {
         anyhow::bail!(
             "--profile-error must be a fraction in [0, 1), got {}",
@@ -255,7 +296,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         &args.perf,
         &runs,
         &TruthOptions {
-            profile_cost: Some(SimDuration::from_secs_f64(args.profile_cost)),
+            profile_cost: Some(profile_cost),
             profile_error: args.profile_error,
             engine: semantics.map_or(EXACT_ENGINE, |e| e.name),
         },
@@ -276,7 +317,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         config,
     };
     let threads = args
-        .jobs
+        .threads
         .unwrap_or_else(tessera_mechanisms::experiment::default_threads);
     let results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
 
@@ -352,4 +393,34 @@ pub fn run_policies_with(
         &|_, _| {},
     )?;
     results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_model::{SimTime, TrainingJob};
+
+    #[test]
+    fn many_rounds_are_warned_about() {
+        let long = |secs: u64| {
+            Workload::new(vec![TrainingJob::simple(
+                0,
+                SimTime::ZERO,
+                1,
+                SimDuration::from_secs(secs),
+            )])
+        };
+        assert!(warn_many_rounds(
+            &long(900_000_000),
+            SimDuration::from_secs(1)
+        ));
+        assert!(!warn_many_rounds(
+            &long(900_000_000),
+            SimDuration::from_secs(300)
+        ));
+        assert!(!warn_many_rounds(
+            &long(3600),
+            SimDuration::from_micros(1000)
+        ));
+    }
 }

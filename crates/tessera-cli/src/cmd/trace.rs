@@ -37,13 +37,20 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     )?;
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
+        for e in &trace.skipped_examples {
+            writeln!(out, "  {e}")?;
+        }
     }
     if trace.dropped > 0 {
         writeln!(
             out,
-            "dropped jobs:   {} (did not finish, or no run time or GPUs)",
+            "dropped jobs:   {} (unfinished, CPU-only, or no run time)",
             trace.dropped
         )?;
+    }
+    if trace.workload.is_empty() {
+        writeln!(out, "no jobs")?;
+        return Ok(());
     }
     write!(out, "{}", TraceStats::of(&trace.workload))?;
     Ok(())
@@ -70,38 +77,53 @@ fn convert(args: &ConvertArgs) -> Result<()> {
         false,
         args.seed,
     )?;
-    if trace.skipped > 0 {
-        eprintln!("{}: skipped {} malformed rows", args.input, trace.skipped);
-    }
-    if trace.dropped > 0 {
-        eprintln!(
-            "{}: dropped {} jobs that did not finish or have no run time or GPUs",
-            args.input, trace.dropped
-        );
-    }
+    crate::inputs::report_skips(&args.input, &trace);
     let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
     let workload = tessera_trace::with_arrivals(&trace.workload, arrivals, args.seed);
     write_csv(&args.output, &workload, &catalog)
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
-    anyhow::ensure!(
-        args.load.is_finite() && args.load > 0.0,
-        "--load must be positive, got {}",
-        args.load
-    );
     let gpu_mix = match args.gpus {
-        Some(0) => anyhow::bail!("--gpus must be at least 1"),
         Some(g) => vec![(g, 1.0)],
         None => PHILLY_GPU_MIX.to_vec(),
     };
-    let workload = PoissonWorkload {
+    let spec = PoissonWorkload {
         jobs: args.jobs,
         jobs_per_hour: args.load,
         gpu_mix,
         durations: DurationDist::PhillyRuntimes,
         seed: args.seed,
+    };
+    spec.check().map_err(|e| {
+        let flag = match e {
+            tessera_trace::GenerateError::TooManyJobs(_) => "--jobs",
+            tessera_trace::GenerateError::BadGpus(_) => "--gpus",
+            tessera_trace::GenerateError::BadRate(_) => "--load",
+            _ => "--load/--jobs",
+        };
+        anyhow::anyhow!("{flag}: {e}")
+    })?;
+    let catalog = GpuCatalog::builtin();
+    // Jobs are written as they are drawn: memory stays flat whatever --jobs is.
+    let write = |w: &mut dyn Write| -> Result<usize> {
+        let mut out = tessera_trace::TesseraCsvWriter::new(w, &catalog)?;
+        let mut n = 0;
+        for job in spec.stream() {
+            out.write(&job.context("--load/--jobs")?)?;
+            n += 1;
+        }
+        out.finish()?;
+        Ok(n)
+    };
+    if args.output == "-" {
+        write(&mut std::io::stdout().lock())?;
+    } else {
+        let file = std::fs::File::create(&args.output)
+            .with_context(|| format!("creating {}", args.output))?;
+        let n = write(&mut std::io::BufWriter::new(file))
+            .with_context(|| format!("writing {}", args.output))?;
+        eprintln!("wrote {n} jobs to {}", args.output);
     }
-    .generate();
-    write_csv(&args.output, &workload, &GpuCatalog::builtin())
+    Ok(())
 }

@@ -135,6 +135,12 @@ pub enum RunStatus {
     Cancelled,
     /// Preempted by the resource manager itself.
     Preempted,
+    /// Ended because its node failed (Slurm's `NODE_FAIL`, `BOOT_FAIL`): not the job's fault,
+    /// so the daemon requeues it.
+    NodeFailed {
+        /// What the resource manager said.
+        reason: String,
+    },
     /// The backend does not know the run (any more).
     Unknown,
 }

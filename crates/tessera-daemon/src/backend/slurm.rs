@@ -224,12 +224,17 @@ pub fn run_status(state: &str, reason: &str, exit_code: Option<i32>) -> RunStatu
         "COMPLETED" => RunStatus::Completed,
         "CANCELLED" | "REVOKED" => RunStatus::Cancelled,
         "PREEMPTED" => RunStatus::Preempted,
-        "FAILED" | "NODE_FAIL" | "BOOT_FAIL" | "OUT_OF_MEMORY" | "TIMEOUT" | "DEADLINE" => {
-            RunStatus::Failed {
-                reason: format!("{s} ({reason})"),
-                exit_code,
-            }
-        }
+        "NODE_FAIL" | "BOOT_FAIL" => RunStatus::NodeFailed {
+            reason: format!("{s} ({reason})"),
+        },
+        // The job never started: its node could not launch it.
+        "FAILED" if reason.contains("LaunchFailure") => RunStatus::NodeFailed {
+            reason: format!("{s} ({reason})"),
+        },
+        "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "DEADLINE" => RunStatus::Failed {
+            reason: format!("{s} ({reason})"),
+            exit_code,
+        },
         _ => RunStatus::Unknown,
     }
 }
@@ -635,6 +640,17 @@ x|RUNNING|None|n1|bad
             RunStatus::Cancelled
         );
         assert_eq!(run_status("weird", "", None), RunStatus::Unknown);
+        assert_eq!(
+            run_status("NODE_FAIL", "None", None),
+            RunStatus::NodeFailed {
+                reason: "NODE_FAIL (None)".into()
+            },
+            "a node failure is not the job's fault: the daemon requeues it"
+        );
+        assert!(matches!(
+            run_status("FAILED", "JobLaunchFailure", None),
+            RunStatus::NodeFailed { .. }
+        ));
         let (state, reason, code) = parse_show_job(SHOW_JOB).unwrap();
         assert_eq!(
             (state.as_str(), reason.as_str(), code),

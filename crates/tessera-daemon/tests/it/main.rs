@@ -6,9 +6,11 @@
 //!   failure when `CI=true` and Slurm is missing.
 //! - `hardening`: hostile clients and faults (timeouts, caps, limits, exhaustion).
 //! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
+//! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
 
 mod api;
 mod common;
+mod failures;
 mod hardening;
 mod local;
 mod restart;

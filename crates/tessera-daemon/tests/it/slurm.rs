@@ -326,3 +326,120 @@ fn slurm_runs_a_multi_node_placement_as_a_heterogeneous_job() {
         scontrol_job(&conf, &id).contains("JobState=CANCELLED")
     });
 }
+
+/// Puts a Slurm node back in service when dropped, even if the test fails, and waits until it
+/// runs jobs again (the killed job's processes outlive the fake node's "failure", and launches
+/// there fail until they are gone), so that later tests find a healthy cluster.
+struct Resume<'a> {
+    conf: &'a std::path::Path,
+    node: String,
+}
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.node), "state=resume"])
+            .env("SLURM_CONF", self.conf)
+            .output();
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let probe = Command::new("sbatch")
+                .args([
+                    "--parsable",
+                    &format!("--nodelist={}", self.node),
+                    "--job-name=tessera-probe",
+                    "--output=/dev/null",
+                    "--wrap=true",
+                ])
+                .env("SLURM_CONF", self.conf)
+                .output();
+            let Ok(probe) = probe else { return };
+            let id = String::from_utf8_lossy(&probe.stdout).trim().to_string();
+            let mut state = String::new();
+            for _ in 0..100 {
+                state = scontrol_job(self.conf, &id);
+                if state.contains("JobState=COMPLETED") || state.contains("JobState=FAILED") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if state.contains("JobState=COMPLETED") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+/// Issue 9: `scontrol update nodename=… state=down` kills the node's jobs (NODE_FAIL); the
+/// daemon requeues the job once and the policy restarts it on a node that is up.
+#[test]
+fn slurm_node_set_down_has_its_job_requeued_once_and_restarted_elsewhere() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), slurm_backend(dir.path(), &conf));
+    c.poll_interval_ms = 200;
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
+    let alice = client(&d, ALICE);
+    let j = alice
+        .submit(&format!("{}gpuType: a100\n", job("victim", 8, "sleep 15")))
+        .unwrap();
+    let running = |id| alice.describe(id).unwrap().job.backend_state.as_deref() == Some("RUNNING");
+    wait_until("running in Slurm", Duration::from_secs(30), || {
+        running(j.id)
+    });
+    let first = alice.describe(j.id).unwrap().job;
+    let node = first.allocation[0].node.clone();
+    let first_slurm = first.backend_id.clone().unwrap();
+    let _resume = Resume {
+        conf: &conf,
+        node: node.clone(),
+    };
+    // The test cluster runs with ReturnToService=2, which puts a node set DOWN back in
+    // service within milliseconds (slurmd still answers). Drain it first so that it stays out
+    // of service, then set it down: Slurm kills the job (NODE_FAIL).
+    for state in ["drain", "down"] {
+        let o = Command::new("scontrol")
+            .args([
+                "update",
+                &format!("nodename={node}"),
+                &format!("state={state}"),
+                "reason=tessera-test",
+            ])
+            .env("SLURM_CONF", &conf)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    wait_until(
+        "restarted on the other node",
+        Duration::from_secs(60),
+        || {
+            let v = alice.describe(j.id).unwrap().job;
+            v.attempt == 2 && running(j.id)
+        },
+    );
+    let v = alice.describe(j.id).unwrap();
+    assert_ne!(
+        v.job.allocation[0].node, node,
+        "not on the node that went down"
+    );
+    assert_eq!(v.job.preemptions, 1, "requeued once");
+    let history: Vec<_> = v.transitions.iter().map(|t| t.detail.as_str()).collect();
+    assert!(
+        history
+            .iter()
+            .any(|d| d.contains("NODE_FAIL") || d.contains("went down")),
+        "{history:?}"
+    );
+    // Slurm ran attempt 1 on the dead node and attempt 2 elsewhere; nothing else.
+    let ours = slurm_jobs(
+        &conf,
+        &format!("tessera-{}-{}-", instance(dir.path()), j.id),
+    );
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert!(ours.iter().any(|(id, _, _)| *id == first_slurm));
+    alice.cancel(j.id).unwrap();
+}

@@ -97,9 +97,9 @@ pub fn run_reference(
             }
             next += 1;
             events += 1;
-            if job.gpus == 0 || job.gpus as u64 > cluster.max_gpus_for(&job.gpu_types) {
+            if let Err(unfit) = cluster.can_ever_fit(job) {
                 st[job.id.index()].outcome = Some(JobOutcome::Rejected {
-                    reason: format!("asks for {} GPUs, more than any node group has", job.gpus),
+                    reason: unfit.to_string(),
                 });
                 if in_window(job.id) {
                     window_left = window_left.saturating_sub(1);

@@ -131,7 +131,7 @@ proptest! {
                     let jct = rec.jct_secs().unwrap();
                     prop_assert!(jct + 1e-6 >= job.duration.as_secs_f64(), "{} < {}", jct, job.duration);
                 }
-                JobOutcome::Rejected { .. } => prop_assert!(job.gpus as u64 > max),
+                JobOutcome::Rejected { .. } => prop_assert!(job.gpus as u64 > max && cluster.can_ever_fit(job).is_err()),
                 JobOutcome::Unfinished { reason } => prop_assert!(false, "job {} unfinished: {}", job.name, reason),
             }
         }

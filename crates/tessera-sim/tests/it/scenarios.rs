@@ -215,3 +215,42 @@ fn las_rounds_shorter_than_restore_time_terminate() {
     .unwrap();
     assert_eq!(r.summary.finished, 3, "{:?}", r.summary);
 }
+
+/// Regression (issue 10): a job that fits by GPU count but never by CPU used to spin forever
+/// with rounds; the engine now rejects it on arrival, naming the dimension.
+#[test]
+fn a_job_that_never_fits_by_cpu_is_rejected_not_spun() {
+    let mut hungry = job("hungry", 0, 1, 100);
+    hungry.cpu = Some(tessera_model::MilliCpu::from_cores(25));
+    let ok = job("ok", 0, 1, 100);
+    let cluster = one_node(4);
+    let workload = tessera_model::Workload::new(vec![hungry, ok]);
+    let policy = tessera_sched::baselines::build(
+        "las",
+        &tessera_sched::PolicyOptions {
+            round: Some(SimDuration::from_secs(60)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let config = tessera_sim::SimConfig {
+        time_limit: Some(SimTime::from_secs(1_000_000)),
+        ..Default::default()
+    };
+    let r = tessera_sim::Simulation::new(
+        &cluster,
+        &workload,
+        &tessera_perf::TraceThroughput,
+        policy,
+        config,
+    )
+    .run(&mut ())
+    .unwrap();
+    let hungry = r.jobs.iter().find(|j| j.name == "hungry").unwrap();
+    match &hungry.outcome {
+        JobOutcome::Rejected { reason } => assert!(reason.contains("CPU"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.summary.finished, 1);
+    assert!(r.summary.makespan_s < 1000.0, "{:?}", r.summary);
+}

@@ -60,6 +60,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
     let mut parsed = Parsed {
         jobs: Vec::with_capacity(entries.len()),
         skipped: 0,
+        skipped_examples: Vec::new(),
         dropped: 0,
     };
     // Lines of each entry, counted incrementally (entries come in text order).
@@ -81,8 +82,14 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
         match outcome {
             Ok(Entry::Job(job)) => parsed.jobs.push((job, line)),
             Ok(Entry::Dropped) => parsed.dropped += 1,
-            Err(_) if ctx.opts.skip_invalid => parsed.skipped += 1,
-            Err((field, kind)) => return Err(TraceError::at(ctx.source, line, field, kind)),
+            Err((field, kind)) => {
+                let e = TraceError::at(ctx.source, line, field, kind);
+                if ctx.opts.skip_invalid {
+                    parsed.skip(e);
+                } else {
+                    return Err(e);
+                }
+            }
         }
     }
     Ok(parsed)
@@ -144,6 +151,15 @@ fn entry(v: &Value) -> Result<Entry, Fail> {
         let (start, end) = (time(a, "start_time")?, time(a, "end_time")?);
         let count = gpu_count(a)?;
         last_ended = end.is_some();
+        if let Some(e) = end {
+            // A job cannot end before it was submitted: the times are corrupt.
+            if e < submit {
+                return Err((
+                    Some("submitted_time"),
+                    K::Invalid("is after the end of one of its attempts".into()),
+                ));
+            }
+        }
         if let (Some(s), Some(e)) = (start, end) {
             if e > s {
                 run_us = run_us.saturating_add(e - s);
@@ -160,6 +176,10 @@ fn entry(v: &Value) -> Result<Entry, Fail> {
     }
     if gpus > MAX_GPUS {
         return Err((Some("gpus"), K::TooManyGpus(gpus.to_string())));
+    }
+    if run_us > tessera_model::MAX_INPUT_SECS * 1_000_000 {
+        let secs = format!("{}", run_us / 1_000_000);
+        return Err((Some("attempts"), K::TimeTooLarge(secs)));
     }
     let duration = SimDuration::from_micros(run_us);
     let mut job = TrainingJob::simple(0, SimTime::from_micros(submit), gpus as u32, duration);
@@ -191,7 +211,18 @@ fn gpu_count(a: &Value) -> Result<u64, Fail> {
     for m in machines {
         match m.get("gpus") {
             None | Some(Value::Null) => {}
-            Some(Value::Array(g)) => total = total.saturating_add(g.len() as u64),
+            Some(Value::Array(g)) => {
+                // The same GPU listed twice on one machine would count it twice.
+                for (i, id) in g.iter().enumerate() {
+                    if g[..i].contains(id) {
+                        return Err((
+                            Some("gpus"),
+                            K::Invalid(format!("GPU {id} is listed twice on one machine")),
+                        ));
+                    }
+                }
+                total = total.saturating_add(g.len() as u64)
+            }
             Some(other) => {
                 return Err((
                     Some("gpus"),

@@ -143,7 +143,8 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         .opt_u32("batch_size")?
         .ok_or_else(|| row.err("batch_size", TraceErrorKind::EmptyValue))?;
     let (iterations, secs) = app.work(gpus, batch_size);
-    let mut job = TrainingJob::simple(0, submit, gpus, computed_duration(secs));
+    let duration = computed_duration(secs).map_err(|k| row.err("num_replicas", k))?;
+    let mut job = TrainingJob::simple(0, submit, gpus, duration);
     job.name = row.text("name")?.to_string();
     job.model = app.name.clone();
     job.batch_size = Some(batch_size);

@@ -75,33 +75,60 @@ pub fn write_tessera_csv<W: Write>(
     workload: &Workload,
     catalog: &GpuCatalog,
 ) -> Result<(), TraceError> {
-    let io = |e: csv::Error| TraceError::whole("<output>", TraceErrorKind::Io(e.to_string()));
-    let mut out = csv::WriterBuilder::new().from_writer(w);
-    out.write_record(COLUMNS).map_err(io)?;
+    let mut out = TesseraCsvWriter::new(w, catalog)?;
     for j in workload.jobs() {
+        out.write(j)?;
+    }
+    out.finish()
+}
+
+/// A canonical Tessera CSV written one job at a time (for streams too large to hold).
+pub struct TesseraCsvWriter<'c, W: Write> {
+    out: csv::Writer<W>,
+    catalog: &'c GpuCatalog,
+}
+
+fn io_error(e: impl std::fmt::Display) -> TraceError {
+    TraceError::whole("<output>", TraceErrorKind::Io(e.to_string()))
+}
+
+impl<'c, W: Write> TesseraCsvWriter<'c, W> {
+    /// Writes the header.
+    pub fn new(w: W, catalog: &'c GpuCatalog) -> Result<Self, TraceError> {
+        let mut out = csv::WriterBuilder::new().from_writer(w);
+        out.write_record(COLUMNS).map_err(io_error)?;
+        Ok(TesseraCsvWriter { out, catalog })
+    }
+
+    /// Writes one job as a row.
+    pub fn write(&mut self, j: &TrainingJob) -> Result<(), TraceError> {
         let gpu_types: Vec<&str> = j
             .gpu_types
             .iter()
-            .map(|id| catalog.get(*id).name.as_str())
+            .map(|id| self.catalog.get(*id).name.as_str())
             .collect();
-        out.write_record([
-            j.name.as_str(),
-            &format_secs(j.submit.as_micros()),
-            &j.gpus.to_string(),
-            &format_secs(j.duration.as_micros()),
-            &j.iterations.to_string(),
-            &j.model,
-            &j.batch_size.map(|b| b.to_string()).unwrap_or_default(),
-            &gpu_types.join("|"),
-            &j.tenant,
-            &j.priority.to_string(),
-            &j.cpu.map(|c| c.to_string()).unwrap_or_default(),
-            &j.memory.map(|m| m.to_string()).unwrap_or_default(),
-        ])
-        .map_err(io)?;
+        self.out
+            .write_record([
+                j.name.as_str(),
+                &format_secs(j.submit.as_micros()),
+                &j.gpus.to_string(),
+                &format_secs(j.duration.as_micros()),
+                &j.iterations.to_string(),
+                &j.model,
+                &j.batch_size.map(|b| b.to_string()).unwrap_or_default(),
+                &gpu_types.join("|"),
+                &j.tenant,
+                &j.priority.to_string(),
+                &j.cpu.map(|c| c.to_string()).unwrap_or_default(),
+                &j.memory.map(|m| m.to_string()).unwrap_or_default(),
+            ])
+            .map_err(io_error)
     }
-    out.flush()
-        .map_err(|e| TraceError::whole("<output>", TraceErrorKind::Io(e.to_string())))
+
+    /// Flushes what is buffered.
+    pub fn finish(mut self) -> Result<(), TraceError> {
+        self.out.flush().map_err(io_error)
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,63 @@ const CASES: &[Case] = &[
             ("b,x,1,10,,", "submit_s"),
             ("b,-1,1,10,,", "submit_s"),
             ("b,0,1,10,,lots", "cpu"),
+            // Issue 10: times the engine's clock cannot add up were saturated, not refused.
+            ("b,18446744000000,1,100000,,", "submit_s"),
+            ("b,1e13,1,10,,", "submit_s"),
+            ("b,0,1,1e13,,", "duration_s"),
+        ],
+    },
+    Case {
+        format: TraceFormat::Helios,
+        header: "job_id,vc,gpu_num,cpu_num,state,submit_time,duration",
+        good: "h1,vcA,8,48,COMPLETED,2020-04-01 00:00:10,3600",
+        bad: &[
+            (",vcA,8,48,COMPLETED,2020-04-01 00:00:10,3600", "job_id"),
+            ("h2,vcA,-8,48,COMPLETED,2020-04-01 00:00:10,3600", "gpu_num"),
+            (
+                "h2,vcA,2000000,48,COMPLETED,2020-04-01 00:00:10,3600",
+                "gpu_num",
+            ),
+            ("h2,vcA,8,x,COMPLETED,2020-04-01 00:00:10,3600", "cpu_num"),
+            ("h2,vcA,8,48,,2020-04-01 00:00:10,3600", "state"),
+            (
+                "h2,vcA,8,48,COMPLETED,2020-04-31 00:00:10,3600",
+                "submit_time",
+            ),
+            ("h2,vcA,8,48,COMPLETED,2020-04-01 00:00:10,-1", "duration"),
+            ("h2,vcA,8,48,COMPLETED,2020-04-01 00:00:10,1e13", "duration"),
+        ],
+    },
+    Case {
+        format: TraceFormat::Acme,
+        header: "job_id,user,node_num,gpu_num,cpu_num,mem_per_pod_GB,state,submit_time,duration",
+        good: "a1,u1,1,8,64,400,COMPLETED,2023-05-01 08:00:30+08:00,7200",
+        bad: &[
+            ("a2,u1,1,8,64,400,COMPLETED,yesterday,7200", "submit_time"),
+            (
+                "a2,u1,1,8,64,400,COMPLETED,2023-05-01 08:00:30+25:00,7200",
+                "submit_time",
+            ),
+            (
+                "a2,u1,1,8,64,-4,COMPLETED,2023-05-01 08:00:30+08:00,7200",
+                "mem_per_pod_GB",
+            ),
+            (
+                "a2,u1,0,8,64,400,COMPLETED,2023-05-01 08:00:30+08:00,7200",
+                "node_num",
+            ),
+            (
+                "a2,u1,1,8,NaN,400,COMPLETED,2023-05-01 08:00:30+08:00,7200",
+                "cpu_num",
+            ),
+            (
+                "a2,u1,1,8.5,64,400,COMPLETED,2023-05-01 08:00:30+08:00,7200",
+                "gpu_num",
+            ),
+            (
+                "a2,u1,1,8,64,400,COMPLETED,2023-05-01 08:00:30+08:00,NaN",
+                "duration",
+            ),
         ],
     },
     Case {
@@ -84,6 +141,11 @@ const CASES: &[Case] = &[
             (
                 "ResNet-51 (batch size 1)\tc\t--steps\t1\t10\t1.0\t1",
                 "job_type",
+            ),
+            // Issue 10: 2^64 - 1 steps saturated the run time instead of being refused.
+            (
+                "LM (batch size 5)\tc\t--steps\t1\t18446744073709551615\t1.0\t4",
+                "total_steps",
             ),
         ],
     },
@@ -138,6 +200,54 @@ fn each_bad_row_is_located() {
             assert!(!shown.contains('\n'));
         }
     }
+}
+
+/// Issue 10: a duplicated header column and rows longer than the header were accepted; binary
+/// input was echoed raw into messages; `--skip-invalid` kept no trace of which rows it skipped.
+#[test]
+fn header_and_row_shape_and_printable_messages() {
+    let err = parse("job_id,submit_s,gpus,duration_s,gpus\na,0,1,10,2\n", None).unwrap_err();
+    assert_eq!(
+        (err.line, err.field.as_deref()),
+        (Some(1), Some("gpus")),
+        "{err}"
+    );
+    assert!(
+        matches!(err.kind, TraceErrorKind::DuplicateColumn(_)),
+        "{err}"
+    );
+
+    let text = "job_id,submit_s,gpus,duration_s\na,0,1,10\nb,0,1,10,extra\n";
+    let err = parse(text, None).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.to_string()
+            .contains("row has 5 fields but the header has 4 columns"),
+        "{err}"
+    );
+
+    let binary = "job\u{0}id,\u{1b}[31mred,gpus\na,b,c\n";
+    let err = parse(binary, Some(TraceFormat::Tessera)).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        !shown.contains('\u{0}') && !shown.contains('\u{1b}'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\\0") && shown.contains("\\u{1b}"),
+        "{shown}"
+    );
+
+    // The first five skipped rows are kept, with their lines.
+    let mut text = String::from("job_id,submit_s,gpus,duration_s\n");
+    for i in 0..8 {
+        text.push_str(&format!("bad{i},0,0,10\n"));
+    }
+    text.push_str("ok,0,1,10\n");
+    let t = parse_skipping(&text, TraceFormat::Tessera).unwrap();
+    assert_eq!((t.skipped, t.workload.len()), (8, 1));
+    let lines: Vec<Option<u64>> = t.skipped_examples.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [Some(2), Some(3), Some(4), Some(5), Some(6)]);
 }
 
 #[test]
@@ -315,6 +425,20 @@ fn philly_json_bad_jobs() {
                           "detail": [{"ip": "m1", "gpus": 8}]}]}"#,
             Some("gpus"),
         ),
+        // Issue 10: an attempt ending before the job was submitted, and a GPU listed twice on
+        // one machine, were accepted without a word.
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 00:58:00", "end_time": "2017-10-07 00:59:00",
+                          "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
+            Some("submitted_time"),
+        ),
+        (
+            r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
+            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",
+                          "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1", "gpu0"]}]}]}"#,
+            Some("gpus"),
+        ),
         ("[1, 2]", None),
         ("\"job\"", None),
     ];
@@ -369,7 +493,7 @@ fn philly_json_bad_jobs() {
                           "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
         r#"{"status": "Killed", "jobid": "b", "submitted_time": "2017-10-07 01:00:00"}"#,
         r#"{"status": "Failed", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
-            "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 00:59:00",
+            "attempts": [{"start_time": "2017-10-07 01:02:00", "end_time": "2017-10-07 01:01:00",
                           "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}"#,
         r#"{"status": "Pass", "jobid": "b", "submitted_time": "2017-10-07 01:00:00",
             "attempts": [{"start_time": "2017-10-07 01:00:00", "end_time": "2017-10-07 01:01:00",

@@ -104,6 +104,15 @@ fn philly_runtimes_are_sampled_faithfully() {
     let s = TraceStats::of(&w);
     let p50 = s.duration_p50.as_secs_f64();
     assert!((p50 - median).abs() / median < 0.05, "{p50} vs {median}");
+    // The mean is dominated by the long tail (standard deviation about 91,000 s, so the mean
+    // of 50k draws has a standard error of about 2.8%): within 12% (over 4 standard errors).
+    let mean = sample.iter().map(|&x| x.max(1.0)).sum::<f64>() / sample.len() as f64;
+    assert!(
+        (mean - 14_613.3).abs() < 1.0,
+        "the sample's own mean: {mean}"
+    );
+    let drawn = s.duration_mean.as_secs_f64();
+    assert!((drawn - mean).abs() / mean < 0.12, "{drawn} vs {mean}");
 }
 
 #[test]
@@ -140,4 +149,50 @@ fn builtin_philly_synthetic() {
         ..philly(2_000, 1)
     };
     assert_eq!(a, expected.generate());
+}
+
+/// Issue 10: `--jobs 2^64-1` panicked on an unbounded allocation, `--load 1e-300` wrote times
+/// its own reader saturated, and `--gpus 1000001` wrote rows its reader refuses.
+#[test]
+fn parameters_are_bounded_and_the_stream_matches_generate() {
+    use tessera_trace::GenerateError;
+    assert_eq!(philly(10, 1).check(), Ok(()));
+    assert_eq!(
+        philly(usize::MAX, 1).check(),
+        Err(GenerateError::TooManyJobs(usize::MAX))
+    );
+    let bad_gpus = PoissonWorkload {
+        gpu_mix: vec![(1_000_001, 1.0)],
+        ..philly(3, 1)
+    };
+    assert_eq!(bad_gpus.check(), Err(GenerateError::BadGpus(1_000_001)));
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let w = PoissonWorkload {
+            jobs_per_hour: rate,
+            ..philly(3, 1)
+        };
+        assert!(
+            matches!(w.check(), Err(GenerateError::BadRate(_))),
+            "{rate}"
+        );
+    }
+    let slow = PoissonWorkload {
+        jobs_per_hour: 1e-300,
+        ..philly(3, 1)
+    };
+    assert!(matches!(
+        slow.check(),
+        Err(GenerateError::SpanTooLong { .. })
+    ));
+    // Drawn past the limit: the stream ends with an error instead of clamped times.
+    let items: Vec<_> = slow.stream().collect();
+    assert!(matches!(
+        items.last(),
+        Some(Err(GenerateError::SpanTooLong { .. }))
+    ));
+    assert!(items.len() <= 2, "nothing is drawn after the error");
+    // The stream is the workload, job for job.
+    let spec = philly(300, 9);
+    let streamed: Vec<_> = spec.stream().map(Result::unwrap).collect();
+    assert_eq!(streamed.as_slice(), spec.generate().jobs());
 }

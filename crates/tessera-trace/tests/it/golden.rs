@@ -248,3 +248,69 @@ fn philly_json_fixture() {
     assert_eq!(jobs[1].iterations, 134);
     assert_golden("philly_small", &t.workload);
 }
+
+#[test]
+fn helios_fixture() {
+    let t = read_fixture("helios_small.csv", None);
+    assert_eq!(
+        (t.format, t.detected, t.skipped, t.dropped),
+        (TraceFormat::Helios, true, 0, 2),
+        "h2 (CPU only) and h4 (never ran) are dropped"
+    );
+    let jobs = t.workload.jobs();
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    // Sorted by submit time; times relative to the earliest kept job (h5 at 00:00:00).
+    assert_eq!(names, ["h5", "h1", "h3"]);
+    assert_eq!(t.lines, [6, 2, 4]);
+    let h5 = &jobs[0];
+    assert_eq!(
+        (h5.submit, h5.gpus, h5.duration, h5.tenant.as_str()),
+        (
+            SimTime::ZERO,
+            1,
+            SimDuration::from_micros(120_500_000),
+            "vcC"
+        )
+    );
+    assert_eq!(h5.cpu, Some(MilliCpu::from_cores(4)));
+    assert_eq!(h5.memory, None);
+    let h3 = &jobs[2];
+    assert_eq!(
+        (h3.submit, h3.gpus, h3.duration, h3.cpu),
+        (
+            SimTime::from_secs(120),
+            16,
+            secs(30),
+            Some(MilliCpu::from_cores(96))
+        )
+    );
+    assert_golden("helios_small", &t.workload);
+}
+
+#[test]
+fn acme_fixture() {
+    let t = read_fixture("acme_small.csv", None);
+    assert_eq!(
+        (t.format, t.detected, t.skipped, t.dropped),
+        (TraceFormat::Acme, true, 0, 1),
+        "a2 (CPU only) is dropped"
+    );
+    let jobs = t.workload.jobs();
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    // Offsets: a1 is 00:00:30 UTC, a3 00:00:00 UTC, a4 01:00:00 UTC.
+    assert_eq!(names, ["a3", "a1", "a4"]);
+    let a1 = &jobs[1];
+    assert_eq!(
+        (a1.submit, a1.gpus, a1.duration, a1.tenant.as_str()),
+        (SimTime::from_secs(30), 16, secs(7200), "u1")
+    );
+    assert_eq!(a1.cpu, Some(MilliCpu::from_cores(128)));
+    // 800 GB per pod, two pods.
+    assert_eq!(a1.memory, Some(Bytes(1_600_000_000_000)));
+    let a4 = &jobs[2];
+    assert_eq!(
+        (a4.submit, a4.cpu, a4.memory),
+        (SimTime::from_secs(3600), None, None)
+    );
+    assert_golden("acme_small", &t.workload);
+}

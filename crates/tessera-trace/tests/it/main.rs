@@ -5,4 +5,5 @@ mod bad_input;
 mod common;
 mod generator;
 mod golden;
+mod pai;
 mod props;

@@ -103,6 +103,43 @@ proptest! {
         every_reader(&String::from_utf8_lossy(&bytes));
     }
 
+    /// Issue 10: times near the top of the microsecond range were accepted and saturated.
+    /// Any submit time or duration past the input limit is refused, naming its field; any
+    /// within it is read exactly.
+    #[test]
+    fn times_past_the_limit_are_refused_with_their_field(
+        us in prop_oneof![0u64..2_000_000_000_000_000, any::<u64>()],
+        as_duration in any::<bool>(),
+        exponent in any::<bool>(),
+    ) {
+        let limit = tessera_model::MAX_INPUT_SECS * 1_000_000;
+        let secs = if exponent {
+            format!("{:e}", us as f64 / 1e6)
+        } else {
+            format!("{}.{:06}", us / 1_000_000, us % 1_000_000)
+        };
+        let (field, row) = if as_duration {
+            ("duration_s", format!("a,0,1,{secs}"))
+        } else {
+            ("submit_s", format!("a,{secs},1,10"))
+        };
+        let text = format!("job_id,submit_s,gpus,duration_s\n{row}\n");
+        let parsed = parse(&text, None);
+        let value_us = if exponent { (us as f64 / 1e6 * 1e6).round() } else { us as f64 };
+        if value_us > limit as f64 {
+            let err = parsed.expect_err("past the limit");
+            prop_assert_eq!(err.field.as_deref(), Some(field), "{}", err);
+        } else if value_us >= 1.0 || !as_duration {
+            let t = parsed.map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let job = &t.workload.jobs()[0];
+            let got = if as_duration { job.duration.as_micros() } else { job.submit.as_micros() };
+            if !exponent {
+                prop_assert_eq!(got, us);
+            }
+            prop_assert!(got <= limit);
+        }
+    }
+
     #[test]
     fn canonical_round_trip(jobs in prop::collection::vec(job(), 0..12)) {
         let w = Workload::new(jobs);

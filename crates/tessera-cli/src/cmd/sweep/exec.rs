@@ -50,7 +50,7 @@ pub fn simulate_args(params: &BTreeMap<String, Value>) -> Result<SimulateArgs> {
     })?;
     let mut args = line.args;
     // One core per run: the sweep's pool is what runs in parallel.
-    args.jobs = Some(1);
+    args.threads = Some(1);
     Ok(args)
 }
 

@@ -35,7 +35,7 @@ impl fmt::Display for RunKind {
 }
 
 /// Options the sweep sets itself; a spec may not.
-const RESERVED: &[&str] = &["out", "json", "jobs", "help"];
+const RESERVED: &[&str] = &["out", "json", "jobs", "threads", "help"];
 
 /// One swept parameter and its values, in the spec's order.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,0 +1,1480 @@
+//! The daemon's scheduling core, without I/O.
+//!
+//! [`Core`] holds the job table, the free capacity and the policy. It never touches the store,
+//! the backend or a clock: every input comes with the time (`handle_*(now, …)`, [`Core::submit`],
+//! [`Core::schedule`]) and every effect leaves as a [`Command`] that the driver takes with
+//! [`Core::poll_command`], carries out, and answers through the matching `handle_*` input.
+//! [`Core::poll_timeout`] says when the core next wants to be called without any input.
+//!
+//! The driver ([`crate::engine::Engine`] in the daemon, a scripted harness in tests) calls, in
+//! a loop: inputs, then `poll_command` until it returns `None`, executing each command in order.
+//!
+//! **Persist before act.** Every state change is appended to a pending [`WriteBatch`]. Before
+//! the core queues a command that acts on the world ([`Command::Launch`], [`Command::Stop`]) it
+//! first queues the pending batch as a [`Command::Persist`], so a launch or stop is never issued
+//! before the decision behind it is durable; after a crash the store says what was decided and
+//! the restarted daemon reconciles. A batch still pending when the queue is empty comes out of
+//! `poll_command` last, so results (a run recorded as live, a job recorded as finished) are
+//! written in one group commit.
+
+mod api;
+
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use tessera_model::{Allocation, Bytes, MilliCpu, Resources, SimDuration, SimTime, TrainingJob};
+use tessera_sched::{Action, ActiveJob, ClusterView, Policy, Trigger};
+
+use crate::backend::{Handle, InventoryNode, Launch, NodeHealth, Payload, RunStatus};
+use crate::config::{hash_token, Limits};
+use crate::error::{ApiError, BackendError, DaemonError};
+use crate::inventory::ClusterMap;
+use crate::metrics::Metrics;
+use crate::spec::JobSpec;
+use crate::store::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
+use crate::types::JobState;
+
+pub(crate) use api::{Request, Response};
+
+/// Default run time assumed for a job without hints.
+const DEFAULT_DURATION_SECS: f64 = 3600.0;
+/// Consecutive backend submission failures before a job is marked failed.
+const MAX_SUBMIT_FAILURES: u32 = 3;
+/// Seconds before scheduling again after a failed backend submission.
+const SUBMIT_RETRY_SECS: u64 = 5;
+/// Runs of one job lost to node failures or vanished from the backend before the job is
+/// failed rather than requeued again (a job that kills its node must not loop forever).
+const MAX_LOST_RUNS: u32 = 3;
+
+/// What the core asks its driver to do, in order.
+#[derive(Debug)]
+pub enum Command {
+    /// Write this batch durably (one transaction) before executing any later command.
+    Persist(WriteBatch),
+    /// Start a run; answer with [`Core::handle_launched`].
+    Launch(Launch),
+    /// Stop a run (recorded as `stop` in an earlier batch); answer with
+    /// [`Core::handle_stopped`]. `preempt` asks for a graceful stop so the job may checkpoint.
+    Stop {
+        /// The run.
+        run: RunRow,
+        /// Preemption (SIGTERM first) rather than cancellation.
+        preempt: bool,
+    },
+    /// Ask the backend for the status of these runs; answer with [`Core::handle_statuses`]
+    /// (or [`Core::handle_poll_failed`]).
+    Poll(Vec<Handle>),
+    /// Ask for the status of runs just stopped because their node went down, so that a run
+    /// that had already completed is recorded as such instead of run again; answer with
+    /// [`Core::handle_verified`]. Unlike [`Command::Poll`], never skipped.
+    Verify(Vec<Handle>),
+    /// Read the inventory again (a run failed with its node: which nodes are down now?);
+    /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
+    Inventory,
+    /// Look a run up by name (restart reconciliation); answer with [`Core::handle_found`].
+    Find {
+        /// Daemon job id.
+        job_id: i64,
+        /// The attempt the run would belong to.
+        attempt: u32,
+        /// [`Launch::run_name`] of that attempt.
+        run_name: String,
+    },
+}
+
+/// Validated decisions of one scheduling point, from [`Core::decide`] to [`Core::apply`].
+#[derive(Debug)]
+pub struct Decisions(Vec<Plan>);
+
+#[derive(Debug)]
+enum Plan {
+    Start(usize, Allocation),
+    Preempt(usize),
+    Resize(usize, Allocation),
+}
+
+/// Settings of a core that do not change while it runs.
+#[derive(Clone, Debug)]
+pub struct CoreSettings {
+    /// The store's instance id (part of every run name).
+    pub instance: String,
+    /// Admission limits.
+    pub limits: Limits,
+    /// Whether `GET /metrics` needs no token.
+    pub public_metrics: bool,
+    /// The backend takes whole CPU cores only (requests are rounded up).
+    pub whole_cpus: bool,
+    /// Scheduling points caused only by submissions come at most this often: under a burst of
+    /// submissions over a deep queue the policy runs a few times a second rather than once
+    /// per group commit. Completions, cancellations and rounds are not delayed. Zero (the
+    /// simulator's semantics) schedules at every arrival.
+    pub arrival_coalescing: SimDuration,
+}
+
+/// The end of the job table at one moment (see [`Core::submission_mark`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SubmissionMark {
+    jobs: usize,
+    next_id: i64,
+    submissions: u64,
+}
+
+/// Makes the secret token of each job attempt (injected so tests are deterministic).
+pub type TokenSource = Box<dyn FnMut() -> String + Send>;
+
+struct Job {
+    row: JobRow,
+    spec: JobSpec,
+    alloc: Option<Allocation>,
+    submit_failures: u32,
+    /// Runs lost to node failures or vanished (this daemon's lifetime).
+    lost_runs: u32,
+    /// Requeued after a node failure, hidden from the policy until the backend has said
+    /// whether its stopped run had in fact completed.
+    held: bool,
+}
+
+/// The sans-IO scheduling core (see the [module docs](self)).
+pub struct Core {
+    settings: CoreSettings,
+    policy: Box<dyn Policy>,
+    map: ClusterMap,
+    capacity: Vec<Resources>,
+    free: Vec<Resources>,
+    jobs: Vec<Job>,
+    specs: Vec<TrainingJob>,
+    by_id: HashMap<i64, usize>,
+    by_handle: HashMap<String, usize>,
+    active: BTreeSet<usize>,
+    active_per_tenant: HashMap<String, usize>,
+    /// Pending jobs per priority, so a new job's queue position costs no sort.
+    pending_per_priority: BTreeMap<i32, usize>,
+    next_id: i64,
+    tokens: HashMap<String, (String, bool)>,
+    job_tokens: HashMap<String, usize>,
+    /// Runs whose stop failed, retried at the next poll.
+    to_stop: Vec<RunRow>,
+    /// Runs stopped because their node went down, until their last status is known.
+    verifying: HashMap<String, usize>,
+    /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
+    /// are down (so the policy does not place them on the dead node again).
+    awaiting_inventory: Vec<usize>,
+    /// Health per logical node as the backend last reported it.
+    reported_health: Vec<NodeHealth>,
+    /// Health set by an administrator, by backend node name; wins over the backend's.
+    health_overrides: BTreeMap<String, NodeHealth>,
+    /// Open runs read from the store at restart, until [`Core::finish_restore`].
+    restoring: Vec<RunRow>,
+    callback_url: Option<String>,
+    metrics: Metrics,
+    trigger: Trigger,
+    next_round: Option<SimTime>,
+    last_schedule: Option<SimTime>,
+    last_accrual: SimTime,
+    retry_at: Option<SimTime>,
+    active_buf: Vec<ActiveJob>,
+    actions: Vec<Action>,
+    commands: VecDeque<Command>,
+    pending: WriteBatch,
+    new_token: TokenSource,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("policy", &self.policy.name())
+            .field("jobs", &self.jobs.len())
+            .field("active", &self.active.len())
+            .field("commands", &self.commands.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn sub(a: &mut Resources, b: &Resources) {
+    a.gpus = a.gpus.saturating_sub(b.gpus);
+    a.cpu.0 = a.cpu.0.saturating_sub(b.cpu.0);
+    a.memory.0 = a.memory.0.saturating_sub(b.memory.0);
+}
+
+fn add(a: &mut Resources, b: &Resources, cap: &Resources) {
+    a.gpus = (a.gpus + b.gpus).min(cap.gpus);
+    a.cpu.0 = (a.cpu.0 + b.cpu.0).min(cap.cpu.0);
+    a.memory.0 = (a.memory.0 + b.memory.0).min(cap.memory.0);
+}
+
+impl Core {
+    /// A core over `map` scheduling with `policy`; `tenants` are (name, token SHA-256, admin).
+    pub fn new(
+        settings: CoreSettings,
+        map: ClusterMap,
+        policy: Box<dyn Policy>,
+        tenants: Vec<(String, String, bool)>,
+        new_token: TokenSource,
+        now: SimTime,
+    ) -> Core {
+        let capacity: Vec<Resources> = map
+            .cluster
+            .nodes
+            .iter()
+            .zip(&map.logical)
+            .map(|(n, l)| {
+                if l.health == NodeHealth::Up {
+                    map.cluster.capacity(n.id)
+                } else {
+                    Resources::default()
+                }
+            })
+            .collect();
+        let reported_health = map.logical.iter().map(|l| l.health).collect();
+        Core {
+            settings,
+            next_round: policy.round_length().map(|r| now + r),
+            policy,
+            free: capacity.clone(),
+            capacity,
+            map,
+            jobs: Vec::new(),
+            specs: Vec::new(),
+            by_id: HashMap::new(),
+            by_handle: HashMap::new(),
+            active: BTreeSet::new(),
+            active_per_tenant: HashMap::new(),
+            pending_per_priority: BTreeMap::new(),
+            next_id: 1,
+            tokens: tenants
+                .into_iter()
+                .map(|(name, hash, admin)| (hash, (name, admin)))
+                .collect(),
+            job_tokens: HashMap::new(),
+            to_stop: Vec::new(),
+            verifying: HashMap::new(),
+            awaiting_inventory: Vec::new(),
+            reported_health,
+            health_overrides: BTreeMap::new(),
+            restoring: Vec::new(),
+            callback_url: None,
+            metrics: Metrics::default(),
+            trigger: Trigger {
+                arrival: true,
+                ..Trigger::default()
+            },
+            last_schedule: None,
+            last_accrual: now,
+            retry_at: None,
+            active_buf: Vec::new(),
+            actions: Vec::new(),
+            commands: VecDeque::new(),
+            pending: WriteBatch::default(),
+            new_token,
+        }
+    }
+
+    /// The cluster the policy sees.
+    pub fn cluster_map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// How many jobs the core holds.
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The metrics collected so far.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The metrics, for the driver to add what only it measures (decision latency).
+    pub fn metrics_mut(&mut self) -> &mut Metrics {
+        &mut self.metrics
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &str {
+        self.policy.name()
+    }
+
+    /// Asks for a scheduling point at the next chance (the store accepts writes again).
+    pub fn request_schedule(&mut self) {
+        self.trigger.completion = true;
+    }
+
+    /// Where the job table ends now, to [`forget_submissions`](Self::forget_submissions)
+    /// accepted after it.
+    pub fn submission_mark(&self) -> SubmissionMark {
+        SubmissionMark {
+            jobs: self.jobs.len(),
+            next_id: self.next_id,
+            submissions: self.metrics.submissions,
+        }
+    }
+
+    /// Drops the jobs submitted since `mark` (the store refused to record them, so they were
+    /// never acknowledged), and the pending write that held them.
+    pub fn forget_submissions(&mut self, mark: SubmissionMark) {
+        while self.jobs.len() > mark.jobs {
+            let idx = self.jobs.len() - 1;
+            let Some(job) = self.jobs.pop() else { break };
+            self.specs.pop();
+            self.by_id.remove(&job.row.id);
+            if self.active.remove(&idx) {
+                if let Some(n) = self.active_per_tenant.get_mut(&job.row.tenant) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            if job.row.state == JobState::Pending {
+                if let Some(n) = self.pending_per_priority.get_mut(&job.row.priority) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        self.next_id = mark.next_id;
+        self.metrics.submissions = mark.submissions;
+    }
+
+    /// Changes [`CoreSettings::arrival_coalescing`].
+    pub fn set_arrival_coalescing(&mut self, interval: SimDuration) {
+        self.settings.arrival_coalescing = interval;
+    }
+
+    /// Sets the URL jobs use to reach the API (`TESSERA_URL` in their environment).
+    pub fn set_callback_url(&mut self, url: String) {
+        self.callback_url = Some(url);
+    }
+
+    /// Jobs per state.
+    pub fn count_by_state(&self) -> BTreeMap<JobState, usize> {
+        let mut m = BTreeMap::new();
+        for j in &self.jobs {
+            *m.entry(j.row.state).or_default() += 1;
+        }
+        m
+    }
+
+    /// The jobs as the policy sees them, indexed by the policy's job id (submission order).
+    pub fn training_jobs(&self) -> &[TrainingJob] {
+        &self.specs
+    }
+
+    /// A job's stored row, by daemon id.
+    pub fn job_row(&self, id: i64) -> Option<&JobRow> {
+        self.by_id.get(&id).map(|&i| &self.jobs[i].row)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Output
+
+    /// The next command for the driver, in order; `None` when there is nothing left to do.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        if let Some(c) = self.commands.pop_front() {
+            return Some(c);
+        }
+        if self.pending.is_empty() {
+            None
+        } else {
+            Some(Command::Persist(std::mem::take(&mut self.pending)))
+        }
+    }
+
+    /// When the core next wants [`schedule`](Self::schedule) called without any input (a
+    /// round boundary or a submission retry).
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        [self.next_round, self.retry_at, self.deferred_arrivals()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When arrivals held back by [`CoreSettings::arrival_coalescing`] are due.
+    fn deferred_arrivals(&self) -> Option<SimTime> {
+        let t = self.trigger;
+        if !t.arrival || t.completion || t.round {
+            return None;
+        }
+        Some(self.last_schedule? + self.settings.arrival_coalescing)
+    }
+
+    /// Queues a command that acts on the world, after everything decided so far is persisted.
+    fn act(&mut self, command: Command) {
+        if !self.pending.is_empty() {
+            let batch = std::mem::take(&mut self.pending);
+            self.commands.push_back(Command::Persist(batch));
+        }
+        self.commands.push_back(command);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Jobs
+
+    fn training_job(
+        &self,
+        idx: usize,
+        spec: &JobSpec,
+        submit_us: u64,
+    ) -> Result<TrainingJob, ApiError> {
+        let gpu_types = match &spec.gpu_type {
+            Some(t) => vec![self.map.resolve_gpu(t).ok_or_else(|| {
+                let mut known: Vec<String> = self
+                    .map
+                    .logical
+                    .iter()
+                    .filter_map(|l| l.gres_type.clone())
+                    .chain(
+                        self.map
+                            .cluster
+                            .groups
+                            .iter()
+                            .map(|g| self.map.cluster.catalog.get(g.gpu).name.clone()),
+                    )
+                    .collect();
+                known.sort();
+                known.dedup();
+                ApiError::new(
+                    400,
+                    "unknown_gpu_type",
+                    format!(
+                        "unknown GPU type {t:?} (this cluster has: {})",
+                        known.join(", ")
+                    ),
+                )
+            })?],
+            None => Vec::new(),
+        };
+        let duration = spec.hints.duration_seconds.unwrap_or(DEFAULT_DURATION_SECS);
+        Ok(TrainingJob {
+            id: tessera_model::JobId(idx as u32),
+            name: spec.name.clone(),
+            submit: SimTime::from_micros(submit_us),
+            tenant: spec.tenant.clone().unwrap_or_default(),
+            priority: spec.priority,
+            model: spec.hints.model.clone().unwrap_or_default(),
+            batch_size: spec.hints.batch_size,
+            gpus: spec.gpus,
+            gpu_types,
+            iterations: spec
+                .hints
+                .iterations
+                .unwrap_or_else(|| duration.ceil().max(1.0) as u64),
+            duration: SimDuration::from_secs_f64(duration),
+            cpu: spec.cpu,
+            memory: spec.memory,
+        })
+    }
+
+    fn push_job(&mut self, row: JobRow, spec: JobSpec, tj: TrainingJob) -> usize {
+        let idx = self.jobs.len();
+        self.by_id.insert(row.id, idx);
+        self.next_id = self.next_id.max(row.id + 1);
+        if !row.state.is_terminal() {
+            self.active.insert(idx);
+            *self
+                .active_per_tenant
+                .entry(row.tenant.clone())
+                .or_default() += 1;
+        }
+        if row.state == JobState::Pending {
+            *self.pending_per_priority.entry(row.priority).or_default() += 1;
+        }
+        if let Some(h) = &row.handle {
+            self.by_handle.insert(h.clone(), idx);
+        }
+        if let Some(t) = &row.job_token_sha256 {
+            self.job_tokens.insert(t.clone(), idx);
+        }
+        self.jobs.push(Job {
+            row,
+            spec,
+            alloc: None,
+            submit_failures: 0,
+            lost_runs: 0,
+            held: false,
+        });
+        self.specs.push(tj);
+        idx
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Restart reconciliation
+
+    /// Loads the stored jobs and open runs after a (re)start. Jobs caught between `starting`
+    /// and `running` get a [`Command::Find`] each; once the driver has answered them all it
+    /// calls [`finish_restore`](Self::finish_restore).
+    pub fn restore(
+        &mut self,
+        now: SimTime,
+        rows: Vec<JobRow>,
+        open_runs: Vec<RunRow>,
+    ) -> Result<(), DaemonError> {
+        let _ = now;
+        for row in rows {
+            let spec: JobSpec = serde_json::from_str(&row.spec_json)
+                .map_err(|e| DaemonError::StoreFormat(format!("job {}: spec: {e}", row.id)))?;
+            let idx = self.jobs.len();
+            let tj = match self.training_job(idx, &spec, row.submit_us) {
+                Ok(tj) => tj,
+                Err(e) => {
+                    // The inventory changed and the job's GPU type is gone: keep the record.
+                    tracing::warn!(job = row.id, "{}", e.message);
+                    let mut tj = TrainingJob::simple(
+                        idx as u32,
+                        SimTime::from_micros(row.submit_us),
+                        spec.gpus,
+                        SimDuration::from_secs(3600),
+                    );
+                    tj.gpu_types = vec![tessera_model::GpuModelId(u16::MAX)];
+                    tj
+                }
+            };
+            self.push_job(row, spec, tj);
+        }
+        for idx in self.active.clone() {
+            let row = &self.jobs[idx].row;
+            if row.state == JobState::Starting {
+                let (job_id, attempt) = (row.id, row.attempt);
+                self.commands.push_back(Command::Find {
+                    job_id,
+                    attempt,
+                    run_name: Launch::run_name(&self.settings.instance, job_id, attempt),
+                });
+            }
+        }
+        self.restoring = open_runs;
+        Ok(())
+    }
+
+    /// The answer to a [`Command::Find`]: adopt the run, or requeue the job when the start
+    /// never happened.
+    pub fn handle_found(&mut self, now: SimTime, job_id: i64, attempt: u32, run: Option<Handle>) {
+        let now_us = now.as_micros();
+        let Some(&idx) = self.by_id.get(&job_id) else {
+            return;
+        };
+        if self.jobs[idx].row.state != JobState::Starting || self.jobs[idx].row.attempt != attempt {
+            return;
+        }
+        match run {
+            Some(h) => {
+                tracing::info!(job = job_id, handle = %h.0, "adopting a run started before the restart");
+                self.by_handle.insert(h.0.clone(), idx);
+                self.pending.runs.push(RunRow {
+                    handle: h.0.clone(),
+                    job_id,
+                    attempt,
+                    state: RunState::Live,
+                });
+                self.jobs[idx].row.handle = Some(h.0);
+                self.transition(
+                    idx,
+                    JobState::Running,
+                    now_us,
+                    "adopted after daemon restart",
+                );
+            }
+            None => {
+                let job = &mut self.jobs[idx];
+                job.row.placement.clear();
+                job.row.start_us = None;
+                self.transition(
+                    idx,
+                    JobState::Pending,
+                    now_us,
+                    "start interrupted by a daemon restart; requeued",
+                );
+            }
+        }
+    }
+
+    /// Ends restart reconciliation: reserves what running jobs hold and stops runs that must
+    /// be stopped (a cancel or preemption decided before a crash) or that no job claims.
+    pub fn finish_restore(&mut self, now: SimTime) {
+        for idx in self.active.clone() {
+            let job = &mut self.jobs[idx];
+            if job.row.state == JobState::Running {
+                job.alloc = self.map.allocation(&job.row.placement);
+                match &job.alloc {
+                    Some(a) => {
+                        for s in &a.shares {
+                            sub(&mut self.free[s.node.index()], &s.resources());
+                        }
+                    }
+                    None => tracing::warn!(
+                        job = job.row.id,
+                        "running on nodes no longer in the inventory"
+                    ),
+                }
+            }
+        }
+        for run in std::mem::take(&mut self.restoring) {
+            let claimed = self.by_handle.get(&run.handle).is_some_and(|&i| {
+                self.jobs[i].row.state == JobState::Running
+                    && self.jobs[i].row.handle.as_deref() == Some(run.handle.as_str())
+            });
+            if run.state == RunState::Stop || (run.state == RunState::Live && !claimed) {
+                let run = RunRow {
+                    state: RunState::Stop,
+                    ..run
+                };
+                self.act(Command::Stop {
+                    run,
+                    preempt: false,
+                });
+            }
+        }
+        // Record what finished while the daemon was down.
+        self.poll_runs(now);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Transitions
+
+    fn transition(&mut self, idx: usize, to: JobState, now_us: u64, detail: &str) {
+        let job = &mut self.jobs[idx];
+        let from = job.row.state;
+        if (from == JobState::Pending) != (to == JobState::Pending) {
+            let n = self
+                .pending_per_priority
+                .entry(job.row.priority)
+                .or_default();
+            if to == JobState::Pending {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+            }
+        }
+        job.row.state = to;
+        job.row.message = Some(detail.to_string());
+        if to.is_terminal() {
+            job.row.end_us = Some(now_us);
+            if let Some(t) = job.row.job_token_sha256.take() {
+                self.job_tokens.remove(&t);
+            }
+            if self.active.remove(&idx) {
+                if let Some(n) = self.active_per_tenant.get_mut(&job.row.tenant) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        self.pending.transitions.push(TransitionRow {
+            job_id: job.row.id,
+            at_us: now_us,
+            from: Some(from),
+            to,
+            detail: detail.to_string(),
+        });
+        self.pending.jobs.push(job.row.clone());
+    }
+
+    /// Returns a job's allocation to the free pool.
+    fn release(&mut self, idx: usize) {
+        if let Some(a) = self.jobs[idx].alloc.take() {
+            for s in &a.shares {
+                let i = s.node.index();
+                let up = self
+                    .map
+                    .logical
+                    .get(i)
+                    .is_some_and(|l| l.health == NodeHealth::Up);
+                if !up {
+                    // A node that is down or draining keeps no free capacity: what the job
+                    // held leaves the node's (held-only) capacity instead.
+                    if let Some(c) = self.capacity.get_mut(i) {
+                        sub(c, &s.resources());
+                    }
+                } else if let (Some(f), Some(c)) = (self.free.get_mut(i), self.capacity.get(i)) {
+                    add(f, &s.resources(), c);
+                }
+            }
+        }
+        self.jobs[idx].row.placement.clear();
+    }
+
+    /// Detaches the job's run, recording it in `state` in the pending batch.
+    fn detach_handle(&mut self, idx: usize, state: RunState) -> Option<RunRow> {
+        let job = &mut self.jobs[idx];
+        let h = job.row.handle.take()?;
+        self.by_handle.remove(&h);
+        let run = RunRow {
+            handle: h,
+            job_id: job.row.id,
+            attempt: job.row.attempt,
+            state,
+        };
+        self.pending.runs.push(run.clone());
+        Some(run)
+    }
+
+    /// The answer to a [`Command::Stop`].
+    pub fn handle_stopped(&mut self, run: RunRow, result: Result<(), BackendError>) {
+        match result {
+            Ok(()) => self.pending.runs.push(RunRow {
+                state: RunState::Gone,
+                ..run
+            }),
+            Err(e) => {
+                self.metrics.backend_errors += 1;
+                tracing::warn!(handle = %run.handle, "stopping run failed, will retry: {e}");
+                self.to_stop.push(run);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Backend polling
+
+    /// A poll tick: retries failed stops and asks for the status of every run (a
+    /// [`Command::Poll`] unless nothing runs).
+    pub fn poll_runs(&mut self, now: SimTime) {
+        let _ = now;
+        for run in std::mem::take(&mut self.to_stop) {
+            self.act(Command::Stop {
+                run,
+                preempt: false,
+            });
+        }
+        let watched: Vec<Handle> = self
+            .active
+            .iter()
+            .filter_map(|&idx| self.jobs[idx].row.handle.clone().map(Handle))
+            .collect();
+        if !watched.is_empty() {
+            self.commands.push_back(Command::Poll(watched));
+        }
+    }
+
+    /// The backend could not be polled; the next tick tries again.
+    pub fn handle_poll_failed(&mut self, error: &BackendError) {
+        self.metrics.backend_errors += 1;
+        tracing::warn!("backend poll failed: {error}");
+    }
+
+    /// The answer to a [`Command::Poll`]: records finished, failed and preempted runs.
+    pub fn handle_statuses(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        let now = now.as_micros();
+        for (h, status) in statuses {
+            if let Some(&idx) = self.verifying.get(&h.0) {
+                // A poll issued before the stop: only an ending is news; otherwise wait for
+                // the answer to the Verify that follows the stop.
+                if status.is_terminal() {
+                    self.verifying.remove(&h.0);
+                    self.verified(idx, &status, now);
+                }
+                continue;
+            }
+            let Some(&idx) = self.by_handle.get(&h.0) else {
+                continue;
+            };
+            match status {
+                RunStatus::Pending { reason } => {
+                    self.jobs[idx].row.backend_state = Some(format!("PENDING ({reason})"));
+                }
+                RunStatus::Running => {
+                    self.jobs[idx].row.backend_state = Some("RUNNING".into());
+                }
+                RunStatus::Completed => {
+                    self.finish(idx, JobState::Completed, Some(0), "completed", now);
+                }
+                RunStatus::Failed { reason, exit_code } => {
+                    self.finish(
+                        idx,
+                        JobState::Failed,
+                        exit_code,
+                        &format!("failed: {reason}"),
+                        now,
+                    );
+                }
+                RunStatus::Cancelled => {
+                    self.finish(
+                        idx,
+                        JobState::Failed,
+                        None,
+                        "cancelled outside tessera",
+                        now,
+                    );
+                }
+                RunStatus::Unknown => {
+                    self.lost(idx, "the backend no longer knows the run", now);
+                }
+                RunStatus::NodeFailed { reason } => {
+                    self.lost(idx, &format!("its node failed: {reason}"), now);
+                    if self.jobs[idx].row.state == JobState::Pending {
+                        self.jobs[idx].held = true;
+                        if self.awaiting_inventory.is_empty() {
+                            self.commands.push_back(Command::Inventory);
+                        }
+                        self.awaiting_inventory.push(idx);
+                    }
+                }
+                RunStatus::Preempted => {
+                    *self.metrics.preemptions.entry("backend").or_default() += 1;
+                    self.detach_handle(idx, RunState::Gone);
+                    self.release(idx);
+                    let job = &mut self.jobs[idx];
+                    job.row.preemptions += 1;
+                    job.row.backend_state = None;
+                    self.transition(
+                        idx,
+                        JobState::Pending,
+                        now,
+                        "preempted by the backend; requeued",
+                    );
+                    self.trigger.completion = true;
+                }
+            }
+        }
+    }
+
+    /// A run ended through no fault of its job (node failure, vanished from the backend): the
+    /// job goes back to the queue for a new attempt, up to [`MAX_LOST_RUNS`] times.
+    fn lost(&mut self, idx: usize, why: &str, now: u64) {
+        *self.metrics.preemptions.entry("lost").or_default() += 1;
+        self.jobs[idx].lost_runs += 1;
+        if self.jobs[idx].lost_runs >= MAX_LOST_RUNS {
+            let detail = format!("{why}; {MAX_LOST_RUNS} runs lost, giving up");
+            self.finish(idx, JobState::Failed, None, &detail, now);
+            return;
+        }
+        self.detach_handle(idx, RunState::Gone);
+        self.release(idx);
+        let job = &mut self.jobs[idx];
+        job.row.preemptions += 1;
+        job.row.backend_state = None;
+        self.transition(idx, JobState::Pending, now, &format!("{why}; requeued"));
+        self.trigger.completion = true;
+    }
+
+    /// The answer to a [`Command::Verify`]: how each run stopped after a node failure ended
+    /// (whatever the status, it is the last word: the job becomes schedulable again unless
+    /// its run had completed or failed on its own).
+    pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        let now = now.as_micros();
+        for (h, status) in statuses {
+            if let Some(idx) = self.verifying.remove(&h.0) {
+                self.verified(idx, &status, now);
+            }
+        }
+    }
+
+    /// The last status of a run stopped because its node went down.
+    fn verified(&mut self, idx: usize, status: &RunStatus, now: u64) {
+        let job = &mut self.jobs[idx];
+        if !job.held || job.row.state != JobState::Pending {
+            return;
+        }
+        job.held = false;
+        match status {
+            RunStatus::Completed => {
+                // It finished before the node went: record that rather than run it again.
+                job.row.exit_code = Some(0);
+                self.transition(
+                    idx,
+                    JobState::Completed,
+                    now,
+                    "completed (its node went down right after)",
+                );
+            }
+            RunStatus::Failed {
+                exit_code: Some(code),
+                reason,
+            } => {
+                job.row.exit_code = Some(*code);
+                let detail = format!("failed: {reason} (its node went down right after)");
+                self.transition(idx, JobState::Failed, now, &detail);
+            }
+            _ => {}
+        }
+        self.trigger.completion = true;
+    }
+
+    fn finish(&mut self, idx: usize, to: JobState, exit: Option<i32>, detail: &str, now: u64) {
+        self.detach_handle(idx, RunState::Gone);
+        self.release(idx);
+        let job = &mut self.jobs[idx];
+        job.row.exit_code = exit;
+        job.row.backend_state = None;
+        self.transition(idx, to, now, detail);
+        self.trigger.completion = true;
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Inventory
+
+    /// A fresh inventory: applies node health changes (a node going down or draining stops
+    /// receiving jobs; one coming back is schedulable again). Nodes added or removed since
+    /// start-up need a restart and are only logged.
+    pub fn handle_inventory(&mut self, now: SimTime, nodes: &[InventoryNode]) {
+        for (i, l) in self.map.logical.iter().enumerate() {
+            self.reported_health[i] = match nodes.iter().find(|n| n.name == l.node) {
+                Some(n) => n.health,
+                None => NodeHealth::Down,
+            };
+        }
+        if nodes
+            .iter()
+            .any(|n| !self.map.logical.iter().any(|l| l.node == n.name))
+        {
+            tracing::warn!(
+                "the backend reports nodes added since start-up; restart the daemon to use them"
+            );
+        }
+        self.apply_health(now);
+        self.release_awaiting_inventory();
+    }
+
+    fn release_awaiting_inventory(&mut self) {
+        for idx in std::mem::take(&mut self.awaiting_inventory) {
+            self.jobs[idx].held = false;
+            self.trigger.completion = true;
+        }
+    }
+
+    /// Sets (or, with `None`, clears) an administrator's health for a backend node, which
+    /// wins over what the backend reports: `down` stops and requeues the node's jobs,
+    /// `draining` lets them finish but places nothing new there.
+    pub fn set_node_health(
+        &mut self,
+        now: SimTime,
+        node: &str,
+        health: Option<NodeHealth>,
+    ) -> Result<(), ApiError> {
+        if !self.map.logical.iter().any(|l| l.node == node) {
+            return Err(ApiError::not_found(format!(
+                "no node {:?}",
+                node.chars().take(64).collect::<String>()
+            )));
+        }
+        match health {
+            Some(h) => self.health_overrides.insert(node.to_string(), h),
+            None => self.health_overrides.remove(node),
+        };
+        self.apply_health(now);
+        Ok(())
+    }
+
+    /// Applies health changes (backend or administrator) to capacity, and fails over the jobs
+    /// of nodes that went down.
+    fn apply_health(&mut self, now: SimTime) {
+        let mut changed = false;
+        let mut went_down = Vec::new();
+        for (i, l) in self.map.logical.iter_mut().enumerate() {
+            let health = self
+                .health_overrides
+                .get(&l.node)
+                .copied()
+                .unwrap_or(self.reported_health[i]);
+            if health == l.health {
+                continue;
+            }
+            if health == NodeHealth::Down {
+                went_down.push(l.node.clone());
+            }
+            tracing::info!(node = %l.node, ?health, "node health changed");
+            l.health = health;
+            changed = true;
+            let full = self.map.cluster.capacity(tessera_model::NodeId(i as u32));
+            let cap = if health == NodeHealth::Up {
+                full
+            } else {
+                Resources::default()
+            };
+            // What jobs hold stays held; only the schedulable remainder changes.
+            let held = Resources {
+                gpus: self.capacity[i].gpus.saturating_sub(self.free[i].gpus),
+                cpu: MilliCpu(self.capacity[i].cpu.0.saturating_sub(self.free[i].cpu.0)),
+                memory: Bytes(
+                    self.capacity[i]
+                        .memory
+                        .0
+                        .saturating_sub(self.free[i].memory.0),
+                ),
+            };
+            let mut free = cap;
+            sub(&mut free, &held);
+            self.capacity[i] = if health == NodeHealth::Up { full } else { held };
+            self.free[i] = if health == NodeHealth::Up {
+                free
+            } else {
+                Resources::default()
+            };
+        }
+        if changed {
+            self.trigger.completion = true;
+        }
+        if went_down.is_empty() {
+            return;
+        }
+        let victims: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let r = &self.jobs[i].row;
+                r.state == JobState::Running
+                    && r.placement.iter().any(|s| went_down.contains(&s.node))
+            })
+            .collect();
+        self.fail_over(now, &victims);
+    }
+
+    /// Stops the runs of jobs whose node went down and requeues the jobs, held out of the
+    /// policy's view until the backend has told whether each stopped run had completed.
+    fn fail_over(&mut self, now: SimTime, victims: &[usize]) {
+        let now_us = now.as_micros();
+        let mut stopped = Vec::new();
+        for &idx in victims {
+            *self.metrics.preemptions.entry("node_down").or_default() += 1;
+            let run = self.detach_handle(idx, RunState::Stop);
+            self.release(idx);
+            let job = &mut self.jobs[idx];
+            job.row.preemptions += 1;
+            job.row.backend_state = None;
+            job.held = run.is_some();
+            self.transition(
+                idx,
+                JobState::Pending,
+                now_us,
+                "a node it ran on went down; requeued",
+            );
+            if let Some(run) = run {
+                self.verifying.insert(run.handle.clone(), idx);
+                stopped.push(run);
+            }
+        }
+        let handles: Vec<Handle> = stopped.iter().map(|r| Handle(r.handle.clone())).collect();
+        for run in stopped {
+            self.act(Command::Stop {
+                run,
+                preempt: false,
+            });
+        }
+        if !handles.is_empty() {
+            self.act(Command::Verify(handles));
+        }
+        self.trigger.completion = true;
+    }
+
+    /// The inventory could not be read; the next refresh tries again.
+    pub fn handle_inventory_failed(&mut self, error: &BackendError) {
+        self.metrics.backend_errors += 1;
+        tracing::warn!("inventory refresh failed: {error}");
+        self.release_awaiting_inventory();
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Scheduling
+
+    /// True when a scheduling call is due (an event happened or a timeout passed).
+    pub fn wants_schedule(&self, now: SimTime) -> bool {
+        let t = self.trigger;
+        (t.arrival && self.deferred_arrivals().is_none_or(|due| now >= due))
+            || t.completion
+            || t.round
+            || self.next_round.is_some_and(|r| now >= r)
+            || self.retry_at.is_some_and(|r| now >= r)
+    }
+
+    fn accrue(&mut self, now: SimTime) {
+        let dt = now.saturating_since(self.last_accrual).as_secs_f64();
+        self.last_accrual = now;
+        if dt <= 0.0 {
+            return;
+        }
+        for &idx in &self.active {
+            let job = &mut self.jobs[idx];
+            if let Some(a) = &job.alloc {
+                job.row.attained_gpu_secs += a.gpus() as f64 * dt;
+            }
+        }
+    }
+
+    fn build_active(&mut self) {
+        self.active_buf.clear();
+        for &idx in &self.active {
+            let job = &self.jobs[idx];
+            if job.held {
+                continue;
+            }
+            let spec = &self.specs[idx];
+            let running = job.row.state != JobState::Pending;
+            let done = job.row.progress_iters as f64;
+            let throughput = job
+                .row
+                .iters_per_sec
+                .filter(|v| *v > 0.0)
+                .unwrap_or_else(|| spec.reference_throughput());
+            self.active_buf.push(ActiveJob {
+                state: if running {
+                    tessera_sched::JobState::Running
+                } else {
+                    tessera_sched::JobState::Queued
+                },
+                allocation: if running { job.alloc.clone() } else { None },
+                attained_gpu_secs: job.row.attained_gpu_secs,
+                remaining_iters: (spec.iterations as f64 - done).max(0.0),
+                throughput_estimate: throughput,
+                first_start: job.row.start_us.map(SimTime::from_micros),
+                preemptions: job.row.preemptions,
+                // The daemon does not profile jobs (yet): policies treat them as insensitive.
+                ..ActiveJob::arrived(spec)
+            });
+        }
+    }
+
+    /// Whether `alloc` is a valid, fitting allocation for job `idx` on `free`; reserves it.
+    fn reserve(
+        &self,
+        idx: usize,
+        alloc: &Allocation,
+        free: &mut [Resources],
+    ) -> Result<(), String> {
+        let spec = &self.specs[idx];
+        if alloc.gpus() != spec.gpus {
+            return Err(format!(
+                "allocation has {} GPUs, job needs {}",
+                alloc.gpus(),
+                spec.gpus
+            ));
+        }
+        if !alloc.nodes_distinct() || alloc.shares.is_empty() {
+            return Err("allocation repeats a node or is empty".into());
+        }
+        for s in &alloc.shares {
+            let Some(node) = self.map.cluster.nodes.get(s.node.index()) else {
+                return Err(format!("unknown node {}", s.node.0));
+            };
+            if self
+                .map
+                .logical
+                .get(s.node.index())
+                .is_none_or(|l| l.health != NodeHealth::Up)
+            {
+                return Err(format!("node {} is not up", s.node.0));
+            }
+            if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&node.gpu) {
+                return Err(format!("node {} has the wrong GPU type", s.node.0));
+            }
+            if !free[s.node.index()].fits(&s.resources()) {
+                return Err(format!("node {} lacks free resources", s.node.0));
+            }
+        }
+        for s in &alloc.shares {
+            sub(&mut free[s.node.index()], &s.resources());
+        }
+        Ok(())
+    }
+
+    /// One scheduling point: [`decide`](Self::decide), then [`apply`](Self::apply).
+    pub fn schedule(&mut self, now: SimTime) {
+        let decisions = self.decide(now);
+        self.apply(now, decisions);
+    }
+
+    /// The decision half of a scheduling point: builds the view, calls the policy and
+    /// validates its actions against free capacity (what `tessera_scheduling_latency_seconds`
+    /// measures). Nothing changes until [`apply`](Self::apply).
+    pub fn decide(&mut self, now: SimTime) -> Decisions {
+        self.last_schedule = Some(now);
+        let mut trigger = std::mem::take(&mut self.trigger);
+        if self.retry_at.is_some_and(|r| now >= r) {
+            self.retry_at = None;
+            trigger.completion = true;
+        }
+        if let (Some(r), Some(len)) = (self.next_round, self.policy.round_length()) {
+            if now >= r {
+                trigger.round = true;
+                let mut next = r;
+                while next <= now {
+                    next += len.max(SimDuration::from_micros(1));
+                }
+                self.next_round = Some(next);
+            }
+        }
+        self.accrue(now);
+        self.build_active();
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        {
+            // Device-level state for the view; the daemon places whole GPUs only so far.
+            let mut devices = tessera_sched::ClusterState::new(&self.map.cluster);
+            for a in &self.active_buf {
+                if let Some(alloc) = &a.allocation {
+                    devices.take(&self.map.cluster, alloc);
+                }
+            }
+            let view = ClusterView {
+                now,
+                trigger,
+                cluster: &self.map.cluster,
+                free: &self.free,
+                state: &devices,
+                jobs: &self.specs,
+                active: &self.active_buf,
+            };
+            self.policy.schedule(&view, &mut actions);
+        }
+        // Validate in order against a scratch copy of the free pool.
+        let mut free = self.free.clone();
+        let mut plans = Vec::new();
+        let mut touched = BTreeSet::new();
+        for action in actions.drain(..) {
+            let (job, what) = match &action {
+                Action::Start { job, .. } => (*job, "start"),
+                Action::Preempt { job } => (*job, "preempt"),
+                Action::Resize { job, .. } => (*job, "resize"),
+                // Not carried out by the daemon yet: refused, never half-applied.
+                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
+                    tracing::warn!(
+                        action = other.kind(),
+                        "policy asked for an action the daemon does not carry out; ignored"
+                    );
+                    continue;
+                }
+            };
+            let idx = job.index();
+            let state = self.jobs.get(idx).map(|j| j.row.state);
+            let result = if !touched.insert(idx) {
+                Err("job already has an action in this batch".to_string())
+            } else {
+                match (action, state) {
+                    (Action::Start { allocation, .. }, Some(JobState::Pending)) => self
+                        .reserve(idx, &allocation, &mut free)
+                        .map(|()| Plan::Start(idx, allocation)),
+                    (Action::Preempt { .. }, Some(JobState::Running)) => {
+                        if let Some(a) = &self.jobs[idx].alloc {
+                            for s in &a.shares {
+                                let i = s.node.index();
+                                add(&mut free[i], &s.resources(), &self.capacity[i]);
+                            }
+                        }
+                        Ok(Plan::Preempt(idx))
+                    }
+                    (Action::Resize { allocation, .. }, Some(JobState::Running)) => {
+                        let mut scratch = free.clone();
+                        if let Some(a) = &self.jobs[idx].alloc {
+                            for s in &a.shares {
+                                let i = s.node.index();
+                                add(&mut scratch[i], &s.resources(), &self.capacity[i]);
+                            }
+                        }
+                        self.reserve(idx, &allocation, &mut scratch).map(|()| {
+                            free = scratch;
+                            Plan::Resize(idx, allocation)
+                        })
+                    }
+                    (_, s) => Err(format!("cannot {what} a job in state {s:?}")),
+                }
+            };
+            match result {
+                Ok(p) => plans.push(p),
+                Err(e) => {
+                    self.metrics.rejected_actions += 1;
+                    tracing::warn!(
+                        policy = self.policy.name(),
+                        job = idx,
+                        "refused {what}: {e}"
+                    );
+                }
+            }
+        }
+        self.actions = actions;
+        Decisions(plans)
+    }
+
+    /// The recording half of a scheduling point: writes the transitions and queues the stops
+    /// and launches (after a [`Command::Persist`] of those transitions).
+    pub fn apply(&mut self, now: SimTime, decisions: Decisions) {
+        let plans = decisions.0;
+        if plans.is_empty() {
+            return;
+        }
+        // Record every decision; `act` persists them before the first stop or launch.
+        let now_us = now.as_micros();
+        let mut to_preempt: Vec<RunRow> = Vec::new();
+        let mut to_start: Vec<Launch> = Vec::new();
+        for plan in plans {
+            match plan {
+                Plan::Preempt(idx) => {
+                    *self.metrics.preemptions.entry("policy").or_default() += 1;
+                    if let Some(h) = self.detach_handle(idx, RunState::Stop) {
+                        to_preempt.push(h);
+                    }
+                    self.release(idx);
+                    let job = &mut self.jobs[idx];
+                    job.row.preemptions += 1;
+                    job.row.backend_state = None;
+                    self.transition(
+                        idx,
+                        JobState::Pending,
+                        now_us,
+                        "preempted by the policy; requeued",
+                    );
+                }
+                Plan::Start(idx, alloc) | Plan::Resize(idx, alloc) => {
+                    let resize = self.jobs[idx].row.state == JobState::Running;
+                    if resize {
+                        *self.metrics.preemptions.entry("resize").or_default() += 1;
+                        if let Some(h) = self.detach_handle(idx, RunState::Stop) {
+                            to_preempt.push(h);
+                        }
+                        self.release(idx);
+                    }
+                    let placement = self.map.placement(&alloc);
+                    for s in &alloc.shares {
+                        sub(&mut self.free[s.node.index()], &s.resources());
+                    }
+                    let token = (self.new_token)();
+                    let token_hash = hash_token(&token);
+                    let job = &mut self.jobs[idx];
+                    job.alloc = Some(alloc);
+                    job.row.placement = placement;
+                    job.row.attempt += 1;
+                    job.row.start_us = Some(now_us);
+                    job.row.backend_state = None;
+                    if let Some(old) = job.row.job_token_sha256.replace(token_hash.clone()) {
+                        self.job_tokens.remove(&old);
+                    }
+                    self.job_tokens.insert(token_hash, idx);
+                    let detail = if resize {
+                        "resized by the policy"
+                    } else {
+                        "started by the policy"
+                    };
+                    self.transition(idx, JobState::Starting, now_us, detail);
+                    to_start.push(self.launch(idx, &token));
+                }
+            }
+        }
+        for run in to_preempt {
+            self.act(Command::Stop { run, preempt: true });
+        }
+        for launch in to_start {
+            self.act(Command::Launch(launch));
+        }
+    }
+
+    /// The answer to a [`Command::Launch`]: the job runs, or it goes back to the queue (and
+    /// fails after [`MAX_SUBMIT_FAILURES`] refusals in a row).
+    pub fn handle_launched(
+        &mut self,
+        now: SimTime,
+        job_id: i64,
+        attempt: u32,
+        result: Result<Handle, BackendError>,
+    ) {
+        let now_us = now.as_micros();
+        let idx = self.by_id.get(&job_id).copied().filter(|&i| {
+            let r = &self.jobs[i].row;
+            r.state == JobState::Starting && r.attempt == attempt
+        });
+        let Some(idx) = idx else {
+            // The job was cancelled (or restarted) while its launch was in flight: the run
+            // belongs to nobody and must go.
+            if let Ok(h) = result {
+                let run = RunRow {
+                    handle: h.0,
+                    job_id,
+                    attempt,
+                    state: RunState::Stop,
+                };
+                self.pending.runs.push(run.clone());
+                self.act(Command::Stop {
+                    run,
+                    preempt: false,
+                });
+            }
+            return;
+        };
+        match result {
+            Ok(h) => {
+                self.by_handle.insert(h.0.clone(), idx);
+                self.pending.runs.push(RunRow {
+                    handle: h.0.clone(),
+                    job_id,
+                    attempt,
+                    state: RunState::Live,
+                });
+                let job = &mut self.jobs[idx];
+                job.row.handle = Some(h.0);
+                job.submit_failures = 0;
+                self.transition(idx, JobState::Running, now_us, "submitted to the backend");
+                // Its node went down while the launch was in flight.
+                let down = self.jobs[idx].row.placement.iter().any(|s| {
+                    self.map
+                        .logical
+                        .iter()
+                        .any(|l| l.node == s.node && l.health == NodeHealth::Down)
+                });
+                if down {
+                    self.fail_over(now, &[idx]);
+                }
+            }
+            Err(e) => {
+                self.metrics.backend_errors += 1;
+                tracing::warn!(job = job_id, "backend submit failed: {e}");
+                self.retry_at = Some(now + SimDuration::from_secs(SUBMIT_RETRY_SECS));
+                self.release(idx);
+                let job = &mut self.jobs[idx];
+                // Running out of descriptors or processes says nothing about the job.
+                if !e.is_transient() {
+                    job.submit_failures += 1;
+                }
+                job.row.start_us = None;
+                let (to, detail) = if job.submit_failures >= MAX_SUBMIT_FAILURES {
+                    (
+                        JobState::Failed,
+                        format!("backend refused the job {MAX_SUBMIT_FAILURES} times: {e}"),
+                    )
+                } else {
+                    (
+                        JobState::Pending,
+                        format!("backend submit failed, will retry: {e}"),
+                    )
+                };
+                self.transition(idx, to, now_us, &detail);
+            }
+        }
+    }
+
+    fn launch(&self, idx: usize, token: &str) -> Launch {
+        let job = &self.jobs[idx];
+        let payload = match (&job.spec.command, &job.spec.script) {
+            (Some(argv), _) => Payload::Command(argv.clone()),
+            (None, Some(s)) => Payload::Script(s.clone()),
+            (None, None) => Payload::Command(vec!["true".into()]),
+        };
+        let first = job.row.placement.first();
+        let workers = first.map(|s| (s.cpu.0 / 1000).max(1)).unwrap_or(1);
+        let mut env: Vec<(String, String)> = job
+            .spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.push(("TESSERA_JOB_ID".into(), job.row.id.to_string()));
+        env.push(("TESSERA_ATTEMPT".into(), job.row.attempt.to_string()));
+        env.push(("TESSERA_TOKEN".into(), token.to_string()));
+        env.push(("TESSERA_CPU_WORKERS".into(), workers.to_string()));
+        env.push(("TESSERA_GPUS".into(), job.spec.gpus.to_string()));
+        env.push((
+            "TESSERA_START_ITERATION".into(),
+            job.row.progress_iters.to_string(),
+        ));
+        if let Some(url) = &self.callback_url {
+            env.push(("TESSERA_URL".into(), url.clone()));
+        }
+        Launch {
+            name: Launch::run_name(&self.settings.instance, job.row.id, job.row.attempt),
+            job_id: job.row.id,
+            attempt: job.row.attempt,
+            tenant: job.row.tenant.clone(),
+            payload,
+            env,
+            placement: job.row.placement.clone(),
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! Unit tests of the core on virtual time with a scripted backend (see [`super::testkit`]).
+
+use proptest::prelude::*;
+
+use super::testkit::{node, policy, Event, Harness, TOKEN};
+use crate::backend::RunStatus;
+use crate::store::RunState;
+use crate::types::JobState;
+
+/// (job id, attempt, placement as (node, GPUs)).
+type Launched = (i64, u32, Vec<(String, u32)>);
+
+fn launches(events: &[Event]) -> Vec<Launched> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Launch(j, a, p) => Some((*j, *a, p.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn on(node: &str, gpus: u32) -> Vec<(String, u32)> {
+    vec![(node.to_string(), gpus)]
+}
+
+#[test]
+fn submission_placement_launch_completion() {
+    let mut h = Harness::new(vec![node("n1", 2), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 2, 100);
+    let b = h.submit("b", 2, 100);
+    let c = h.submit("c", 1, 100);
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending)]),
+            Event::Persist(vec![(b, JobState::Pending)]),
+            Event::Persist(vec![(c, JobState::Pending)]),
+        ],
+        "each submission is durable before it is acknowledged"
+    );
+    h.schedule();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Starting), (c, JobState::Starting)]),
+            Event::Launch(a, 1, on("n1", 2)),
+            Event::Launch(c, 1, on("n2", 1)),
+            Event::Persist(vec![(a, JobState::Running), (c, JobState::Running)]),
+        ],
+        "FIFO starts a, backfills c around b, persists before launching"
+    );
+    assert_eq!(h.state(b), JobState::Pending);
+    assert!(
+        !h.core.wants_schedule(h.now),
+        "nothing changed: no busy loop"
+    );
+
+    h.advance(100);
+    h.end_run(a, RunStatus::Completed);
+    h.poll();
+    assert_eq!(h.stored_state(a), Some(JobState::Completed));
+    assert!(
+        h.core.wants_schedule(h.now),
+        "a completion is a scheduling point"
+    );
+    h.take_events();
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(b, 1, on("n1", 2))],
+        "b gets a's GPUs"
+    );
+    assert_eq!(h.state(b), JobState::Running);
+
+    h.end_run(
+        c,
+        RunStatus::Failed {
+            reason: "exit 3".into(),
+            exit_code: Some(3),
+        },
+    );
+    h.poll();
+    let row = h.store_jobs[&c].clone();
+    assert_eq!((row.state, row.exit_code), (JobState::Failed, Some(3)));
+    assert!(row.placement.is_empty() && row.handle.is_none());
+    assert_eq!(
+        h.store_runs
+            .values()
+            .filter(|r| r.state == RunState::Live)
+            .count(),
+        1,
+        "only b's run is live"
+    );
+}
+
+#[test]
+fn cancel_persists_then_stops_and_frees_the_gpus() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    h.take_events();
+    // Cancelling a pending job touches no backend.
+    h.core.cancel_job(h.now, b).unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![Event::Persist(vec![(b, JobState::Cancelled)])]
+    );
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Cancelled)]),
+            Event::Stop(a, 1, false),
+            Event::Persist(vec![]),
+        ],
+        "cancelled and run marked `stop` durably, then stopped, then the run recorded gone"
+    );
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert!(h.core.cancel_job(h.now, a).is_err(), "already cancelled");
+    let c = h.submit("c", 1, 100);
+    h.schedule();
+    assert_eq!(h.state(c), JobState::Running, "the GPU came back");
+}
+
+#[test]
+fn las_preempts_at_the_round_boundary_and_requeues() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+    let a = h.submit("a", 1, 1000);
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.advance(10);
+    let b = h.submit("b", 1, 1000);
+    h.take_events();
+    h.schedule();
+    assert!(
+        launches(&h.take_events()).is_empty(),
+        "between rounds LAS only fills"
+    );
+    assert_eq!(
+        h.core.poll_timeout(),
+        Some(h.now + tessera_model::SimDuration::from_secs(50))
+    );
+    h.advance(50);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending), (b, JobState::Starting)]),
+            Event::Stop(a, 1, true),
+            Event::Launch(b, 1, on("n1", 1)),
+            Event::Persist(vec![(b, JobState::Running)]),
+        ],
+        "a has 60 GPU-s, b none: a is preempted (gracefully) for b"
+    );
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.preemptions, row.attempt),
+        (JobState::Pending, 1, 1)
+    );
+    assert_eq!(h.core.metrics().preemptions.get("policy"), Some(&1));
+    // Next round: b has 60 GPU-s too; the tie goes to the earlier submission.
+    h.advance(60);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n1", 1))]);
+    assert_eq!(h.state(b), JobState::Pending);
+}
+
+#[test]
+fn restart_adopts_requeues_stops_and_records_what_finished() {
+    let mut h = Harness::new(vec![node("n1", 4)], policy("fifo", None));
+    let ids: Vec<i64> = ["adopt", "requeue", "done", "cancelled"]
+        .iter()
+        .map(|n| h.submit(n, 1, 100))
+        .collect();
+    let (adopt, requeue, done, cancelled) = (ids[0], ids[1], ids[2], ids[3]);
+    h.schedule();
+    assert!(ids.iter().all(|&i| h.state(i) == JobState::Running));
+    let handle_of = |h: &Harness, id: i64| h.store_jobs[&id].handle.clone().unwrap();
+    // Leave the store as crashes at different moments would have.
+    for id in [adopt, requeue] {
+        // Crash between launching and recording the run.
+        let hd = handle_of(&h, id);
+        h.store_runs.remove(&hd);
+        let row = h.store_jobs.get_mut(&id).unwrap();
+        row.state = JobState::Starting;
+        row.handle = None;
+    }
+    // The requeued job's launch never reached the backend.
+    let lost = handle_of_run(&h, requeue);
+    h.runs.remove(&lost);
+    // Cancel decided and persisted, stop not yet issued.
+    let hd = handle_of(&h, cancelled);
+    {
+        let row = h.store_jobs.get_mut(&cancelled).unwrap();
+        row.state = JobState::Cancelled;
+        row.handle = None;
+        row.placement.clear();
+        h.store_runs.get_mut(&hd).unwrap().state = RunState::Stop;
+    }
+    // A job finished while the daemon was down.
+    h.end_run(done, RunStatus::Completed);
+    h.take_events();
+
+    h.advance(5);
+    h.restart(policy("fifo", None));
+    let events = h.take_events();
+    assert_eq!(
+        events[..3],
+        [
+            Event::Find(adopt, 1),
+            Event::Find(requeue, 1),
+            Event::Persist(vec![
+                (adopt, JobState::Running),
+                (requeue, JobState::Pending)
+            ]),
+        ],
+        "{events:#?}"
+    );
+    assert!(
+        events.contains(&Event::Stop(cancelled, 1, false)),
+        "{events:#?}"
+    );
+    assert_eq!(h.stored_state(done), Some(JobState::Completed));
+    assert_eq!(h.store_jobs[&adopt].attempt, 1, "adopted, not restarted");
+    assert!(
+        h.run_of(cancelled).is_none(),
+        "the cancelled job's run was stopped"
+    );
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(requeue, 2, on("n1", 1))],
+        "only the requeued job starts again, as a new attempt"
+    );
+    assert_eq!(h.held_gpus().get("n1"), Some(&2));
+}
+
+fn handle_of_run(h: &Harness, id: i64) -> String {
+    h.runs
+        .iter()
+        .find(|(_, r)| r.job_id == id)
+        .map(|(k, _)| k.clone())
+        .unwrap()
+}
+
+#[test]
+fn refused_launches_retry_after_a_delay_then_fail_the_job() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    h.refuse_launches = 3;
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    assert_eq!(h.stored_state(a), Some(JobState::Pending));
+    assert!(!h.core.wants_schedule(h.now), "no busy retry loop");
+    h.advance(5);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    h.advance(5);
+    h.schedule();
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Failed);
+    assert!(
+        row.message.as_deref().unwrap().contains("3 times"),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(h.held_gpus().get("n1"), None, "nothing held");
+}
+
+#[test]
+fn a_run_launched_for_a_job_cancelled_meanwhile_is_stopped() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.core.schedule(h.now);
+    let Some(super::Command::Persist(batch)) = h.core.poll_command() else {
+        panic!("the start is persisted first")
+    };
+    assert_eq!(batch.transitions[0].to, JobState::Starting);
+    let Some(super::Command::Launch(launch)) = h.core.poll_command() else {
+        panic!("then launched")
+    };
+    // A cancel arrives while the launch is in flight (a driver launching off-thread).
+    h.core.cancel_job(h.now, a).unwrap();
+    h.core.handle_launched(
+        h.now,
+        launch.job_id,
+        launch.attempt,
+        Ok(crate::backend::Handle("orphan".into())),
+    );
+    let mut saw = Vec::new();
+    while let Some(c) = h.core.poll_command() {
+        saw.push(match c {
+            super::Command::Persist(b) => format!(
+                "persist {:?} {:?}",
+                b.transitions.iter().map(|t| t.to).collect::<Vec<_>>(),
+                b.runs
+                    .iter()
+                    .map(|r| (r.handle.as_str(), r.state))
+                    .collect::<Vec<_>>()
+            ),
+            super::Command::Stop { run, .. } => format!("stop {}", run.handle),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        saw,
+        vec![
+            "persist [Cancelled] [(\"orphan\", Stop)]".to_string(),
+            "stop orphan".to_string()
+        ]
+    );
+}
+
+#[test]
+fn failed_stops_are_retried_at_the_next_poll() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    h.refuse_stops = 1;
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert!(h.run_of(a).is_some(), "the refused stop left the run alive");
+    assert_eq!(h.core.metrics().backend_errors, 1);
+    h.take_events();
+    h.poll();
+    assert_eq!(h.take_events()[0], Event::Stop(a, 1, false));
+    assert!(h.run_of(a).is_none());
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+}
+
+#[test]
+fn a_node_going_down_takes_no_new_jobs() {
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let mut down = node("n1", 1);
+    down.health = crate::backend::NodeHealth::Down;
+    h.core.handle_inventory(h.now, &[down, node("n2", 1)]);
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 1, on("n2", 1))]);
+    assert_eq!(h.state(b), JobState::Pending);
+    h.core
+        .handle_inventory(h.now, &[node("n1", 1), node("n2", 1)]);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(b, 1, on("n1", 1))]);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit(u32),
+    Cancel(usize),
+    Finish(usize, bool),
+    Advance(u64),
+    Schedule,
+    Poll,
+    RefuseLaunch,
+    Restart,
+    Health(bool, bool),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u32..=3).prop_map(Op::Submit),
+        1 => (0usize..16).prop_map(Op::Cancel),
+        2 => (0usize..16, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
+        2 => (1u64..90).prop_map(Op::Advance),
+        3 => Just(Op::Schedule),
+        2 => Just(Op::Poll),
+        1 => Just(Op::RefuseLaunch),
+        1 => Just(Op::Restart),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(n, up)| Op::Health(n, up)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever happens, in any order: launches and stops only follow persisted decisions (the
+    /// harness asserts it on every command), GPUs are never over-committed, the store agrees
+    /// with the core after every drain, and no job has two live runs.
+    #[test]
+    fn invariants_hold_under_arbitrary_events(
+        ops in proptest::collection::vec(op(), 1..60),
+        las in any::<bool>(),
+    ) {
+        let mk = |las: bool| if las { policy("las", Some(30)) } else { policy("fifo", None) };
+        let mut h = Harness::new(vec![node("n1", 2), node("n2", 3)], mk(las));
+        let mut ids = Vec::new();
+        for op in ops {
+            match op {
+                Op::Submit(g) => ids.push(h.submit("j", g, 100)),
+                Op::Cancel(i) => {
+                    if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                        let _ = h.core.cancel_job(h.now, id);
+                        h.drain();
+                    }
+                }
+                Op::Finish(i, ok) => {
+                    if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                        if h.run_of(id).is_some() {
+                            h.end_run(id, if ok { RunStatus::Completed } else {
+                                RunStatus::Failed { reason: "x".into(), exit_code: Some(1) }
+                            });
+                        }
+                    }
+                }
+                Op::Advance(s) => h.advance(s),
+                Op::Schedule => h.schedule(),
+                Op::Poll => h.poll(),
+                Op::RefuseLaunch => h.refuse_launches += 1,
+                Op::Restart => h.restart(mk(las)),
+                Op::Health(first, up) => {
+                    let n = if first { "n1" } else { "n2" };
+                    let health = (!up).then_some(crate::backend::NodeHealth::Down);
+                    h.core.set_node_health(h.now, n, health).unwrap();
+                    h.drain();
+                }
+            }
+            for (n, cap) in [("n1", 2), ("n2", 3)] {
+                let held = h.held_gpus().get(n).copied().unwrap_or(0);
+                prop_assert!(held <= cap, "{n}: {held} GPUs held of {cap}");
+            }
+            for &id in &ids {
+                prop_assert_eq!(h.stored_state(id), Some(h.state(id)), "job {}", id);
+                let live = h.runs.values().filter(|r| r.job_id == id && r.status == RunStatus::Running).count();
+                prop_assert!(live <= 1, "job {} has {} live runs", id, live);
+                if h.state(id).is_terminal() {
+                    prop_assert_eq!(live, 0, "finished job {} still runs", id);
+                }
+            }
+        }
+    }
+}
+
+/// The queue positions a submission answers with (computed from per-priority counts) and the
+/// one `describe` shows (a scan) agree with the full sort, whatever the priorities and batches.
+#[test]
+fn queue_positions_without_sorting_match_the_sorted_queue() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let blocker = h.submit("blocker", 1, 1000);
+    h.schedule();
+    assert_eq!(h.state(blocker), JobState::Running);
+    let body = |p: i32| format!("name: p{p}\ncommand: [\"true\"]\ngpus: 1\npriority: {p}\n");
+    let batches: [&[i32]; 4] = [&[0, 5, 0, -1, 5], &[3], &[5, -1, 0, 0], &[-7, 9, 3]];
+    for batch in batches {
+        h.advance(1);
+        let items = batch
+            .iter()
+            .map(|&p| (Some(TOKEN.to_string()), body(p)))
+            .collect();
+        let views: Vec<_> = h
+            .core
+            .submit(h.now, items)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        h.drain();
+        let sorted = h.core.positions();
+        for v in views {
+            let idx = h.core.by_id[&v.id];
+            assert_eq!(v.queue_position, sorted.get(&idx).copied(), "job {}", v.id);
+            assert_eq!(h.core.position(idx), v.queue_position, "job {}", v.id);
+        }
+    }
+    // And after jobs leave the queue.
+    h.core.cancel_job(h.now, blocker).unwrap();
+    h.schedule();
+    let sorted = h.core.positions();
+    for (&idx, &pos) in &sorted {
+        assert_eq!(h.core.position(idx), Some(pos));
+    }
+    assert_eq!(sorted.len(), 12, "one of the 13 queued started");
+}
+
+/// With arrival coalescing, a burst of submissions does not call the policy once per group
+/// commit; a completion still does at once, and the deferred arrivals come due on time.
+#[test]
+fn submission_only_scheduling_points_are_coalesced() {
+    use tessera_model::SimDuration;
+    let ms = |n: u64| SimDuration::from_micros(n * 1000);
+    let mut h = Harness::new(vec![node("n1", 2)], policy("fifo", None));
+    h.core.set_arrival_coalescing(ms(100));
+    let a = h.submit("a", 1, 100);
+    assert!(
+        h.core.wants_schedule(h.now),
+        "the first arrival is not held back"
+    );
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.now += ms(10);
+    let b = h.submit("b", 1, 100);
+    assert!(!h.core.wants_schedule(h.now), "held back");
+    assert_eq!(
+        h.core.poll_timeout(),
+        Some(h.now + ms(90)),
+        "due 100 ms after the last scheduling point"
+    );
+    h.now += ms(90);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(h.state(b), JobState::Running);
+    // A completion is never held back.
+    h.now += ms(1);
+    let c = h.submit("c", 1, 100);
+    h.end_run(a, RunStatus::Completed);
+    h.poll();
+    assert!(
+        h.core.wants_schedule(h.now),
+        "a completion schedules at once"
+    );
+    h.schedule();
+    assert_eq!(h.state(c), JobState::Running);
+}
+
+#[test]
+fn a_node_marked_down_has_its_jobs_requeued_once_and_restarted_elsewhere() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    let b = h.submit("b", 1, 100);
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(a, 1, on("n1", 1)), (b, 1, on("n2", 1))]
+    );
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.drain();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending)]),
+            Event::Stop(a, 1, false),
+            Event::Verify(1),
+            Event::Persist(vec![]),
+        ],
+        "requeue persisted, then the run stopped, asked how it ended, recorded gone"
+    );
+    assert!(h.run_of(a).is_none(), "nothing of a runs on the dead node");
+    assert_eq!(h.core.metrics().preemptions.get("node_down"), Some(&1));
+    // The backend still calls n1 up: the administrator's word wins. Marking it down again
+    // changes nothing.
+    h.core
+        .handle_inventory(h.now, &[node("n1", 1), node("n2", 1)]);
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.schedule();
+    assert!(
+        launches(&h.take_events()).is_empty(),
+        "n2 is busy, n1 is down"
+    );
+    h.advance(100);
+    h.end_run(b, RunStatus::Completed);
+    h.poll();
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(a, 2, on("n2", 1))],
+        "a restarts once, as attempt 2, on the node that is up"
+    );
+    assert_eq!(h.store_jobs[&a].preemptions, 1);
+    assert!(h.core.set_node_health(h.now, "nope", None).is_err());
+    h.core.set_node_health(h.now, "n1", None).unwrap();
+    let c = h.submit("c", 1, 100);
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(c, 1, on("n1", 1))],
+        "n1 is back"
+    );
+}
+
+#[test]
+fn a_run_that_completed_just_before_its_node_went_down_is_not_run_again() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.drain();
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.exit_code), (JobState::Completed, Some(0)));
+    h.take_events();
+    h.schedule();
+    assert!(launches(&h.take_events()).is_empty(), "not run again");
+}
+
+#[test]
+fn node_failures_reported_by_the_backend_requeue_then_give_up() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    for attempt in 1..=3u32 {
+        h.schedule();
+        assert_eq!(h.store_jobs[&a].attempt, attempt);
+        h.end_run(
+            a,
+            RunStatus::NodeFailed {
+                reason: "NODE_FAIL".into(),
+            },
+        );
+        h.poll();
+    }
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Failed, "{:?}", row.message);
+    assert!(row.message.as_deref().unwrap().contains("runs lost"));
+    assert_eq!(h.core.metrics().preemptions.get("lost"), Some(&3));
+}
+
+#[test]
+fn a_run_that_vanished_from_the_backend_is_requeued_and_restarted() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    let lost = handle_of_run(&h, a);
+    h.runs.remove(&lost);
+    h.poll();
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(row.state, JobState::Pending, "{:?}", row.message);
+    assert!(row.message.unwrap().contains("no longer knows"));
+    h.take_events();
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n1", 1))]);
+}
+
+#[test]
+fn a_launch_that_lands_on_a_node_gone_down_meanwhile_is_failed_over() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.core.schedule(h.now);
+    let Some(super::Command::Persist(_)) = h.core.poll_command() else {
+        panic!("persist first")
+    };
+    let Some(super::Command::Launch(l)) = h.core.poll_command() else {
+        panic!("then launch")
+    };
+    assert_eq!(l.placement[0].node, "n1");
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.core.handle_launched(
+        h.now,
+        l.job_id,
+        l.attempt,
+        Ok(crate::backend::Handle("late".into())),
+    );
+    let mut stops = 0;
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Persist(b) => h
+                .store_runs
+                .extend(b.runs.into_iter().map(|r| (r.handle.clone(), r))),
+            super::Command::Stop { run, .. } => {
+                assert_eq!(h.store_runs[&run.handle].state, RunState::Stop);
+                stops += 1;
+                h.core.handle_stopped(run, Ok(()));
+            }
+            super::Command::Verify(hs) => {
+                let st = hs.into_iter().map(|x| (x, RunStatus::Cancelled)).collect();
+                h.core.handle_verified(h.now, st);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(stops, 1, "the late run is stopped");
+    assert_eq!(h.state(a), JobState::Pending);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
+}
+
+/// Slurm kills the jobs of a node set down (`NODE_FAIL`) before the daemon's next inventory:
+/// the job is requeued, and placed again only after a fresh inventory, so never on the node
+/// that just died.
+#[test]
+fn a_job_whose_node_failed_waits_for_a_fresh_inventory_before_it_is_placed_again() {
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 1, on("n1", 1))]);
+    h.nodes[0].health = crate::backend::NodeHealth::Down;
+    h.end_run(
+        a,
+        RunStatus::NodeFailed {
+            reason: "NODE_FAIL".into(),
+        },
+    );
+    h.poll();
+    let events = h.take_events();
+    assert!(events.contains(&Event::Inventory), "{events:?}");
+    assert_eq!(h.stored_state(a), Some(JobState::Pending));
+    h.schedule();
+    assert_eq!(
+        launches(&h.take_events()),
+        vec![(a, 2, on("n2", 1))],
+        "restarted once, away from the dead node"
+    );
+}
+
+/// A poll issued before a node failure's stop may answer "running" for the stopped run: the
+/// job stays held until the Verify after the stop answers.
+#[test]
+fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
+    use crate::backend::{Handle, NodeHealth};
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    // The stale poll result arrives before the driver carries out the stop.
+    h.core
+        .handle_statuses(h.now, vec![(Handle(run.clone()), RunStatus::Running)]);
+    h.core.schedule(h.now);
+    let mut launched = false;
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Launch(_) => launched = true,
+            super::Command::Verify(hs) => {
+                assert!(!launched, "relaunched before the stopped run was verified");
+                let st = hs.into_iter().map(|x| (x, RunStatus::Cancelled)).collect();
+                h.core.handle_verified(h.now, st);
+            }
+            super::Command::Stop { run, .. } => h.core.handle_stopped(run, Ok(())),
+            _ => {}
+        }
+    }
+    assert!(!launched);
+    h.take_events();
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
+}
