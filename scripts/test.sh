@@ -20,6 +20,8 @@ nextest_rc=${PIPESTATUS[0]}
 ./scripts/test-daemon.sh 2>&1 | tee "$logs/daemon.log"
 daemon_rc=${PIPESTATUS[0]}
 [ "$daemon_rc" -ne 0 ] && status=1
+# tessera sweep on a Slurm job array (it brings up its own Slurm; test-daemon.sh has torn its one down).
+./scripts/test-sweep-slurm.sh || status=1
 
 # Counts from each runner's own summary lines (colour codes stripped):
 #   nextest: "Summary [ 12.3s] 120 tests run: 118 passed, 2 failed, 1 skipped"

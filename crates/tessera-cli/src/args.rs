@@ -34,6 +34,10 @@ pub enum Command {
     Repro(ExperimentCommand),
     /// List built-in clusters, traces, policies and trace formats.
     Builtins,
+    /// Run many simulations from one spec (axes x fixed options) on local cores or as a
+    /// Slurm job array; resumable; merged and plotted by `sweep collect` (docs/sweep.md).
+    #[command(subcommand)]
+    Sweep(crate::cmd::sweep::SweepCommand),
     /// Plan how to shard one model's training across GPUs of different speeds (HAP).
     Plan(crate::cmd::plan::PlanArgs),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.

@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tessera_model::SimTime;
 
+/// Set by `tessera sweep`, which draws one bar for the whole sweep instead of one per run.
+static RUN_BARS_HIDDEN: AtomicBool = AtomicBool::new(false);
+
+/// Hides the per-run bars of every later [`Bars`] in this process.
+pub fn hide_run_bars() {
+    RUN_BARS_HIDDEN.store(true, Ordering::Relaxed);
+}
+
 /// A set of bars, one per concurrent run; hidden until the first second has passed.
 #[derive(Clone)]
 pub struct Bars {
@@ -23,7 +31,7 @@ impl Bars {
             multi: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()),
             started: Instant::now(),
             shown: Arc::new(AtomicBool::new(false)),
-            enabled: std::io::stderr().is_terminal(),
+            enabled: std::io::stderr().is_terminal() && !RUN_BARS_HIDDEN.load(Ordering::Relaxed),
         }
     }
 

@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod experiment;
 pub mod plan;
 mod simulate;
+pub mod sweep;
 mod trace;
 
 use anyhow::Result;
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> Result<()> {
         // Dispatched from the raw matches in `main` (their flags come from the registry).
         Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
         Command::Builtins => builtins::run(),
+        Command::Sweep(cmd) => sweep::run(&cmd),
         Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),
         Command::Submit(a) => daemon::submit(&a),

@@ -131,7 +131,90 @@ fn resolve_truth(name: &str, runs: &[PolicyRun], options: &TruthOptions) -> Resu
     )
 }
 
+/// What `tessera simulate` computed: the `summary.json` document, the reports behind it, and
+/// the reader's remarks (detected format, unfit jobs) that `run` prints on stderr.
+pub struct Simulated {
+    pub doc: SummaryDoc,
+    pub reports: Vec<SimReport>,
+    pub notes: Vec<String>,
+    /// Jobs in the (possibly re-timed) workload.
+    pub jobs: usize,
+    /// Nodes of the cluster.
+    pub nodes: usize,
+}
+
 pub fn run(args: &SimulateArgs) -> Result<()> {
+    let Simulated {
+        doc,
+        reports,
+        notes,
+        jobs,
+        nodes,
+    } = execute(args)?;
+    for note in &notes {
+        eprintln!("{note}");
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            out,
+            "{jobs} jobs from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            args.trace,
+            doc.trace_format,
+            args.cluster,
+            doc.gpus,
+            doc.round_s
+                .map(|r| format!(", {r} s rounds"))
+                .unwrap_or_default()
+        )?;
+        if let Some(e) = &doc.engine {
+            let profiling = match (e.profile_cost_s, e.profile_error) {
+                (Some(c), Some(err)) => {
+                    format!(", optimistic profiling {c} s of one GPU per job, error {err}")
+                }
+                _ => String::new(),
+            };
+            writeln!(
+                out,
+                "truth: {} tables, {} semantics{profiling}",
+                e.perf, e.semantics
+            )?;
+        }
+        writeln!(out)?;
+        write!(out, "{}", comparison_table(&doc.policies))?;
+        for p in &doc.policies {
+            if !p.policy_stats.is_empty() {
+                let stats: Vec<String> = p
+                    .policy_stats
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v:.4}"))
+                    .collect();
+                writeln!(out, "{}: {}", p.policy, stats.join(" "))?;
+            }
+        }
+    }
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &doc, &reports)?;
+        let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
+            .iter()
+            .map(|f| dir.join(f).display().to_string())
+            .collect();
+        if !args.no_plots {
+            for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
+                written.push(p.display().to_string());
+            }
+        }
+        eprintln!("wrote {}", written.join(", "));
+    }
+    Ok(())
+}
+
+/// Loads the inputs named by `args`, runs every policy and returns the results without
+/// printing them or writing files: the entry point `tessera sweep` calls once per run.
+pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
+    let mut notes = Vec::new();
     if let Some(n) = &args.jobs {
         bail!(
             "simulate has no --jobs (got {n}): use --threads N for worker threads; the number of \
@@ -146,7 +229,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     trace.workload = with_arrivals(&trace.workload, arrivals, args.seed);
     let arrivals_label = (arrivals != Arrivals::Trace).then(|| arrivals.to_string());
     if trace.detected {
-        eprintln!("{}: detected trace format {}", args.trace, trace.format);
+        notes.push(format!(
+            "{}: detected trace format {}",
+            args.trace, trace.format
+        ));
     }
     report_skips(&args.trace, &trace);
     if trace.workload.is_empty() {
@@ -162,10 +248,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
-        eprintln!(
+        notes.push(format!(
             "{}: {unfit} jobs can never fit this cluster and are reported as rejected",
             args.trace
-        );
+        ));
     }
 
     let round = match args.round {
@@ -265,64 +351,14 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         trace_dropped: (trace.dropped > 0).then_some(trace.dropped),
         policies: summaries,
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        let (gpus, _, _) = cluster.totals();
-        writeln!(
-            out,
-            "{} jobs from {} ({}) on {} ({} nodes, {gpus} GPUs){}",
-            trace.workload.len(),
-            args.trace,
-            format_label(&args.trace, &trace),
-            args.cluster,
-            cluster.nodes.len(),
-            round
-                .map(|r| format!(", {} s rounds", r.as_secs_f64()))
-                .unwrap_or_default()
-        )?;
-        if let Some(e) = &doc.engine {
-            let profiling = match (e.profile_cost_s, e.profile_error) {
-                (Some(c), Some(err)) => {
-                    format!(", optimistic profiling {c} s of one GPU per job, error {err}")
-                }
-                _ => String::new(),
-            };
-            writeln!(
-                out,
-                "truth: {} tables, {} semantics{profiling}",
-                e.perf, e.semantics
-            )?;
-        }
-        writeln!(out)?;
-        write!(out, "{}", comparison_table(&doc.policies))?;
-        for p in &doc.policies {
-            if !p.policy_stats.is_empty() {
-                let stats: Vec<String> = p
-                    .policy_stats
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v:.4}"))
-                    .collect();
-                writeln!(out, "{}: {}", p.policy, stats.join(" "))?;
-            }
-        }
-    }
-    if let Some(dir) = &args.out {
-        let reports: Vec<SimReport> = results.into_iter().map(|(r, _)| r).collect();
-        write_outputs(dir, &doc, &reports)?;
-        let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
-            .iter()
-            .map(|f| dir.join(f).display().to_string())
-            .collect();
-        if !args.no_plots {
-            for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
-                written.push(p.display().to_string());
-            }
-        }
-        eprintln!("wrote {}", written.join(", "));
-    }
-    Ok(())
+    let reports = results.into_iter().map(|(r, _)| r).collect();
+    Ok(Simulated {
+        doc,
+        reports,
+        notes,
+        jobs: trace.workload.len(),
+        nodes: cluster.nodes.len(),
+    })
 }
 
 /// Runs each policy (at most `threads` at once) under `engine`; results in input order with

@@ -4,6 +4,7 @@ mod plan;
 mod plots;
 mod realmode;
 mod synergy_reference;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
