@@ -3,8 +3,8 @@
 mod plan;
 mod plots;
 mod realmode;
-mod synergy_reference;
 mod sweep;
+mod synergy_reference;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
