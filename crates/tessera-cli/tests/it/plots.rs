@@ -4,7 +4,7 @@
 use super::{data, stderr, tessera};
 
 /// Text of every `<text>` element, and the stroke colours of the thick (series) polylines.
-fn svg_parts(path: &std::path::Path) -> (Vec<String>, Vec<String>) {
+pub(crate) fn svg_parts(path: &std::path::Path) -> (Vec<String>, Vec<String>) {
     let text = std::fs::read_to_string(path).unwrap();
     let doc = roxmltree::Document::parse(&text)
         .unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));

@@ -8,7 +8,6 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::chart::{Chart, Point, Series};
 use super::exec::{read_plan, run_dir, run_state, write_atomic, RunState};
 use super::slurm::read_error;
 use super::spec::{value_text, Plan, PlannedRun};
@@ -258,13 +257,79 @@ fn numeric(v: &str) -> Option<f64> {
         .and_then(|s| s.trim().parse::<f64>().ok())
 }
 
-/// Writes `chart` as `plots/STEM.svg` or `.png`; returns the file name.
+/// One line of a sweep chart: (x, y) points with an optional spread per point.
+struct Series {
+    name: String,
+    points: Vec<Point>,
+}
+
+#[derive(Clone, Copy)]
+struct Point {
+    x: f64,
+    y: f64,
+    /// Spread (low, high) around `y` (mean ± sd over seeds), drawn as a band.
+    err: Option<(f64, f64)>,
+}
+
+/// A sweep chart, drawn by the project's plotting module (`crate::plot`).
+struct Chart {
+    title: String,
+    x_label: String,
+    y_label: String,
+    series: Vec<Series>,
+    /// Names of categorical x values (plotted at positions 0, 1, 2, …).
+    x_categories: Option<Vec<String>>,
+    log_x: bool,
+    /// Steps without markers (CDFs).
+    steps: bool,
+}
+
+/// Writes `chart` as `plots/STEM.svg` or `.png` (atomically); returns the file name.
 fn write_chart(dir: &Path, stem: &str, chart: &Chart, format: PlotFormat) -> Result<String> {
-    let (name, bytes) = match format {
-        PlotFormat::Svg => (format!("{stem}.svg"), chart.to_svg().into_bytes()),
-        PlotFormat::Png => (format!("{stem}.png"), super::png::render(&chart.shapes())),
+    let x_label = match &chart.x_categories {
+        Some(names) => {
+            let legend: Vec<String> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("{i} = {n}"))
+                .collect();
+            format!("{} ({})", chart.x_label, legend.join(", "))
+        }
+        None => chart.x_label.clone(),
     };
-    write_atomic(&dir.join("plots").join(&name), &bytes)?;
+    let panel = crate::plot::LineChart {
+        title: String::new(),
+        x_label,
+        y_label: chart.y_label.clone(),
+        log_x: chart.log_x,
+        step: chart.steps,
+        markers: !chart.steps,
+        series: chart
+            .series
+            .iter()
+            .map(|s| crate::plot::Series {
+                label: s.name.clone(),
+                points: s.points.iter().map(|p| (p.x, p.y)).collect(),
+                band: s
+                    .points
+                    .iter()
+                    .filter_map(|p| p.err.map(|(lo, hi)| (p.x, lo, hi)))
+                    .collect(),
+                style: None,
+            })
+            .collect(),
+    };
+    // Drawn into a private directory, then renamed: a reader never sees half a plot.
+    let tmp = dir
+        .join("plots")
+        .join(format!(".tmp-{}-{stem}", std::process::id()));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let drawn = crate::plot::line_figure(&tmp.join(stem), format, &chart.title, &[panel], 1)?;
+    let name = format!("{stem}.{}", format.ext());
+    let target = dir.join("plots").join(&name);
+    std::fs::rename(&drawn, &target)
+        .with_context(|| format!("renaming into {}", target.display()))?;
+    let _ = std::fs::remove_dir(&tmp);
     Ok(name)
 }
 

@@ -1,10 +1,8 @@
 //! `tessera sweep`: many simulations from one spec, on local cores or as a Slurm job array,
 //! resumable, merged and plotted (docs/sweep.md).
 
-mod chart;
 mod collect;
 mod exec;
-mod png;
 mod slurm;
 pub mod spec;
 
@@ -14,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use exec::{run_local, run_state, write_plan, RunState};
@@ -136,13 +134,7 @@ pub struct CollectArgs {
     pub cdf_at: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PlotFormat {
-    /// Scalable vector graphics.
-    Svg,
-    /// Raster image, 1440x920 pixels.
-    Png,
-}
+pub use crate::plot::PlotFormat;
 
 pub fn run(cmd: &SweepCommand) -> Result<()> {
     match cmd {
