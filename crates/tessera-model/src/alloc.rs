@@ -22,11 +22,13 @@ impl GpuMask {
     pub const MAX_GPUS: u32 = 64;
 
     /// The set holding one GPU.
+    #[inline]
     pub fn one(index: u32) -> GpuMask {
         GpuMask(1u64.checked_shl(index).unwrap_or(0))
     }
 
     /// The set of GPUs `0..n`.
+    #[inline]
     pub fn first(n: u32) -> GpuMask {
         if n >= 64 {
             GpuMask(u64::MAX)
@@ -36,16 +38,19 @@ impl GpuMask {
     }
 
     /// Number of GPUs in the set.
+    #[inline]
     pub fn count(self) -> u32 {
         self.0.count_ones()
     }
 
     /// True when `index` is in the set.
+    #[inline]
     pub fn contains(self, index: u32) -> bool {
         index < 64 && self.0 & (1u64 << index) != 0
     }
 
     /// True when the sets share no GPU.
+    #[inline]
     pub fn is_disjoint(self, other: GpuMask) -> bool {
         self.0 & other.0 == 0
     }
@@ -125,6 +130,7 @@ pub struct NodeShare {
 
 impl NodeShare {
     /// A share of `gpus` whole GPUs (any free ones), `cpu` and `memory`.
+    #[inline]
     pub fn whole(node: NodeId, gpus: u32, cpu: MilliCpu, memory: Bytes) -> NodeShare {
         NodeShare {
             node,
@@ -137,6 +143,7 @@ impl NodeShare {
 
     /// True when both hold the same resources on the same node; devices are compared only
     /// where both name them.
+    #[inline]
     pub fn same_holding(&self, other: &NodeShare) -> bool {
         self.node == other.node
             && self.gpus == other.gpus
@@ -150,11 +157,13 @@ impl NodeShare {
 
     /// GPU devices the share touches (whole, MIG or quota), counting a share without device
     /// detail by its whole GPUs.
+    #[inline]
     pub fn device_count(&self) -> u32 {
         self.devices.map_or(self.gpus, |d| d.gpus.count())
     }
 
     /// The share as a resource vector.
+    #[inline]
     pub fn resources(&self) -> Resources {
         Resources {
             gpus: self.gpus,
@@ -173,29 +182,35 @@ pub struct Allocation {
 
 impl Allocation {
     /// Total whole GPUs.
+    #[inline]
     pub fn gpus(&self) -> u32 {
         self.shares.iter().map(|s| s.gpus).sum()
     }
     /// Total GPU devices touched (whole GPUs, GPUs holding one of its MIG instances or
     /// quotas).
+    #[inline]
     pub fn devices(&self) -> u32 {
         self.shares.iter().map(NodeShare::device_count).sum()
     }
     /// The single part all of its device-level shares hold, if any share names devices.
+    #[inline]
     pub fn part(&self) -> Option<GpuPart> {
         self.shares.iter().find_map(|s| s.devices.map(|d| d.part))
     }
     /// Total CPU.
+    #[inline]
     pub fn cpu(&self) -> MilliCpu {
         MilliCpu(self.shares.iter().map(|s| s.cpu.0).sum())
     }
     /// Total memory.
+    #[inline]
     pub fn memory(&self) -> Bytes {
         Bytes(self.shares.iter().map(|s| s.memory.0).sum())
     }
     /// True when both hold the same resources on the same nodes; devices are compared only
     /// where both name them (a plan that leaves devices to the driver matches the driver's
     /// record of the GPUs it picked).
+    #[inline]
     pub fn same_holding(&self, other: &Allocation) -> bool {
         self.shares.len() == other.shares.len()
             && self
