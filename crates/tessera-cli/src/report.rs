@@ -1,6 +1,5 @@
 //! Rendering results: the comparison table, `summary.json`, `jobs.csv`, `timeseries.csv`.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -85,36 +84,7 @@ pub fn human_secs(s: f64) -> String {
 
 /// Renders rows as an aligned text table (first column left-aligned, others right).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &[String]| {
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            let sep = if i == 0 { "" } else { "  " };
-            if i == 0 {
-                let _ = write!(out, "{sep}{cell:<w$}");
-            } else {
-                let _ = write!(out, "{sep}{cell:>w$}");
-            }
-        }
-        out.push('\n');
-    };
-    line(
-        &mut out,
-        &header.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-    );
-    line(
-        &mut out,
-        &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
-    );
-    for row in rows {
-        line(&mut out, row);
-    }
-    out
+    tessera_mechanisms::experiment::text_table(header, rows)
 }
 
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.

@@ -1,7 +1,6 @@
 //! Synergy mechanisms on hand-checked two-server rounds, and properties over random rounds.
 
 use proptest::prelude::*;
-use tessera_mechanisms::synergy::perf::SensitivityEstimate;
 use tessera_mechanisms::synergy::policy::{
     estimated_relative, exact_estimate, Allocator, FreeMap, Slice, SynergyPolicy,
 };
@@ -270,54 +269,9 @@ proptest! {
 /// time is a benchmark: `tessera bench synergy`.)
 #[test]
 fn opt_lp_500_jobs_solves() {
-    use tessera_mechanisms::synergy::opt::{solve_round, OptJob};
-    use tessera_mechanisms::synergy::perf::{OptimisticProfiler, ServerShape, SynergyProfiles};
-    use tessera_model::SimRng;
-    let models = [
-        "alexnet",
-        "res18",
-        "res50",
-        "mobilenet",
-        "shufflenet",
-        "gnmt",
-        "transformer",
-        "lstm",
-        "m5",
-        "deepspeech",
-    ];
-    let shape = ServerShape {
-        gpus: 8.0,
-        cpus: 24.0,
-        mem: 500.0,
-    };
+    use tessera_mechanisms::synergy::bench::opt_round_500;
     for error in [0.0, 0.1] {
-        let prof = OptimisticProfiler {
-            rel_error: error,
-            ..OptimisticProfiler::default()
-        };
-        let mut rng = SimRng::seed_from_u64(3);
-        let ests: Vec<SensitivityEstimate> = (0..500)
-            .map(|i| {
-                let g = [1u32, 1, 1, 2, 4][i % 5];
-                let p = SynergyProfiles::builtin()
-                    .for_gpus(models[i % 10], g)
-                    .unwrap();
-                SensitivityEstimate::from_table(prof.estimate_table(p, g, shape, &mut rng))
-            })
-            .collect();
-        let jobs: Vec<OptJob<'_>> = ests
-            .iter()
-            .enumerate()
-            .map(|(i, e)| OptJob {
-                gpus: [1u32, 1, 1, 2, 4][i % 5],
-                estimate: Some(e),
-                class: None,
-            })
-            .collect();
-        let gpus: u32 = jobs.iter().map(|j| j.gpus).sum();
-        // A cluster exactly large enough for their GPUs: CPU and memory are the bottleneck.
-        let (cpu, mem) = (gpus as f64 * 3.0, gpus as f64 * 62.5);
-        let r = solve_round(&jobs, cpu, mem, 3.0, 62.5, 10.0);
+        let (r, _) = opt_round_500(error);
         assert_eq!(
             format!("{:?}", r.status),
             "Solved",

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tessera_model::SimRng;
 
 use super::experiment::{reference_cluster, run_one, RunSpec, Semantics};
-use super::opt::{solve_round, OptJob};
+use super::opt::{solve_round, OptJob, OptResult};
 use super::perf::{
     OptimisticProfiler, SensitivityEstimate, ServerShape, SynergyProfiles, DEFAULT_PROFILE_COST,
 };
@@ -145,9 +145,10 @@ impl Experiment for SynergyBench {
 }
 
 /// Solves OPT's LP once for 500 runnable jobs (GPU counts 1,1,1,2,4 repeating, the ten
-/// Synergy models) on a cluster exactly large enough for their GPUs, with tables estimated
-/// under `error`: (seconds, LP variables, status).
-pub fn opt_lp_500(error: f64) -> (f64, usize, String) {
+/// Synergy models) on a cluster exactly large enough for their GPUs, so that CPU and memory
+/// are the bottleneck, with tables estimated under profiling `error`; returns the solve and
+/// its wall time in seconds. Shared by `tessera bench synergy` and the solver's test.
+pub fn opt_round_500(error: f64) -> (OptResult, f64) {
     const MODELS: [&str; 10] = [
         "alexnet",
         "res18",
@@ -190,9 +191,11 @@ pub fn opt_lp_500(error: f64) -> (f64, usize, String) {
     let (cpu, mem) = (gpus as f64 * 3.0, gpus as f64 * 62.5);
     let started = Instant::now();
     let r = solve_round(&jobs, cpu, mem, 3.0, 62.5, 10.0);
-    (
-        started.elapsed().as_secs_f64(),
-        r.variables,
-        format!("{:?}", r.status),
-    )
+    (r, started.elapsed().as_secs_f64())
+}
+
+/// [`opt_round_500`] as (seconds, LP variables, status) for the benchmark table.
+fn opt_lp_500(error: f64) -> (f64, usize, String) {
+    let (r, secs) = opt_round_500(error);
+    (secs, r.variables, format!("{:?}", r.status))
 }
