@@ -322,18 +322,13 @@ pub struct ConvertArgs {
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// Generator: `philly` (Poisson arrivals, Philly runtimes and GPU counts) or
-    /// `synergy-reference` (the Synergy simulator's own workload, job for job as its
-    /// generator makes it at `random.seed(42)`: Philly-log filtering, Gavel-style durations,
-    /// ceil(3600·Exp(load)) gaps, 20/70/10 image/language/speech models).
-    #[arg(
-        long,
-        default_value = "philly",
-        value_name = "philly|synergy-reference"
-    )]
+    /// Generator: `philly` (Poisson arrivals, Philly runtimes and GPU counts) or one a
+    /// mechanism ships (listed by `tessera builtins`), e.g. `synergy-reference`: the Synergy
+    /// simulator's own workload, job for job as its generator makes it at `random.seed(42)`.
+    #[arg(long, default_value = "philly", value_name = "philly|NAME")]
     pub generator: String,
-    /// Trace of `--generator synergy-reference`: `single` (every job 1 GPU, the paper's
-    /// Fig. 8) or `multi` (GPU counts from the Philly log, Fig. 7).
+    /// Variant of a mechanism's generator, e.g. for `synergy-reference`: `single` (every job
+    /// 1 GPU, the paper's Fig. 8) or `multi` (GPU counts from the Philly log, Fig. 7).
     #[arg(long, default_value = "single", value_name = "single|multi")]
     pub trace: String,
     /// Number of jobs.
@@ -342,7 +337,8 @@ pub struct GenerateArgs {
     /// Arrival rate in jobs per hour (Poisson).
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub load: f64,
-    /// Seed (default 1; 42, the reference's own, for `--generator synergy-reference`).
+    /// Seed (default 1 for `philly`; a mechanism's generator has its own default, e.g. 42,
+    /// the Synergy reference's own).
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// GPU count of every job (default: the Philly mix 1/2/4/8 GPUs).

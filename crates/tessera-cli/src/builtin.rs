@@ -24,35 +24,6 @@ pub const CLUSTERS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Built-in workloads the CLI adds to `tessera-trace`'s own (they need a mechanism's
-/// generator): (name, description).
-pub const TRACES: &[(&str, &str)] = &[(
-    "synergy-mix-600",
-    "600 jobs, Poisson 8 jobs/h, Synergy's model mix (image/language/speech 20/70/10) and \
-     run times, Philly GPU counts; seeded. With builtin:synergy-128 it keeps the cluster loaded",
-)];
-
-/// A CLI built-in workload by name, generated with `seed`.
-pub fn trace(name: &str, seed: u64) -> Option<tessera_model::Workload> {
-    use tessera_mechanisms::synergy::workload::SynergyWorkload;
-    match name {
-        "synergy-mix-600" => Some(
-            SynergyWorkload {
-                jobs: 600,
-                jobs_per_hour: TRACE_LOAD,
-                multi_gpu: true,
-                split: [20.0, 70.0, 10.0],
-                seed,
-            }
-            .generate(),
-        ),
-        _ => None,
-    }
-}
-
-/// Arrival rate of `synergy-mix-600` (jobs per hour).
-const TRACE_LOAD: f64 = 8.0;
-
 /// The YAML of a built-in cluster: the CLI's own, or one a mechanism ships.
 pub fn cluster_yaml(name: &str) -> Option<String> {
     CLUSTERS

@@ -100,22 +100,16 @@ pub fn load_trace(
     seed: u64,
 ) -> Result<LoadedTrace> {
     if let Some(name) = source.strip_prefix("builtin:") {
-        let synergy = tessera_mechanisms::synergy::reference_workload::builtin_trace(name)
+        let registered = tessera_mechanisms::workloads()
+            .find(|w| w.name == name)
+            .map(|w| (w.generate)(seed))
             .transpose()
-            .with_context(|| format!("built-in trace {name}"))?;
-        let Some(workload) = synergy
-            .or_else(|| tessera_trace::builtin_trace(name, seed))
-            .or_else(|| builtin::trace(name, seed))
-        else {
+            .map_err(|e| anyhow::anyhow!("built-in trace {name}: {e}"))?;
+        let Some(workload) = registered.or_else(|| tessera_trace::builtin_trace(name, seed)) else {
             let known: Vec<_> = tessera_trace::BUILTIN_TRACES
                 .iter()
-                .chain(builtin::TRACES)
                 .map(|(n, _)| *n)
-                .chain(
-                    tessera_mechanisms::synergy::reference_workload::BUILTIN_TRACES
-                        .iter()
-                        .map(|(n, ..)| *n),
-                )
+                .chain(tessera_mechanisms::workloads().map(|w| w.name))
                 .collect();
             bail!(
                 "unknown built-in trace {:?}{} (known: {})",

@@ -106,6 +106,54 @@ pub struct BuiltinCluster {
     pub yaml: fn() -> String,
 }
 
+/// A workload a mechanism ships (`--trace builtin:NAME`), generated on demand.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltinWorkload {
+    /// Name after `builtin:`.
+    pub name: &'static str,
+    /// One line for listings.
+    pub about: &'static str,
+    /// Generates it (`seed` is ignored by fixed workloads).
+    pub generate: fn(seed: u64) -> Result<tessera_model::Workload, String>,
+}
+
+/// Knobs of a workload generator (`tessera trace generate --generator NAME`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GeneratorOptions {
+    /// Jobs to generate.
+    pub jobs: usize,
+    /// Arrival rate, jobs per hour.
+    pub load: f64,
+    /// Seed; `None` = the generator's own default.
+    pub seed: Option<u64>,
+    /// A generator-specific variant (e.g. a trace kind); `None` = its default.
+    pub variant: Option<String>,
+    /// GPUs of every job, for generators that take it.
+    pub gpus: Option<u32>,
+}
+
+/// A workload generator a mechanism ships.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkloadGenerator {
+    /// `--generator NAME`.
+    pub name: &'static str,
+    /// One line for listings, naming its variants.
+    pub about: &'static str,
+    /// Generates a workload; the error says which option is wrong.
+    pub generate: fn(&GeneratorOptions) -> Result<tessera_model::Workload, String>,
+}
+
+/// A sweep spec a mechanism ships (`tessera sweep run builtin:NAME`).
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltinSweep {
+    /// Name after `builtin:`.
+    pub name: &'static str,
+    /// One line for listings.
+    pub about: &'static str,
+    /// The `kind: Sweep` YAML.
+    pub yaml: &'static str,
+}
+
 /// One mechanism: its policies, truth, built-ins, engines and experiments.
 pub trait Mechanism: Sync {
     /// Short name (`synergy`).
@@ -132,6 +180,18 @@ pub trait Mechanism: Sync {
     }
     /// Built-in clusters.
     fn clusters(&self) -> &'static [BuiltinCluster] {
+        &[]
+    }
+    /// Built-in workloads.
+    fn workloads(&self) -> &'static [BuiltinWorkload] {
+        &[]
+    }
+    /// Workload generators.
+    fn generators(&self) -> &'static [WorkloadGenerator] {
+        &[]
+    }
+    /// Built-in sweep specs (the heavy parts of its reproductions).
+    fn sweeps(&self) -> &'static [BuiltinSweep] {
         &[]
     }
     /// Alternative engine semantics (`--semantics NAME`), e.g. a paper's own simulator's.
@@ -201,6 +261,21 @@ pub fn clusters() -> impl Iterator<Item = (&'static dyn Mechanism, &'static Buil
     MECHANISMS
         .iter()
         .flat_map(|m| m.clusters().iter().map(move |c| (*m, c)))
+}
+
+/// Every built-in workload of every mechanism.
+pub fn workloads() -> impl Iterator<Item = &'static BuiltinWorkload> {
+    MECHANISMS.iter().flat_map(|m| m.workloads().iter())
+}
+
+/// Every workload generator of every mechanism.
+pub fn generators() -> impl Iterator<Item = &'static WorkloadGenerator> {
+    MECHANISMS.iter().flat_map(|m| m.generators().iter())
+}
+
+/// Every built-in sweep spec of every mechanism.
+pub fn sweeps() -> impl Iterator<Item = &'static BuiltinSweep> {
+    MECHANISMS.iter().flat_map(|m| m.sweeps().iter())
 }
 
 /// The known name closest to `name` (edit distance at most a third of its length rounded up,

@@ -22,11 +22,18 @@ pub fn run() -> Result<()> {
         writeln!(out, "  {:<20} {}", c.name, c.about)?;
     }
     writeln!(out, "\nTraces (--trace builtin:NAME):")?;
-    for (name, about) in tessera_trace::BUILTIN_TRACES.iter().chain(builtin::TRACES) {
+    for (name, about) in tessera_trace::BUILTIN_TRACES {
         writeln!(out, "  {name:<20} {about}")?;
     }
-    for (name, about, ..) in tessera_mechanisms::synergy::reference_workload::BUILTIN_TRACES {
-        writeln!(out, "  {name:<20} {about}")?;
+    for w in tessera_mechanisms::workloads() {
+        writeln!(out, "  {:<20} {}", w.name, w.about)?;
+    }
+    writeln!(
+        out,
+        "\nWorkload generators (tessera trace generate --generator NAME): philly"
+    )?;
+    for g in tessera_mechanisms::generators() {
+        writeln!(out, "  {:<20} {}", g.name, g.about)?;
     }
     writeln!(out, "\nPolicies (--policy NAME):")?;
     for m in MECHANISMS {

@@ -84,10 +84,8 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
-    match args.generator.as_str() {
-        "philly" => {}
-        "synergy-reference" => return generate_synergy_reference(args),
-        g => anyhow::bail!("--generator must be philly or synergy-reference, got {g:?}"),
+    if args.generator != "philly" {
+        return generate_registered(args);
     }
     let gpu_mix = match args.gpus {
         Some(g) => vec![(g, 1.0)],
@@ -133,28 +131,30 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-fn generate_synergy_reference(args: &GenerateArgs) -> Result<()> {
-    use tessera_mechanisms::synergy::reference_workload::{
-        ReferenceTrace, ReferenceWorkload, REFERENCE_SEED,
+/// `--generator NAME` for a generator of the mechanism registry.
+fn generate_registered(args: &GenerateArgs) -> Result<()> {
+    let Some(generator) = tessera_mechanisms::generators().find(|g| g.name == args.generator)
+    else {
+        let known: Vec<&str> = std::iter::once("philly")
+            .chain(tessera_mechanisms::generators().map(|g| g.name))
+            .collect();
+        let hint = tessera_mechanisms::did_you_mean(&args.generator, known.iter().copied())
+            .map(|k| format!("; did you mean {k:?}?"))
+            .unwrap_or_default();
+        anyhow::bail!(
+            "--generator: unknown generator {:?}{hint} (known: {})",
+            args.generator,
+            known.join(", ")
+        );
     };
-    anyhow::ensure!(
-        args.gpus.is_none(),
-        "--gpus does not apply to --generator synergy-reference (use --trace single|multi)"
-    );
-    anyhow::ensure!(
-        args.load.is_finite() && args.load > 0.0,
-        "--load must be positive, got {}",
-        args.load
-    );
-    let Some(trace) = ReferenceTrace::parse(&args.trace) else {
-        anyhow::bail!("--trace must be single or multi, got {:?}", args.trace);
-    };
-    let workload = ReferenceWorkload {
+    let options = tessera_mechanisms::GeneratorOptions {
         jobs: args.jobs,
-        seed: args.seed.unwrap_or(REFERENCE_SEED),
-        ..ReferenceWorkload::new(trace, args.load)
-    }
-    .generate()
-    .context("--generator synergy-reference")?;
+        load: args.load,
+        seed: args.seed,
+        variant: Some(args.trace.clone()),
+        gpus: args.gpus,
+    };
+    let workload = (generator.generate)(&options)
+        .map_err(|e| anyhow::anyhow!("--generator {}: {e}", generator.name))?;
     write_csv(&args.output, &workload, &GpuCatalog::builtin())
 }

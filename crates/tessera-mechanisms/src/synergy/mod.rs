@@ -21,7 +21,10 @@ use tessera_model::{Cluster, GpuCatalog, SimDuration};
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
 
-use crate::{BuiltinCluster, Mechanism, Truth, TruthInfo, TruthOptions};
+use crate::{
+    BuiltinCluster, BuiltinSweep, BuiltinWorkload, GeneratorOptions, Mechanism, Truth, TruthInfo,
+    TruthOptions, WorkloadGenerator,
+};
 
 pub mod opt;
 pub mod perf;
@@ -105,6 +108,59 @@ fn synergy_128_yaml() -> String {
     reference_cluster_yaml(16)
 }
 
+/// Arrival rate of `builtin:synergy-mix-600` (jobs per hour): keeps 128 GPUs loaded.
+const MIX_600_LOAD: f64 = 8.0;
+
+fn mix_600(seed: u64) -> Result<tessera_model::Workload, String> {
+    Ok(workload::SynergyWorkload {
+        jobs: 600,
+        jobs_per_hour: MIX_600_LOAD,
+        multi_gpu: true,
+        split: [20.0, 70.0, 10.0],
+        seed,
+    }
+    .generate())
+}
+
+fn reference_trace(name: &str) -> Result<tessera_model::Workload, String> {
+    match reference_workload::builtin_trace(name) {
+        Some(generated) => generated.map_err(|e| e.to_string()),
+        None => Err(format!("no reference trace {name}")),
+    }
+}
+
+fn reference_single_9(_: u64) -> Result<tessera_model::Workload, String> {
+    reference_trace("synergy-reference-single-9")
+}
+fn reference_multi_3(_: u64) -> Result<tessera_model::Workload, String> {
+    reference_trace("synergy-reference-multi-3")
+}
+fn reference_multi_4(_: u64) -> Result<tessera_model::Workload, String> {
+    reference_trace("synergy-reference-multi-4")
+}
+
+/// `--generator synergy-reference`: the reference simulator's own workload, job for job.
+fn generate_reference(o: &GeneratorOptions) -> Result<tessera_model::Workload, String> {
+    use reference_workload::{ReferenceTrace, ReferenceWorkload, REFERENCE_SEED};
+    if o.gpus.is_some() {
+        return Err("--gpus does not apply to synergy-reference (use --trace single|multi)".into());
+    }
+    if !(o.load.is_finite() && o.load > 0.0) {
+        return Err(format!("--load must be positive, got {}", o.load));
+    }
+    let variant = o.variant.as_deref().unwrap_or("single");
+    let Some(trace) = ReferenceTrace::parse(variant) else {
+        return Err(format!("--trace must be single or multi, got {variant:?}"));
+    };
+    ReferenceWorkload {
+        jobs: o.jobs,
+        seed: o.seed.unwrap_or(REFERENCE_SEED),
+        ..ReferenceWorkload::new(trace, o.load)
+    }
+    .generate()
+    .map_err(|e| e.to_string())
+}
+
 /// The Synergy mechanism.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Synergy;
@@ -177,6 +233,47 @@ impl Mechanism for Synergy {
             name: "synergy-128",
             about: "Synergy's cluster: 16 x 8 V100 GPUs, 24 CPUs, 500 GiB per server",
             yaml: synergy_128_yaml,
+        }]
+    }
+
+    fn workloads(&self) -> &'static [BuiltinWorkload] {
+        &[
+            BuiltinWorkload {
+                name: "synergy-mix-600",
+                about: "600 jobs, Poisson 8 jobs/h, Synergy's model mix (image/language/speech 20/70/10) and run times, Philly GPU counts; seeded. With builtin:synergy-128 it keeps the cluster loaded",
+                generate: mix_600,
+            },
+            BuiltinWorkload {
+                name: "synergy-reference-single-9",
+                about: "the Synergy simulator's own single-GPU workload at 9 jobs/h, seed 42 (16,000 jobs)",
+                generate: reference_single_9,
+            },
+            BuiltinWorkload {
+                name: "synergy-reference-multi-3",
+                about: "the Synergy simulator's own multi-GPU workload at 3 jobs/h, seed 42 (16,000 jobs)",
+                generate: reference_multi_3,
+            },
+            BuiltinWorkload {
+                name: "synergy-reference-multi-4",
+                about: "the Synergy simulator's own multi-GPU workload at 4 jobs/h, seed 42 (16,000 jobs)",
+                generate: reference_multi_4,
+            },
+        ]
+    }
+
+    fn generators(&self) -> &'static [WorkloadGenerator] {
+        &[WorkloadGenerator {
+            name: "synergy-reference",
+            about: "the Synergy simulator's own workload, job for job as its generator makes it at random.seed(42) (--trace single|multi)",
+            generate: generate_reference,
+        }]
+    }
+
+    fn sweeps(&self) -> &'static [BuiltinSweep] {
+        &[BuiltinSweep {
+            name: "synergy-c",
+            about: "the Synergy reproduction's load sweep (repro synergy --parts c): 12 policies x 8 loads x 2 semantics",
+            yaml: include_str!("sweep-c.yaml"),
         }]
     }
 

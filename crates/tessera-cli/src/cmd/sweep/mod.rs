@@ -19,18 +19,19 @@ use exec::{run_local, run_state, write_plan, RunState};
 use spec::{value_text, Plan, RunKind, Spec};
 
 /// Built-in specs: (name, description, YAML).
-pub const BUILTIN_SPECS: &[(&str, &str, &str)] = &[
-    (
-        "synergy-c",
-        "the Synergy reproduction's load sweep (repro synergy --parts c): 12 policies x 8 loads x 2 semantics",
-        include_str!("builtin/synergy-c.yaml"),
-    ),
-    (
-        "baselines-load",
-        "fifo/srtf/las/ftf on the default cluster, 4 loads x 3 seeds of a 300-job Philly-like trace",
-        include_str!("builtin/baselines-load.yaml"),
-    ),
-];
+pub const BUILTIN_SPECS: &[(&str, &str, &str)] = &[(
+    "baselines-load",
+    "fifo/srtf/las/ftf on the default cluster, 4 loads x 3 seeds of a 300-job Philly-like trace",
+    include_str!("builtin/baselines-load.yaml"),
+)];
+
+/// Every built-in spec: the CLI's own and those the mechanisms ship.
+pub fn builtin_specs() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    BUILTIN_SPECS
+        .iter()
+        .copied()
+        .chain(tessera_mechanisms::sweeps().map(|s| (s.name, s.about, s.yaml)))
+}
 
 #[derive(Debug, Subcommand)]
 pub enum SweepCommand {
@@ -150,8 +151,8 @@ pub fn run(cmd: &SweepCommand) -> Result<()> {
 /// Reads a spec file or `builtin:NAME`.
 pub fn load_spec(source: &str) -> Result<(Spec, String)> {
     let text = if let Some(name) = source.strip_prefix("builtin:") {
-        let Some((_, _, yaml)) = BUILTIN_SPECS.iter().find(|(n, _, _)| *n == name) else {
-            let known: Vec<_> = BUILTIN_SPECS.iter().map(|(n, _, _)| *n).collect();
+        let Some((_, _, yaml)) = builtin_specs().find(|(n, _, _)| *n == name) else {
+            let known: Vec<_> = builtin_specs().map(|(n, _, _)| n).collect();
             bail!(
                 "unknown built-in sweep {name:?} (known: {})",
                 known.join(", ")
