@@ -296,7 +296,7 @@ impl ClusterMap {
                 devices: None,
             });
         }
-        Some(tessera_model::Allocation { shares })
+        Some(tessera_model::Allocation::new(shares))
     }
 }
 

@@ -239,7 +239,7 @@ proptest! {
         let (got, act, _) = round(&c, &jobs, Allocator::Tune, order);
         for (j, (g, a)) in jobs.iter().zip(got.iter().zip(&act)) {
             if let Some(g) = g {
-                let fair = Allocation { shares: g.shares.iter().map(|s| {
+                let fair = Allocation { plan: None, shares: g.shares.iter().map(|s| {
                     FreeMap::new(&c, &[]).share(j, s.node, s.gpus, Slice::Fair)
                 }).collect() };
                 let (mine, prop) = (estimated_relative(a, g), estimated_relative(a, &fair));

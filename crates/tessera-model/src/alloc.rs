@@ -173,14 +173,60 @@ impl NodeShare {
     }
 }
 
-/// Everything a job holds: one share per node, nodes distinct.
+/// How a job splits its work over the devices it holds: data-parallel replicas, tensor-parallel
+/// ways inside each replica, pipeline stages. `data × tensor × pipeline` devices in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ParallelPlan {
+    /// Data-parallel replicas.
+    pub data: u32,
+    /// Tensor-parallel ways per stage.
+    pub tensor: u32,
+    /// Pipeline stages.
+    pub pipeline: u32,
+}
+
+impl ParallelPlan {
+    /// Plain data parallelism over `devices` devices.
+    pub const fn data_parallel(devices: u32) -> ParallelPlan {
+        ParallelPlan {
+            data: devices,
+            tensor: 1,
+            pipeline: 1,
+        }
+    }
+
+    /// Devices the plan occupies (saturating, so a hostile plan cannot overflow).
+    pub fn devices(self) -> u32 {
+        self.data
+            .saturating_mul(self.tensor)
+            .saturating_mul(self.pipeline)
+    }
+}
+
+impl std::fmt::Display for ParallelPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dp{}·tp{}·pp{}", self.data, self.tensor, self.pipeline)
+    }
+}
+
+/// Everything a job holds: one share per node, nodes distinct, and optionally how the job
+/// splits its work over those devices.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
     /// Per-node shares.
     pub shares: Vec<NodeShare>,
+    /// The parallelism plan truth models read; `None` = the job's own (data-parallel) way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ParallelPlan>,
 }
 
 impl Allocation {
+    /// An allocation of these shares with no parallelism plan.
+    #[inline]
+    pub fn new(shares: Vec<NodeShare>) -> Allocation {
+        Allocation { shares, plan: None }
+    }
+
     /// Total whole GPUs.
     #[inline]
     pub fn gpus(&self) -> u32 {
@@ -265,7 +311,7 @@ mod tests {
     fn nodes_distinct_small_and_large() {
         for n in [0usize, 1, 2, 5, 16, 17, 40] {
             let shares: Vec<NodeShare> = (0..n as u32).map(share).collect();
-            let a = Allocation { shares };
+            let a = Allocation::new(shares);
             assert!(a.nodes_distinct(), "{n}");
             if n >= 2 {
                 let mut dup = a.clone();

@@ -30,7 +30,7 @@ pub mod quantity;
 pub mod rng;
 pub mod time;
 
-pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare};
+pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan};
 pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,

@@ -21,7 +21,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub mod collective;
+pub mod config;
 pub mod roofline;
+
+pub use config::{ConfigEstimate, ConfigEstimates};
 
 use tessera_model::{Allocation, Cluster, Knowledge, SimDuration, SimRng, TrainingJob};
 
@@ -175,6 +178,7 @@ mod tests {
             TraceThroughput.throughput(
                 &job,
                 &Allocation {
+                    plan: None,
                     shares: vec![share(gpus)],
                 },
                 &cluster,

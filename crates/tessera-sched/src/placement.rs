@@ -103,6 +103,7 @@ impl<'c> Ledger<'c> {
             let share = proportional_share(job, group, NodeId(n as u32), job.gpus);
             if self.free[n].fits(&share.resources()) {
                 return Some(Allocation {
+                    plan: None,
                     shares: vec![share],
                 });
             }
@@ -129,7 +130,7 @@ impl<'c> Ledger<'c> {
                 shares.push(share);
             }
         }
-        (needed == 0).then_some(Allocation { shares })
+        (needed == 0).then_some(Allocation::new(shares))
     }
 }
 

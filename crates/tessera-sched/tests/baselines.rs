@@ -44,6 +44,7 @@ fn workload(specs: &[(u64, u32, u64)]) -> Workload {
 /// The whole server's share for `gpus` GPUs of a job, GPU-proportional.
 fn share(gpus: u32) -> Allocation {
     Allocation {
+        plan: None,
         shares: vec![NodeShare::whole(
             NodeId(0),
             gpus,

@@ -820,6 +820,7 @@ mod tests {
         let mut job = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(600));
         job.model = "alexnet".into();
         let alloc = |cores: u64, gb: f64| Allocation {
+            plan: None,
             shares: vec![NodeShare {
                 node: NodeId(0),
                 gpus: 1,

@@ -210,6 +210,7 @@ impl<'c> FreeMap<'c> {
         }
         if let Some((_, n)) = best {
             return Some(Allocation {
+                plan: None,
                 shares: vec![self.share(job, NodeId(n as u32), g, slice)],
             });
         }
@@ -249,7 +250,7 @@ impl<'c> FreeMap<'c> {
                 }
             }
             if need == 0 {
-                return Some(Allocation { shares });
+                return Some(Allocation::new(shares));
             }
         }
         None
@@ -294,7 +295,7 @@ impl<'c> FreeMap<'c> {
                     .filter(|(_, k)| **k > 0)
                     .map(|(n, k)| self.share(job, NodeId(n as u32), *k, slice))
                     .collect();
-                return Some(Allocation { shares });
+                return Some(Allocation::new(shares));
             }
         }
         None
@@ -1012,6 +1013,7 @@ fn demote_to_fair(ledger: &mut FreeMap<'_>, p: &mut Placed<'_>, pspec: &Training
     let old = p.alloc.clone().into_owned();
     ledger.release(&old);
     let to_fair = |l: &FreeMap<'_>, keep_less: bool| Allocation {
+        plan: None,
         shares: old
             .shares
             .iter()

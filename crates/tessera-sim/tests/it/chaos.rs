@@ -41,6 +41,7 @@ impl Policy for Chaos {
                 _ => JobId(job),
             };
             let allocation = Allocation {
+                plan: None,
                 shares: shares
                     .into_iter()
                     .map(|(node, gpus, cpu, mem)| NodeShare {

@@ -70,6 +70,7 @@ fn mig(cluster: &Cluster, name: &str, start: u8) -> MigInstance {
 
 fn share(node: u32, gpus: GpuMask, part: GpuPart) -> Allocation {
     Allocation {
+        plan: None,
         shares: vec![NodeShare {
             node: NodeId(node),
             gpus: if part == GpuPart::Whole {
