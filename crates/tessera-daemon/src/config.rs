@@ -218,8 +218,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 pub const MAX_MEMORY: Bytes = Bytes(1 << 50);
 /// Most CPU one node or one job may declare (one million cores).
 pub const MAX_CPU: MilliCpu = MilliCpu(1_000_000_000);
-/// Most GPUs one local node may declare.
-pub const MAX_NODE_GPUS: u32 = 4096;
+/// Most GPUs one local node may declare: the core names a node's GPUs in a 64-bit mask.
+pub const MAX_NODE_GPUS: u32 = tessera_model::GpuMask::MAX_GPUS;
 /// Shortest scheduling round: below it the engine would do nothing but schedule.
 pub const MIN_ROUND_SECONDS: f64 = 1.0;
 /// Longest scheduling round (30 days).

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use tessera_model::{SimDuration, SimTime};
+use tessera_model::{NodeId, SimDuration, SimTime};
 use tessera_sched::PolicyOptions;
 
-use crate::backend::{Backend, Handle, InventoryNode, Launch, RunStatus};
+use crate::backend::{Backend, Handle, InventoryNode, Launch, Reconfigure, Retune, RunStatus};
 use crate::clock::Clock;
 use crate::config::{hex, DaemonConfig};
 use crate::core::{Command, Core, CoreSettings};
@@ -39,6 +39,8 @@ enum Work {
     Poll(Vec<Handle>),
     Verify(Vec<Handle>),
     Inventory,
+    Retune(Retune),
+    Reconfigure(NodeId, Reconfigure),
 }
 
 /// Its outcome.
@@ -48,6 +50,29 @@ enum Done {
     Polled(Result<Vec<(Handle, RunStatus)>, BackendError>),
     Verified(Vec<(Handle, RunStatus)>),
     Inventory(Result<Vec<InventoryNode>, BackendError>),
+    Retuned(i64, u32, Result<(), BackendError>),
+    Reconfigured(NodeId, u32, Result<(), BackendError>),
+}
+
+/// Carries out one backend call.
+fn execute(backend: &mut dyn Backend, work: Work) -> Done {
+    match work {
+        Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
+        Work::Stop(run, preempt) => {
+            let h = Handle(run.handle.clone());
+            let r = if preempt {
+                backend.preempt(&h)
+            } else {
+                backend.cancel(&h)
+            };
+            Done::Stopped(run, r)
+        }
+        Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
+        Work::Verify(handles) => Done::Verified(verify(backend, handles)),
+        Work::Inventory => Done::Inventory(backend.inventory()),
+        Work::Retune(r) => Done::Retuned(r.job_id, r.attempt, backend.retune(&r)),
+        Work::Reconfigure(node, r) => Done::Reconfigured(node, r.gpu, backend.reconfigure(&r)),
+    }
 }
 
 /// The backend, called inline (embedding, tests: every call returns with its effect
@@ -118,21 +143,7 @@ fn run_backend(
     done: mpsc::Sender<Done>,
 ) {
     for w in work {
-        let d = match w {
-            Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
-            Work::Stop(run, preempt) => {
-                let h = Handle(run.handle.clone());
-                let r = if preempt {
-                    backend.preempt(&h)
-                } else {
-                    backend.cancel(&h)
-                };
-                Done::Stopped(run, r)
-            }
-            Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
-            Work::Verify(handles) => Done::Verified(verify(backend.as_mut(), handles)),
-            Work::Inventory => Done::Inventory(backend.inventory()),
-        };
+        let d = execute(backend.as_mut(), w);
         if done.send(d).is_err() {
             break;
         }
@@ -330,6 +341,8 @@ impl Engine {
             Done::Verified(statuses) => self.core.handle_verified(now, statuses),
             Done::Inventory(Ok(nodes)) => self.core.handle_inventory(now, &nodes),
             Done::Inventory(Err(e)) => self.core.handle_inventory_failed(&e),
+            Done::Retuned(job_id, attempt, r) => self.core.handle_retuned(now, job_id, attempt, r),
+            Done::Reconfigured(node, gpu, r) => self.core.handle_reconfigured(now, node, gpu, r),
         }
     }
 
@@ -337,21 +350,7 @@ impl Engine {
     fn call(&mut self, work: Work) {
         match &mut self.backend {
             BackendSlot::Inline(backend) => {
-                let d = match work {
-                    Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
-                    Work::Stop(run, preempt) => {
-                        let h = Handle(run.handle.clone());
-                        let r = if preempt {
-                            backend.preempt(&h)
-                        } else {
-                            backend.cancel(&h)
-                        };
-                        Done::Stopped(run, r)
-                    }
-                    Work::Poll(handles) => Done::Polled(backend.poll(&handles)),
-                    Work::Verify(handles) => Done::Verified(verify(backend.as_mut(), handles)),
-                    Work::Inventory => Done::Inventory(backend.inventory()),
-                };
+                let d = execute(backend.as_mut(), work);
                 self.apply(d);
             }
             BackendSlot::Thread {
@@ -384,10 +383,19 @@ impl Engine {
                     self.commit(&batch);
                 }
                 // Acting waits while a decision is not durable (persist before act).
-                c @ (Command::Launch(_) | Command::Stop { .. }) if self.store_error.is_some() => {
+                c @ (Command::Launch(_)
+                | Command::Stop { .. }
+                | Command::Retune(_)
+                | Command::Reconfigure { .. })
+                    if self.store_error.is_some() =>
+                {
                     self.deferred.push_back(c);
                 }
                 Command::Launch(launch) => self.call(Work::Launch(launch)),
+                Command::Retune(r) => self.call(Work::Retune(r)),
+                Command::Reconfigure { node, request } => {
+                    self.call(Work::Reconfigure(node, request))
+                }
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
                 Command::Poll(handles) => self.call(Work::Poll(handles)),
                 Command::Verify(handles) => self.call(Work::Verify(handles)),
@@ -474,6 +482,10 @@ impl Engine {
             match c {
                 Command::Launch(launch) => self.call(Work::Launch(launch)),
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
+                Command::Retune(r) => self.call(Work::Retune(r)),
+                Command::Reconfigure { node, request } => {
+                    self.call(Work::Reconfigure(node, request))
+                }
                 _ => {}
             }
         }

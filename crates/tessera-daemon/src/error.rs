@@ -110,6 +110,16 @@ pub enum BackendError {
         /// The OS error.
         message: String,
     },
+    /// The backend does not carry out this action in place (Slurm cannot retune or
+    /// reconfigure a running allocation); the daemon falls back (a restart for a retune; the
+    /// GPU keeps its layout for a reconfiguration).
+    #[error("the {backend} backend does not {action} in place")]
+    Declined {
+        /// `retune` or `reconfigure`.
+        action: &'static str,
+        /// The backend's kind.
+        backend: &'static str,
+    },
     /// A file operation failed.
     #[error("{path}: {message}")]
     File {

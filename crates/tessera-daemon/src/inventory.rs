@@ -16,10 +16,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tessera_model::cluster::{ClusterBody, NodeGroupSpec};
 use tessera_model::{
-    Bytes, Cluster, ClusterSpec, GpuCatalog, GpuModel, GpuModelId, MigGeometry, MilliCpu, NodeId,
+    Bytes, Cluster, ClusterSpec, DeviceAlloc, GpuCatalog, GpuMask, GpuModel, GpuModelId, GpuPart,
+    MigGeometry, MigInstance, MilliCpu, NodeId,
 };
 
-use crate::backend::{InventoryNode, NodeHealth, PlacedShare};
+use crate::backend::{
+    InventoryNode, NodeHealth, PlacedDevices, PlacedMig, PlacedPart, PlacedShare,
+};
 use crate::error::DaemonError;
 
 /// Default GRES type -> catalog name.
@@ -176,6 +179,11 @@ impl ClusterMap {
                 continue;
             }
             for (t, model, count) in typed {
+                if count > GpuMask::MAX_GPUS {
+                    // Devices are named in a 64-bit mask per node.
+                    tracing::warn!(node = %n.name, gpus = count, "more than {} GPUs of one type on a node; not scheduled", GpuMask::MAX_GPUS);
+                    continue;
+                }
                 // Whole cores and whole MiB, rounded down, so the parts never exceed the node.
                 let share = |v: u64, unit: u64| -> u64 {
                     ((v as u128 * count as u128 / total.max(1) as u128) as u64) / unit * unit
@@ -265,35 +273,112 @@ impl ClusterMap {
             .map(|i| NodeId(i as u32))
     }
 
-    /// An allocation in backend terms.
+    /// An allocation in backend terms (devices named when the allocation names them).
     pub fn placement(&self, alloc: &tessera_model::Allocation) -> Vec<PlacedShare> {
         alloc
             .shares
             .iter()
             .filter_map(|s| {
                 let l = self.logical.get(s.node.index())?;
+                let devices = s.devices.and_then(|d| {
+                    let part = match d.part {
+                        GpuPart::Whole => PlacedPart::Whole,
+                        GpuPart::Mig(inst) => PlacedPart::Mig {
+                            profile: self.mig_profile_name(s.node, inst)?,
+                            start: inst.start,
+                        },
+                        GpuPart::Quota {
+                            sm_request,
+                            sm_limit,
+                            memory,
+                        } => PlacedPart::Quota {
+                            sm_request,
+                            sm_limit,
+                            memory,
+                        },
+                    };
+                    Some(PlacedDevices {
+                        indices: d.gpus.iter().collect(),
+                        part,
+                    })
+                });
                 Some(PlacedShare {
                     node: l.node.clone(),
                     gres_type: l.gres_type.clone(),
                     gpus: s.gpus,
                     cpu: s.cpu,
                     memory: s.memory,
+                    devices,
                 })
             })
             .collect()
     }
 
-    /// A placement back to an allocation of this cluster (`None` if a node is gone).
+    /// The name of a MIG instance's profile on a node (`3g.20gb`).
+    pub fn mig_profile_name(&self, node: NodeId, inst: MigInstance) -> Option<String> {
+        let n = self.cluster.nodes.get(node.index())?;
+        let geo = self.cluster.catalog.mig_geometry(n.gpu)?;
+        geo.profile(inst).map(|p| p.name.clone())
+    }
+
+    /// A layout in backend terms.
+    pub fn placed_layout(&self, node: NodeId, layout: &[MigInstance]) -> Option<Vec<PlacedMig>> {
+        layout
+            .iter()
+            .map(|&inst| {
+                Some(PlacedMig {
+                    profile: self.mig_profile_name(node, inst)?,
+                    start: inst.start,
+                })
+            })
+            .collect()
+    }
+
+    /// A placement back to an allocation of this cluster (`None` if a node is gone or a MIG
+    /// profile is unknown).
     pub fn allocation(&self, placement: &[PlacedShare]) -> Option<tessera_model::Allocation> {
         let mut shares = Vec::with_capacity(placement.len());
         for p in placement {
             let node = self.node_id(&p.node, p.gres_type.as_deref())?;
+            let devices = match &p.devices {
+                None => None,
+                Some(d) => {
+                    let mut mask = GpuMask::default();
+                    for &i in &d.indices {
+                        if i >= GpuMask::MAX_GPUS {
+                            return None;
+                        }
+                        mask.0 |= 1 << i;
+                    }
+                    let part = match &d.part {
+                        PlacedPart::Whole => GpuPart::Whole,
+                        PlacedPart::Mig { profile, start } => {
+                            let n = self.cluster.nodes.get(node.index())?;
+                            let geo = self.cluster.catalog.mig_geometry(n.gpu)?;
+                            GpuPart::Mig(MigInstance {
+                                profile: geo.find_profile(profile)?,
+                                start: *start,
+                            })
+                        }
+                        PlacedPart::Quota {
+                            sm_request,
+                            sm_limit,
+                            memory,
+                        } => GpuPart::Quota {
+                            sm_request: *sm_request,
+                            sm_limit: *sm_limit,
+                            memory: *memory,
+                        },
+                    };
+                    Some(DeviceAlloc { gpus: mask, part })
+                }
+            };
             shares.push(tessera_model::NodeShare {
                 node,
                 gpus: p.gpus,
                 cpu: p.cpu,
                 memory: p.memory,
-                devices: None,
+                devices,
             });
         }
         Some(tessera_model::Allocation::new(shares))

@@ -9,6 +9,9 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use serde::{Deserialize, Serialize};
+use tessera_model::ParallelPlan;
+
 use crate::backend::PlacedShare;
 use crate::config::SyncMode;
 use crate::error::DaemonError;
@@ -76,6 +79,8 @@ pub struct JobRow {
     pub attempt: u32,
     /// Allocation in backend terms while starting or running.
     pub placement: Vec<PlacedShare>,
+    /// The parallelism plan of that allocation, when the policy chose one.
+    pub plan: Option<ParallelPlan>,
     /// Backend run id while running.
     pub handle: Option<String>,
     /// Exit code of the last run.
@@ -98,6 +103,14 @@ pub struct JobRow {
     pub job_token_sha256: Option<String>,
     /// Backend's view of the run.
     pub backend_state: Option<String>,
+}
+
+/// The placement column when the allocation has a parallelism plan.
+#[derive(Serialize, Deserialize)]
+struct StoredPlacement {
+    shares: Vec<PlacedShare>,
+    #[serde(default)]
+    plan: Option<ParallelPlan>,
 }
 
 /// One history entry.
@@ -441,6 +454,14 @@ impl Store {
             for j in &batch.jobs {
                 let placement = if j.placement.is_empty() {
                     None
+                } else if let Some(plan) = j.plan {
+                    // With a plan the column holds an object; without, the bare list older
+                    // stores hold (read both ways, so no schema change was needed).
+                    let doc = StoredPlacement {
+                        shares: j.placement.clone(),
+                        plan: Some(plan),
+                    };
+                    Some(serde_json::to_string(&doc).map_err(bad)?)
                 } else {
                     Some(serde_json::to_string(&j.placement).map_err(bad)?)
                 };
@@ -549,10 +570,18 @@ impl Store {
             ) = row?;
             let state =
                 JobState::parse(&state).ok_or_else(|| bad(format!("job {id}: state {state:?}")))?;
-            let placement: Vec<PlacedShare> = match placement {
-                Some(p) => serde_json::from_str(&p)
-                    .map_err(|e| bad(format!("job {id}: placement: {e}")))?,
-                None => Vec::new(),
+            let (placement, plan) = match placement {
+                Some(p) if p.trim_start().starts_with('{') => {
+                    let doc: StoredPlacement = serde_json::from_str(&p)
+                        .map_err(|e| bad(format!("job {id}: placement: {e}")))?;
+                    (doc.shares, doc.plan)
+                }
+                Some(p) => (
+                    serde_json::from_str::<Vec<PlacedShare>>(&p)
+                        .map_err(|e| bad(format!("job {id}: placement: {e}")))?,
+                    None,
+                ),
+                None => (Vec::new(), None),
             };
             let (
                 handle,
@@ -580,6 +609,7 @@ impl Store {
                 end_us: end.map(|v| v.max(0) as u64),
                 attempt,
                 placement,
+                plan,
                 handle,
                 exit_code,
                 message,
@@ -675,6 +705,7 @@ mod tests {
             end_us: None,
             attempt: 0,
             placement: vec![],
+            plan: None,
             handle: None,
             exit_code: None,
             message: None,
@@ -713,7 +744,20 @@ mod tests {
             gpus: 2,
             cpu: MilliCpu(16_000),
             memory: Bytes(1 << 30),
+            devices: Some(crate::backend::PlacedDevices {
+                indices: vec![1, 3],
+                part: crate::backend::PlacedPart::Quota {
+                    sm_request: 300,
+                    sm_limit: 500,
+                    memory: Bytes(1 << 33),
+                },
+            }),
         }];
+        j.plan = Some(ParallelPlan {
+            data: 1,
+            tensor: 2,
+            pipeline: 1,
+        });
         let batch = WriteBatch {
             jobs: vec![j.clone()],
             transitions: vec![TransitionRow {
@@ -733,9 +777,25 @@ mod tests {
         s.commit(&batch).unwrap();
         drop(s);
         let s = Store::open(&path, SyncMode::Normal).unwrap();
-        assert_eq!(s.load_jobs().unwrap(), vec![j]);
+        assert_eq!(s.load_jobs().unwrap(), vec![j.clone()]);
         assert_eq!(s.transitions(1).unwrap().len(), 2);
         assert_eq!(s.open_runs().unwrap()[0].state, RunState::Live);
+        // Without a plan the column keeps the bare list older stores hold.
+        drop(s);
+        let mut s = Store::open(&path, SyncMode::Normal).unwrap();
+        j.plan = None;
+        j.placement[0].devices = None;
+        s.commit(&WriteBatch {
+            jobs: vec![j.clone()],
+            ..WriteBatch::default()
+        })
+        .unwrap();
+        let raw: String = s
+            .conn
+            .query_row("SELECT placement FROM jobs WHERE id = 1", [], |r| r.get(0))
+            .unwrap();
+        assert!(raw.starts_with('['), "{raw}");
+        assert_eq!(s.load_jobs().unwrap(), vec![j]);
     }
 
     #[test]

@@ -648,7 +648,10 @@ mod tests {
                 gpus,
                 cpu: MilliCpu::from_cores(1),
                 memory: Bytes::from_gib(1),
+                devices: None,
             }],
+            plan: tessera_model::ParallelPlan::data_parallel(gpus),
+            gpu_type: "A100-80GB".into(),
         }
     }
 

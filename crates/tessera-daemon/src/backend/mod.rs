@@ -72,6 +72,98 @@ pub struct PlacedShare {
     pub cpu: MilliCpu,
     /// Memory.
     pub memory: Bytes,
+    /// Which GPUs of the node and what part of each, as the policy (or the daemon, for a
+    /// share that left it open) chose them; `None` only in records written before devices
+    /// were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<PlacedDevices>,
+}
+
+impl PlacedShare {
+    /// The quota this share holds on each of its GPUs, if it is a quota share.
+    pub fn quota(&self) -> Option<(u16, u16, Bytes)> {
+        match self.devices.as_ref().map(|d| &d.part) {
+            Some(PlacedPart::Quota {
+                sm_request,
+                sm_limit,
+                memory,
+            }) => Some((*sm_request, *sm_limit, *memory)),
+            _ => None,
+        }
+    }
+}
+
+/// The GPUs of one node a share holds, down to the device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedDevices {
+    /// GPU indices on the node (as the node numbers them: `nvidia-smi -i`, `CUDA_VISIBLE_DEVICES`).
+    pub indices: Vec<u32>,
+    /// What part of each.
+    pub part: PlacedPart,
+}
+
+/// What part of each GPU a share holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum PlacedPart {
+    /// The whole GPU.
+    Whole,
+    /// One MIG instance of the GPU's layout.
+    #[serde(rename_all = "camelCase")]
+    Mig {
+        /// Profile name (`3g.20gb`).
+        profile: String,
+        /// Memory slice it starts at.
+        start: u8,
+    },
+    /// A share under MPS-style quotas.
+    #[serde(rename_all = "camelCase")]
+    Quota {
+        /// Guaranteed SM share, permille.
+        sm_request: u16,
+        /// Upper SM share, permille.
+        sm_limit: u16,
+        /// Device memory pinned on each GPU.
+        memory: Bytes,
+    },
+}
+
+/// One MIG instance of a layout, in backend terms.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedMig {
+    /// Profile name (`3g.20gb`).
+    pub profile: String,
+    /// Memory slice it starts at.
+    pub start: u8,
+}
+
+/// A change of a running job's quota or CPU/memory on the same devices
+/// ([`Backend::retune`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retune {
+    /// The run.
+    pub handle: Handle,
+    /// Daemon job id.
+    pub job_id: i64,
+    /// The run's attempt.
+    pub attempt: u32,
+    /// The new placement (same nodes and GPUs).
+    pub placement: Vec<PlacedShare>,
+}
+
+/// A change of one GPU's MIG layout ([`Backend::reconfigure`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconfigure {
+    /// Backend node name.
+    pub node: String,
+    /// GPU index on the node.
+    pub gpu: u32,
+    /// The layout it had (`None` = whole-GPU mode).
+    pub from: Option<Vec<PlacedMig>>,
+    /// The layout it gets (`None` = whole-GPU mode).
+    pub to: Option<Vec<PlacedMig>>,
 }
 
 /// What the job runs.
@@ -101,6 +193,10 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Where, one share per node.
     pub placement: Vec<PlacedShare>,
+    /// How the job splits its work (the policy's plan, or data-parallel over its devices).
+    pub plan: tessera_model::ParallelPlan,
+    /// Catalog name of the GPUs it runs on (`A100-80GB`).
+    pub gpu_type: String,
 }
 
 impl Launch {
@@ -109,6 +205,62 @@ impl Launch {
     pub fn run_name(instance: &str, job_id: i64, attempt: u32) -> String {
         format!("tessera-{instance}-{job_id}-{attempt}")
     }
+
+    /// The document behind `TESSERA_PLAN_FILE`.
+    pub fn plan_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "data": self.plan.data,
+            "tensor": self.plan.tensor,
+            "pipeline": self.plan.pipeline,
+            "gpuType": self.gpu_type,
+            "attempt": self.attempt,
+            "placement": self.placement,
+        })
+    }
+
+    /// The document behind `TESSERA_QUOTA_FILE`, when the job holds a quota.
+    pub fn quota_json(&self) -> Option<serde_json::Value> {
+        quota_json(&self.placement, 1)
+    }
+}
+
+/// The quota document of a placement (`version` counts the changes: 1 at the start, +1 per
+/// retune), `None` when no share holds a quota.
+pub fn quota_json(placement: &[PlacedShare], version: u64) -> Option<serde_json::Value> {
+    let share = placement.iter().find(|s| s.quota().is_some())?;
+    let (sm_request, sm_limit, memory) = share.quota()?;
+    let indices = share
+        .devices
+        .as_ref()
+        .map(|d| d.indices.clone())
+        .unwrap_or_default();
+    Some(serde_json::json!({
+        "version": version,
+        "smRequestPermille": sm_request,
+        "smLimitPermille": sm_limit,
+        "memoryBytes": memory.0,
+        "gpus": indices,
+    }))
+}
+
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for an SM limit in permille (`333` -> `33.3`).
+pub fn mps_thread_percentage(sm_limit: u16) -> String {
+    if sm_limit.is_multiple_of(10) {
+        (sm_limit / 10).to_string()
+    } else {
+        format!("{}.{}", sm_limit / 10, sm_limit % 10)
+    }
+}
+
+/// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` for `gpus` devices with `memory` each: one
+/// `<ordinal>=<MiB>M` entry per device, ordinals as the job sees them (0, 1, … in
+/// `CUDA_VISIBLE_DEVICES` order).
+pub fn mps_pinned_mem_limit(gpus: usize, memory: Bytes) -> String {
+    let mib = memory.0 >> 20;
+    (0..gpus)
+        .map(|i| format!("{i}={mib}M"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// What a backend reports about a run.
@@ -176,6 +328,26 @@ pub trait Backend: Send {
     fn poll(&mut self, handles: &[Handle]) -> Result<Vec<(Handle, RunStatus)>, BackendError>;
     /// Finds a run by its [`Launch::name`] (after a crash between submitting and recording).
     fn find(&mut self, run_name: &str) -> Result<Option<Handle>, BackendError>;
+    /// Changes a running job's quota (or CPU/memory) in place, without a restart. A backend
+    /// that cannot declines with [`BackendError::Declined`]; the daemon then checkpoints and
+    /// restarts the job on its new allocation.
+    fn retune(&mut self, retune: &Retune) -> Result<(), BackendError> {
+        let _ = retune;
+        Err(BackendError::Declined {
+            action: "retune",
+            backend: self.kind(),
+        })
+    }
+    /// Changes a GPU's MIG layout (nobody holds it). A backend that cannot declines with
+    /// [`BackendError::Declined`] and the GPU keeps its layout; any other error leaves the GPU
+    /// in an unknown state (the daemon marks it unhealthy).
+    fn reconfigure(&mut self, reconfigure: &Reconfigure) -> Result<(), BackendError> {
+        let _ = reconfigure;
+        Err(BackendError::Declined {
+            action: "reconfigure",
+            backend: self.kind(),
+        })
+    }
 }
 
 /// A backend that runs nothing: every submission "runs" until cancelled. For benchmarks and
@@ -401,6 +573,8 @@ mod tests {
             ]),
             env: vec![("FOO".into(), "$(id)".into())],
             placement: vec![],
+            plan: tessera_model::ParallelPlan::data_parallel(1),
+            gpu_type: String::new(),
         };
         let path = write_job_files(dir.path(), &launch, &[]).unwrap();
         assert!(path.ends_with("tessera-ab12-7-1.sh"));

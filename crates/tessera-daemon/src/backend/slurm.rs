@@ -675,6 +675,7 @@ x|RUNNING|None|n1|bad
             gpus,
             cpu: MilliCpu::from_cores(cores),
             memory: Bytes(16_000 * MIB),
+            devices: None,
         };
         let mut launch = Launch {
             name: "tessera-9-2".into(),
@@ -684,6 +685,8 @@ x|RUNNING|None|n1|bad
             payload: Payload::Command(vec!["true".into()]),
             env: vec![],
             placement: vec![share("n4", Some("a100_3g.40gb"), 1, 8)],
+            plan: tessera_model::ParallelPlan::data_parallel(1),
+            gpu_type: "A100-80GB-MIG-3g.40gb".into(),
         };
         let p = std::path::Path::new;
         let args = sbatch_args(

@@ -353,6 +353,7 @@ impl Core {
             end_us: None,
             attempt: 0,
             placement: Vec::new(),
+            plan: None,
             handle: None,
             exit_code: None,
             message: Some("submitted".into()),

@@ -25,13 +25,21 @@ mod conformance;
 mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod validation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use tessera_model::{Allocation, Bytes, MilliCpu, Resources, SimDuration, SimTime, TrainingJob};
-use tessera_sched::{Action, ActiveJob, ClusterView, Policy, Trigger};
+use tessera_model::{
+    Allocation, Bytes, GpuPart, MigInstance, MilliCpu, NodeId, ParallelPlan, Resources,
+    SimDuration, SimTime, TrainingJob,
+};
+use tessera_sched::{validate, Action, ActiveJob, ClusterState, ClusterView, Policy, Trigger};
 
-use crate::backend::{Handle, InventoryNode, Launch, NodeHealth, Payload, RunStatus};
+use crate::backend::{
+    mps_pinned_mem_limit, mps_thread_percentage, Handle, InventoryNode, Launch, NodeHealth,
+    Payload, Reconfigure, Retune, RunStatus,
+};
 use crate::config::{hash_token, Limits};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
@@ -77,6 +85,17 @@ pub enum Command {
     /// Read the inventory again (a run failed with its node: which nodes are down now?);
     /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
     Inventory,
+    /// Change a running job's quota in place; answer with [`Core::handle_retuned`]. The new
+    /// allocation is already recorded (and persisted ahead of this command).
+    Retune(Retune),
+    /// Change a GPU's MIG layout (its holders were stopped earlier in the queue); answer with
+    /// [`Core::handle_reconfigured`]. Until then the GPU takes no placement.
+    Reconfigure {
+        /// The logical node.
+        node: NodeId,
+        /// What to do, in backend terms.
+        request: Reconfigure,
+    },
     /// Look a run up by name (restart reconciliation); answer with [`Core::handle_found`].
     Find {
         /// Daemon job id.
@@ -97,6 +116,36 @@ enum Plan {
     Start(usize, Allocation),
     Preempt(usize),
     Resize(usize, Allocation),
+    Retune(usize, Allocation),
+    Reconfigure(NodeId, u32, Option<Vec<MigInstance>>),
+}
+
+/// Why the core refused an action of the policy (a policy bug, or a state the policy could
+/// not see); counted in `tessera_rejected_actions_total`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The one validation every driver applies ([`tessera_sched::validate`]) refused it.
+    #[error("{0}")]
+    Invalid(#[from] tessera_sched::ActionError),
+    /// The daemon's own check: a node of the allocation is down or draining.
+    #[error("node {0} is not up")]
+    NodeNotUp(String),
+    /// The daemon's own check: the GPU is unhealthy (a reconfiguration failed).
+    #[error("GPU {gpu} of {node} is unhealthy: {reason}")]
+    GpuUnhealthy {
+        /// Backend node name.
+        node: String,
+        /// GPU index.
+        gpu: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The job is unknown, finished, or held after a node failure.
+    #[error("job {0} is not active")]
+    NotActive(usize),
+    /// An action the daemon does not carry out.
+    #[error("the daemon does not carry out {0} actions")]
+    Unsupported(&'static str),
 }
 
 /// Settings of a core that do not change while it runs.
@@ -147,6 +196,16 @@ pub struct Core {
     map: ClusterMap,
     capacity: Vec<Resources>,
     free: Vec<Resources>,
+    /// What is held down to the device, MIG layouts and GPUs being reconfigured: what
+    /// [`tessera_sched::validate`] checks actions against (node health is the daemon's own).
+    devices: ClusterState,
+    /// GPUs whose reconfiguration failed, by (logical node, index), with the reason: they
+    /// take no placement until the daemon restarts.
+    unhealthy_gpus: BTreeMap<(u32, u32), String>,
+    /// GPUs being reconfigured, by (logical node, index): the layout before.
+    reconfiguring: BTreeMap<(u32, u32), Option<Vec<MigInstance>>>,
+    /// Actions refused at the last scheduling point, with the reason (tests, logs).
+    refused: Vec<(Action, Refusal)>,
     jobs: Vec<Job>,
     specs: Vec<TrainingJob>,
     by_id: HashMap<i64, usize>,
@@ -238,6 +297,10 @@ impl Core {
             policy,
             free: capacity.clone(),
             capacity,
+            devices: ClusterState::new(&map.cluster),
+            unhealthy_gpus: BTreeMap::new(),
+            reconfiguring: BTreeMap::new(),
+            refused: Vec::new(),
             map,
             jobs: Vec::new(),
             specs: Vec::new(),
@@ -597,12 +660,26 @@ impl Core {
         for idx in self.active.clone() {
             let job = &mut self.jobs[idx];
             if job.row.state == JobState::Running {
-                job.alloc = self.map.allocation(&job.row.placement);
-                match &job.alloc {
+                job.alloc = self.map.allocation(&job.row.placement).map(|mut a| {
+                    a.plan = job.row.plan;
+                    a
+                });
+                match &mut job.alloc {
                     Some(a) => {
                         for s in &a.shares {
                             sub(&mut self.free[s.node.index()], &s.resources());
                         }
+                        // Name the devices of records written before devices were named (the
+                        // lowest free ones, as the backend picked them then).
+                        if let Ok(named) = self.devices.resolve(
+                            &self.map.cluster,
+                            &self.specs[idx],
+                            a,
+                            SimTime::ZERO,
+                        ) {
+                            *a = named;
+                        }
+                        self.devices.take(&self.map.cluster, a);
                     }
                     None => tracing::warn!(
                         job = job.row.id,
@@ -674,6 +751,7 @@ impl Core {
     /// Returns a job's allocation to the free pool.
     fn release(&mut self, idx: usize) {
         if let Some(a) = self.jobs[idx].alloc.take() {
+            self.devices.release(&self.map.cluster, &a);
             for s in &a.shares {
                 let i = s.node.index();
                 let up = self
@@ -693,6 +771,7 @@ impl Core {
             }
         }
         self.jobs[idx].row.placement.clear();
+        self.jobs[idx].row.plan = None;
     }
 
     /// Detaches the job's run, recording it in `state` in the pending batch.
@@ -1075,6 +1154,7 @@ impl Core {
         (t.arrival && self.deferred_arrivals().is_none_or(|due| now >= due))
             || t.completion
             || t.round
+            || t.reconfigured
             || self.next_round.is_some_and(|r| now >= r)
             || self.retry_at.is_some_and(|r| now >= r)
     }
@@ -1126,49 +1206,6 @@ impl Core {
         }
     }
 
-    /// Whether `alloc` is a valid, fitting allocation for job `idx` on `free`; reserves it.
-    fn reserve(
-        &self,
-        idx: usize,
-        alloc: &Allocation,
-        free: &mut [Resources],
-    ) -> Result<(), String> {
-        let spec = &self.specs[idx];
-        if alloc.gpus() != spec.gpus {
-            return Err(format!(
-                "allocation has {} GPUs, job needs {}",
-                alloc.gpus(),
-                spec.gpus
-            ));
-        }
-        if !alloc.nodes_distinct() || alloc.shares.is_empty() {
-            return Err("allocation repeats a node or is empty".into());
-        }
-        for s in &alloc.shares {
-            let Some(node) = self.map.cluster.nodes.get(s.node.index()) else {
-                return Err(format!("unknown node {}", s.node.0));
-            };
-            if self
-                .map
-                .logical
-                .get(s.node.index())
-                .is_none_or(|l| l.health != NodeHealth::Up)
-            {
-                return Err(format!("node {} is not up", s.node.0));
-            }
-            if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&node.gpu) {
-                return Err(format!("node {} has the wrong GPU type", s.node.0));
-            }
-            if !free[s.node.index()].fits(&s.resources()) {
-                return Err(format!("node {} lacks free resources", s.node.0));
-            }
-        }
-        for s in &alloc.shares {
-            sub(&mut free[s.node.index()], &s.resources());
-        }
-        Ok(())
-    }
-
     /// One scheduling point: [`decide`](Self::decide), then [`apply`](Self::apply).
     pub fn schedule(&mut self, now: SimTime) {
         let decisions = self.decide(now);
@@ -1199,86 +1236,51 @@ impl Core {
         self.build_active();
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
-        {
-            // Device-level state for the view; the daemon places whole GPUs only so far.
-            let mut devices = tessera_sched::ClusterState::new(&self.map.cluster);
-            for a in &self.active_buf {
-                if let Some(alloc) = &a.allocation {
-                    devices.take(&self.map.cluster, alloc);
+        // What the policy sees as free: the device-level state, nothing on nodes that are
+        // not up.
+        let view_free: Vec<Resources> = self
+            .devices
+            .free()
+            .iter()
+            .zip(&self.map.logical)
+            .map(|(f, l)| {
+                if l.health == NodeHealth::Up {
+                    *f
+                } else {
+                    Resources::default()
                 }
-            }
+            })
+            .collect();
+        {
             let view = ClusterView {
                 now,
                 trigger,
                 cluster: &self.map.cluster,
-                free: &self.free,
-                state: &devices,
+                free: &view_free,
+                state: &self.devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
             };
             self.policy.schedule(&view, &mut actions);
         }
-        // Validate in order against a scratch copy of the free pool.
-        let mut free = self.free.clone();
+        // Validate in order against a scratch copy of the device state, as the simulator
+        // does: an action sees the effect of the earlier ones of its batch.
+        let mut scratch = self.devices.clone();
+        let mut holding: BTreeMap<usize, Option<Allocation>> = BTreeMap::new();
         let mut plans = Vec::new();
-        let mut touched = BTreeSet::new();
+        self.refused.clear();
         for action in actions.drain(..) {
-            let (job, what) = match &action {
-                Action::Start { job, .. } => (*job, "start"),
-                Action::Preempt { job } => (*job, "preempt"),
-                Action::Resize { job, .. } => (*job, "resize"),
-                // Not carried out by the daemon yet: refused, never half-applied.
-                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
-                    tracing::warn!(
-                        action = other.kind(),
-                        "policy asked for an action the daemon does not carry out; ignored"
-                    );
-                    continue;
-                }
-            };
-            let idx = job.index();
-            let state = self.jobs.get(idx).map(|j| j.row.state);
-            let result = if !touched.insert(idx) {
-                Err("job already has an action in this batch".to_string())
-            } else {
-                match (action, state) {
-                    (Action::Start { allocation, .. }, Some(JobState::Pending)) => self
-                        .reserve(idx, &allocation, &mut free)
-                        .map(|()| Plan::Start(idx, allocation)),
-                    (Action::Preempt { .. }, Some(JobState::Running)) => {
-                        if let Some(a) = &self.jobs[idx].alloc {
-                            for s in &a.shares {
-                                let i = s.node.index();
-                                add(&mut free[i], &s.resources(), &self.capacity[i]);
-                            }
-                        }
-                        Ok(Plan::Preempt(idx))
-                    }
-                    (Action::Resize { allocation, .. }, Some(JobState::Running)) => {
-                        let mut scratch = free.clone();
-                        if let Some(a) = &self.jobs[idx].alloc {
-                            for s in &a.shares {
-                                let i = s.node.index();
-                                add(&mut scratch[i], &s.resources(), &self.capacity[i]);
-                            }
-                        }
-                        self.reserve(idx, &allocation, &mut scratch).map(|()| {
-                            free = scratch;
-                            Plan::Resize(idx, allocation)
-                        })
-                    }
-                    (_, s) => Err(format!("cannot {what} a job in state {s:?}")),
-                }
-            };
-            match result {
+            match self.check(&mut scratch, &mut holding, &action, now) {
                 Ok(p) => plans.push(p),
                 Err(e) => {
                     self.metrics.rejected_actions += 1;
                     tracing::warn!(
                         policy = self.policy.name(),
-                        job = idx,
-                        "refused {what}: {e}"
+                        action = action.kind(),
+                        job = ?action.job(),
+                        "refused: {e}"
                     );
+                    self.refused.push((action, e));
                 }
             }
         }
@@ -1286,8 +1288,114 @@ impl Core {
         Decisions(plans)
     }
 
-    /// The recording half of a scheduling point: writes the transitions and queues the stops
-    /// and launches (after a [`Command::Persist`] of those transitions).
+    /// The actions refused at the last scheduling point, with the reasons.
+    pub fn refused(&self) -> &[(Action, Refusal)] {
+        &self.refused
+    }
+
+    /// Checks one action against `scratch` (the device state after the batch's earlier
+    /// actions) and applies it there: [`tessera_sched::validate`], then the daemon's own
+    /// checks (node health, GPU health).
+    fn check(
+        &self,
+        scratch: &mut ClusterState,
+        holding: &mut BTreeMap<usize, Option<Allocation>>,
+        action: &Action,
+        now: SimTime,
+    ) -> Result<Plan, Refusal> {
+        if let Action::Reconfigure { node, gpu, layout } = action {
+            self.check_node_up(*node)?;
+            self.check_gpu_healthy(*node, *gpu)?;
+            scratch.check_reconfigure(&self.map.cluster, *node, *gpu, layout.as_deref())?;
+            // Unavailable until the backend has answered (then ready at once, or unhealthy).
+            scratch.reconfigure(*node, *gpu, layout.clone(), SimTime::MAX);
+            return Ok(Plan::Reconfigure(*node, *gpu, layout.clone()));
+        }
+        let Some(job) = action.job() else {
+            return Err(Refusal::Unsupported(action.kind()));
+        };
+        let idx = job.index();
+        // The daemon's own checks first: what the simulator has no notion of.
+        if let Action::Start { allocation, .. }
+        | Action::Resize { allocation, .. }
+        | Action::Retune { allocation, .. } = action
+        {
+            for s in &allocation.shares {
+                self.check_node_up(s.node)?;
+                if let Some(d) = s.devices {
+                    for g in d.gpus.iter() {
+                        self.check_gpu_healthy(s.node, g)?;
+                    }
+                }
+            }
+        }
+        let current = match holding.get(&idx) {
+            Some(h) => h.clone(),
+            None => {
+                let j = self
+                    .jobs
+                    .get(idx)
+                    .filter(|j| !j.held && !j.row.state.is_terminal())
+                    .ok_or(Refusal::NotActive(idx))?;
+                if j.row.state == JobState::Pending {
+                    None
+                } else {
+                    j.alloc.clone()
+                }
+            }
+        };
+        let new = validate(
+            scratch,
+            &self.map.cluster,
+            &self.specs[idx],
+            current.as_ref(),
+            action,
+            now,
+        )?;
+        let plan = match (action, new.clone()) {
+            (Action::Start { .. }, Some(a)) => Plan::Start(idx, a),
+            (Action::Preempt { .. }, None) => Plan::Preempt(idx),
+            (Action::Resize { .. }, Some(a)) => Plan::Resize(idx, a),
+            (Action::Retune { .. }, Some(a)) => Plan::Retune(idx, a),
+            // Variants the daemon does not carry out (yet): refused, never half-applied.
+            (other, _) => return Err(Refusal::Unsupported(other.kind())),
+        };
+        if let Some(old) = &current {
+            scratch.release(&self.map.cluster, old);
+        }
+        if let Some(a) = &new {
+            scratch.take(&self.map.cluster, a);
+        }
+        holding.insert(idx, new);
+        Ok(plan)
+    }
+
+    fn check_node_up(&self, node: NodeId) -> Result<(), Refusal> {
+        match self.map.logical.get(node.index()) {
+            Some(l) if l.health == NodeHealth::Up => Ok(()),
+            Some(l) => Err(Refusal::NodeNotUp(l.node.clone())),
+            None => Err(Refusal::NodeNotUp(format!("#{}", node.0))),
+        }
+    }
+
+    fn check_gpu_healthy(&self, node: NodeId, gpu: u32) -> Result<(), Refusal> {
+        match self.unhealthy_gpus.get(&(node.0, gpu)) {
+            None => Ok(()),
+            Some(reason) => Err(Refusal::GpuUnhealthy {
+                node: self
+                    .map
+                    .logical
+                    .get(node.index())
+                    .map_or_else(String::new, |l| l.node.clone()),
+                gpu,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// The recording half of a scheduling point: writes the transitions and queues the stops,
+    /// reconfigurations, retunes and launches, in that order (after a [`Command::Persist`] of
+    /// those transitions): holders of a GPU are stopped before it is reconfigured.
     pub fn apply(&mut self, now: SimTime, decisions: Decisions) {
         let plans = decisions.0;
         if plans.is_empty() {
@@ -1297,6 +1405,8 @@ impl Core {
         let now_us = now.as_micros();
         let mut to_preempt: Vec<RunRow> = Vec::new();
         let mut to_start: Vec<Launch> = Vec::new();
+        let mut to_retune: Vec<Retune> = Vec::new();
+        let mut to_reconfigure: Vec<Command> = Vec::new();
         for plan in plans {
             match plan {
                 Plan::Preempt(idx) => {
@@ -1315,8 +1425,66 @@ impl Core {
                         "preempted by the policy; requeued",
                     );
                 }
+                Plan::Retune(idx, alloc) => {
+                    if let Some(old) = self.jobs[idx].alloc.take() {
+                        self.devices.release(&self.map.cluster, &old);
+                        for s in &old.shares {
+                            let i = s.node.index();
+                            add(&mut self.free[i], &s.resources(), &self.capacity[i]);
+                        }
+                    }
+                    self.hold(idx, alloc);
+                    let job = &self.jobs[idx];
+                    let (id, attempt, state) = (job.row.id, job.row.attempt, job.row.state);
+                    let handle = job.row.handle.clone();
+                    self.transition(idx, state, now_us, "retuned by the policy");
+                    match handle {
+                        Some(h) => to_retune.push(Retune {
+                            handle: Handle(h),
+                            job_id: id,
+                            attempt,
+                            placement: self.jobs[idx].row.placement.clone(),
+                        }),
+                        // Still starting: its launch carries the old quota, so restart it
+                        // once it runs (the answer to the launch comes first).
+                        None => to_retune.push(Retune {
+                            handle: Handle(String::new()),
+                            job_id: id,
+                            attempt,
+                            placement: self.jobs[idx].row.placement.clone(),
+                        }),
+                    }
+                }
+                Plan::Reconfigure(node, gpu, layout) => {
+                    let before = self
+                        .devices
+                        .gpus(node)
+                        .get(gpu as usize)
+                        .and_then(|g| g.mig.clone());
+                    self.devices
+                        .reconfigure(node, gpu, layout.clone(), SimTime::MAX);
+                    self.reconfiguring.insert((node.0, gpu), before.clone());
+                    let name = self
+                        .map
+                        .logical
+                        .get(node.index())
+                        .map_or_else(String::new, |l| l.node.clone());
+                    let placed = |l: &Option<Vec<MigInstance>>| {
+                        l.as_ref()
+                            .map(|l| self.map.placed_layout(node, l).unwrap_or_default())
+                    };
+                    to_reconfigure.push(Command::Reconfigure {
+                        node,
+                        request: Reconfigure {
+                            node: name,
+                            gpu,
+                            from: placed(&before),
+                            to: placed(&layout),
+                        },
+                    });
+                }
                 Plan::Start(idx, alloc) | Plan::Resize(idx, alloc) => {
-                    let resize = self.jobs[idx].row.state == JobState::Running;
+                    let resize = self.jobs[idx].row.state != JobState::Pending;
                     if resize {
                         *self.metrics.preemptions.entry("resize").or_default() += 1;
                         if let Some(h) = self.detach_handle(idx, RunState::Stop) {
@@ -1324,38 +1492,196 @@ impl Core {
                         }
                         self.release(idx);
                     }
-                    let placement = self.map.placement(&alloc);
-                    for s in &alloc.shares {
-                        sub(&mut self.free[s.node.index()], &s.resources());
-                    }
-                    let token = (self.new_token)();
-                    let token_hash = hash_token(&token);
-                    let job = &mut self.jobs[idx];
-                    job.alloc = Some(alloc);
-                    job.row.placement = placement;
-                    job.row.attempt += 1;
-                    job.row.start_us = Some(now_us);
-                    job.row.backend_state = None;
-                    if let Some(old) = job.row.job_token_sha256.replace(token_hash.clone()) {
-                        self.job_tokens.remove(&old);
-                    }
-                    self.job_tokens.insert(token_hash, idx);
                     let detail = if resize {
                         "resized by the policy"
                     } else {
                         "started by the policy"
                     };
-                    self.transition(idx, JobState::Starting, now_us, detail);
-                    to_start.push(self.launch(idx, &token));
+                    to_start.push(self.start_attempt(idx, alloc, now_us, detail));
                 }
             }
         }
         for run in to_preempt {
             self.act(Command::Stop { run, preempt: true });
         }
+        for c in to_reconfigure {
+            self.act(c);
+        }
+        for r in to_retune {
+            if r.handle.0.is_empty() {
+                self.restart_in_place(now, r.job_id, "retuned while starting");
+            } else {
+                self.act(Command::Retune(r));
+            }
+        }
         for launch in to_start {
             self.act(Command::Launch(launch));
         }
+    }
+
+    /// Records that job `idx` holds `alloc` (resolved: devices named).
+    fn hold(&mut self, idx: usize, alloc: Allocation) {
+        self.devices.take(&self.map.cluster, &alloc);
+        for s in &alloc.shares {
+            sub(&mut self.free[s.node.index()], &s.resources());
+        }
+        let job = &mut self.jobs[idx];
+        job.row.placement = self.map.placement(&alloc);
+        job.row.plan = alloc.plan;
+        job.alloc = Some(alloc);
+    }
+
+    /// A new attempt of job `idx` on `alloc`: recorded as starting, with a fresh token.
+    fn start_attempt(
+        &mut self,
+        idx: usize,
+        alloc: Allocation,
+        now_us: u64,
+        detail: &str,
+    ) -> Launch {
+        self.hold(idx, alloc);
+        let token = (self.new_token)();
+        let token_hash = hash_token(&token);
+        let job = &mut self.jobs[idx];
+        job.row.attempt += 1;
+        job.row.start_us = Some(now_us);
+        job.row.backend_state = None;
+        if let Some(old) = job.row.job_token_sha256.replace(token_hash.clone()) {
+            self.job_tokens.remove(&old);
+        }
+        self.job_tokens.insert(token_hash, idx);
+        self.transition(idx, JobState::Starting, now_us, detail);
+        self.launch(idx, &token)
+    }
+
+    /// Checkpoints and restarts a running job on the allocation it holds (a retune the
+    /// backend could not carry out in place).
+    fn restart_in_place(&mut self, now: SimTime, job_id: i64, why: &str) {
+        let Some(&idx) = self.by_id.get(&job_id) else {
+            return;
+        };
+        if !matches!(
+            self.jobs[idx].row.state,
+            JobState::Running | JobState::Starting
+        ) {
+            return;
+        }
+        let Some(alloc) = self.jobs[idx].alloc.clone() else {
+            return;
+        };
+        *self.metrics.preemptions.entry("resize").or_default() += 1;
+        let run = self.detach_handle(idx, RunState::Stop);
+        self.release(idx);
+        let detail = format!("{why}; restarted with the new quota");
+        let launch = self.start_attempt(idx, alloc, now.as_micros(), &detail);
+        if let Some(run) = run {
+            self.act(Command::Stop { run, preempt: true });
+        }
+        self.act(Command::Launch(launch));
+    }
+
+    /// The answer to a [`Command::Retune`]: done in place, or (the backend declined or
+    /// failed) the job is checkpointed and restarted with its new quota.
+    pub fn handle_retuned(
+        &mut self,
+        now: SimTime,
+        job_id: i64,
+        attempt: u32,
+        result: Result<(), BackendError>,
+    ) {
+        let Err(e) = result else { return };
+        let current = self
+            .by_id
+            .get(&job_id)
+            .is_some_and(|&i| self.jobs[i].row.attempt == attempt);
+        if !current {
+            return;
+        }
+        if !matches!(e, BackendError::Declined { .. }) {
+            self.metrics.backend_errors += 1;
+        }
+        tracing::info!(
+            job = job_id,
+            "retune not carried out in place ({e}); restarting"
+        );
+        self.restart_in_place(now, job_id, &format!("retune not in place ({e})"));
+    }
+
+    /// The answer to a [`Command::Reconfigure`]: the GPU is ready with its new layout; or
+    /// the backend declined (it keeps its old layout); or it failed, and the GPU is marked
+    /// unhealthy (its state is unknown). Either way no job is lost: the jobs the policy
+    /// stopped for it are queued.
+    pub fn handle_reconfigured(
+        &mut self,
+        now: SimTime,
+        node: NodeId,
+        gpu: u32,
+        result: Result<(), BackendError>,
+    ) {
+        let Some(before) = self.reconfiguring.remove(&(node.0, gpu)) else {
+            return;
+        };
+        let layout = self
+            .devices
+            .gpus(node)
+            .get(gpu as usize)
+            .and_then(|g| g.mig.clone());
+        match result {
+            Ok(()) => self.devices.reconfigure(node, gpu, layout, now),
+            Err(e @ BackendError::Declined { .. }) => {
+                self.metrics.rejected_actions += 1;
+                tracing::warn!(?node, gpu, "reconfiguration declined: {e}");
+                self.devices.reconfigure(node, gpu, before, now);
+            }
+            Err(e) => {
+                self.metrics.backend_errors += 1;
+                let name = self
+                    .map
+                    .logical
+                    .get(node.index())
+                    .map_or_else(String::new, |l| l.node.clone());
+                tracing::error!(node = %name, gpu, "reconfiguration failed, GPU marked unhealthy: {e}");
+                let mut reason = format!("reconfiguration failed: {e}");
+                reason.truncate(512);
+                self.unhealthy_gpus.insert((node.0, gpu), reason);
+                // Out of every pool, whatever its real state: partitioned into nothing,
+                // never ready.
+                self.devices
+                    .reconfigure(node, gpu, Some(Vec::new()), SimTime::MAX);
+            }
+        }
+        self.trigger.reconfigured = true;
+    }
+
+    /// GPUs marked unhealthy after a failed reconfiguration: (backend node, index, reason).
+    pub fn unhealthy_gpus(&self) -> Vec<(String, u32, String)> {
+        self.unhealthy_gpus
+            .iter()
+            .map(|(&(n, g), r)| {
+                let name = self
+                    .map
+                    .logical
+                    .get(n as usize)
+                    .map_or_else(String::new, |l| l.node.clone());
+                (name, g, r.clone())
+            })
+            .collect()
+    }
+
+    /// Checks the device-level invariants ([`ClusterState::check_invariants`]) against what
+    /// the jobs hold.
+    pub fn check_device_invariants(&self) -> Result<(), String> {
+        let holdings = self.jobs.iter().enumerate().filter_map(|(i, j)| {
+            j.alloc
+                .as_ref()
+                .map(|a| (tessera_model::JobId(i as u32), a))
+        });
+        self.devices.check_invariants(&self.map.cluster, holdings)
+    }
+
+    /// The device-level state (tests, `describe`).
+    pub fn device_state(&self) -> &ClusterState {
+        &self.devices
     }
 
     /// The answer to a [`Command::Launch`]: the job runs, or it goes back to the queue (and
@@ -1468,6 +1794,45 @@ impl Core {
         if let Some(url) = &self.callback_url {
             env.push(("TESSERA_URL".into(), url.clone()));
         }
+        // The device-level decision, as the job sees it.
+        let devices = job
+            .alloc
+            .as_ref()
+            .map_or(job.spec.gpus, Allocation::devices);
+        let plan = job
+            .alloc
+            .as_ref()
+            .and_then(|a| a.plan)
+            .unwrap_or(ParallelPlan::data_parallel(devices.max(1)));
+        let gpu_type = job
+            .alloc
+            .as_ref()
+            .and_then(|a| a.shares.first())
+            .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
+            .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone())
+            .unwrap_or_default();
+        env.push(("TESSERA_PLAN_DP".into(), plan.data.to_string()));
+        env.push(("TESSERA_PLAN_TP".into(), plan.tensor.to_string()));
+        env.push(("TESSERA_PLAN_PP".into(), plan.pipeline.to_string()));
+        env.push(("TESSERA_GPU_TYPE".into(), gpu_type.clone()));
+        if let Some(GpuPart::Quota {
+            sm_limit, memory, ..
+        }) = job.alloc.as_ref().and_then(Allocation::part)
+        {
+            let per_node = job
+                .alloc
+                .as_ref()
+                .and_then(|a| a.shares.first())
+                .map_or(1, |s| s.device_count() as usize);
+            env.push((
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
+                mps_thread_percentage(sm_limit),
+            ));
+            env.push((
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                mps_pinned_mem_limit(per_node, memory),
+            ));
+        }
         Launch {
             name: Launch::run_name(&self.settings.instance, job.row.id, job.row.attempt),
             job_id: job.row.id,
@@ -1476,6 +1841,8 @@ impl Core {
             payload,
             env,
             placement: job.row.placement.clone(),
+            plan,
+            gpu_type,
         }
     }
 }

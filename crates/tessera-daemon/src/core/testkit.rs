@@ -49,6 +49,10 @@ pub(crate) enum Event {
     Inventory,
     /// A run was looked up by name.
     Find(i64, u32),
+    /// A run was asked to retune in place: job id, attempt.
+    Retune(i64, u32),
+    /// A GPU was reconfigured: node, GPU, new layout (profile names).
+    Reconfigure(String, u32, Option<Vec<String>>),
 }
 
 /// A run the scripted backend holds.
@@ -72,6 +76,10 @@ pub(crate) struct Harness {
     pub(crate) refuse_launches: u32,
     /// Stops to refuse before accepting again.
     pub(crate) refuse_stops: u32,
+    /// How the backend answers retunes (`None`: carried out).
+    pub(crate) retune_error: Option<BackendError>,
+    /// How the backend answers reconfigurations (`None`: carried out).
+    pub(crate) reconfigure_error: Option<BackendError>,
     next_handle: u64,
     pub(crate) nodes: Vec<InventoryNode>,
 }
@@ -134,6 +142,8 @@ impl Harness {
             runs: BTreeMap::new(),
             refuse_launches: 0,
             refuse_stops: 0,
+            retune_error: None,
+            reconfigure_error: None,
             next_handle: 0,
             nodes,
         }
@@ -313,6 +323,37 @@ impl Harness {
                     } else {
                         self.core.handle_statuses(self.now, statuses);
                     }
+                }
+                Command::Retune(r) => {
+                    let stored = self.store_jobs.get(&r.job_id);
+                    assert!(
+                        stored.is_some_and(|j| j.placement == r.placement),
+                        "retune of job {} before its new allocation was persisted",
+                        r.job_id
+                    );
+                    self.events.push(Event::Retune(r.job_id, r.attempt));
+                    let result = match &self.retune_error {
+                        Some(e) => Err(e.clone()),
+                        None => Ok(()),
+                    };
+                    self.core
+                        .handle_retuned(self.now, r.job_id, r.attempt, result);
+                }
+                Command::Reconfigure { node, request } => {
+                    self.events.push(Event::Reconfigure(
+                        request.node.clone(),
+                        request.gpu,
+                        request
+                            .to
+                            .as_ref()
+                            .map(|l| l.iter().map(|m| m.profile.clone()).collect()),
+                    ));
+                    let result = match &self.reconfigure_error {
+                        Some(e) => Err(e.clone()),
+                        None => Ok(()),
+                    };
+                    self.core
+                        .handle_reconfigured(self.now, node, request.gpu, result);
                 }
                 Command::Inventory => {
                     self.events.push(Event::Inventory);

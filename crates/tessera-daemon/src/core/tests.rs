@@ -421,6 +421,9 @@ proptest! {
                     h.drain();
                 }
             }
+            if let Err(e) = h.core.check_device_invariants() {
+                prop_assert!(false, "device invariants: {}", e);
+            }
             for (n, cap) in [("n1", 2), ("n2", 3)] {
                 let held = h.held_gpus().get(n).copied().unwrap_or(0);
                 prop_assert!(held <= cap, "{n}: {held} GPUs held of {cap}");
