@@ -126,6 +126,7 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
             memory: Bytes::from_gib(256),
         }],
         run_as: Default::default(),
+        tool_path: None,
     });
     let job = |name: &str, command: &str, memory: &str| {
         format!(r#"{{"name":"{name}","command":["{command}"],"gpus":1,"memory":"{memory}"}}"#)

@@ -175,6 +175,9 @@ pub struct LocalConfig {
     /// run as the daemon's user; only jobs of different users are isolated from each other.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub run_as: BTreeMap<String, String>,
+    /// `PATH` used to find `nvidia-smi` (MIG reconfiguration); default the daemon's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_path: Option<String>,
 }
 
 fn default_listen() -> SocketAddr {

@@ -184,3 +184,75 @@ def test_report_progress_never_raises_on_broken_replies(raw):
         assert list(it) == [0, 1, 2]
     finally:
         d.close()
+
+
+# --- plan, quota and the throttle -------------------------------------------------------------
+
+from tessera_sdk import Plan, Quota, Throttle, plan, quota  # noqa: E402
+
+
+def test_plan_reads_the_file_then_the_environment(tmp_path):
+    f = tmp_path / "plan.json"
+    f.write_text(
+        json.dumps(
+            {
+                "data": 2,
+                "tensor": 4,
+                "pipeline": 1,
+                "gpuType": "A100-80GB",
+                "attempt": 3,
+                "placement": [{"node": "n1", "gpus": 8}],
+            }
+        )
+    )
+    p = plan({"TESSERA_PLAN_FILE": str(f), "TESSERA_PLAN_DP": "9"})
+    assert p == Plan(2, 4, 1, "A100-80GB", 3, ({"node": "n1", "gpus": 8},))
+    assert p.devices == 8
+    env = {"TESSERA_PLAN_DP": "2", "TESSERA_PLAN_TP": "1", "TESSERA_PLAN_PP": "2",
+           "TESSERA_GPU_TYPE": "V100-32GB", "TESSERA_ATTEMPT": "1"}
+    assert plan(env) == Plan(2, 1, 2, "V100-32GB", 1)
+    # A missing or broken file falls back to the variables; nothing at all is one replica.
+    assert plan(dict(env, TESSERA_PLAN_FILE=str(tmp_path / "nope"))) == Plan(2, 1, 2, "V100-32GB", 1)
+    f.write_text("{not json")
+    assert plan({"TESSERA_PLAN_FILE": str(f)}) == Plan()
+    assert plan({"TESSERA_PLAN_DP": "-3", "TESSERA_PLAN_TP": "x"}) == Plan()
+
+
+def test_quota_reads_the_file_and_refuses_garbage(tmp_path):
+    f = tmp_path / "quota.json"
+    f.write_text('{"gpus":[1,2],"memoryBytes":10737418240,"smLimitPermille":500,'
+                 '"smRequestPermille":300,"version":1}')
+    q = quota({"TESSERA_QUOTA_FILE": str(f)})
+    assert q == Quota(1, 300, 500, 10737418240, (1, 2))
+    assert (q.sm_request, q.sm_limit) == (0.3, 0.5)
+    assert quota({}) is None
+    f.write_text('{"version": "x"}')
+    assert quota({"TESSERA_QUOTA_FILE": str(f)}) is None
+
+
+def test_throttle_keeps_the_duty_cycle_and_follows_a_retune(tmp_path):
+    f = tmp_path / "quota.json"
+
+    def write(version, limit):
+        f.write_text(json.dumps({"gpus": [0], "memoryBytes": 1, "smLimitPermille": limit,
+                                 "smRequestPermille": 100, "version": version}))
+
+    write(1, 250)
+    now = [0.0]
+    slept = []
+    t = Throttle({"TESSERA_QUOTA_FILE": str(f)}, refresh_interval=10.0,
+                 clock=lambda: now[0], sleep=slept.append)
+    # 1 s of work at a 25% limit: 3 s of pause, so work is a quarter of the time.
+    assert t.step(1.0) == pytest.approx(3.0)
+    write(2, 500)
+    now[0] = 5.0
+    assert t.step(1.0) == pytest.approx(3.0), "not re-read before the refresh interval"
+    now[0] = 11.0
+    assert t.step(1.0) == pytest.approx(1.0), "the retune is seen"
+    assert t.quota.version == 2
+    write(3, 1000)
+    now[0] = 30.0
+    assert t.step(1.0) == 0.0
+    assert slept == pytest.approx([3.0, 3.0, 1.0])
+    # Without a quota file the throttle does nothing.
+    assert Throttle({}).step(1.0) == 0.0

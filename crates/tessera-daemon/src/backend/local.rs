@@ -24,7 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{
-    write_job_files, Backend, GresCount, Handle, InventoryNode, Launch, NodeHealth, RunStatus,
+    quota_file, quota_json, replace_file, run_command, write_job_files, Backend, GresCount, Handle,
+    InventoryNode, Launch, NodeHealth, PlacedMig, PlacedPart, Reconfigure, Retune, RunStatus,
 };
 use crate::config::LocalConfig;
 use crate::error::BackendError;
@@ -38,6 +39,10 @@ echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"; exit "$rc""#;
 pub const RUN_MARKER: &str = "TESSERA_RUN";
 /// Time a stopped run gets between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Longest wait for the last process of a stopped run on a GPU about to be reconfigured.
+const RECONFIGURE_WAIT: Duration = Duration::from_secs(10);
+/// Time limit of one `nvidia-smi` call.
+const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Child processes on this machine.
 #[derive(Debug)]
@@ -50,6 +55,62 @@ pub struct LocalBackend {
     stopping: BTreeSet<String>,
     /// Tenant -> (uid, gid) to run its jobs as.
     users: BTreeMap<String, (u32, u32)>,
+    /// MIG device ids (`MIG-<uuid>`, as `nvidia-smi -L` prints them) of the instances of each
+    /// (node, GPU) this backend partitioned.
+    mig_ids: BTreeMap<(String, u32), Vec<(PlacedMig, String)>>,
+}
+
+/// The compute slices of a MIG profile name (`3g.20gb` -> 3), for ordering.
+fn compute_slices(profile: &str) -> u32 {
+    profile
+        .split('g')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// MIG profile names reach `nvidia-smi` only as `[0-9a-z.+]` words (`1g.10gb+me` exists).
+fn safe_profile(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 32
+        && p.bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'.' || b == b'+')
+}
+
+/// The MIG devices of GPU `gpu` in `nvidia-smi -L` output, as (profile, device id) in the
+/// order listed:
+///
+/// ```text
+/// GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5b…)
+///   MIG 3g.20gb     Device  0: (UUID: MIG-c6d4…)
+/// ```
+pub fn parse_mig_list(text: &str, gpu: u32) -> Vec<(String, String)> {
+    let mut current: Option<u32> = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("GPU ") {
+            current = rest.split(':').next().and_then(|n| n.trim().parse().ok());
+            continue;
+        }
+        if current != Some(gpu) {
+            continue;
+        }
+        let Some(rest) = t.strip_prefix("MIG ") else {
+            continue;
+        };
+        let Some(profile) = rest.split_whitespace().next() else {
+            continue;
+        };
+        let Some((_, uuid)) = rest.split_once("UUID: ") else {
+            continue;
+        };
+        let id = uuid.trim_end_matches(')').trim();
+        if !id.is_empty() {
+            out.push((profile.to_string(), id.to_string()));
+        }
+    }
+    out
 }
 
 fn safe_run_name(name: &str) -> bool {
@@ -227,6 +288,7 @@ impl LocalBackend {
             devices: HashMap::new(),
             stopping: BTreeSet::new(),
             users,
+            mig_ids: BTreeMap::new(),
         })
     }
 
@@ -263,6 +325,68 @@ impl LocalBackend {
                 self.children.remove(&name);
             }
         }
+    }
+
+    /// True when a stopped run whose processes are not all gone holds GPU `index` of `node`.
+    fn stopping_holds(&mut self, node: &str, index: u32) -> bool {
+        self.reap_stopping();
+        self.stopping.iter().any(|name| {
+            self.devices
+                .get(name)
+                .is_some_and(|d| d.iter().any(|(n, i)| n == node && i.contains(&index)))
+        })
+    }
+
+    /// The device id of a MIG instance this backend created.
+    fn mig_id(
+        &self,
+        node: &str,
+        gpu: u32,
+        profile: &str,
+        start: u8,
+    ) -> Result<String, BackendError> {
+        self.mig_ids
+            .get(&(node.to_string(), gpu))
+            .and_then(|l| {
+                l.iter()
+                    .find(|(m, _)| m.profile == profile && m.start == start)
+                    .map(|(_, id)| id.clone())
+            })
+            .ok_or_else(|| {
+                BackendError::Unsupported(format!(
+                    "no MIG instance {profile} at {start} known on GPU {gpu} of {node} \
+                     (GPUs are partitioned through the daemon's reconfigurations)"
+                ))
+            })
+    }
+
+    /// `nvidia-smi ARGS` as an argument vector (never a shell), with the configured `PATH`.
+    fn nvidia_smi(&self, args: &[String]) -> Result<std::process::Output, BackendError> {
+        let mut cmd = Command::new("nvidia-smi");
+        cmd.args(args);
+        if let Some(path) = &self.config.tool_path {
+            // Only the child's environment: std looks the program up in this PATH too.
+            cmd.env("PATH", path);
+        }
+        run_command(cmd, NVIDIA_SMI_TIMEOUT)
+    }
+
+    /// Like [`nvidia_smi`](Self::nvidia_smi), failing on a non-zero exit status.
+    fn nvidia_smi_ok(&self, args: &[String]) -> Result<String, BackendError> {
+        let out = self.nvidia_smi(args)?;
+        if !out.status.success() {
+            let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            if stderr.is_empty() {
+                stderr = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            }
+            stderr.truncate(512);
+            return Err(BackendError::Command {
+                program: format!("nvidia-smi {}", args.join(" ")),
+                status: out.status.to_string(),
+                stderr,
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// `count` free device indices of `node`, or `None` when the node has fewer free.
@@ -442,6 +566,23 @@ impl Backend for LocalBackend {
         let dir = self.dir(&launch.name);
         let mut devs = Vec::new();
         for s in &launch.placement {
+            if let Some(named) = &s.devices {
+                // The daemon chose them; only a stopped run still on its way out can be in
+                // the way (the daemon already counts its devices free).
+                if let Some(i) = named
+                    .indices
+                    .iter()
+                    .find(|&&i| self.stopping_holds(&s.node, i))
+                {
+                    return Err(BackendError::Exhausted {
+                        what: format!("GPU {i} of node {}", s.node),
+                        message: "still held by a stopped run whose processes are not all gone"
+                            .into(),
+                    });
+                }
+                devs.push((s.node.clone(), named.indices.clone()));
+                continue;
+            }
             let Some(d) = self.pick_devices(&s.node, s.gpus) else {
                 // The daemon already counts them free: a stopped run is still on its way out.
                 return Err(BackendError::Exhausted {
@@ -451,9 +592,25 @@ impl Backend for LocalBackend {
             };
             devs.push((s.node.clone(), d));
         }
-        let cvd = devs
-            .first()
-            .map(|(_, d)| d.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        let cvd = match launch.placement.first().and_then(|s| s.devices.as_ref()) {
+            Some(d) => match &d.part {
+                PlacedPart::Mig { profile, start } => {
+                    let node = &launch.placement[0].node;
+                    let gpu = d.indices.first().copied().unwrap_or(0);
+                    Some(self.mig_id(node, gpu, profile, *start)?)
+                }
+                _ => Some(
+                    d.indices
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            },
+            None => devs
+                .first()
+                .map(|(_, d)| d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        };
         let nodes = launch
             .placement
             .iter()
@@ -587,6 +744,132 @@ impl Backend for LocalBackend {
         Ok(out)
     }
 
+    /// Rewrites the run's quota file (`TESSERA_QUOTA_FILE`; the SDK's throttle reads it), in
+    /// place: the job keeps running. CPU and memory are not enforced locally, so a retune of
+    /// those alone changes nothing here.
+    fn retune(&mut self, retune: &Retune) -> Result<(), BackendError> {
+        let name = retune.handle.0.as_str();
+        if !safe_run_name(name) {
+            return Err(BackendError::Unsupported(format!(
+                "unsafe run name {name:?}"
+            )));
+        }
+        let dir = self.dir(name);
+        let path = quota_file(&dir, name);
+        let Some(doc) = quota_json(&retune.placement, 0) else {
+            return Ok(());
+        };
+        let old: u64 = read_file(&path)
+            .map_err(|e| BackendError::file(&path, e))?
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("version").and_then(serde_json::Value::as_u64))
+            // Started without a quota file: the job could not notice a new one.
+            .ok_or(BackendError::Declined {
+                action: "retune",
+                backend: "local",
+            })?;
+        let doc = quota_json(&retune.placement, old + 1).unwrap_or(doc);
+        replace_file(&path, &doc.to_string())
+    }
+
+    /// Re-partitions a GPU with `nvidia-smi mig` (argument vectors only): destroys its compute
+    /// and GPU instances, switches MIG mode when the GPU goes from or to whole mode, creates
+    /// the layout's GPU instances (largest first) with their default compute instances, and
+    /// reads the new MIG device ids from `nvidia-smi -L`, which must list exactly the
+    /// layout's profiles. The GPU's holders were stopped just before: this waits until their
+    /// last process is gone.
+    fn reconfigure(&mut self, r: &Reconfigure) -> Result<(), BackendError> {
+        let Some(node) = self.config.nodes.iter().find(|n| n.name == r.node) else {
+            return Err(BackendError::Unsupported(format!(
+                "no local node {:?}",
+                r.node
+            )));
+        };
+        if r.gpu >= node.gpus {
+            return Err(BackendError::Unsupported(format!(
+                "node {} has no GPU {}",
+                r.node, r.gpu
+            )));
+        }
+        let layout = r.to.clone().unwrap_or_default();
+        if let Some(bad) = layout.iter().find(|m| !safe_profile(&m.profile)) {
+            return Err(BackendError::Unsupported(format!(
+                "MIG profile {:?}",
+                bad.profile
+            )));
+        }
+        let deadline = Instant::now() + RECONFIGURE_WAIT;
+        while self.stopping_holds(&r.node, r.gpu) {
+            if Instant::now() >= deadline {
+                return Err(BackendError::Exhausted {
+                    what: format!("GPU {} of node {}", r.gpu, r.node),
+                    message: "a stopped run's processes are still on it".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let gpu = r.gpu.to_string();
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        self.mig_ids.remove(&(r.node.clone(), r.gpu));
+        if r.from.is_none() && r.to.is_some() {
+            self.nvidia_smi_ok(&args(&["-i", &gpu, "-mig", "1"]))?;
+        }
+        if r.from.is_some() || r.to.is_some() {
+            // Nothing to destroy is not an error: only what follows is checked.
+            for what in ["-dci", "-dgi"] {
+                let out = self.nvidia_smi(&args(&["mig", "-i", &gpu, what]))?;
+                if !out.status.success() {
+                    tracing::info!(gpu = r.gpu, node = %r.node, "nvidia-smi mig {what}: {}",
+                        String::from_utf8_lossy(&out.stdout).trim());
+                }
+            }
+        }
+        if r.from.is_some() && r.to.is_none() {
+            self.nvidia_smi_ok(&args(&["-i", &gpu, "-mig", "0"]))?;
+        }
+        if layout.is_empty() {
+            return Ok(());
+        }
+        let mut ordered = layout.clone();
+        ordered.sort_by(|a, b| {
+            compute_slices(&b.profile)
+                .cmp(&compute_slices(&a.profile))
+                .then(a.start.cmp(&b.start))
+        });
+        let profiles = ordered
+            .iter()
+            .map(|m| m.profile.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.nvidia_smi_ok(&args(&["mig", "-i", &gpu, "-cgi", &profiles, "-C"]))?;
+        let listed = parse_mig_list(&self.nvidia_smi_ok(&args(&["-L"]))?, r.gpu);
+        // Instances of one profile are interchangeable for a job: the n-th listed device of
+        // a profile goes to the n-th instance of that profile by start.
+        let mut ids = Vec::with_capacity(ordered.len());
+        let mut left = listed.clone();
+        for m in &ordered {
+            let Some(pos) = left.iter().position(|(p, _)| *p == m.profile) else {
+                return Err(BackendError::Parse {
+                    what: "nvidia-smi -L",
+                    detail: format!(
+                        "GPU {} lists {:?} after creating {profiles}",
+                        r.gpu,
+                        listed.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>()
+                    ),
+                });
+            };
+            ids.push((m.clone(), left.remove(pos).1));
+        }
+        if !left.is_empty() {
+            return Err(BackendError::Parse {
+                what: "nvidia-smi -L",
+                detail: format!("GPU {} lists more instances than {profiles}", r.gpu),
+            });
+        }
+        self.mig_ids.insert((r.node.clone(), r.gpu), ids);
+        Ok(())
+    }
+
     fn find(&mut self, run_name: &str) -> Result<Option<Handle>, BackendError> {
         if !safe_run_name(run_name) {
             return Ok(None);
@@ -630,6 +913,7 @@ mod tests {
                 memory: Bytes::from_gib(8),
             }],
             run_as: Default::default(),
+            tool_path: None,
         })
         .unwrap()
     }

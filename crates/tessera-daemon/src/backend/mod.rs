@@ -422,6 +422,41 @@ pub fn sh_quote(s: &str) -> String {
     out
 }
 
+/// Where a run's plan file is (`TESSERA_PLAN_FILE`).
+pub(crate) fn plan_file(dir: &Path, run_name: &str) -> std::path::PathBuf {
+    dir.join(format!("{run_name}.plan.json"))
+}
+
+/// Where a run's quota file is (`TESSERA_QUOTA_FILE`).
+pub(crate) fn quota_file(dir: &Path, run_name: &str) -> std::path::PathBuf {
+    dir.join(format!("{run_name}.quota.json"))
+}
+
+/// Replaces a file atomically (write a temporary file next to it, then rename), so that a
+/// reader sees the old or the new contents, never a mix.
+pub(crate) fn replace_file(path: &Path, text: &str) -> Result<(), BackendError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| BackendError::file(&tmp, e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| BackendError::file(&tmp, e))?;
+    // Keep the owner of the file it replaces (a job run as another user must read it).
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid()));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| BackendError::file(path, e))
+}
+
 /// Writes the job's files into `dir` and returns the path of the wrapper script to run.
 ///
 /// User text only ever goes into files: a command vector becomes `exec 'a' 'b'` (each word
@@ -453,6 +488,22 @@ pub(crate) fn write_job_files(
     ));
     for (k, v) in launch.env.iter().chain(extra_env) {
         script.push_str(&format!("export {k}={}\n", sh_quote(v)));
+    }
+    // The device-level decision as files the job (the SDK) reads: the plan, and the quota,
+    // which a retune rewrites while the job runs.
+    let plan = plan_file(dir, &launch.name);
+    write(&plan, &launch.plan_json().to_string(), 0o600)?;
+    script.push_str(&format!(
+        "export TESSERA_PLAN_FILE={}\n",
+        sh_quote(&plan.display().to_string())
+    ));
+    if let Some(q) = launch.quota_json() {
+        let quota = quota_file(dir, &launch.name);
+        write(&quota, &q.to_string(), 0o600)?;
+        script.push_str(&format!(
+            "export TESSERA_QUOTA_FILE={}\n",
+            sh_quote(&quota.display().to_string())
+        ));
     }
     match &launch.payload {
         Payload::Command(argv) => {

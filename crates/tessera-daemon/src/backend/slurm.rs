@@ -251,8 +251,32 @@ pub fn parse_show_job(text: &str) -> Option<(String, String, Option<i32>)> {
     Some((state, reason, exit))
 }
 
+/// The `--gres` request of one share: `gpu:TYPE:N` for whole GPUs, the MIG profile as the GRES
+/// type (`gpu:3g.20gb:1`, as Slurm's `gres.conf` names MIG devices) for a MIG instance.
+/// Quotas (MPS-style SM and memory limits) have no Slurm GRES the daemon can express.
+fn gres_arg(share: &super::PlacedShare) -> Result<Option<String>, BackendError> {
+    use super::PlacedPart;
+    match share.devices.as_ref().map(|d| &d.part) {
+        Some(PlacedPart::Mig { profile, .. }) => {
+            let n = share.devices.as_ref().map_or(1, |d| d.indices.len().max(1));
+            Ok(Some(format!("--gres=gpu:{profile}:{n}")))
+        }
+        Some(PlacedPart::Quota { .. }) => Err(BackendError::Unsupported(
+            "the Slurm backend cannot run a job under GPU quotas (SM and memory limits)".into(),
+        )),
+        Some(PlacedPart::Whole) | None if share.gpus > 0 => Ok(Some(match &share.gres_type {
+            Some(t) => format!("--gres=gpu:{t}:{}", share.gpus),
+            None => format!("--gres=gpu:{}", share.gpus),
+        })),
+        Some(PlacedPart::Whole) | None => Ok(None),
+    }
+}
+
 /// The `sbatch` options for one placement share (one heterogeneous-job component).
-fn share_args(share: &super::PlacedShare, partition: Option<&str>) -> Vec<String> {
+fn share_args(
+    share: &super::PlacedShare,
+    partition: Option<&str>,
+) -> Result<Vec<String>, BackendError> {
     let mut a = vec![
         format!("--nodelist={}", share.node),
         "--nodes=1".to_string(),
@@ -260,16 +284,11 @@ fn share_args(share: &super::PlacedShare, partition: Option<&str>) -> Vec<String
         format!("--cpus-per-task={}", share.cpu.0.div_ceil(1000).max(1)),
         format!("--mem={}M", (share.memory.0 / MIB).max(1)),
     ];
-    if share.gpus > 0 {
-        a.push(match &share.gres_type {
-            Some(t) => format!("--gres=gpu:{t}:{}", share.gpus),
-            None => format!("--gres=gpu:{}", share.gpus),
-        });
-    }
+    a.extend(gres_arg(share)?);
     if let Some(p) = partition {
         a.push(format!("--partition={p}"));
     }
-    a
+    Ok(a)
 }
 
 /// The full `sbatch` argument vector for a launch whose script is at `script`.
@@ -288,7 +307,11 @@ pub fn sbatch_args(
                 && x.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         };
-        if !safe(&s.node) || !s.gres_type.as_deref().is_none_or(safe) {
+        let profile_safe = match s.devices.as_ref().map(|d| &d.part) {
+            Some(super::PlacedPart::Mig { profile, .. }) => safe(profile),
+            _ => true,
+        };
+        if !safe(&s.node) || !s.gres_type.as_deref().is_none_or(safe) || !profile_safe {
             return Err(BackendError::Unsupported(format!(
                 "unsafe node or GRES name {:?}",
                 s.node
@@ -306,7 +329,7 @@ pub fn sbatch_args(
         if i > 0 {
             args.push(":".to_string());
         }
-        args.extend(share_args(share, partition));
+        args.extend(share_args(share, partition)?);
     }
     args.push(script.display().to_string());
     Ok(args)
@@ -724,6 +747,49 @@ x|RUNNING|None|n1|bad
         assert!(args[colon..].contains(&"--nodelist=n2".to_string()));
         assert_eq!(args.last().unwrap(), "/w/s.sh");
         launch.placement = vec![share("n1;rm -rf", None, 1, 1)];
+        assert!(sbatch_args(&launch, p("/w/s.sh"), p("/w/o"), None).is_err());
+        // Named whole GPUs keep the typed GRES; a MIG instance asks for its profile.
+        use super::super::{PlacedDevices, PlacedPart};
+        let mut whole = share("n1", Some("a100"), 2, 4);
+        whole.devices = Some(PlacedDevices {
+            indices: vec![1, 3],
+            part: PlacedPart::Whole,
+        });
+        let mut mig = share("n2", Some("a100"), 0, 4);
+        mig.devices = Some(PlacedDevices {
+            indices: vec![0],
+            part: PlacedPart::Mig {
+                profile: "3g.20gb".into(),
+                start: 4,
+            },
+        });
+        launch.placement = vec![whole, mig.clone()];
+        let args = sbatch_args(&launch, p("/w/s.sh"), p("/w/o"), None).unwrap();
+        let gres: Vec<&String> = args.iter().filter(|a| a.starts_with("--gres")).collect();
+        assert_eq!(gres, ["--gres=gpu:a100:2", "--gres=gpu:3g.20gb:1"]);
+        // Quotas cannot be expressed; hostile profile names never reach sbatch.
+        let mut quota = share("n1", Some("a100"), 0, 4);
+        quota.devices = Some(PlacedDevices {
+            indices: vec![0],
+            part: PlacedPart::Quota {
+                sm_request: 300,
+                sm_limit: 500,
+                memory: Bytes(1 << 30),
+            },
+        });
+        launch.placement = vec![quota];
+        assert!(matches!(
+            sbatch_args(&launch, p("/w/s.sh"), p("/w/o"), None),
+            Err(BackendError::Unsupported(_))
+        ));
+        mig.devices = Some(PlacedDevices {
+            indices: vec![0],
+            part: PlacedPart::Mig {
+                profile: "3g;id".into(),
+                start: 0,
+            },
+        });
+        launch.placement = vec![mig];
         assert!(sbatch_args(&launch, p("/w/s.sh"), p("/w/o"), None).is_err());
     }
 }

@@ -22,6 +22,8 @@ mod api;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
+mod devices;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;

@@ -56,6 +56,7 @@ pub fn local_backend(dir: &Path, gpus: u32) -> BackendConfig {
             memory: Bytes::from_gib(64),
         }],
         run_as: Default::default(),
+        tool_path: None,
     })
 }
 

@@ -31,6 +31,7 @@ fn two_nodes(dir: &Path, gpus: u32) -> BackendConfig {
         work_dir: dir.join("runs"),
         nodes: vec![node("a"), node("b")],
         run_as: Default::default(),
+        tool_path: None,
     })
 }
 

@@ -1,4 +1,6 @@
-"""Tessera job SDK: wrap a training loop's data iterator to report progress to the daemon.
+"""Tessera job SDK: wrap a training loop's data iterator to report progress to the daemon, and
+read the device-level decision the daemon made for the job (its parallelism plan and its GPU
+quota).
 
 The wrapper is Synergy's "thin iterator API": iterating it yields exactly what the wrapped
 iterable yields, while it counts iterations, measures throughput, reports both to the Tessera
@@ -18,7 +20,18 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
-__all__ = ["JobContext", "ProgressAck", "TesseraIterator", "report_progress"]
+__all__ = [
+    "JobContext",
+    "Plan",
+    "ProgressAck",
+    "Quota",
+    "TesseraIterator",
+    "Throttle",
+    "checkpoint_on_sigterm",
+    "plan",
+    "quota",
+    "report_progress",
+]
 __version__ = "0.1.0"
 
 log = logging.getLogger("tessera_sdk")
@@ -187,3 +200,188 @@ class TesseraIterator:
     def close(self) -> None:
         """Sends a final report."""
         self.report(force=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the scheduler wants the job to split its work over the devices it got.
+
+    ``data`` x ``tensor`` x ``pipeline`` devices in all. ``gpu_type`` is the catalog name of the
+    GPUs (``A100-80GB``), ``attempt`` the run's attempt number, ``placement`` the daemon's
+    placement document (nodes, GPU indices and what part of each).
+    """
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    gpu_type: Optional[str] = None
+    attempt: int = 0
+    placement: tuple = ()
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+def _read_json(path: Optional[str]) -> Optional[dict]:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        log.debug("tessera: cannot read %s: %s", path, e)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _positive(value: Any, default: int) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return default
+    return v if v >= 1 else default
+
+
+def plan(env: Optional[Mapping[str, str]] = None) -> Plan:
+    """The job's parallelism plan: the JSON file named by ``TESSERA_PLAN_FILE``, else the
+    ``TESSERA_PLAN_DP/TP/PP`` and ``TESSERA_GPU_TYPE`` variables, else one data-parallel
+    replica. Never raises.
+
+    The plan is fixed for a run: when the scheduler moves the job to another cell (other GPUs,
+    another plan), it stops the run (SIGTERM, see :func:`checkpoint_on_sigterm`) and starts a
+    new attempt whose plan file holds the new plan. Resume from the checkpoint with it.
+    """
+    env = os.environ if env is None else env
+    doc = _read_json(env.get("TESSERA_PLAN_FILE"))
+    if doc is not None:
+        placement = doc.get("placement")
+        return Plan(
+            data=_positive(doc.get("data"), 1),
+            tensor=_positive(doc.get("tensor"), 1),
+            pipeline=_positive(doc.get("pipeline"), 1),
+            gpu_type=(str(doc["gpuType"]) if doc.get("gpuType") else None),
+            attempt=max(0, _int_env(doc, "attempt", 0)),
+            placement=tuple(placement) if isinstance(placement, list) else (),
+        )
+    return Plan(
+        data=_positive(env.get("TESSERA_PLAN_DP"), 1),
+        tensor=_positive(env.get("TESSERA_PLAN_TP"), 1),
+        pipeline=_positive(env.get("TESSERA_PLAN_PP"), 1),
+        gpu_type=env.get("TESSERA_GPU_TYPE") or None,
+        attempt=max(0, _int_env(env, "TESSERA_ATTEMPT", 0)),
+    )
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The job's share of each of its GPUs (when it shares GPUs under quotas).
+
+    ``sm_request_permille`` is guaranteed, up to ``sm_limit_permille`` when neighbours leave
+    compute idle; ``memory_bytes`` of device memory is pinned per GPU. ``version`` grows by one
+    at every retune.
+    """
+
+    version: int
+    sm_request_permille: int
+    sm_limit_permille: int
+    memory_bytes: int
+    gpus: tuple = ()
+
+    @property
+    def sm_limit(self) -> float:
+        """The SM limit as a fraction of the GPU (0 < limit <= 1)."""
+        return min(1.0, max(0.001, self.sm_limit_permille / 1000.0))
+
+    @property
+    def sm_request(self) -> float:
+        """The guaranteed SM share as a fraction of the GPU."""
+        return min(1.0, max(0.0, self.sm_request_permille / 1000.0))
+
+
+def quota(env: Optional[Mapping[str, str]] = None) -> Optional[Quota]:
+    """The job's current quota from the file named by ``TESSERA_QUOTA_FILE`` (the daemon
+    rewrites it atomically when it retunes the job in place), or None without one. Never
+    raises."""
+    env = os.environ if env is None else env
+    doc = _read_json(env.get("TESSERA_QUOTA_FILE"))
+    if doc is None:
+        return None
+    try:
+        gpus = doc.get("gpus")
+        return Quota(
+            version=int(doc["version"]),
+            sm_request_permille=int(doc["smRequestPermille"]),
+            sm_limit_permille=int(doc["smLimitPermille"]),
+            memory_bytes=int(doc["memoryBytes"]),
+            gpus=tuple(int(g) for g in gpus) if isinstance(gpus, list) else (),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        log.debug("tessera: malformed quota file: %s", e)
+        return None
+
+
+class Throttle:
+    """Keeps a job's GPU duty cycle within its current SM limit, following retunes.
+
+    MPS applies ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` when the process starts; a retune in
+    place cannot change it, so a job that wants to honour a new limit without a restart calls
+    :meth:`step` after each unit of GPU work with the seconds it took: the throttle sleeps so
+    that work takes at most the limit's share of the time (a job at 1000 permille never
+    sleeps). It re-reads the quota file at most every ``refresh_interval`` seconds.
+    """
+
+    def __init__(
+        self,
+        env: Optional[Mapping[str, str]] = None,
+        refresh_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._env = env
+        self.refresh_interval = float(refresh_interval)
+        self._clock = clock
+        self._sleep = sleep
+        self._read_at: Optional[float] = None
+        self.quota: Optional[Quota] = None
+        self.slept = 0.0
+
+    def current(self) -> Optional[Quota]:
+        """The quota, re-read when the refresh interval has passed."""
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self.refresh_interval:
+            fresh = quota(self._env)
+            if fresh is not None:
+                self.quota = fresh
+            self._read_at = now
+        return self.quota
+
+    def step(self, busy_seconds: float) -> float:
+        """Sleeps after ``busy_seconds`` of GPU work so the duty cycle stays within the SM
+        limit; returns the seconds slept."""
+        q = self.current()
+        if q is None or busy_seconds <= 0:
+            return 0.0
+        pause = busy_seconds * (1.0 / q.sm_limit - 1.0)
+        if pause > 0:
+            self._sleep(pause)
+            self.slept += pause
+        return max(0.0, pause)
+
+
+def checkpoint_on_sigterm(save: Callable[[], None], exit_code: int = 0) -> None:
+    """The preemption contract: when the daemon preempts or moves the job (a resize, another
+    cell, a retune the backend cannot carry out in place) it sends SIGTERM and, a grace period
+    later, SIGKILL. This installs a SIGTERM handler that calls ``save()`` (write a checkpoint)
+    and exits. The next attempt starts with ``TESSERA_START_ITERATION`` and possibly a new
+    plan (:func:`plan`) and quota (:func:`quota`): resume from the checkpoint with those."""
+    import signal
+    import sys
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        try:
+            save()
+        finally:
+            sys.exit(exit_code)
+
+    signal.signal(signal.SIGTERM, handler)
