@@ -110,9 +110,17 @@ pub struct JobView {
     pub attempt: u32,
     /// Times preempted.
     pub preemptions: u32,
-    /// Where it runs (empty unless starting or running).
+    /// Where it runs (empty unless starting or running), down to the device: which GPUs of
+    /// each node and what part of each (whole, MIG instance, quota).
     #[serde(default)]
     pub allocation: Vec<PlacedShare>,
+    /// The cell it runs in: the catalog model of its GPUs (`A100-80GB`) while it holds any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    /// The parallelism plan of its allocation: the policy's, or data-parallel over its
+    /// devices when the policy chose none (what `TESSERA_PLAN_*` told the job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<tessera_model::ParallelPlan>,
     /// Why a pending job waits: `Resources`, `Priority`, or a backend reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reason: Option<String>,
@@ -205,6 +213,36 @@ pub struct NodeView {
     pub memory: Bytes,
     /// Memory allocated.
     pub memory_allocated: Bytes,
+    /// Each GPU's state (index order).
+    #[serde(default)]
+    pub devices: Vec<GpuView>,
+}
+
+/// One GPU of a node as `GET /v1/nodes` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuView {
+    /// Index on the node.
+    pub index: u32,
+    /// `free`, `whole` (held by one job), `shared` (quota holders), `mig` (partitioned),
+    /// `reconfiguring` or `unhealthy`.
+    pub mode: String,
+    /// The MIG layout when partitioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Vec<crate::backend::PlacedMig>>,
+    /// MIG instances in use, or quota holders.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holders: u32,
+    /// Σ SM requests of quota holders, permille.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sm_requested_permille: u32,
+    /// Why it is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// `GET /v1/nodes`.

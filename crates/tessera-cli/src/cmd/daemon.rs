@@ -252,6 +252,33 @@ pub fn list(args: &ListArgs) -> Result<()> {
     Ok(())
 }
 
+/// The device-level part of a share, as `describe` prints it after the share.
+fn devices_text(d: Option<&tessera_daemon::backend::PlacedDevices>) -> String {
+    use tessera_daemon::backend::PlacedPart;
+    let Some(d) = d else {
+        return String::new();
+    };
+    let list = d
+        .indices
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    match &d.part {
+        PlacedPart::Whole => format!(" devices=[{list}] whole"),
+        PlacedPart::Mig { profile, start } => {
+            format!(" devices=[{list}] mig={profile}@{start}")
+        }
+        PlacedPart::Quota {
+            sm_request,
+            sm_limit,
+            memory,
+        } => format!(
+            " devices=[{list}] quota sm={sm_request}-{sm_limit}permille gpu-memory={memory}"
+        ),
+    }
+}
+
 pub fn describe(args: &IdArgs) -> Result<()> {
     let detail = client(&args.client)
         .describe(args.id)
@@ -283,8 +310,23 @@ pub fn describe(args: &IdArgs) -> Result<()> {
     for s in &j.allocation {
         writeln!(
             out,
-            "allocation:     {} gpus={} cpu={} memory={}",
-            s.node, s.gpus, s.cpu, s.memory
+            "allocation:     {} gpus={} cpu={} memory={}{}",
+            s.node,
+            s.gpus,
+            s.cpu,
+            s.memory,
+            devices_text(s.devices.as_ref())
+        )?;
+    }
+    if let (Some(model), Some(plan)) = (&j.gpu_model, j.plan) {
+        writeln!(
+            out,
+            "cell:           {} x {}, plan data={} tensor={} pipeline={}",
+            plan.devices(),
+            model,
+            plan.data,
+            plan.tensor,
+            plan.pipeline
         )?;
     }
     writeln!(

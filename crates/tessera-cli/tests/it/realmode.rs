@@ -96,6 +96,17 @@ fn submit_list_describe_queue_nodes_cancel() {
         assert!(Instant::now() < deadline, "job 1 did not start: {jobs}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The running job's device-level allocation and its cell.
+    let o = verb(&["describe", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(" gpus=2 ")
+            && stdout(&o).contains("devices=[0,1] whole")
+            && stdout(&o)
+                .contains("cell:           2 x A100-80GB, plan data=2 tensor=1 pipeline=1"),
+        "{}",
+        stdout(&o)
+    );
     let o = verb(&["describe", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(

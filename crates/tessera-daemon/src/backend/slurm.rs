@@ -792,4 +792,45 @@ x|RUNNING|None|n1|bad
         launch.placement = vec![mig];
         assert!(sbatch_args(&launch, p("/w/s.sh"), p("/w/o"), None).is_err());
     }
+
+    #[test]
+    fn slurm_declines_retune_and_reconfigure_with_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = SlurmBackend::new(crate::config::SlurmConfig {
+            work_dir: dir.path().to_path_buf(),
+            partition: None,
+            slurm_conf: None,
+            bin_dir: None,
+            gres_map: Default::default(),
+            default_gpu: None,
+            command_timeout_seconds: 1,
+        })
+        .unwrap();
+        let r = super::super::Retune {
+            handle: Handle("41".into()),
+            job_id: 1,
+            attempt: 1,
+            placement: vec![],
+        };
+        assert_eq!(
+            b.retune(&r),
+            Err(BackendError::Declined {
+                action: "retune",
+                backend: "slurm"
+            })
+        );
+        let c = super::super::Reconfigure {
+            node: "n1".into(),
+            gpu: 0,
+            from: None,
+            to: Some(vec![]),
+        };
+        assert_eq!(
+            b.reconfigure(&c),
+            Err(BackendError::Declined {
+                action: "reconfigure",
+                backend: "slurm"
+            })
+        );
+    }
 }

@@ -15,7 +15,7 @@ use crate::metrics::Gauges;
 use crate::spec::JobSpec;
 use crate::store::{JobRow, RunState, TransitionRow};
 use crate::types::{
-    JobDetail, JobList, JobState, JobView, NodeList, NodeView, Progress, ProgressAck,
+    GpuView, JobDetail, JobList, JobState, JobView, NodeList, NodeView, Progress, ProgressAck,
     ProgressReport, QueueSummary, QueueView,
 };
 
@@ -187,6 +187,17 @@ impl Core {
             attempt: r.attempt,
             preemptions: r.preemptions,
             allocation: r.placement.clone(),
+            gpu_model: job
+                .alloc
+                .as_ref()
+                .and_then(|a| a.shares.first())
+                .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
+                .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone()),
+            plan: job.alloc.as_ref().map(|a| {
+                a.plan.unwrap_or(tessera_model::ParallelPlan::data_parallel(
+                    a.devices().max(1),
+                ))
+            }),
             pending_reason: self.pending_reason(idx, exact),
             queue_position: position,
             backend_id: r.handle.clone(),
@@ -578,6 +589,44 @@ impl Core {
         Ok(Response::Ack(ack))
     }
 
+    /// Each GPU of a node as the API shows it.
+    fn gpu_views(&self, node: tessera_model::NodeId) -> Vec<GpuView> {
+        self.devices
+            .gpus(node)
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let i = i as u32;
+                let reason = self.unhealthy_gpus.get(&(node.0, i)).cloned();
+                let mode = if reason.is_some() {
+                    "unhealthy"
+                } else if self.reconfiguring.contains_key(&(node.0, i)) {
+                    "reconfiguring"
+                } else if g.mig.is_some() {
+                    "mig"
+                } else if g.whole {
+                    "whole"
+                } else if g.quota_holders > 0 {
+                    "shared"
+                } else {
+                    "free"
+                };
+                GpuView {
+                    index: i,
+                    mode: mode.to_string(),
+                    layout: g
+                        .mig
+                        .as_ref()
+                        .filter(|_| reason.is_none())
+                        .and_then(|l| self.map.placed_layout(node, l)),
+                    holders: g.mig_busy.count_ones() + g.quota_holders,
+                    sm_requested_permille: g.sm_requested,
+                    reason,
+                }
+            })
+            .collect()
+    }
+
     fn nodes(&self) -> NodeList {
         let c = &self.map.cluster;
         let nodes = c
@@ -598,6 +647,7 @@ impl Core {
                     cpu_allocated: MilliCpu(cap.cpu.0.saturating_sub(free.cpu.0)),
                     memory: n.memory,
                     memory_allocated: Bytes(cap.memory.0.saturating_sub(free.memory.0)),
+                    devices: self.gpu_views(n.id),
                 }
             })
             .collect();

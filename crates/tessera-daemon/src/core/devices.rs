@@ -468,6 +468,31 @@ fn reconfiguration_runs_nvidia_smi_and_jobs_get_their_mig_device() {
     let g = &core.device_state().gpus(NodeId(0))[2];
     assert_eq!(g.mig.as_deref(), Some(&layout[..]));
     assert_eq!(g.ready_at, SimTime::ZERO, "ready once nvidia-smi is done");
+    let super::Response::Nodes(list) = core
+        .handle_request(SimTime::ZERO, Some(TOKEN), super::Request::Nodes)
+        .expect("nodes")
+    else {
+        panic!("not a node list")
+    };
+    let modes: Vec<&str> = list.nodes[0]
+        .devices
+        .iter()
+        .map(|d| d.mode.as_str())
+        .collect();
+    assert_eq!(modes, ["free", "free", "mig", "free"]);
+    assert_eq!(
+        list.nodes[0].devices[2].layout,
+        Some(vec![
+            PlacedMig {
+                profile: "4g.40gb".into(),
+                start: 0
+            },
+            PlacedMig {
+                profile: "3g.40gb".into(),
+                start: 4
+            }
+        ])
+    );
     give(
         &batch,
         vec![Action::Start {

@@ -357,6 +357,20 @@ fn a_failed_reconfiguration_leaves_the_gpu_unhealthy_and_the_jobs_queued() {
     assert_eq!((unhealthy[0].0.as_str(), unhealthy[0].1), ("n1", 0));
     assert!(unhealthy[0].2.contains("In use by another client"));
     assert_eq!(h.core.device_state().free()[0].gpus, 0, "out of the pool");
+    // `GET /v1/nodes` shows it.
+    let nodes = h
+        .core
+        .handle_request(h.now, Some(super::testkit::TOKEN), super::Request::Nodes)
+        .expect("nodes");
+    let super::Response::Nodes(list) = nodes else {
+        panic!("not a node list")
+    };
+    let gpu = &list.nodes[0].devices[0];
+    assert_eq!(gpu.mode, "unhealthy");
+    assert!(gpu
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("In use by another client")));
     next_batch(&batch, vec![start(0, whole(0b1))]);
     h.schedule();
     assert!(matches!(
