@@ -568,3 +568,49 @@ fn a_failing_nvidia_smi_is_an_error_and_hostile_profiles_never_reach_it() {
     assert!(matches!(err, BackendError::Unsupported(_)), "{err}");
     assert!(calls(&log).is_empty(), "nvidia-smi was not called");
 }
+
+#[test]
+fn after_a_restart_a_mig_gpu_keeps_the_instances_its_jobs_hold() {
+    let (policy, batch) = scripted();
+    let mut h = Harness::new_at(vec![node("n1", 1)], policy, SimTime::ZERO);
+    let layout = vec![mig("4g.40gb", 0), mig("3g.40gb", 4)];
+    give(
+        &batch,
+        vec![Action::Reconfigure {
+            node: NodeId(0),
+            gpu: 0,
+            layout: Some(layout.clone()),
+        }],
+    );
+    let id = h.submit("j0", 1, 100);
+    h.schedule();
+    give(
+        &batch,
+        vec![Action::Start {
+            job: JobId(0),
+            allocation: alloc(0b1, GpuPart::Mig(layout[1]), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    assert_eq!(h.state(id), JobState::Running);
+    let (policy, batch) = scripted();
+    h.restart(policy);
+    assert_eq!(h.state(id), JobState::Running);
+    let g = &h.core.device_state().gpus(NodeId(0))[0];
+    assert_eq!(g.mig.as_deref(), Some(&layout[1..]), "the held instance");
+    assert_eq!(g.mig_busy, 1);
+    assert!(h.core.check_device_invariants().is_ok());
+    // Nothing can take the GPU whole meanwhile.
+    let other = h.submit("j1", 1, 100);
+    give(
+        &batch,
+        vec![Action::Start {
+            job: JobId(1),
+            allocation: alloc(0b1, GpuPart::Whole, None),
+        }],
+    );
+    h.schedule();
+    assert_eq!(h.state(other), JobState::Pending);
+    assert_eq!(h.core.refused().len(), 1);
+}

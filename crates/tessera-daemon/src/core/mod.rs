@@ -659,6 +659,33 @@ impl Core {
     /// Ends restart reconciliation: reserves what running jobs hold and stops runs that must
     /// be stopped (a cancel or preemption decided before a crash) or that no job claims.
     pub fn finish_restore(&mut self, now: SimTime) {
+        // MIG layouts are not stored: a partitioned GPU comes back with the instances its
+        // running jobs hold (a valid part of its real layout), so nothing else is placed on
+        // it; the policy may re-partition it once it is idle.
+        let mut layouts: BTreeMap<(NodeId, u32), Vec<MigInstance>> = BTreeMap::new();
+        for &idx in &self.active {
+            let row = &self.jobs[idx].row;
+            if row.state != JobState::Running {
+                continue;
+            }
+            if let Some(a) = self.map.allocation(&row.placement) {
+                for s in &a.shares {
+                    if let Some(d) = s.devices {
+                        if let GpuPart::Mig(inst) = d.part {
+                            for g in d.gpus.iter() {
+                                layouts.entry((s.node, g)).or_default().push(inst);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for ((node, gpu), mut layout) in layouts {
+            layout.sort();
+            layout.dedup();
+            self.devices
+                .reconfigure(node, gpu, Some(layout), SimTime::ZERO);
+        }
         for idx in self.active.clone() {
             let job = &mut self.jobs[idx];
             if job.row.state == JobState::Running {
