@@ -614,3 +614,61 @@ fn after_a_restart_a_mig_gpu_keeps_the_instances_its_jobs_hold() {
     assert_eq!(h.state(other), JobState::Pending);
     assert_eq!(h.core.refused().len(), 1);
 }
+
+#[test]
+fn a_retune_of_a_job_still_starting_replaces_its_launch() {
+    let (policy, batch) = scripted();
+    let mut core = core_with(&[node("n1", 1)], policy, SimTime::ZERO);
+    let id = submit(&mut core, "j0", 1, "true");
+    while core.poll_command().is_some() {}
+    give(
+        &batch,
+        vec![Action::Start {
+            job: JobId(0),
+            allocation: alloc(0b1, quota(300, 500, 10), None),
+        }],
+    );
+    core.schedule(SimTime::ZERO);
+    let mut first = None;
+    while let Some(c) = core.poll_command() {
+        if let Command::Launch(l) = c {
+            first = Some(l);
+        }
+    }
+    let first = first.expect("a launch");
+    // The launch is still in flight when the policy retunes the job.
+    give(
+        &batch,
+        vec![Action::Retune {
+            job: JobId(0),
+            allocation: alloc(0b1, quota(400, 900, 12), None),
+        }],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    assert!(core.refused().is_empty(), "{:?}", core.refused());
+    let mut second = None;
+    while let Some(c) = core.poll_command() {
+        match c {
+            Command::Launch(l) => second = Some(l),
+            Command::Persist(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let second = second.expect("a new attempt");
+    assert_eq!((second.attempt, first.attempt), (2, 1));
+    assert_eq!(
+        second.placement[0].quota(),
+        Some((400, 900, Bytes::from_gib(12)))
+    );
+    // The first launch answers late: its run belongs to nobody and is stopped.
+    core.handle_launched(SimTime::ZERO, id, 1, Ok(Handle("late".into())));
+    let stops: Vec<String> = std::iter::from_fn(|| core.poll_command())
+        .filter_map(|c| match c {
+            Command::Stop { run, .. } => Some(run.handle),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, ["late"]);
+    assert!(core.check_device_invariants().is_ok());
+}

@@ -1435,6 +1435,7 @@ impl Core {
         let mut to_preempt: Vec<RunRow> = Vec::new();
         let mut to_start: Vec<Launch> = Vec::new();
         let mut to_retune: Vec<Retune> = Vec::new();
+        let mut to_restart: Vec<i64> = Vec::new();
         let mut to_reconfigure: Vec<Command> = Vec::new();
         for plan in plans {
             match plan {
@@ -1474,14 +1475,9 @@ impl Core {
                             attempt,
                             placement: self.jobs[idx].row.placement.clone(),
                         }),
-                        // Still starting: its launch carries the old quota, so restart it
-                        // once it runs (the answer to the launch comes first).
-                        None => to_retune.push(Retune {
-                            handle: Handle(String::new()),
-                            job_id: id,
-                            attempt,
-                            placement: self.jobs[idx].row.placement.clone(),
-                        }),
+                        // Still starting: the launch in flight carries the old quota, so a
+                        // new attempt replaces it (the old one is stopped when it answers).
+                        None => to_restart.push(id),
                     }
                 }
                 Plan::Reconfigure(node, gpu, layout) => {
@@ -1537,11 +1533,10 @@ impl Core {
             self.act(c);
         }
         for r in to_retune {
-            if r.handle.0.is_empty() {
-                self.restart_in_place(now, r.job_id, "retuned while starting");
-            } else {
-                self.act(Command::Retune(r));
-            }
+            self.act(Command::Retune(r));
+        }
+        for id in to_restart {
+            self.restart_in_place(now, id, "retuned while starting");
         }
         for launch in to_start {
             self.act(Command::Launch(launch));
