@@ -672,3 +672,47 @@ fn a_retune_of_a_job_still_starting_replaces_its_launch() {
     assert_eq!(stops, ["late"]);
     assert!(core.check_device_invariants().is_ok());
 }
+
+/// Asks for a wake-up 50 s after its first call and records the triggers it sees.
+struct Sleeper(Arc<Mutex<Vec<(SimTime, bool)>>>);
+
+impl Policy for Sleeper {
+    fn name(&self) -> &str {
+        "sleeper"
+    }
+    fn round_length(&self) -> Option<tessera_model::SimDuration> {
+        None
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>, _actions: &mut Vec<Action>) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push((view.now, view.trigger.wakeup));
+        }
+    }
+    fn wakeup(&self) -> Option<SimTime> {
+        Some(SimTime::from_secs(50))
+    }
+}
+
+#[test]
+fn a_wakeup_the_policy_asks_for_is_a_scheduling_point() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut h = Harness::new_at(
+        vec![node("n1", 1)],
+        Box::new(Sleeper(seen.clone())),
+        SimTime::ZERO,
+    );
+    h.submit("j0", 1, 100);
+    h.schedule();
+    assert_eq!(h.core.poll_timeout(), Some(SimTime::from_secs(50)));
+    h.now = SimTime::from_secs(49);
+    assert!(!h.core.wants_schedule(h.now));
+    h.now = SimTime::from_secs(50);
+    assert!(h.core.wants_schedule(h.now));
+    h.schedule();
+    assert_eq!(h.core.poll_timeout(), None, "asked for, and passed");
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(
+        seen,
+        [(SimTime::ZERO, false), (SimTime::from_secs(50), true)]
+    );
+}

@@ -239,6 +239,8 @@ pub struct Core {
     last_schedule: Option<SimTime>,
     last_accrual: SimTime,
     retry_at: Option<SimTime>,
+    /// A one-off scheduling point the policy asked for ([`Policy::wakeup`]).
+    wakeup: Option<SimTime>,
     active_buf: Vec<ActiveJob>,
     actions: Vec<Action>,
     commands: VecDeque<Command>,
@@ -332,6 +334,7 @@ impl Core {
             last_schedule: None,
             last_accrual: now,
             retry_at: None,
+            wakeup: None,
             active_buf: Vec::new(),
             actions: Vec::new(),
             commands: VecDeque::new(),
@@ -450,10 +453,15 @@ impl Core {
     /// When the core next wants [`schedule`](Self::schedule) called without any input (a
     /// round boundary or a submission retry).
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        [self.next_round, self.retry_at, self.deferred_arrivals()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.next_round,
+            self.retry_at,
+            self.wakeup,
+            self.deferred_arrivals(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// When arrivals held back by [`CoreSettings::arrival_coalescing`] are due.
@@ -1186,6 +1194,7 @@ impl Core {
             || t.reconfigured
             || self.next_round.is_some_and(|r| now >= r)
             || self.retry_at.is_some_and(|r| now >= r)
+            || self.wakeup.is_some_and(|w| now >= w)
     }
 
     fn accrue(&mut self, now: SimTime) {
@@ -1251,6 +1260,10 @@ impl Core {
             self.retry_at = None;
             trigger.completion = true;
         }
+        if self.wakeup.is_some_and(|w| now >= w) {
+            self.wakeup = None;
+            trigger.wakeup = true;
+        }
         if let (Some(r), Some(len)) = (self.next_round, self.policy.round_length()) {
             if now >= r {
                 trigger.round = true;
@@ -1291,6 +1304,10 @@ impl Core {
                 active: &self.active_buf,
             };
             self.policy.schedule(&view, &mut actions);
+        }
+        // As the simulator: a later wake-up replaces the pending one; none keeps it.
+        if let Some(at) = self.policy.wakeup().filter(|&at| at > now) {
+            self.wakeup = Some(at);
         }
         // Validate in order against a scratch copy of the device state, as the simulator
         // does: an action sees the effect of the earlier ones of its batch.
