@@ -104,3 +104,29 @@ def test_job_reports_progress_through_the_sdk(daemon):
     with pytest.raises(urllib.error.HTTPError) as e:
         call(f"{url}/v1/jobs", token="not-a-token")
     assert e.value.code == 401
+
+
+def test_job_reads_its_plan_through_the_sdk(daemon):
+    url, tmp = daemon
+    script = (
+        "#!/bin/sh\n"
+        f"exec {sys.executable} - <<'PY'\n"
+        "import tessera_sdk\n"
+        "p = tessera_sdk.plan()\n"
+        "print('plan', p.data, p.tensor, p.pipeline, p.gpu_type, p.attempt,\n"
+        "      [s['devices'] for s in p.placement], tessera_sdk.quota())\n"
+        "PY\n"
+    )
+    spec = {"name": "plan-job", "gpus": 2, "script": script, "env": {"PYTHONPATH": str(SDK_SRC)}}
+    job = call(f"{url}/v1/jobs", "POST", json.dumps(spec).encode())
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        detail = call(f"{url}/v1/jobs/{job['id']}")
+        if detail["state"] in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.1)
+    assert detail["state"] == "completed", detail
+    logs = list((tmp / "runs").glob(f"*-{job['id']}-1/output.log"))
+    # FIFO gives whole GPUs and no plan: data-parallel over both, no quota.
+    expected = "plan 2 1 1 A100-80GB 1 [{'indices': [0, 1], 'part': {'kind': 'whole'}}] None\n"
+    assert logs and logs[0].read_text() == expected, logs and logs[0].read_text()
