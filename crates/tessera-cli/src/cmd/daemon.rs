@@ -378,6 +378,25 @@ pub fn cancel(args: &IdArgs) -> Result<()> {
     Ok(())
 }
 
+/// GPUs per mode (`2 free, 1 mig, 1 unhealthy`), in the order modes first appear.
+fn device_modes(devices: &[tessera_daemon::types::GpuView]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for d in devices {
+        match counts.iter_mut().find(|(m, _)| *m == d.mode) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((d.mode.as_str(), 1)),
+        }
+    }
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(m, n)| format!("{n} {m}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn nodes(args: &ClientArgs) -> Result<()> {
     let list = client(args).nodes().context("listing nodes")?;
     if args.json {
@@ -394,13 +413,17 @@ pub fn nodes(args: &ClientArgs) -> Result<()> {
                 format!("{}/{}", n.gpus_allocated, n.gpus),
                 format!("{}/{}", n.cpu_allocated, n.cpu),
                 format!("{}/{}", n.memory_allocated, n.memory),
+                device_modes(&n.devices),
             ]
         })
         .collect();
     write!(
         std::io::stdout(),
         "{}",
-        table(&["node", "gpu", "health", "gpus", "cpu", "memory"], &rows)
+        table(
+            &["node", "gpu", "health", "gpus", "cpu", "memory", "devices"],
+            &rows
+        )
     )?;
     Ok(())
 }

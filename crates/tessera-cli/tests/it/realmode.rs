@@ -57,7 +57,9 @@ fn submit_list_describe_queue_nodes_cancel() {
         let o = verb(&["nodes"]);
         if o.status.success() {
             assert!(
-                stdout(&o).contains("box") && stdout(&o).contains("0/2"),
+                stdout(&o).contains("box")
+                    && stdout(&o).contains("0/2")
+                    && stdout(&o).contains("2 free"),
                 "{}",
                 stdout(&o)
             );
