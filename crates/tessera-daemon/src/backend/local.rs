@@ -41,6 +41,8 @@ pub const RUN_MARKER: &str = "TESSERA_RUN";
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Longest wait for the last process of a stopped run on a GPU about to be reconfigured.
 const RECONFIGURE_WAIT: Duration = Duration::from_secs(10);
+/// File in the work directory keeping the MIG device ids across daemon restarts.
+const MIG_IDS_FILE: &str = "mig-devices.json";
 /// Time limit of one `nvidia-smi` call.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -58,6 +60,32 @@ pub struct LocalBackend {
     /// MIG device ids (`MIG-<uuid>`, as `nvidia-smi -L` prints them) of the instances of each
     /// (node, GPU) this backend partitioned.
     mig_ids: BTreeMap<(String, u32), Vec<(PlacedMig, String)>>,
+}
+
+/// One GPU's MIG device ids as stored in [`MIG_IDS_FILE`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredMigIds {
+    node: String,
+    gpu: u32,
+    instances: Vec<(PlacedMig, String)>,
+}
+
+/// The MIG device ids a previous daemon stored; none when the file is absent or unreadable
+/// (MIG launches then wait for the policy to reconfigure the GPU).
+fn load_mig_ids(path: &Path) -> BTreeMap<(String, u32), Vec<(PlacedMig, String)>> {
+    let Ok(Some(text)) = read_file(path) else {
+        return BTreeMap::new();
+    };
+    match serde_json::from_str::<Vec<StoredMigIds>>(&text) {
+        Ok(v) => v
+            .into_iter()
+            .map(|g| ((g.node, g.gpu), g.instances))
+            .collect(),
+        Err(e) => {
+            tracing::warn!("{}: {e}; MIG device ids forgotten", path.display());
+            BTreeMap::new()
+        }
+    }
 }
 
 /// The compute slices of a MIG profile name (`3g.20gb` -> 3), for ordering.
@@ -283,12 +311,12 @@ impl LocalBackend {
             }
         }
         Ok(LocalBackend {
-            config,
             children: HashMap::new(),
             devices: HashMap::new(),
             stopping: BTreeSet::new(),
             users,
-            mig_ids: BTreeMap::new(),
+            mig_ids: load_mig_ids(&config.work_dir.join(MIG_IDS_FILE)),
+            config,
         })
     }
 
@@ -338,7 +366,7 @@ impl LocalBackend {
     }
 
     /// The device id of a MIG instance this backend created.
-    fn mig_id(
+    pub(crate) fn mig_id(
         &self,
         node: &str,
         gpu: u32,
@@ -358,6 +386,24 @@ impl LocalBackend {
                      (GPUs are partitioned through the daemon's reconfigurations)"
                 ))
             })
+    }
+
+    /// Writes the MIG device ids for a restarted daemon.
+    fn store_mig_ids(&self) -> Result<(), BackendError> {
+        let doc: Vec<StoredMigIds> = self
+            .mig_ids
+            .iter()
+            .map(|((node, gpu), instances)| StoredMigIds {
+                node: node.clone(),
+                gpu: *gpu,
+                instances: instances.clone(),
+            })
+            .collect();
+        let text = serde_json::to_string(&doc).map_err(|e| BackendError::Parse {
+            what: "MIG device ids",
+            detail: e.to_string(),
+        })?;
+        replace_file(&self.config.work_dir.join(MIG_IDS_FILE), &text)
     }
 
     /// `nvidia-smi ARGS` as an argument vector (never a shell), with the configured `PATH`.
@@ -810,7 +856,9 @@ impl Backend for LocalBackend {
         }
         let gpu = r.gpu.to_string();
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        self.mig_ids.remove(&(r.node.clone(), r.gpu));
+        if self.mig_ids.remove(&(r.node.clone(), r.gpu)).is_some() {
+            self.store_mig_ids()?;
+        }
         if r.from.is_none() && r.to.is_some() {
             self.nvidia_smi_ok(&args(&["-i", &gpu, "-mig", "1"]))?;
         }
@@ -867,7 +915,7 @@ impl Backend for LocalBackend {
             });
         }
         self.mig_ids.insert((r.node.clone(), r.gpu), ids);
-        Ok(())
+        self.store_mig_ids()
     }
 
     fn find(&mut self, run_name: &str) -> Result<Option<Handle>, BackendError> {

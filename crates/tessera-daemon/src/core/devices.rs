@@ -510,6 +510,15 @@ fn reconfiguration_runs_nvidia_smi_and_jobs_get_their_mig_device() {
         "CUDA_VISIBLE_DEVICES=MIG-213g.40gb-5555-6666-7777-888888888888\n"
     );
 
+    // A restarted daemon's backend still knows the MIG device ids.
+    let again = local_backend(&runs, None);
+    assert_eq!(
+        again
+            .mig_id("n1", 2, "3g.40gb", 4)
+            .expect("known after a restart"),
+        "MIG-213g.40gb-5555-6666-7777-888888888888"
+    );
+
     // Back to whole mode: the instances go, MIG mode is switched off.
     std::fs::write(&log, "").expect("clear log");
     let r = Reconfigure {
