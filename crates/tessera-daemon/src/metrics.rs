@@ -46,6 +46,10 @@ pub struct Metrics {
     pub backend_errors: u64,
     /// Jobs accepted.
     pub submissions: u64,
+    /// Retunes by outcome (`in_place`, `restart`).
+    pub retunes: BTreeMap<&'static str, u64>,
+    /// GPU reconfigurations by outcome (`done`, `declined`, `failed`).
+    pub reconfigurations: BTreeMap<&'static str, u64>,
 }
 
 /// A point-in-time snapshot the engine fills for rendering.
@@ -105,7 +109,7 @@ impl Metrics {
         let _ = writeln!(s, "tessera_scheduling_latency_seconds_sum {}", h.sum);
         let _ = writeln!(s, "tessera_scheduling_latency_seconds_count {}", h.count);
         let _ = writeln!(s, "# HELP tessera_preemptions_total Preemptions by reason.\n# TYPE tessera_preemptions_total counter");
-        for reason in ["policy", "resize", "backend"] {
+        for reason in ["policy", "resize", "backend", "node_down", "lost"] {
             let n = self.preemptions.get(reason).copied().unwrap_or(0);
             let _ = writeln!(s, "tessera_preemptions_total{{reason=\"{reason}\"}} {n}");
         }
@@ -120,6 +124,19 @@ impl Metrics {
         let _ = writeln!(s, "# HELP tessera_rejected_actions_total Policy actions refused by validation.\n# TYPE tessera_rejected_actions_total counter\ntessera_rejected_actions_total {}", self.rejected_actions);
         let _ = writeln!(s, "# HELP tessera_backend_errors_total Failed backend calls.\n# TYPE tessera_backend_errors_total counter\ntessera_backend_errors_total {}", self.backend_errors);
         let _ = writeln!(s, "# HELP tessera_submissions_total Jobs accepted.\n# TYPE tessera_submissions_total counter\ntessera_submissions_total {}", self.submissions);
+        let _ = writeln!(s, "# HELP tessera_retunes_total Retunes (new quota, CPU or memory on the same devices) by outcome: in place, or checkpoint and restart.\n# TYPE tessera_retunes_total counter");
+        for result in ["in_place", "restart"] {
+            let n = self.retunes.get(result).copied().unwrap_or(0);
+            let _ = writeln!(s, "tessera_retunes_total{{result=\"{result}\"}} {n}");
+        }
+        let _ = writeln!(s, "# HELP tessera_reconfigurations_total GPU MIG reconfigurations by outcome.\n# TYPE tessera_reconfigurations_total counter");
+        for result in ["done", "declined", "failed"] {
+            let n = self.reconfigurations.get(result).copied().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "tessera_reconfigurations_total{{result=\"{result}\"}} {n}"
+            );
+        }
         s
     }
 }
@@ -146,5 +163,12 @@ mod tests {
         assert!(text.contains("tessera_preemptions_total{reason=\"policy\"} 2\n"));
         assert!(text.contains("tessera_queue_pending_jobs{queue=\"q\\\"1\"} 3\n"));
         assert!(text.contains("tessera_resource_capacity{resource=\"gpus\"} 8\n"));
+        assert!(text.contains("tessera_preemptions_total{reason=\"node_down\"} 0\n"));
+        *m.retunes.entry("restart").or_default() += 1;
+        *m.reconfigurations.entry("failed").or_default() += 1;
+        let text = m.render(&g);
+        assert!(text.contains("tessera_retunes_total{result=\"restart\"} 1\n"));
+        assert!(text.contains("tessera_retunes_total{result=\"in_place\"} 0\n"));
+        assert!(text.contains("tessera_reconfigurations_total{result=\"failed\"} 1\n"));
     }
 }

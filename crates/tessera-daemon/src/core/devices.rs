@@ -286,6 +286,7 @@ cat "$TESSERA_QUOTA_FILE"; echo"#;
          {\"gpus\":[0],\"memoryBytes\":12884901888,\"smLimitPermille\":900,\"smRequestPermille\":400,\"version\":2}\n"
     );
     assert_eq!(core.job_row(id).expect("job").attempt, 1, "no restart");
+    assert_eq!(core.metrics().retunes.get("in_place"), Some(&1));
 }
 
 #[test]
@@ -337,6 +338,7 @@ fn a_declined_retune_becomes_a_checkpoint_and_restart_with_the_new_quota() {
         "restarted with the new quota"
     );
     assert!(h.core.check_device_invariants().is_ok());
+    assert_eq!(h.core.metrics().retunes.get("restart"), Some(&1));
     let _ = RunStatus::Running;
 }
 

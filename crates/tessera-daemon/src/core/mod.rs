@@ -1611,6 +1611,7 @@ impl Core {
             return;
         };
         *self.metrics.preemptions.entry("resize").or_default() += 1;
+        *self.metrics.retunes.entry("restart").or_default() += 1;
         let run = self.detach_handle(idx, RunState::Stop);
         self.release(idx);
         let detail = format!("{why}; restarted with the new quota");
@@ -1630,7 +1631,10 @@ impl Core {
         attempt: u32,
         result: Result<(), BackendError>,
     ) {
-        let Err(e) = result else { return };
+        let Err(e) = result else {
+            *self.metrics.retunes.entry("in_place").or_default() += 1;
+            return;
+        };
         let current = self
             .by_id
             .get(&job_id)
@@ -1668,14 +1672,19 @@ impl Core {
             .get(gpu as usize)
             .and_then(|g| g.mig.clone());
         match result {
-            Ok(()) => self.devices.reconfigure(node, gpu, layout, now),
+            Ok(()) => {
+                *self.metrics.reconfigurations.entry("done").or_default() += 1;
+                self.devices.reconfigure(node, gpu, layout, now);
+            }
             Err(e @ BackendError::Declined { .. }) => {
                 self.metrics.rejected_actions += 1;
+                *self.metrics.reconfigurations.entry("declined").or_default() += 1;
                 tracing::warn!(?node, gpu, "reconfiguration declined: {e}");
                 self.devices.reconfigure(node, gpu, before, now);
             }
             Err(e) => {
                 self.metrics.backend_errors += 1;
+                *self.metrics.reconfigurations.entry("failed").or_default() += 1;
                 let name = self
                     .map
                     .logical
