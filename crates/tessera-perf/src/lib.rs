@@ -130,6 +130,21 @@ impl RestartCosts {
         }
     }
 
+    /// A table of costs per model family (matched as [`for_model`](Self::for_model) does),
+    /// `default` for the rest.
+    pub fn per_model(
+        table: impl IntoIterator<Item = (String, SimDuration)>,
+        default: SimDuration,
+    ) -> RestartCosts {
+        RestartCosts {
+            per_model: table
+                .into_iter()
+                .map(|(m, c)| (m.to_ascii_lowercase(), c))
+                .collect(),
+            default,
+        }
+    }
+
     /// No restart costs at all (for hand-checked scenarios).
     pub fn free() -> RestartCosts {
         RestartCosts::uniform(SimDuration::ZERO)
