@@ -633,7 +633,8 @@ impl Experiment for MisoBench {
                 target_s: 0.005,
                 events_per_s: None,
                 detail: format!(
-                    "{} candidate layouts; {found}/{reps} feasible; per call",
+                    "{:.1} µs per call; {} candidate layouts; {found}/{reps} feasible",
+                    per * 1e6,
                     cands.with(k).len()
                 ),
                 command: "tessera bench miso".into(),
