@@ -81,6 +81,12 @@ impl Topology {
     }
 }
 
+/// Position of `job` in `view.active`, if it is active (`seen` may hold stale positions).
+fn active_pos(view: &ClusterView<'_>, seen: &[u32], job: JobId) -> Option<usize> {
+    let p = *seen.get(job.index())? as usize;
+    (view.active.get(p)?.id == job).then_some(p)
+}
+
 fn gpu_state<'a>(view: &ClusterView<'a>, node: NodeId, idx: u32) -> Option<&'a GpuState> {
     view.state.gpus(node).get(idx as usize)
 }
@@ -489,6 +495,8 @@ pub struct Miso {
     predicted: Vec<Option<SliceSpeeds>>,
     /// Scratch: position in `view.active` per job.
     seen: Vec<u32>,
+    /// True slice speeds per job, looked up once.
+    speeds: Vec<SliceSpeeds>,
     wakeup: Option<SimTime>,
     repartitions: u64,
     mps_phases: u64,
@@ -505,6 +513,7 @@ impl Miso {
             job_gpu: Vec::new(),
             predicted: Vec::new(),
             seen: Vec::new(),
+            speeds: Vec::new(),
             wakeup: None,
             repartitions: 0,
             mps_phases: 0,
@@ -512,9 +521,13 @@ impl Miso {
     }
 
     fn truth(&self, view: &ClusterView<'_>, job: JobId) -> SliceSpeeds {
-        view.jobs
-            .get(job.index())
-            .map_or([None; 8], |s| self.config.table.speeds_of(s))
+        match self.speeds.get(job.index()) {
+            Some(s) => *s,
+            None => view
+                .jobs
+                .get(job.index())
+                .map_or([None; 8], |s| self.config.table.speeds_of(s)),
+        }
     }
 
     /// What the policy believes about a job's slice speeds: the truth for the oracle; for
@@ -576,8 +589,8 @@ impl Miso {
         };
         self.slots[g].touched = Some(view.now);
         for &j in &self.slots[g].jobs {
-            if self.seen[j.index()] != NONE
-                && view.active[self.seen[j.index()] as usize].state == JobState::Running
+            if active_pos(view, &self.seen, j)
+                .is_some_and(|p| view.active[p].state == JobState::Running)
             {
                 actions.push(Action::Preempt { job: j });
             }
@@ -652,10 +665,8 @@ impl Miso {
         let jobs = &self.slots[g].jobs;
         let mut total = 0.0;
         for &j in jobs {
-            let pos = self.seen[j.index()];
-            let part = (pos != NONE)
-                .then(|| view.active[pos as usize].allocation.as_ref())
-                .flatten()
+            let part = active_pos(view, &self.seen, j)
+                .and_then(|p| view.active[p].allocation.as_ref())
                 .and_then(|a| a.part());
             let speed = match part {
                 Some(GpuPart::Whole) => Some(1.0),
@@ -761,10 +772,25 @@ impl Policy for Miso {
             self.job_gpu = vec![NONE; n];
             self.predicted = vec![None; n];
             self.seen = vec![NONE; n];
+            self.speeds = view
+                .jobs
+                .iter()
+                .map(|j| self.config.table.speeds_of(j))
+                .collect();
         }
+        // One pass over the active jobs: where each is, and the FIFO queue of jobs not yet
+        // promised to a GPU. `seen` is never cleared: an entry is valid only while it points
+        // back at its job (see `active_pos`).
+        let mut queue: Vec<(SimTime, JobId)> = Vec::new();
         for (i, a) in view.active.iter().enumerate() {
             self.seen[a.id.index()] = i as u32;
+            if a.state == JobState::Queued && self.job_gpu[a.id.index()] == NONE {
+                if let Some(spec) = view.spec(a) {
+                    queue.push((spec.submit, a.id));
+                }
+            }
         }
+        queue.sort_unstable();
         let now = view.now;
 
         // 1. Jobs that finished leave their GPU.
@@ -772,7 +798,7 @@ impl Policy for Miso {
             for slot in &mut self.slots {
                 let before = slot.jobs.len();
                 let seen = &self.seen;
-                slot.jobs.retain(|j| seen[j.index()] != NONE);
+                slot.jobs.retain(|j| active_pos(view, seen, *j).is_some());
                 if slot.jobs.len() != before && slot.phase == Phase::Steady {
                     slot.dirty = true;
                 }
@@ -828,10 +854,7 @@ impl Policy for Miso {
 
         // 4. Idle slices: an empty partitioned GPU goes back to whole mode; with nobody
         //    waiting, a GPU whose job left is re-optimised when that helps.
-        let queue_empty = {
-            let job_gpu = &self.job_gpu;
-            fifo_queue(view, |j| job_gpu[j.index()] != NONE).is_empty()
-        };
+        let queue_empty = queue.is_empty();
         for g in 0..self.slots.len() {
             if !self.slots[g].dirty
                 || self.slots[g].phase != Phase::Steady
@@ -872,12 +895,10 @@ impl Policy for Miso {
         }
 
         // 5. Strict FIFO placement.
-        let queue = {
-            let job_gpu = &self.job_gpu;
-            fifo_queue(view, |j| job_gpu[j.index()] != NONE)
-        };
-        for job in queue {
+        let mut waiting = false;
+        for (_, job) in queue {
             let Some(g) = self.eligible(view, job) else {
+                waiting = true;
                 break; // head-of-line blocking
             };
             self.job_gpu[job.index()] = g as u32;
@@ -905,14 +926,7 @@ impl Policy for Miso {
                 self.mps_phases += 1;
             }
         }
-        for a in view.active {
-            self.seen[a.id.index()] = NONE;
-        }
         // Wake up at the end of an MPS phase, or when a checkpoint gap ends with jobs waiting.
-        let waiting = view
-            .active
-            .iter()
-            .any(|a| a.state == JobState::Queued && self.job_gpu[a.id.index()] == NONE);
         self.wakeup = self
             .slots
             .iter()

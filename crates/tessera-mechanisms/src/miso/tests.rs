@@ -15,8 +15,17 @@ use crate::Mechanism;
 /// invariants (valid layout, one holder per instance, memory within the GPU), and that every
 /// job on a MIG instance fits it in memory (the table has a speed there).
 fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
-    let cluster = a100_cluster(1, gpus).unwrap();
     let workload = workload::miso_workload(seed, 60.0, 30.0).unwrap();
+    run_checked_on(policy, seed, gpus, &workload)
+}
+
+fn run_checked_on(
+    policy: &str,
+    seed: u64,
+    gpus: u32,
+    workload: &tessera_model::Workload,
+) -> tessera_sim::SimReport {
+    let cluster = a100_cluster(1, gpus).unwrap();
     let truth = MisoTruth::new(miso_table());
     let built = Miso
         .build_policy(
@@ -31,7 +40,7 @@ fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
         restart_costs: miso_restart_costs(),
         ..SimConfig::default()
     };
-    let mut sim = Simulation::new(&cluster, &workload, &truth, built, config);
+    let mut sim = Simulation::new(&cluster, workload, &truth, built, config);
     let table = miso_table();
     let geo = cluster
         .catalog
@@ -62,7 +71,8 @@ fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
     }
     let report = sim.into_report();
     assert_eq!(
-        report.summary.finished, 100,
+        report.summary.finished,
+        workload.len(),
         "{policy}: {:?}",
         report.summary
     );
@@ -95,6 +105,18 @@ fn every_policy_keeps_gpu_invariants_after_every_event() {
     // A small cluster forces deep sharing and head-of-line blocking.
     for policy in ["miso", "miso-oracle", "static"] {
         run_checked(policy, 3, 2);
+    }
+}
+
+#[test]
+fn invariants_hold_on_random_heavy_workloads() {
+    // Bursty arrivals (one a second on average) of random trace jobs on 1-3 GPUs: deep
+    // sharing, many re-partitions, MPS phases ending while jobs finish.
+    for seed in 1..=4u64 {
+        let w = workload::synthetic(60, 3600.0, seed).unwrap();
+        for policy in ["miso", "miso-oracle", "static", "mps"] {
+            run_checked_on(policy, seed, 1 + (seed % 3) as u32, &w);
+        }
     }
 }
 
