@@ -211,5 +211,11 @@ mod tests {
         assert_eq!(c.for_model("BERT-large"), SimDuration::from_secs(36));
         assert_eq!(c.for_model("unknown"), DEFAULT_RESTART_COST);
         assert_eq!(RestartCosts::free().for_model("bert"), SimDuration::ZERO);
+        let t = RestartCosts::per_model(
+            [("ResNet".to_string(), SimDuration::from_secs(9))],
+            SimDuration::from_secs(1),
+        );
+        assert_eq!(t.for_model("resnet50"), SimDuration::from_secs(9));
+        assert_eq!(t.for_model("gnn"), SimDuration::from_secs(1));
     }
 }
