@@ -192,5 +192,5 @@ impl Mechanism for Miso {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "experiments"))]
 mod tests;
