@@ -10,6 +10,7 @@
 //!   workload; the Philly-scale benchmark.
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
 //! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
+//! - [`miso`]: MIG partitioning from an MPS profile (MISO, SoCC'22): `repro miso`, `bench miso`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -36,10 +37,16 @@ pub mod baselines;
 #[cfg(feature = "experiments")]
 pub mod experiment;
 pub mod hap;
+pub mod miso;
 pub mod synergy;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
-pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy, &hap::Hap];
+pub static MECHANISMS: &[&dyn Mechanism] = &[
+    &baselines::Baselines,
+    &synergy::Synergy,
+    &hap::Hap,
+    &miso::Miso,
+];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
 #[derive(Clone, Copy, Debug)]

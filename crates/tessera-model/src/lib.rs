@@ -31,7 +31,9 @@ pub mod rng;
 pub mod time;
 
 pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan};
-pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
+pub use catalog::{
+    GpuCatalog, GpuModel, GpuModelId, LayoutSet, MigGeometry, MigProfile, MISO_LAYOUTS,
+};
 pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
 };

@@ -130,6 +130,21 @@ impl RestartCosts {
         }
     }
 
+    /// A table of costs per model family (matched as [`for_model`](Self::for_model) does),
+    /// `default` for the rest.
+    pub fn per_model(
+        table: impl IntoIterator<Item = (String, SimDuration)>,
+        default: SimDuration,
+    ) -> RestartCosts {
+        RestartCosts {
+            per_model: table
+                .into_iter()
+                .map(|(m, c)| (m.to_ascii_lowercase(), c))
+                .collect(),
+            default,
+        }
+    }
+
     /// No restart costs at all (for hand-checked scenarios).
     pub fn free() -> RestartCosts {
         RestartCosts::uniform(SimDuration::ZERO)
@@ -196,5 +211,11 @@ mod tests {
         assert_eq!(c.for_model("BERT-large"), SimDuration::from_secs(36));
         assert_eq!(c.for_model("unknown"), DEFAULT_RESTART_COST);
         assert_eq!(RestartCosts::free().for_model("bert"), SimDuration::ZERO);
+        let t = RestartCosts::per_model(
+            [("ResNet".to_string(), SimDuration::from_secs(9))],
+            SimDuration::from_secs(1),
+        );
+        assert_eq!(t.for_model("resnet50"), SimDuration::from_secs(9));
+        assert_eq!(t.for_model("gnn"), SimDuration::from_secs(1));
     }
 }

@@ -1,0 +1,943 @@
+//! MISO's policies and the baselines it is compared with, all single-GPU and strictly FIFO
+//! (a head job that fits nowhere blocks the queue, as in MISO's simulator):
+//!
+//! - `nopart`: one job per whole GPU.
+//! - `static`: every GPU pre-split into one layout; a job takes the largest idle slice that
+//!   fits it; with the queue empty, a job moves up to a larger idle slice that is faster.
+//! - `miso`: a job at an empty GPU takes it whole; at an occupied one, every job there is
+//!   checkpointed and the lot runs under MPS for a profiling phase, after which the optimizer
+//!   picks the layout from *predicted* slice speeds and every job restarts on its slice.
+//! - `miso-oracle`: the same with true speeds and no MPS phase.
+//! - `mps`: up to three jobs share a GPU under MPS.
+//!
+//! Every policy tracks GPUs by (node, index) in cluster order; ties go to the lowest.
+
+use std::sync::Arc;
+
+use tessera_model::{
+    Allocation, Bytes, DeviceAlloc, GpuMask, GpuPart, JobId, LayoutSet, MigGeometry, MigInstance,
+    MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime,
+};
+use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
+
+use super::opt::{optimize, Candidates, Objective};
+use super::predict::SlicePredictor;
+use super::truth::{smallest_fit, SliceSpeeds, SliceTable};
+
+/// Length of MISO's MPS profiling phase.
+pub const MPS_PHASE: SimDuration = SimDuration::from_secs(30);
+/// A GPU takes no new job this soon after its jobs were last checkpointed.
+pub const CHECKPOINT_GAP: SimDuration = SimDuration::from_secs(3);
+/// Jobs sharing one GPU under the `mps` policy.
+pub const MPS_JOBS_PER_GPU: u32 = 3;
+
+const NONE: u32 = u32::MAX;
+
+/// An allocation of one part of one GPU (no host CPU or memory: MISO does not model them).
+pub fn one_gpu(node: NodeId, gpu: u32, part: GpuPart) -> Allocation {
+    Allocation::new(vec![NodeShare {
+        node,
+        gpus: u32::from(matches!(part, GpuPart::Whole)),
+        cpu: MilliCpu(0),
+        memory: Bytes(0),
+        devices: Some(DeviceAlloc {
+            gpus: GpuMask::one(gpu),
+            part,
+        }),
+    }])
+}
+
+/// The cluster's GPUs, their MIG geometries and candidate layouts, built at the first call.
+#[derive(Clone, Debug, Default)]
+struct Topology {
+    /// (node, index on node, geometry slot or NONE).
+    gpus: Vec<(NodeId, u32, u32)>,
+    geos: Vec<(MigGeometry, Candidates)>,
+}
+
+impl Topology {
+    fn build(view: &ClusterView<'_>, set: LayoutSet) -> Topology {
+        let mut t = Topology::default();
+        for node in &view.cluster.nodes {
+            let slot = match view.cluster.catalog.mig_geometry(node.gpu) {
+                Some(geo) => match t.geos.iter().position(|(g, _)| g == geo) {
+                    Some(i) => i as u32,
+                    None => {
+                        t.geos.push((geo.clone(), Candidates::new(geo, set)));
+                        (t.geos.len() - 1) as u32
+                    }
+                },
+                None => NONE,
+            };
+            for i in 0..node.gpus {
+                t.gpus.push((node.id, i, slot));
+            }
+        }
+        t
+    }
+
+    fn geo(&self, g: usize) -> Option<&(MigGeometry, Candidates)> {
+        self.geos.get(self.gpus[g].2 as usize)
+    }
+}
+
+/// Position of `job` in `view.active`, if it is active (`seen` may hold stale positions).
+fn active_pos(view: &ClusterView<'_>, seen: &[u32], job: JobId) -> Option<usize> {
+    let p = *seen.get(job.index())? as usize;
+    (view.active.get(p)?.id == job).then_some(p)
+}
+
+fn gpu_state<'a>(view: &ClusterView<'a>, node: NodeId, idx: u32) -> Option<&'a GpuState> {
+    view.state.gpus(node).get(idx as usize)
+}
+
+/// Queued jobs not yet promised to a GPU, in FIFO (submit, then id) order.
+fn fifo_queue(view: &ClusterView<'_>, promised: impl Fn(JobId) -> bool) -> Vec<JobId> {
+    let mut q: Vec<(SimTime, JobId)> = view
+        .active
+        .iter()
+        .filter(|a| a.state == JobState::Queued && !promised(a.id))
+        .filter_map(|a| view.spec(a).map(|s| (s.submit, a.id)))
+        .collect();
+    q.sort_unstable();
+    q.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Device memory a job pins under MPS: that of the smallest profile it fits.
+fn mps_memory(geo: Option<&MigGeometry>, speeds: &SliceSpeeds) -> Bytes {
+    geo.and_then(|g| {
+        let c = smallest_fit(speeds)?;
+        let p = g.smallest_of(c)?;
+        g.profiles.get(p as usize)
+    })
+    .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib))
+}
+
+// ------------------------------------------------------------------------------------------
+// nopart
+
+/// One job per whole GPU, FIFO.
+#[derive(Debug, Default)]
+pub struct NoPart;
+
+impl Policy for NoPart {
+    fn name(&self) -> &str {
+        "nopart"
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        None
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let queue = fifo_queue(view, |_| false);
+        let mut taken: Vec<(NodeId, u32)> = Vec::new();
+        'jobs: for job in queue {
+            for node in &view.cluster.nodes {
+                for (i, g) in view.state.gpus(node.id).iter().enumerate() {
+                    let i = i as u32;
+                    if g.is_whole_free() && g.ready_at <= view.now && !taken.contains(&(node.id, i))
+                    {
+                        taken.push((node.id, i));
+                        actions.push(Action::Start {
+                            job,
+                            allocation: one_gpu(node.id, i, GpuPart::Whole),
+                        });
+                        continue 'jobs;
+                    }
+                }
+            }
+            break; // head-of-line blocking
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// static
+
+/// Every GPU pre-split into one layout (given as compute slices, e.g. `[3, 2, 2]`).
+#[derive(Debug)]
+pub struct StaticPartition {
+    name: String,
+    code: Vec<u8>,
+    table: Arc<SliceTable>,
+    topo: Option<Topology>,
+    /// Move running jobs to larger idle slices when the queue is empty.
+    pub promote: bool,
+    promotions: u64,
+}
+
+impl StaticPartition {
+    /// A static policy for a layout code.
+    pub fn new(code: &[u8], table: Arc<SliceTable>) -> StaticPartition {
+        let mut sorted = code.to_vec();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let name = if sorted == [3, 2, 2] {
+            "static".to_string()
+        } else {
+            format!(
+                "static:{}",
+                sorted
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join("-")
+            )
+        };
+        StaticPartition {
+            name,
+            code: sorted,
+            table,
+            topo: None,
+            promote: true,
+            promotions: 0,
+        }
+    }
+
+    /// The layout it applies on a geometry: the first generated layout of these slice sizes.
+    pub fn layout_for(&self, geo: &MigGeometry) -> Option<Vec<MigInstance>> {
+        let mut want = self.code.clone();
+        want.sort_unstable();
+        geo.valid_layouts()
+            .into_iter()
+            .find(|l| geo.compute_slices_of(l) == want)
+    }
+}
+
+impl Policy for StaticPartition {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        None
+    }
+    fn stats(&self) -> Vec<(String, f64)> {
+        vec![("promotions".into(), self.promotions as f64)]
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        if self.topo.is_none() {
+            let topo = Topology::build(view, LayoutSet::Generated);
+            for (g, &(node, idx, _)) in topo.gpus.iter().enumerate() {
+                if let Some(layout) = topo.geo(g).and_then(|(geo, _)| self.layout_for(geo)) {
+                    actions.push(Action::Reconfigure {
+                        node,
+                        gpu: idx,
+                        layout: Some(layout),
+                    });
+                }
+            }
+            self.topo = Some(topo);
+            return; // GPUs are ready after the reconfiguration time
+        }
+        let Some(topo) = &self.topo else { return };
+        // (gpu, instance) → busy, from the state plus this batch's moves.
+        let mut busy: Vec<u8> = topo
+            .gpus
+            .iter()
+            .map(|&(n, i, _)| gpu_state(view, n, i).map_or(0xff, |s| s.mig_busy))
+            .collect();
+        let layout_of = |g: usize| -> Option<&Vec<MigInstance>> {
+            let (n, i, _) = topo.gpus[g];
+            gpu_state(view, n, i)
+                .filter(|s| s.ready_at <= view.now)
+                .and_then(|s| s.mig.as_ref())
+        };
+        let size = |g: usize, inst: MigInstance| -> u8 {
+            topo.geo(g)
+                .and_then(|(geo, _)| geo.profile(inst))
+                .map_or(0, |p| p.compute_slices)
+        };
+        // The largest idle instance (ties: lowest GPU, then layout order) a filter accepts.
+        let largest_idle = |busy: &[u8], fits: &dyn Fn(u8) -> bool| {
+            let mut best: Option<(u8, usize, usize)> = None;
+            for (g, &bits) in busy.iter().enumerate() {
+                let Some(layout) = layout_of(g) else { continue };
+                for (p, inst) in layout.iter().enumerate() {
+                    let z = size(g, *inst);
+                    if bits & (1 << p) == 0 && fits(z) && best.is_none_or(|b| z > b.0) {
+                        best = Some((z, g, p));
+                    }
+                }
+            }
+            best
+        };
+        let queue = fifo_queue(view, |_| false);
+        let mut placed_all = true;
+        for job in &queue {
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            let speeds = self.table.speeds_of(spec);
+            let Some((_, g, p)) = largest_idle(&busy, &|z| speeds[z as usize].is_some()) else {
+                placed_all = false;
+                break;
+            };
+            busy[g] |= 1 << p;
+            let (node, idx, _) = topo.gpus[g];
+            if let Some(inst) = layout_of(g).and_then(|l| l.get(p)).copied() {
+                actions.push(Action::Start {
+                    job: *job,
+                    allocation: one_gpu(node, idx, GpuPart::Mig(inst)),
+                });
+            }
+        }
+        if !placed_all || !self.promote {
+            return;
+        }
+        // Promotion: with nobody waiting, the job on the smallest slice moves to the largest
+        // idle slice where it runs faster, until no move helps.
+        let mut running: Vec<(u8, JobId, usize, usize)> = Vec::new();
+        for a in view.active {
+            let Some(alloc) = &a.allocation else { continue };
+            let Some(s) = alloc.shares.first() else {
+                continue;
+            };
+            let Some(DeviceAlloc {
+                gpus,
+                part: GpuPart::Mig(inst),
+            }) = s.devices
+            else {
+                continue;
+            };
+            let Some(idx) = gpus.iter().next() else {
+                continue;
+            };
+            let Some(g) = topo
+                .gpus
+                .iter()
+                .position(|&(n, i, _)| n == s.node && i == idx)
+            else {
+                continue;
+            };
+            let Some(p) = layout_of(g).and_then(|l| l.iter().position(|x| *x == inst)) else {
+                continue;
+            };
+            running.push((size(g, inst), a.id, g, p));
+        }
+        running.sort_unstable();
+        for _ in 0..running.len() {
+            let mut moved = false;
+            for entry in running.iter_mut() {
+                let (z, job, g0, p0) = *entry;
+                let Some(spec) = view.jobs.get(job.index()) else {
+                    continue;
+                };
+                let speeds = self.table.speeds_of(spec);
+                let now_speed = speeds[z as usize].unwrap_or(0.0);
+                let Some((z1, g, p)) = largest_idle(&busy, &|c| {
+                    c > z && speeds[c as usize].is_some_and(|s| s > now_speed)
+                }) else {
+                    continue;
+                };
+                let (node, idx, _) = topo.gpus[g];
+                let Some(inst) = layout_of(g).and_then(|l| l.get(p)).copied() else {
+                    continue;
+                };
+                busy[g] |= 1 << p;
+                busy[g0] &= !(1 << p0);
+                *entry = (z1, job, g, p);
+                actions.push(Action::Resize {
+                    job,
+                    allocation: one_gpu(node, idx, GpuPart::Mig(inst)),
+                });
+                self.promotions += 1;
+                moved = true;
+                break;
+            }
+            if !moved {
+                break;
+            }
+            running.sort_unstable();
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// mps
+
+/// Up to [`MPS_JOBS_PER_GPU`] jobs share a GPU under MPS, FIFO; the GPU with the fewest
+/// sharers (memory permitting) takes the next job.
+#[derive(Debug)]
+pub struct MpsOnly {
+    table: Arc<SliceTable>,
+    topo: Option<Topology>,
+}
+
+impl MpsOnly {
+    /// An MPS-sharing policy.
+    pub fn new(table: Arc<SliceTable>) -> MpsOnly {
+        MpsOnly { table, topo: None }
+    }
+}
+
+impl Policy for MpsOnly {
+    fn name(&self) -> &str {
+        "mps"
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        None
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let topo = self
+            .topo
+            .get_or_insert_with(|| Topology::build(view, LayoutSet::Generated));
+        let mut load: Vec<(u32, Bytes)> = topo
+            .gpus
+            .iter()
+            .map(|&(n, i, _)| {
+                gpu_state(view, n, i)
+                    .filter(|s| s.ready_at <= view.now && !s.whole && s.mig.is_none())
+                    .map_or((u32::MAX, Bytes(0)), |s| (s.quota_holders, s.memory_used))
+            })
+            .collect();
+        for job in fifo_queue(view, |_| false) {
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            let speeds = self.table.speeds_of(spec);
+            let mut best: Option<usize> = None;
+            for (g, &(holders, used)) in load.iter().enumerate() {
+                if holders >= MPS_JOBS_PER_GPU {
+                    continue;
+                }
+                let (n, _, _) = topo.gpus[g];
+                let capacity = view.cluster.nodes.get(n.index()).map_or(Bytes(0), |node| {
+                    Bytes::from_gib_f64(view.cluster.catalog.get(node.gpu).memory_gib)
+                });
+                let mem = mps_memory(topo.geo(g).map(|x| &x.0), &speeds);
+                if used.0.saturating_add(mem.0) > capacity.0 {
+                    continue;
+                }
+                if best.is_none_or(|b| holders < load[b].0) {
+                    best = Some(g);
+                }
+            }
+            let Some(g) = best else { break };
+            let (node, idx, _) = topo.gpus[g];
+            let mem = mps_memory(topo.geo(g).map(|x| &x.0), &speeds);
+            load[g].0 += 1;
+            load[g].1 += mem;
+            actions.push(Action::Start {
+                job,
+                allocation: one_gpu(
+                    node,
+                    idx,
+                    GpuPart::Quota {
+                        sm_request: (1000 / MPS_JOBS_PER_GPU) as u16,
+                        // Σ limits must stay within the driver's 150%; the truth lets a job
+                        // use what its neighbours leave idle anyway.
+                        sm_limit: (1500 / MPS_JOBS_PER_GPU) as u16,
+                        memory: mem,
+                    },
+                ),
+            });
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// miso and miso-oracle
+
+/// Settings of [`Miso`].
+#[derive(Clone, Debug)]
+pub struct MisoConfig {
+    /// True speeds and no MPS phase (`miso-oracle`).
+    pub oracle: bool,
+    /// Layouts the optimizer chooses from.
+    pub layouts: LayoutSet,
+    /// What the optimizer minimises.
+    pub objective: Objective,
+    /// Length of the MPS profiling phase.
+    pub mps_phase: SimDuration,
+    /// No new job this soon after a GPU's last checkpoint.
+    pub checkpoint_gap: SimDuration,
+    /// Predicts slice speeds at the end of the MPS phase.
+    pub predictor: Arc<dyn SlicePredictor>,
+    /// True slice speeds (the predictor's input, and the oracle's knowledge).
+    pub table: Arc<SliceTable>,
+    /// Seed of prediction errors (separate from arrivals).
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    /// Jobs run on their parts.
+    Steady,
+    /// Jobs share the GPU under MPS until then.
+    Mps { until: SimTime },
+    /// Waiting for a reconfiguration asked at `issued` to finish, then start these.
+    Pending {
+        issued: SimTime,
+        starts: Vec<(JobId, GpuPart)>,
+        mps: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    jobs: Vec<JobId>,
+    phase: Phase,
+    last_checkpoint: Option<SimTime>,
+    /// A job left: consider removing idle slices.
+    dirty: bool,
+    /// Last instant the policy acted on it (at most once per scheduling point).
+    touched: Option<SimTime>,
+}
+
+/// MISO (or its oracle): see the module docs.
+#[derive(Debug)]
+pub struct Miso {
+    name: &'static str,
+    config: MisoConfig,
+    topo: Option<Topology>,
+    slots: Vec<Slot>,
+    /// GPU slot of each job, or NONE.
+    job_gpu: Vec<u32>,
+    /// Predicted speeds, once a job's MPS phase measured it.
+    predicted: Vec<Option<SliceSpeeds>>,
+    /// Scratch: position in `view.active` per job.
+    seen: Vec<u32>,
+    /// True slice speeds per job, looked up once.
+    speeds: Vec<SliceSpeeds>,
+    wakeup: Option<SimTime>,
+    repartitions: u64,
+    mps_phases: u64,
+}
+
+impl Miso {
+    /// A MISO policy.
+    pub fn new(config: MisoConfig) -> Miso {
+        Miso {
+            name: if config.oracle { "miso-oracle" } else { "miso" },
+            config,
+            topo: None,
+            slots: Vec::new(),
+            job_gpu: Vec::new(),
+            predicted: Vec::new(),
+            seen: Vec::new(),
+            speeds: Vec::new(),
+            wakeup: None,
+            repartitions: 0,
+            mps_phases: 0,
+        }
+    }
+
+    fn truth(&self, view: &ClusterView<'_>, job: JobId) -> SliceSpeeds {
+        match self.speeds.get(job.index()) {
+            Some(s) => *s,
+            None => view
+                .jobs
+                .get(job.index())
+                .map_or([None; 8], |s| self.config.table.speeds_of(s)),
+        }
+    }
+
+    /// What the policy believes about a job's slice speeds: the truth for the oracle; for
+    /// MISO the prediction from its MPS phase (feasibility alone before one).
+    fn belief(&self, view: &ClusterView<'_>, job: JobId) -> SliceSpeeds {
+        let truth = self.truth(view, job);
+        if self.config.oracle {
+            return truth;
+        }
+        self.predicted
+            .get(job.index())
+            .copied()
+            .flatten()
+            .unwrap_or(truth.map(|s| s.map(|_| 1.0)))
+    }
+
+    fn predict(&mut self, view: &ClusterView<'_>, job: JobId) {
+        if self.predicted[job.index()].is_some() {
+            return;
+        }
+        let truth = self.truth(view, job);
+        // One stream per job, so predictions do not depend on the order jobs are profiled.
+        let mut rng = SimRng::seed_from_u64(
+            self.config
+                .seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(job.0 as u64),
+        );
+        self.predicted[job.index()] = Some(self.config.predictor.predict(&truth, &mut rng));
+    }
+
+    fn quota(&self, view: &ClusterView<'_>, g: usize, job: JobId, k: usize) -> GpuPart {
+        let topo = self.topo.as_ref();
+        let geo = topo.and_then(|t| t.geo(g)).map(|x| &x.0);
+        GpuPart::Quota {
+            sm_request: (1000 / k.max(1)) as u16,
+            sm_limit: (1000 / k.max(1)) as u16,
+            memory: mps_memory(geo, &self.truth(view, job)),
+        }
+    }
+
+    fn candidates(&self, g: usize) -> Option<&Candidates> {
+        self.topo.as_ref()?.geo(g).map(|x| &x.1)
+    }
+
+    /// Checkpoints every job of slot `g` and reconfigures it, the jobs to start on `starts`
+    /// once it is ready.
+    fn repartition(
+        &mut self,
+        view: &ClusterView<'_>,
+        g: usize,
+        layout: Option<Vec<MigInstance>>,
+        starts: Vec<(JobId, GpuPart)>,
+        mps: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(&(node, idx, _)) = self.topo.as_ref().and_then(|t| t.gpus.get(g)) else {
+            return;
+        };
+        self.slots[g].touched = Some(view.now);
+        for &j in &self.slots[g].jobs {
+            if active_pos(view, &self.seen, j)
+                .is_some_and(|p| view.active[p].state == JobState::Running)
+            {
+                actions.push(Action::Preempt { job: j });
+            }
+        }
+        let same_mode = gpu_state(view, node, idx).is_some_and(|s| s.mig == layout);
+        if same_mode {
+            for (job, part) in &starts {
+                actions.push(Action::Start {
+                    job: *job,
+                    allocation: one_gpu(node, idx, *part),
+                });
+            }
+            self.slots[g].phase = if mps {
+                Phase::Mps {
+                    until: view.now + self.config.mps_phase,
+                }
+            } else {
+                Phase::Steady
+            };
+            self.slots[g].last_checkpoint = Some(view.now);
+        } else {
+            actions.push(Action::Reconfigure {
+                node,
+                gpu: idx,
+                layout,
+            });
+            self.slots[g].phase = Phase::Pending {
+                issued: view.now,
+                starts,
+                mps,
+            };
+        }
+    }
+
+    /// Applies the optimizer's plan for the jobs of slot `g` (whole GPU for one job).
+    fn apply_plan(&mut self, view: &ClusterView<'_>, g: usize, actions: &mut Vec<Action>) -> bool {
+        let jobs = self.slots[g].jobs.clone();
+        if jobs.len() == 1 {
+            self.repartition(
+                view,
+                g,
+                None,
+                vec![(jobs[0], GpuPart::Whole)],
+                false,
+                actions,
+            );
+            return true;
+        }
+        let beliefs: Vec<SliceSpeeds> = jobs.iter().map(|&j| self.belief(view, j)).collect();
+        let Some(plan) = self
+            .candidates(g)
+            .and_then(|c| optimize(&beliefs, c, self.config.objective))
+        else {
+            return false;
+        };
+        let starts = jobs
+            .iter()
+            .zip(&plan.assignment)
+            .map(|(&j, &inst)| (j, GpuPart::Mig(inst)))
+            .collect();
+        self.repartition(view, g, Some(plan.layout), starts, false, actions);
+        self.repartitions += 1;
+        true
+    }
+
+    /// The mean believed slowdown of slot `g`'s jobs where they are now (infinite when some
+    /// job is not on a slice).
+    fn current_cost(&self, view: &ClusterView<'_>, g: usize) -> f64 {
+        let Some((geo, _)) = self.topo.as_ref().and_then(|t| t.geo(g)) else {
+            return f64::INFINITY;
+        };
+        let jobs = &self.slots[g].jobs;
+        let mut total = 0.0;
+        for &j in jobs {
+            let part = active_pos(view, &self.seen, j)
+                .and_then(|p| view.active[p].allocation.as_ref())
+                .and_then(|a| a.part());
+            let speed = match part {
+                Some(GpuPart::Whole) => Some(1.0),
+                Some(GpuPart::Mig(inst)) => geo
+                    .profile(inst)
+                    .and_then(|p| self.belief(view, j)[p.compute_slices as usize]),
+                _ => None,
+            };
+            match speed {
+                Some(s) if s > 0.0 => total += 1.0 / s,
+                _ => return f64::INFINITY,
+            }
+        }
+        total / jobs.len().max(1) as f64
+    }
+
+    /// The slot with the fewest jobs that can take `job` now (ties: lowest GPU).
+    fn eligible(&self, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
+        let topo = self.topo.as_ref()?;
+        let mut buckets: [Vec<usize>; 7] = Default::default();
+        for (g, slot) in self.slots.iter().enumerate() {
+            if slot.phase != Phase::Steady || slot.jobs.len() >= 7 || slot.touched == Some(view.now)
+            {
+                continue;
+            }
+            if slot
+                .last_checkpoint
+                .is_some_and(|t| view.now < t + self.config.checkpoint_gap)
+            {
+                continue;
+            }
+            let (n, i, _) = topo.gpus[g];
+            let Some(s) = gpu_state(view, n, i) else {
+                continue;
+            };
+            if s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
+                continue;
+            }
+            buckets[slot.jobs.len()].push(g);
+        }
+        let newcomer = self.truth(view, job);
+        for (k, bucket) in buckets.iter().enumerate() {
+            for &g in bucket {
+                if k == 0 {
+                    return Some(g);
+                }
+                let Some(cands) = self.candidates(g) else {
+                    continue;
+                };
+                // Memory decides feasibility; speeds do not matter here.
+                let mut all: Vec<SliceSpeeds> = self.slots[g]
+                    .jobs
+                    .iter()
+                    .map(|&j| self.truth(view, j))
+                    .collect();
+                all.push(newcomer);
+                if optimize(&all, cands, Objective::MeanSlowdown).is_some() {
+                    return Some(g);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Policy for Miso {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn round_length(&self) -> Option<SimDuration> {
+        None
+    }
+
+    fn wakeup(&self) -> Option<SimTime> {
+        self.wakeup
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        vec![
+            ("repartitions".into(), self.repartitions as f64),
+            ("mps_phases".into(), self.mps_phases as f64),
+        ]
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        if self.topo.is_none() {
+            let topo = Topology::build(view, self.config.layouts);
+            self.slots = vec![
+                Slot {
+                    jobs: Vec::new(),
+                    phase: Phase::Steady,
+                    last_checkpoint: None,
+                    dirty: false,
+                    touched: None,
+                };
+                topo.gpus.len()
+            ];
+            self.topo = Some(topo);
+        }
+        let n = view.jobs.len();
+        if self.job_gpu.len() != n {
+            self.job_gpu = vec![NONE; n];
+            self.predicted = vec![None; n];
+            self.seen = vec![NONE; n];
+            self.speeds = view
+                .jobs
+                .iter()
+                .map(|j| self.config.table.speeds_of(j))
+                .collect();
+        }
+        // One pass over the active jobs: where each is, and the FIFO queue of jobs not yet
+        // promised to a GPU. `seen` is never cleared: an entry is valid only while it points
+        // back at its job (see `active_pos`).
+        let mut queue: Vec<(SimTime, JobId)> = Vec::new();
+        for (i, a) in view.active.iter().enumerate() {
+            self.seen[a.id.index()] = i as u32;
+            if a.state == JobState::Queued && self.job_gpu[a.id.index()] == NONE {
+                if let Some(spec) = view.spec(a) {
+                    queue.push((spec.submit, a.id));
+                }
+            }
+        }
+        queue.sort_unstable();
+        let now = view.now;
+
+        // 1. Jobs that finished leave their GPU.
+        if view.trigger.completion {
+            for slot in &mut self.slots {
+                let before = slot.jobs.len();
+                let seen = &self.seen;
+                slot.jobs.retain(|j| active_pos(view, seen, *j).is_some());
+                if slot.jobs.len() != before && slot.phase == Phase::Steady {
+                    slot.dirty = true;
+                }
+            }
+        }
+
+        // 2. Reconfigured GPUs start their jobs.
+        for g in 0..self.slots.len() {
+            let Phase::Pending { issued, .. } = &self.slots[g].phase else {
+                continue;
+            };
+            let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
+            let ready = gpu_state(view, node, idx).is_some_and(|s| s.ready_at <= now);
+            if *issued >= now || !ready {
+                continue;
+            }
+            let Phase::Pending { starts, mps, .. } =
+                std::mem::replace(&mut self.slots[g].phase, Phase::Steady)
+            else {
+                continue;
+            };
+            for (job, part) in starts {
+                actions.push(Action::Start {
+                    job,
+                    allocation: one_gpu(node, idx, part),
+                });
+            }
+            self.slots[g].touched = Some(now);
+            if mps {
+                self.slots[g].phase = Phase::Mps {
+                    until: now + self.config.mps_phase,
+                };
+            }
+            self.slots[g].last_checkpoint = Some(now);
+        }
+
+        // 3. MPS phases that ended: predict, optimise, re-partition.
+        for g in 0..self.slots.len() {
+            if !matches!(self.slots[g].phase, Phase::Mps { until } if until <= now) {
+                continue;
+            }
+            self.slots[g].phase = Phase::Steady;
+            for j in self.slots[g].jobs.clone() {
+                self.predict(view, j);
+            }
+            if self.slots[g].jobs.is_empty() {
+                self.slots[g].dirty = true;
+            } else if !self.apply_plan(view, g, actions) {
+                // Cannot happen for jobs admitted by `eligible`; keep them sharing.
+                self.slots[g].last_checkpoint = Some(now);
+            }
+        }
+
+        // 4. Idle slices: an empty partitioned GPU goes back to whole mode; with nobody
+        //    waiting, a GPU whose job left is re-optimised when that helps.
+        let queue_empty = queue.is_empty();
+        for g in 0..self.slots.len() {
+            if !self.slots[g].dirty
+                || self.slots[g].phase != Phase::Steady
+                || self.slots[g].touched == Some(now)
+            {
+                continue;
+            }
+            self.slots[g].dirty = false;
+            let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
+            if self.slots[g].jobs.is_empty() {
+                if gpu_state(view, node, idx).is_some_and(|s| s.mig.is_some() && s.is_idle()) {
+                    self.slots[g].touched = Some(now);
+                    actions.push(Action::Reconfigure {
+                        node,
+                        gpu: idx,
+                        layout: None,
+                    });
+                }
+                continue;
+            }
+            if !queue_empty {
+                continue;
+            }
+            let current = self.current_cost(view, g);
+            let jobs = self.slots[g].jobs.clone();
+            let better = if jobs.len() == 1 {
+                current > 1.0 + 1e-12 || !current.is_finite()
+            } else {
+                let beliefs: Vec<SliceSpeeds> =
+                    jobs.iter().map(|&j| self.belief(view, j)).collect();
+                self.candidates(g)
+                    .and_then(|c| optimize(&beliefs, c, self.config.objective))
+                    .is_some_and(|p| p.cost < current - 1e-9)
+            };
+            if better {
+                self.apply_plan(view, g, actions);
+            }
+        }
+
+        // 5. Strict FIFO placement.
+        let mut waiting = false;
+        for (_, job) in queue {
+            let Some(g) = self.eligible(view, job) else {
+                waiting = true;
+                break; // head-of-line blocking
+            };
+            self.job_gpu[job.index()] = g as u32;
+            let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
+            if self.slots[g].jobs.is_empty() {
+                self.slots[g].jobs.push(job);
+                self.slots[g].touched = Some(now);
+                actions.push(Action::Start {
+                    job,
+                    allocation: one_gpu(node, idx, GpuPart::Whole),
+                });
+                continue;
+            }
+            self.slots[g].jobs.push(job);
+            if self.config.oracle {
+                self.apply_plan(view, g, actions);
+            } else {
+                let jobs = self.slots[g].jobs.clone();
+                let k = jobs.len();
+                let starts = jobs
+                    .iter()
+                    .map(|&j| (j, self.quota(view, g, j, k)))
+                    .collect();
+                self.repartition(view, g, None, starts, true, actions);
+                self.mps_phases += 1;
+            }
+        }
+        // Wake up at the end of an MPS phase, or when a checkpoint gap ends with jobs waiting.
+        self.wakeup = self
+            .slots
+            .iter()
+            .filter_map(|s| match s.phase {
+                Phase::Mps { until } if until > now => Some(until),
+                Phase::Steady if waiting => s
+                    .last_checkpoint
+                    .map(|t| t + self.config.checkpoint_gap)
+                    .filter(|&t| t > now),
+                _ => None,
+            })
+            .min();
+    }
+}

@@ -1,0 +1,174 @@
+//! MISO policies against the engine: per-GPU invariants after every event, every job done,
+//! determinism; the reproduction's ordering.
+
+use tessera_model::{GpuPart, SimTime};
+use tessera_sched::{JobState, PolicyOptions};
+use tessera_sim::{SimConfig, Simulation};
+
+use super::experiment::{a100_cluster, miso_restart_costs, run_repro, ReproSpec};
+use super::truth::MisoTruth;
+use super::{miso_table, workload, Miso};
+use crate::experiment::RunContext;
+use crate::Mechanism;
+
+/// Runs `policy` over the 100-job trace, checking after every event: the engine's device
+/// invariants (valid layout, one holder per instance, memory within the GPU), and that every
+/// job on a MIG instance fits it in memory (the table has a speed there).
+fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
+    let workload = workload::miso_workload(seed, 60.0, 30.0).unwrap();
+    run_checked_on(policy, seed, gpus, &workload)
+}
+
+fn run_checked_on(
+    policy: &str,
+    seed: u64,
+    gpus: u32,
+    workload: &tessera_model::Workload,
+) -> tessera_sim::SimReport {
+    let cluster = a100_cluster(1, gpus).unwrap();
+    let truth = MisoTruth::new(miso_table());
+    let built = Miso
+        .build_policy(
+            policy,
+            &PolicyOptions {
+                seed,
+                ..PolicyOptions::default()
+            },
+        )
+        .unwrap();
+    let config = SimConfig {
+        restart_costs: miso_restart_costs(),
+        ..SimConfig::default()
+    };
+    let mut sim = Simulation::new(&cluster, workload, &truth, built, config);
+    let table = miso_table();
+    let geo = cluster
+        .catalog
+        .mig_geometry(cluster.nodes[0].gpu)
+        .unwrap()
+        .clone();
+    let mut steps = 0;
+    while sim.step().unwrap_or_else(|e| panic!("{policy}: {e}")) {
+        steps += 1;
+        sim.check_invariants()
+            .unwrap_or_else(|e| panic!("{policy} at {}: {e}", sim.now()));
+        for a in sim.active() {
+            if a.state != JobState::Running {
+                continue;
+            }
+            let spec = &workload.jobs()[a.id.index()];
+            if let Some(GpuPart::Mig(inst)) = a.allocation.as_ref().and_then(|x| x.part()) {
+                let p = geo.profile(inst).unwrap();
+                assert!(
+                    table.speeds_of(spec)[p.compute_slices as usize].is_some(),
+                    "{policy}: {} out of memory on {}",
+                    spec.name,
+                    p.name
+                );
+            }
+        }
+        assert!(steps < 1_000_000, "{policy}: no end");
+    }
+    let report = sim.into_report();
+    assert_eq!(
+        report.summary.finished,
+        workload.len(),
+        "{policy}: {:?}",
+        report.summary
+    );
+    report
+}
+
+#[test]
+fn every_policy_keeps_gpu_invariants_after_every_event() {
+    for policy in [
+        "nopart",
+        "static",
+        "static:4-3",
+        "static:4-2-1",
+        "miso",
+        "miso-oracle",
+        "mps",
+    ] {
+        let r = run_checked(policy, 1, 8);
+        assert!(r.summary.avg_jct_s > 0.0);
+        if policy.starts_with("miso") {
+            let reparts = r
+                .policy_stats
+                .iter()
+                .find(|(k, _)| k == "repartitions")
+                .map(|(_, v)| *v)
+                .unwrap();
+            assert!(reparts > 0.0, "{policy} never re-partitioned");
+        }
+    }
+    // A small cluster forces deep sharing and head-of-line blocking.
+    for policy in ["miso", "miso-oracle", "static"] {
+        run_checked(policy, 3, 2);
+    }
+}
+
+#[test]
+fn invariants_hold_on_random_heavy_workloads() {
+    // Bursty arrivals (one a second on average) of random trace jobs on 1-3 GPUs: deep
+    // sharing, many re-partitions, MPS phases ending while jobs finish.
+    for seed in 1..=4u64 {
+        let w = workload::synthetic(60, 3600.0, seed).unwrap();
+        for policy in ["miso", "miso-oracle", "static", "mps"] {
+            run_checked_on(policy, seed, 1 + (seed % 3) as u32, &w);
+        }
+    }
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let a = run_checked("miso", 2, 8);
+    let b = run_checked("miso", 2, 8);
+    assert_eq!(a.summary, b.summary);
+    assert_eq!(a.jobs, b.jobs);
+}
+
+#[test]
+fn nopart_never_shares_a_gpu_and_queues_in_fifo_order() {
+    let r = run_checked("nopart", 1, 8);
+    // Strict FIFO on identical GPUs: start times follow submit order.
+    let mut starts: Vec<(SimTime, SimTime)> = r
+        .jobs
+        .iter()
+        .map(|j| (j.submit, j.first_start.unwrap()))
+        .collect();
+    starts.sort();
+    assert!(starts.windows(2).all(|w| w[0].1 <= w[1].1));
+    assert_eq!(r.summary.preemptions, 0);
+}
+
+#[test]
+fn repro_ordering_holds_over_five_seeds() {
+    let r = run_repro(&ReproSpec::default(), &RunContext::quiet(2)).unwrap();
+    let jct = |n: &str| r.get(n).unwrap().avg_jct_s;
+    let (oracle, miso, best_static, nopart) = (
+        jct("miso-oracle"),
+        jct("miso"),
+        jct("static"),
+        jct("nopart"),
+    );
+    eprintln!(
+        "oracle {oracle:.0} miso {miso:.0} static {best_static:.0} nopart {nopart:.0} mps {:.0}",
+        jct("mps")
+    );
+    assert!(r.means.iter().all(|m| m.unfinished == 0));
+    assert!(oracle <= miso, "oracle {oracle} > miso {miso}");
+    assert!(
+        miso < best_static,
+        "miso {miso} >= best static {best_static}"
+    );
+    assert!(
+        best_static < nopart,
+        "best static {best_static} >= nopart {nopart}"
+    );
+    assert!(
+        r.predictor_mae > 0.0 && r.predictor_mae < 0.05,
+        "{}",
+        r.predictor_mae
+    );
+}
