@@ -600,6 +600,7 @@ impl<'a> Simulation<'a> {
             state: &self.devices,
             jobs: self.jobs,
             active: &self.active,
+            services: &[],
         };
         self.policy.schedule(&view, &mut actions);
         self.scheduling_points += 1;

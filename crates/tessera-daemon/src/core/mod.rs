@@ -1215,6 +1215,7 @@ impl Core {
                 state: &devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
+                services: &[],
             };
             self.policy.schedule(&view, &mut actions);
         }
@@ -1228,7 +1229,10 @@ impl Core {
                 Action::Preempt { job } => (*job, "preempt"),
                 Action::Resize { job, .. } => (*job, "resize"),
                 // Not carried out by the daemon yet: refused, never half-applied.
-                other @ (Action::Retune { .. } | Action::Reconfigure { .. }) => {
+                other @ (Action::Retune { .. }
+                | Action::Reconfigure { .. }
+                | Action::ScaleOut { .. }
+                | Action::ScaleIn { .. }) => {
                     tracing::warn!(
                         action = other.kind(),
                         "policy asked for an action the daemon does not carry out; ignored"

@@ -151,6 +151,7 @@ pub fn run_reference(
             state: &empty,
             jobs,
             active: &active,
+            services: &[],
         };
         policy.schedule(&view, &mut actions);
         points += 1;
