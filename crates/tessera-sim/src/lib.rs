@@ -27,6 +27,10 @@
 
 mod engine;
 pub mod metrics;
+pub mod serving;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation, DEFAULT_RECONFIGURE_TIME};
-pub use metrics::{JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use metrics::{GpuActivity, JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use serving::{
+    DefaultServingModel, InstanceSeries, ServiceSummary, ServingConfig, ServingModel,
+};

@@ -313,6 +313,7 @@ pub fn run_reference(
             events,
             scheduling_points: points,
             profiling_gpu_secs,
+            ..RunTotals::default()
         },
     );
     Ok(SimReport {
@@ -321,5 +322,6 @@ pub fn run_reference(
         jobs: records,
         timeseries: Vec::new(),
         policy_stats: policy.stats(),
+        service_instances: Vec::new(),
     })
 }
