@@ -50,6 +50,15 @@ pub fn run_reference(
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
     let jobs = workload.jobs();
+    if !workload.services().is_empty() {
+        // Refused rather than silently ignored: the reference has no serving.
+        return Err(SimError::InvalidAction {
+            policy: policy.name().to_string(),
+            now: SimTime::ZERO,
+            action: "serve".to_string(),
+            reason: "the synergy engine does not model inference services".to_string(),
+        });
+    }
     policy.use_reference_semantics();
     let round = policy
         .round_length()
