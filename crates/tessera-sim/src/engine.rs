@@ -463,7 +463,7 @@ impl<'a> Simulation<'a> {
             // records every change, not only the policy's (issue 10).
             self.record_sample();
         }
-        if (!self.active.is_empty() || self.serving.live(t))
+        if (!self.active.is_empty() || self.serving.wants_policy(t))
             && (trigger.round
                 || trigger.arrival
                 || trigger.completion
@@ -1014,20 +1014,26 @@ impl<'a> Simulation<'a> {
                 continue;
             };
             let capacity = Bytes::from_gib_f64(self.cluster.catalog.get(node.gpu).memory_gib);
-            let geo = self.cluster.catalog.mig_geometry(node.gpu);
             let gpus = self.devices.gpus(s.node);
             for i in d.gpus.iter() {
                 let Some(g) = gpus.get(i as usize) else {
                     continue;
                 };
-                let mig_used = match (&g.mig, geo) {
-                    (Some(layout), Some(geo)) => layout
-                        .iter()
-                        .enumerate()
-                        .filter(|(k, _)| g.mig_busy & (1 << k) != 0)
-                        .filter_map(|(_, inst)| geo.profile(*inst))
-                        .map(|p| p.compute_slices as u32)
-                        .sum(),
+                // Only partitioned GPUs need the (name-searched) MIG geometry.
+                let mig_used = match (&g.mig, g.mig_busy) {
+                    (Some(layout), busy) if busy != 0 => self
+                        .cluster
+                        .catalog
+                        .mig_geometry(node.gpu)
+                        .map_or(0, |geo| {
+                            layout
+                                .iter()
+                                .enumerate()
+                                .filter(|(k, _)| busy & (1 << k) != 0)
+                                .filter_map(|(_, inst)| geo.profile(*inst))
+                                .map(|p| p.compute_slices as u32)
+                                .sum()
+                        }),
                     _ => 0,
                 };
                 let (a, sm, mem) = gpu_activity(g, capacity, mig_used);

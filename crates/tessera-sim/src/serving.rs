@@ -404,6 +404,12 @@ impl<'a> Serving<'a> {
         self.runs.iter().any(|r| t < r.end)
     }
 
+    /// True while the policy has serving work to look at: a service not ended, or live
+    /// instances (to scale in after the end).
+    pub(crate) fn wants_policy(&self, now: SimTime) -> bool {
+        self.live(now) || self.runs.iter().any(|r| !r.instances.is_empty())
+    }
+
     /// The first service start, if any.
     pub(crate) fn first_start(&self) -> Option<SimTime> {
         self.boundaries.first().map(|&b| SimTime::from_micros(b))
