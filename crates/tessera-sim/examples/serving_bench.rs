@@ -46,7 +46,8 @@ impl Policy for StaticInstances {
                     }
                 }
                 ServicePhase::Ended => {
-                    for i in &s.instances {
+                    // Idle ones only: a backlog is served before the instance goes.
+                    for i in s.instances.iter().filter(|i| i.queue_len == 0) {
                         actions.push(Action::ScaleIn {
                             service: s.spec.id,
                             instance: i.id,
