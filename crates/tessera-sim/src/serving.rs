@@ -796,7 +796,7 @@ fn effective_sm(alloc: &Allocation, state: &ClusterState, cluster: &Cluster) -> 
                     let idle = 1000u32.saturating_sub(g.map_or(req, |g| g.sm_requested));
                     let headroom = g.map_or(0, |g| g.sm_limits.saturating_sub(g.sm_requested));
                     let extra = if headroom > 0 {
-                        (idle as u64 * (lim - req) as u64 / headroom as u64) as u32
+                        (idle as u64 * lim.saturating_sub(req) as u64 / headroom as u64) as u32
                     } else {
                         0
                     };
