@@ -281,5 +281,25 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
         }
     }
     w.flush()?;
+    if reports.iter().any(|r| !r.service_instances.is_empty()) {
+        // Each service's instance count at every change.
+        let path = dir.join("instances.csv");
+        let mut w =
+            csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
+        w.write_record(["policy", "service", "time_s", "instances"])?;
+        for r in reports {
+            for series in &r.service_instances {
+                for (t, n) in &series.points {
+                    w.write_record([
+                        r.policy.clone(),
+                        series.service.clone(),
+                        format!("{}", t.as_secs_f64()),
+                        n.to_string(),
+                    ])?;
+                }
+            }
+        }
+        w.flush()?;
+    }
     Ok(())
 }

@@ -204,6 +204,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             .iter()
             .map(|f| dir.join(f).display().to_string())
             .collect();
+        if reports.iter().any(|r| !r.service_instances.is_empty()) {
+            written.push(dir.join("instances.csv").display().to_string());
+        }
         if !args.no_plots {
             for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
                 written.push(p.display().to_string());

@@ -849,7 +849,8 @@ fn simulate_reports_services() {
         .as_str()
         .unwrap()
         .contains("device memory"));
-    // The table shows them too.
+    // The table shows them too, and --out writes each service's instance count over time.
+    let dir = tempfile::tempdir().unwrap();
     let o = tessera(&[
         "simulate",
         "--cluster",
@@ -858,7 +859,15 @@ fn simulate_reports_services() {
         &data("services.yaml"),
         "--policy",
         "serve-exclusive",
+        "--no-plots",
+        "--out",
+        dir.path().to_str().unwrap(),
     ]);
+    let instances = std::fs::read_to_string(dir.path().join("instances.csv")).unwrap();
+    assert!(
+        instances.starts_with("policy,service,time_s,instances\nserve-exclusive,web,0,1\n"),
+        "{instances}"
+    );
     let text = stdout(&o);
     assert!(
         text.contains("SLO viol.") && text.contains("huge under serve-exclusive: unschedulable"),
