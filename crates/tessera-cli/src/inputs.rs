@@ -129,6 +129,21 @@ pub fn load_trace(
             dropped: 0,
         });
     }
+    if is_workload_spec(source) {
+        let text = std::fs::read_to_string(source).with_context(|| format!("reading {source}"))?;
+        let workload = tessera_trace::parse_workload_spec(&text, catalog)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+        let lines = (1..=workload.len() as u64).collect();
+        return Ok(LoadedTrace {
+            format: TraceFormat::Tessera,
+            detected: false,
+            workload,
+            lines,
+            skipped: 0,
+            skipped_examples: Vec::new(),
+            dropped: 0,
+        });
+    }
     let opts = ReadOptions { skip_invalid };
     Ok(tessera_trace::read_trace(
         Path::new(source),
@@ -160,9 +175,33 @@ pub fn report_skips(source: &str, trace: &LoadedTrace) {
     }
 }
 
+/// A `kind: Workload` spec (with services): a `.yaml`/`.yml` file, or a `.json` file holding
+/// one object with a `kind` (Philly's JSON traces are lists).
+pub fn is_workload_spec(source: &str) -> bool {
+    use std::io::Read;
+    let lower = source.to_ascii_lowercase();
+    if source.starts_with("builtin:") {
+        return false;
+    }
+    if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+        return true;
+    }
+    if !lower.ends_with(".json") {
+        return false;
+    }
+    let mut head = [0u8; 4096];
+    let n = std::fs::File::open(source)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&head[..n]);
+    text.trim_start().starts_with('{') && text.contains("\"kind\"")
+}
+
 /// How to name a trace's format to the user: built-in workloads are generated, not parsed.
 pub fn format_label(source: &str, trace: &LoadedTrace) -> String {
-    if source.starts_with("builtin:") {
+    if is_workload_spec(source) {
+        "workload spec".to_string()
+    } else if source.starts_with("builtin:") {
         "built-in".to_string()
     } else {
         trace.format.to_string()

@@ -87,6 +87,63 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     tessera_mechanisms::experiment::text_table(header, rows)
 }
 
+/// The serving and device-activity comparison, one row per policy and service; empty when
+/// the workload has no services.
+pub fn serving_table(summaries: &[PolicySummary]) -> String {
+    if summaries.iter().all(|p| p.summary.services.is_empty()) {
+        return String::new();
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for p in summaries {
+        let s = &p.summary;
+        for v in &s.services {
+            rows.push(vec![
+                p.policy.clone(),
+                v.service.clone(),
+                format!("{}/{}", v.served, v.requests),
+                v.dropped.to_string(),
+                format!("{:.2}%", 100.0 * v.slo_violation_rate),
+                format!("{:.1}", v.served_rps),
+                format!("{:.1} ms", 1e3 * v.p50_latency_s),
+                format!("{:.1} ms", 1e3 * v.p99_latency_s),
+                format!("{:.2}/{}", v.mean_instances, v.peak_instances),
+                format!("{}/{:.2}", s.peak_active_gpus, s.mean_active_gpus),
+                format!("{:.3}/{:.3}", s.mean_sm_frag, s.mean_mem_frag),
+            ]);
+        }
+    }
+    let mut notes = String::new();
+    for p in summaries {
+        for v in &p.summary.services {
+            if let Some(why) = &v.unschedulable {
+                notes.push_str(&format!(
+                    "{} under {}: unschedulable: {why}\n",
+                    v.service, p.policy
+                ));
+            }
+        }
+    }
+    format!(
+        "\n{}{notes}",
+        table(
+            &[
+                "policy",
+                "service",
+                "served",
+                "dropped",
+                "SLO viol.",
+                "served RPS",
+                "p50",
+                "p99",
+                "instances mean/peak",
+                "active GPUs peak/mean",
+                "frag SM/mem",
+            ],
+            &rows,
+        )
+    )
+}
+
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.
 pub fn comparison_table(summaries: &[PolicySummary]) -> String {
     let base = summaries
@@ -203,6 +260,9 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
         "memory_gib",
         "running",
         "queued",
+        "active_gpus",
+        "sm_frag",
+        "mem_frag",
     ])?;
     for r in reports {
         for s in &r.timeseries {
@@ -214,9 +274,32 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 format!("{:.3}", s.memory_bytes as f64 / (1u64 << 30) as f64),
                 s.running.to_string(),
                 s.queued.to_string(),
+                s.active_gpus.to_string(),
+                format!("{:.4}", s.sm_frag),
+                format!("{:.4}", s.mem_frag),
             ])?;
         }
     }
     w.flush()?;
+    if reports.iter().any(|r| !r.service_instances.is_empty()) {
+        // Each service's instance count at every change.
+        let path = dir.join("instances.csv");
+        let mut w =
+            csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
+        w.write_record(["policy", "service", "time_s", "instances"])?;
+        for r in reports {
+            for series in &r.service_instances {
+                for (t, n) in &series.points {
+                    w.write_record([
+                        r.policy.clone(),
+                        series.service.clone(),
+                        format!("{}", t.as_secs_f64()),
+                        n.to_string(),
+                    ])?;
+                }
+            }
+        }
+        w.flush()?;
+    }
     Ok(())
 }

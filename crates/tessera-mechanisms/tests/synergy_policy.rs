@@ -64,6 +64,7 @@ fn round(
         state: &state,
         jobs,
         active: &act,
+        services: &[],
     };
     let mut p = SynergyPolicy::new(order, mech, Some(SimDuration::from_secs(300)));
     let mut actions = Vec::new();
@@ -308,6 +309,7 @@ fn starts_with_order(
         state: &state,
         jobs,
         active: act,
+        services: &[],
     };
     let mut p = SynergyPolicy::new(order, mech, Some(SimDuration::from_secs(300)));
     let mut actions = Vec::new();

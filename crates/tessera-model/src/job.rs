@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::GpuModelId;
 use crate::quantity::{Bytes, MilliCpu};
+use crate::service::{InferenceService, ServiceId};
 use crate::time::{SimDuration, SimTime};
 
 /// Index of a job in its [`Workload`] (dense, in submit order).
@@ -98,20 +99,47 @@ impl TrainingJob {
     }
 }
 
-/// Jobs sorted by submit time (stable: ties keep trace order), with ids equal to positions.
+/// Training jobs sorted by submit time (stable: ties keep trace order), with ids equal to
+/// positions, and inference services sorted by start time, numbered the same way.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Workload {
     jobs: Vec<TrainingJob>,
+    services: Vec<InferenceService>,
 }
 
 impl Workload {
-    /// Sorts jobs by submit time (stably) and renumbers their ids densely.
+    /// Sorts jobs by submit time (stably) and renumbers their ids densely. No services.
     pub fn new(mut jobs: Vec<TrainingJob>) -> Workload {
         jobs.sort_by_key(|j| j.submit);
         for (i, j) in jobs.iter_mut().enumerate() {
             j.id = JobId(i as u32);
         }
-        Workload { jobs }
+        Workload {
+            jobs,
+            services: Vec::new(),
+        }
+    }
+
+    /// Jobs as [`new`](Self::new) orders them, and services sorted by start time (stably),
+    /// renumbered densely.
+    pub fn with_services(jobs: Vec<TrainingJob>, mut services: Vec<InferenceService>) -> Workload {
+        let mut w = Workload::new(jobs);
+        services.sort_by_key(|s| s.start);
+        for (i, s) in services.iter_mut().enumerate() {
+            s.id = ServiceId(i as u32);
+        }
+        w.services = services;
+        w
+    }
+
+    /// The inference services, in start order.
+    pub fn services(&self) -> &[InferenceService] {
+        &self.services
+    }
+
+    /// A service by id.
+    pub fn service(&self, id: ServiceId) -> Option<&InferenceService> {
+        self.services.get(id.index())
     }
 
     /// The jobs, in submit order.
@@ -119,12 +147,12 @@ impl Workload {
         &self.jobs
     }
 
-    /// Number of jobs.
+    /// Number of training jobs (services are counted by [`services`](Self::services)).
     pub fn len(&self) -> usize {
         self.jobs.len()
     }
 
-    /// True when there are no jobs.
+    /// True when there are no training jobs.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }

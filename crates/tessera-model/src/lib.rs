@@ -4,7 +4,8 @@
 //! - [`quantity`]: Kubernetes quantities, [`MilliCpu`] and [`Bytes`].
 //! - [`catalog`]: the [`GpuCatalog`] of GPU models and MIG geometry (built-in YAML data).
 //! - [`cluster`]: `kind: Cluster` specs and the validated [`Cluster`].
-//! - [`job`]: [`TrainingJob`] and [`Workload`].
+//! - [`job`]: [`TrainingJob`] and [`Workload`] (jobs and services).
+//! - [`service`]: [`InferenceService`]s, their instances' demand and arrival processes.
 //! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
@@ -28,6 +29,7 @@ pub mod knowledge;
 pub mod pyrandom;
 pub mod quantity;
 pub mod rng;
+pub mod service;
 pub mod time;
 
 pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan};
@@ -43,4 +45,5 @@ pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
+pub use service::{ArrivalProcess, GpuDemand, InferenceService, InstanceDemand, ServiceId};
 pub use time::{SimDuration, SimTime, TimeRangeError, MAX_INPUT_SECS};

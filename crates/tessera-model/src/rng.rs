@@ -68,6 +68,41 @@ impl SimRng {
             .unwrap_or(0)
     }
 
+    /// Standard normal (Box–Muller; one draw per call, the pair's second value is dropped to
+    /// keep the generator stateless beyond its stream).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]: the logarithm is finite
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    /// Gamma with `shape` and `scale` (mean `shape × scale`), both positive (Marsaglia and
+    /// Tsang; shapes below 1 by the boost `G(k) = G(k+1) · U^(1/k)`). Returns 0 for
+    /// non-positive or non-finite parameters.
+    pub fn gamma(&mut self, shape: f64, scale: f64) -> f64 {
+        if !(shape.is_finite() && shape > 0.0 && scale.is_finite() && scale > 0.0) {
+            return 0.0;
+        }
+        if shape < 1.0 {
+            let u = 1.0 - self.uniform();
+            return self.gamma(shape + 1.0, scale) * u.powf(1.0 / shape);
+        }
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let x = self.normal();
+            let v = 1.0 + c * x;
+            if v <= 0.0 {
+                continue;
+            }
+            let v = v * v * v;
+            let u = 1.0 - self.uniform();
+            if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
+                return d * v * scale;
+            }
+        }
+    }
+
     /// Raw 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.inner.next_u64()
@@ -102,5 +137,26 @@ mod tests {
         assert_eq!(counts[1], 0);
         assert!((counts[0] as f64 / n as f64 - 0.2).abs() < 0.01);
         assert!((0..1000).all(|_| r.below(5) < 5));
+    }
+
+    #[test]
+    fn gamma_has_the_right_mean_and_cv() {
+        let mut r = SimRng::seed_from_u64(3);
+        let n = 200_000;
+        for (shape, scale) in [(0.25, 4.0), (1.0, 0.5), (4.0, 0.25)] {
+            let xs: Vec<f64> = (0..n).map(|_| r.gamma(shape, scale)).collect();
+            let mean = xs.iter().sum::<f64>() / n as f64;
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+            let cv = var.sqrt() / mean;
+            assert!(
+                (mean - shape * scale).abs() < 0.03 * shape * scale,
+                "{shape}: {mean}"
+            );
+            assert!(
+                (cv - 1.0 / shape.sqrt()).abs() < 0.05 / shape.sqrt(),
+                "{shape}: {cv}"
+            );
+        }
+        assert_eq!(r.gamma(-1.0, 1.0), 0.0);
     }
 }

@@ -5,7 +5,8 @@
 //! daemon in `tessera-daemon`) build a [`ClusterView`] at each scheduling point, call
 //! [`Policy::schedule`], then validate and apply the returned [`Action`]s.
 //!
-//! - [`view`]: [`ClusterView`], [`ActiveJob`], [`Trigger`], [`Action`].
+//! - [`view`]: [`ClusterView`], [`ActiveJob`], [`ServiceView`] (services, their instances,
+//!   load and latency), [`Trigger`], [`Action`].
 //! - [`policy`]: the [`Policy`] trait and the registry ([`build_policy`], [`POLICIES`]).
 //! - [`state`]: [`ClusterState`], free resources and every GPU's state, and [`validate`],
 //!   the one check of actions all drivers apply.
@@ -25,5 +26,8 @@ pub mod view;
 
 pub use placement::Ledger;
 pub use policy::{Policy, PolicyError, PolicyInfo, PolicyOptions};
-pub use state::{validate, ActionError, ClusterState, GpuState};
-pub use view::{Action, ActiveJob, ClusterView, JobState, Trigger};
+pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
+pub use view::{
+    Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ServicePhase, ServiceView,
+    Trigger,
+};

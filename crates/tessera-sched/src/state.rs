@@ -12,8 +12,8 @@
 //! A reconfigured GPU is unavailable until its `ready_at`.
 
 use tessera_model::{
-    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, MigInstance, NodeId,
-    NodeShare, Resources, SimTime, TrainingJob,
+    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuModelId, GpuPart, InferenceService,
+    MigInstance, NodeId, NodeShare, Resources, SimTime, TrainingJob,
 };
 use thiserror::Error;
 
@@ -141,6 +141,17 @@ impl ClusterState {
         alloc: &Allocation,
         now: SimTime,
     ) -> Result<Allocation, ActionError> {
+        self.resolve_for(cluster, &job.gpu_types, alloc, now)
+    }
+
+    /// [`resolve`](Self::resolve) for a holder allowed on `gpu_types` (empty = any).
+    pub fn resolve_for(
+        &self,
+        cluster: &Cluster,
+        gpu_types: &[GpuModelId],
+        alloc: &Allocation,
+        now: SimTime,
+    ) -> Result<Allocation, ActionError> {
         if alloc.shares.is_empty() || alloc.devices() == 0 {
             return refuse("allocation holds no GPUs");
         }
@@ -152,9 +163,9 @@ impl ClusterState {
             let Some(node) = cluster.nodes.get(s.node.index()) else {
                 return refuse(format!("no node {}", s.node.0));
             };
-            if !job.gpu_types.is_empty() && !job.gpu_types.contains(&node.gpu) {
+            if !gpu_types.is_empty() && !gpu_types.contains(&node.gpu) {
                 return refuse(format!(
-                    "node {} has a GPU model the job does not allow",
+                    "node {} has a GPU model the holder does not allow",
                     node.name
                 ));
             }
@@ -461,10 +472,12 @@ impl ClusterState {
     /// free + held = capacity; at most one whole holder per GPU and none beside sharers or
     /// on a partitioned GPU; MIG instances valid for the layout and disjoint, one holder each;
     /// Σ SM requests ≤ 1000‰, Σ limits ≤ the limit capacity and Σ device memory ≤ capacity.
-    pub fn check_invariants<'a>(
+    ///
+    /// `holdings` names each holder by anything printable (a job id, an instance id).
+    pub fn check_invariants<'a, H: std::fmt::Debug>(
         &self,
         cluster: &Cluster,
-        holdings: impl IntoIterator<Item = (JobId, &'a Allocation)>,
+        holdings: impl IntoIterator<Item = (H, &'a Allocation)>,
     ) -> Result<(), String> {
         let mut rebuilt = ClusterState::new(cluster);
         // Carry layouts and readiness over: they are not holdings.
@@ -572,22 +585,108 @@ impl ClusterState {
     }
 }
 
-/// Checks `action` against the job's state (`holding` = what it holds now, `None` when
-/// queued) and the cluster, and returns the allocation it will hold afterwards with devices
-/// named (`None` for a preemption). The one validation every driver applies; a driver adds
-/// only checks of its own (node health in the daemon).
+/// Who an action concerns: a training job or an inference service (whose instances are the
+/// holders). `validate` takes either; `&TrainingJob` and `&InferenceService` convert.
+#[derive(Clone, Copy, Debug)]
+pub enum Holder<'a> {
+    /// A training job.
+    Job(&'a TrainingJob),
+    /// An inference service.
+    Service(&'a InferenceService),
+}
+
+impl<'a> From<&'a TrainingJob> for Holder<'a> {
+    fn from(job: &'a TrainingJob) -> Self {
+        Holder::Job(job)
+    }
+}
+
+impl<'a> From<&'a InferenceService> for Holder<'a> {
+    fn from(service: &'a InferenceService) -> Self {
+        Holder::Service(service)
+    }
+}
+
+/// Checks that an instance allocation fits what one instance of `service` needs: one node,
+/// at least its CPU and memory, and on each GPU named a whole GPU, a MIG instance or a quota
+/// holding enough device memory in all.
+fn check_instance(
+    cluster: &Cluster,
+    service: &InferenceService,
+    alloc: &Allocation,
+) -> Result<(), ActionError> {
+    let [share] = alloc.shares.as_slice() else {
+        return refuse("an instance runs on exactly one node");
+    };
+    let demand = &service.instance;
+    if share.cpu < demand.cpu || share.memory < demand.memory {
+        return refuse(format!(
+            "an instance of {} needs {} CPU and {} memory",
+            service.name, demand.cpu, demand.memory
+        ));
+    }
+    let gpus = share.device_count();
+    if gpus == 0 {
+        return refuse("an instance holds no GPU");
+    }
+    let device_memory = match share.devices.map(|d| d.part) {
+        None | Some(GpuPart::Whole) => {
+            cluster.nodes.get(share.node.index()).map_or(Bytes(0), |n| {
+                Bytes::from_gib_f64(cluster.catalog.get(n.gpu).memory_gib)
+            })
+        }
+        Some(GpuPart::Mig(inst)) => cluster
+            .nodes
+            .get(share.node.index())
+            .and_then(|n| cluster.catalog.mig_geometry(n.gpu))
+            .and_then(|g| g.profile(inst))
+            .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib)),
+        Some(GpuPart::Quota { memory, .. }) => memory,
+    };
+    if Bytes(device_memory.0.saturating_mul(gpus as u64)) < demand.gpu_memory {
+        return refuse(format!(
+            "an instance of {} needs {} of device memory",
+            service.name, demand.gpu_memory
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `action` against the holder's state (`holding` = what the job or the named
+/// instance holds now, `None` when a job is queued or a service scales out) and the cluster,
+/// and returns the allocation held afterwards with devices named (`None` for a preemption or
+/// a scale-in). The one validation every driver applies; a driver adds only checks of its own
+/// (node health in the daemon; that a scaled-in instance exists).
 ///
 /// `Resize` and `Retune` are checked as if the job's current holding were released first.
 /// A `Retune` must keep the same nodes, GPUs and whole-GPU counts (only CPU, memory and
-/// quotas change).
-pub fn validate(
+/// quotas change). A `ScaleOut` follows the same capacity rules as a `Start` (whole GPUs, MIG,
+/// Σ SM requests ≤ 1000‰, Σ limits ≤ 1500‰, Σ device memory ≤ capacity) and must fit what one
+/// instance of the service needs.
+pub fn validate<'h>(
     state: &ClusterState,
     cluster: &Cluster,
-    job: &TrainingJob,
+    holder: impl Into<Holder<'h>>,
     holding: Option<&Allocation>,
     action: &Action,
     now: SimTime,
 ) -> Result<Option<Allocation>, ActionError> {
+    let job = match holder.into() {
+        Holder::Job(job) => job,
+        Holder::Service(service) => {
+            return match (action, holding) {
+                (Action::ScaleOut { allocation, .. }, None) => {
+                    check_instance(cluster, service, allocation)?;
+                    state
+                        .resolve_for(cluster, &service.gpu_types, allocation, now)
+                        .map(Some)
+                }
+                (Action::ScaleIn { .. }, Some(_)) => Ok(None),
+                (Action::ScaleIn { .. }, None) => refuse("no such instance"),
+                (a, _) => refuse(format!("{} concerns a job, not a service", a.kind())),
+            };
+        }
+    };
     match (action, holding) {
         (Action::Start { allocation, .. }, None) => {
             state.resolve(cluster, job, allocation, now).map(Some)
@@ -632,6 +731,9 @@ pub fn validate(
             without.resolve(cluster, job, &named, now).map(Some)
         }
         (Action::Reconfigure { .. }, _) => refuse("a reconfiguration concerns a GPU, not a job"),
+        (Action::ScaleOut { .. } | Action::ScaleIn { .. }, _) => {
+            refuse("a scale-out or scale-in concerns a service, not a job")
+        }
         (a, h) => refuse(format!(
             "{} on a job that is {}",
             a.kind(),

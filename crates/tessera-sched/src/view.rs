@@ -1,7 +1,8 @@
 //! What a policy sees ([`ClusterView`]) and what it may ask for ([`Action`]).
 
 use tessera_model::{
-    Allocation, Cluster, JobId, Knowledge, MigInstance, NodeId, Resources, SimTime, TrainingJob,
+    Allocation, Cluster, InferenceService, JobId, Knowledge, MigInstance, NodeId, Resources,
+    ServiceId, SimDuration, SimTime, TrainingJob,
 };
 
 use crate::state::ClusterState;
@@ -101,12 +102,102 @@ pub struct ClusterView<'a> {
     pub jobs: &'a [TrainingJob],
     /// Jobs that arrived and are not finished, in no particular order.
     pub active: &'a [ActiveJob],
+    /// Every inference service of the workload, indexed by `ServiceId`, with its instances,
+    /// load and recent latency (empty for a workload without services).
+    pub services: &'a [ServiceView],
 }
 
 impl<'a> ClusterView<'a> {
     /// The spec of an active job.
     pub fn spec(&self, job: &ActiveJob) -> Option<&'a TrainingJob> {
         self.jobs.get(job.id.index())
+    }
+
+    /// A service by id.
+    pub fn service(&self, id: ServiceId) -> Option<&'a ServiceView> {
+        self.services.get(id.index())
+    }
+}
+
+/// A service instance's id, unique within a run (never reused after a scale-in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceId(pub u32);
+
+/// Where a service is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServicePhase {
+    /// Before its start: no request has arrived yet.
+    Pending,
+    /// Requests arrive (or may still be served).
+    Active,
+    /// Past its end: no request arrives any more.
+    Ended,
+    /// No instance can ever be placed on this cluster; every request is dropped.
+    Unschedulable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One live instance of a service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceView {
+    /// Its id.
+    pub id: InstanceId,
+    /// What it holds (devices named).
+    pub allocation: Allocation,
+    /// When it was created (scale-out).
+    pub created: SimTime,
+    /// When it takes traffic (creation + cold start).
+    pub ready_at: SimTime,
+    /// Requests waiting in its queue (not counting the batch it is running).
+    pub queue_len: u32,
+    /// Requests in the batch it is running (0 when idle).
+    pub in_flight: u32,
+    /// Its effective SM share now, permille (a quota holder may get more than its request
+    /// when neighbours leave compute idle).
+    pub effective_sm: u16,
+}
+
+/// A service as a policy sees it: the spec, its instances, and recent load and latency.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceView {
+    /// The spec.
+    pub spec: InferenceService,
+    /// Its phase.
+    pub phase: ServicePhase,
+    /// Live instances (ready or cold-starting), in creation order.
+    pub instances: Vec<InstanceView>,
+    /// Requests waiting at the service because no instance was ready to take them.
+    pub pending: u32,
+    /// The window the recent figures below are measured over.
+    pub window: SimDuration,
+    /// Arrival rate over the recent window, requests per second.
+    pub load_rps: f64,
+    /// Median latency of requests completed in the recent window, seconds (0 if none).
+    pub p50_latency_s: f64,
+    /// 99th-percentile latency of requests completed in the recent window, seconds (0 if none).
+    pub p99_latency_s: f64,
+    /// Requests completed in the recent window.
+    pub completed_in_window: u64,
+    /// Requests of the recent window over the SLO.
+    pub violations_in_window: u64,
+}
+
+impl ServiceView {
+    /// Instances that take traffic at `now`.
+    pub fn ready_instances(&self, now: SimTime) -> usize {
+        self.instances.iter().filter(|i| i.ready_at <= now).count()
+    }
+
+    /// Requests queued at the service and at its instances (not counting running batches).
+    pub fn queued(&self) -> u64 {
+        self.pending as u64
+            + self
+                .instances
+                .iter()
+                .map(|i| i.queue_len as u64)
+                .sum::<u64>()
     }
 }
 
@@ -140,6 +231,23 @@ pub enum Action {
         /// Its new allocation (same nodes, GPUs and whole-GPU counts).
         allocation: Allocation,
     },
+    /// Create an instance of a service on `allocation` (one node; a whole GPU, a MIG instance
+    /// or a quota on each GPU named). The instance takes traffic after the service's cold
+    /// start.
+    ScaleOut {
+        /// The service.
+        service: ServiceId,
+        /// Where the instance runs and what it holds.
+        allocation: Allocation,
+    },
+    /// Remove an instance; requests waiting in its queue go back to the service's queue, the
+    /// batch it is running completes first.
+    ScaleIn {
+        /// The service.
+        service: ServiceId,
+        /// The instance.
+        instance: InstanceId,
+    },
     /// Change one GPU's MIG layout (`Some`) or return it to whole-GPU mode (`None`). Only on a
     /// GPU nobody holds: preempt its holders earlier in the same batch. The GPU is
     /// unavailable for the driver's reconfiguration time.
@@ -161,7 +269,15 @@ impl Action {
             | Action::Preempt { job }
             | Action::Resize { job, .. }
             | Action::Retune { job, .. } => Some(*job),
-            Action::Reconfigure { .. } => None,
+            Action::Reconfigure { .. } | Action::ScaleOut { .. } | Action::ScaleIn { .. } => None,
+        }
+    }
+
+    /// The service it concerns, if any.
+    pub fn service(&self) -> Option<ServiceId> {
+        match self {
+            Action::ScaleOut { service, .. } | Action::ScaleIn { service, .. } => Some(*service),
+            _ => None,
         }
     }
 
@@ -173,6 +289,8 @@ impl Action {
             Action::Resize { .. } => "resize",
             Action::Retune { .. } => "retune",
             Action::Reconfigure { .. } => "reconfigure",
+            Action::ScaleOut { .. } => "scale-out",
+            Action::ScaleIn { .. } => "scale-in",
         }
     }
 }

@@ -77,6 +77,7 @@ fn decide(
         state: &state,
         jobs: w.jobs(),
         active,
+        services: &[],
     };
     let mut p = build(policy, &PolicyOptions::default()).expect("a baseline");
     let mut actions = Vec::new();

@@ -18,16 +18,20 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Cluster, GpuMask, GpuPart, JobId, Knowledge, NodeId, Resources, SimDuration,
-    SimRng, SimTime, TrainingJob, Workload,
+    Allocation, Bytes, Cluster, GpuMask, GpuPart, InferenceService, JobId, Knowledge, NodeId,
+    Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{
-    validate, Action, ActiveJob, ClusterState, ClusterView, JobState, Policy, Trigger,
+    validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobState, Policy,
+    Trigger,
 };
 use thiserror::Error;
 
-use crate::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary, UtilSample};
+use crate::metrics::{
+    GpuActivity, JobOutcome, JobRecord, RunTotals, SimReport, Summary, UtilSample,
+};
+use crate::serving::{Serving, ServingConfig};
 
 /// Settings of one run.
 #[derive(Clone, Debug)]
@@ -50,6 +54,8 @@ pub struct SimConfig {
     /// How long a GPU is unavailable after a [`Action::Reconfigure`] (destroying and
     /// creating MIG instances).
     pub reconfigure_time: SimDuration,
+    /// Request-level serving of the workload's inference services.
+    pub serving: ServingConfig,
 }
 
 /// Default [`SimConfig::reconfigure_time`]: the order of `nvidia-smi mig` destroy + create.
@@ -65,6 +71,7 @@ impl Default for SimConfig {
             profile_seed: 0,
             stop_after_window: None,
             reconfigure_time: DEFAULT_RECONFIGURE_TIME,
+            serving: ServingConfig::default(),
         }
     }
 }
@@ -205,6 +212,44 @@ pub struct Simulation<'a> {
     profiling_gpu_secs: f64,
     /// Jobs of the measurement window not yet ended.
     window_left: usize,
+    /// Inference services: arrivals, instances, queues, latency.
+    serving: Serving<'a>,
+    /// One stand-in job per service, so that a neighbour-aware truth sees instances sharing
+    /// a training job's GPUs (name, model and quota allocation) as neighbours.
+    service_jobs: Vec<TrainingJob>,
+    /// GPUs active now and Σ of their SM and memory fragmentation (kept incrementally).
+    active_now: (u32, f64, f64),
+    activity: GpuActivity,
+    retired: Vec<Allocation>,
+}
+
+/// Who holds an allocation, for invariant messages.
+#[derive(Debug)]
+#[allow(dead_code)] // read through Debug
+enum HolderName {
+    Job(JobId),
+    Instance(InstanceId),
+}
+
+/// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
+fn gpu_activity(g: &GpuState, capacity: Bytes, mig_compute_used: u32) -> (u32, f64, f64) {
+    if g.is_idle() {
+        return (0, 0.0, 0.0);
+    }
+    if g.whole {
+        return (1, 0.0, 0.0);
+    }
+    let mem = if capacity.0 > 0 {
+        1.0 - (g.memory_used.0 as f64 / capacity.0 as f64).min(1.0)
+    } else {
+        0.0
+    };
+    let sm = if g.mig.is_some() {
+        1.0 - (mig_compute_used as f64 / 7.0).min(1.0)
+    } else {
+        1.0 - (g.sm_requested as f64 / 1000.0).min(1.0)
+    };
+    (1, sm, mem)
 }
 
 impl<'a> Simulation<'a> {
@@ -246,6 +291,18 @@ impl<'a> Simulation<'a> {
             Vec::new()
         };
         let profile_rng = SimRng::seed_from_u64(config.profile_seed);
+        let serving = Serving::new(workload, cluster, config.serving.clone());
+        let service_jobs = workload
+            .services()
+            .iter()
+            .map(|s: &InferenceService| {
+                let mut j = TrainingJob::simple(u32::MAX, s.start, 1, SimDuration::from_secs(1));
+                j.name = s.name.clone();
+                j.model = s.model.clone();
+                j.tenant = s.tenant.clone();
+                j
+            })
+            .collect();
         Simulation {
             cluster,
             jobs,
@@ -288,6 +345,11 @@ impl<'a> Simulation<'a> {
             profile_rng,
             profiling_gpu_secs: 0.0,
             window_left,
+            serving,
+            service_jobs,
+            active_now: (0, 0.0, 0.0),
+            activity: GpuActivity::default(),
+            retired: Vec::new(),
         }
     }
 
@@ -385,6 +447,11 @@ impl<'a> Simulation<'a> {
             self.arrive(job);
             trigger.arrival = true;
         }
+        if self.serving.any() && self.serving.pass_boundaries(t) {
+            // A service starts or ends: policies place or remove its instances.
+            self.events += 1;
+            trigger.arrival = true;
+        }
         if self.next_round == Some(t) {
             self.events += 1;
             trigger.round = true;
@@ -396,7 +463,7 @@ impl<'a> Simulation<'a> {
             // records every change, not only the policy's (issue 10).
             self.record_sample();
         }
-        if !self.active.is_empty()
+        if (!self.active.is_empty() || self.serving.wants_policy(t))
             && (trigger.round
                 || trigger.arrival
                 || trigger.completion
@@ -405,7 +472,7 @@ impl<'a> Simulation<'a> {
         {
             self.schedule(trigger)?;
         }
-        if self.done_jobs == self.jobs.len() {
+        if self.done_jobs == self.jobs.len() && !self.serving.live(t) {
             self.finished = true;
             return Ok(false);
         }
@@ -428,7 +495,9 @@ impl<'a> Simulation<'a> {
     fn next_instant(&self) -> Option<SimTime> {
         let completion = self.heap.peek().map(|Reverse((t, _, _))| *t);
         let arrival = self.jobs.get(self.next_arrival).map(|j| j.submit);
-        [completion, arrival, self.next_round]
+        let service = self.serving.peek_boundary();
+        let retirement = self.serving.next_retirement().filter(|&r| r > self.now);
+        [completion, arrival, self.next_round, service, retirement]
             .into_iter()
             .flatten()
             .min()
@@ -441,7 +510,7 @@ impl<'a> Simulation<'a> {
         let len = len.as_micros().max(1);
         let next_multiple =
             |after: SimTime| SimTime::from_micros((after.as_micros() / len + 1) * len);
-        self.next_round = if !self.active.is_empty() {
+        self.next_round = if !self.active.is_empty() || self.serving.live(self.now) {
             Some(next_multiple(self.now))
         } else {
             None
@@ -455,8 +524,43 @@ impl<'a> Simulation<'a> {
             self.util_integral.1 += self.used.1 as f64 * dt;
             self.util_integral.2 += self.used.2 as f64 * dt;
         }
+        self.activity.active_secs += self.active_now.0 as f64 * dt;
+        self.activity.sm_frag_secs += self.active_now.1 * dt;
+        self.activity.mem_frag_secs += self.active_now.2 * dt;
         self.util_synced_at = t;
         self.now = t;
+        if self.serving.any() {
+            self.serving.run_until(t);
+            self.release_retired();
+        }
+    }
+
+    /// Releases the GPUs of scaled-in instances whose last batch has ended.
+    fn release_retired(&mut self) {
+        let mut retired = std::mem::take(&mut self.retired);
+        self.serving.take_retired(self.now, &mut retired);
+        let changed = !retired.is_empty();
+        for alloc in retired.drain(..) {
+            self.release(&alloc);
+            // Truth errors surface at the next re-rating of the job itself.
+            let _ = self.instance_changed(&alloc);
+        }
+        self.retired = retired;
+        if changed {
+            self.record_sample();
+        }
+    }
+
+    /// After an instance appears or leaves: instances re-read their shares, and training
+    /// jobs sharing its GPUs are re-rated when truth depends on neighbours.
+    fn instance_changed(&mut self, alloc: &Allocation) -> Result<(), SimError> {
+        if !self.truth.depends_on_neighbours() {
+            return Ok(());
+        }
+        for j in self.sharers(alloc, JobId(u32::MAX)) {
+            self.rerate(j)?;
+        }
+        Ok(())
     }
 
     fn arrive(&mut self, job: &TrainingJob) {
@@ -592,6 +696,12 @@ impl<'a> Simulation<'a> {
         }
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
+        let now = self.now;
+        let services = if self.serving.any() {
+            self.serving.views(now)
+        } else {
+            &[]
+        };
         let view = ClusterView {
             now: self.now,
             trigger,
@@ -600,6 +710,7 @@ impl<'a> Simulation<'a> {
             state: &self.devices,
             jobs: self.jobs,
             active: &self.active,
+            services,
         };
         self.policy.schedule(&view, &mut actions);
         self.scheduling_points += 1;
@@ -648,6 +759,9 @@ impl<'a> Simulation<'a> {
                 .push(Reverse((ready, self.seq, Event::ReconfigDone)));
             return Ok(());
         }
+        if let Some(service) = action.service() {
+            return self.apply_service(service, action);
+        }
         let Some(job) = action.job() else {
             return Err(self.invalid(&action, "action names no job"));
         };
@@ -692,6 +806,56 @@ impl<'a> Simulation<'a> {
                 self.rerate_neighbours(&old, job)
             }
             (action, _) => Err(self.invalid(&action, "validated to nothing")),
+        }
+    }
+
+    fn apply_service(
+        &mut self,
+        service: tessera_model::ServiceId,
+        action: Action,
+    ) -> Result<(), SimError> {
+        let Some(spec) = self.serving.spec(service) else {
+            return Err(self.invalid(&action, "no such service"));
+        };
+        let holding = match &action {
+            Action::ScaleIn { instance, .. } => {
+                self.serving.instance_alloc(service, *instance).cloned()
+            }
+            _ => None,
+        };
+        let new = validate(
+            &self.devices,
+            self.cluster,
+            spec,
+            holding.as_ref(),
+            &action,
+            self.now,
+        )
+        .map_err(|e| self.invalid(&action, e.reason))?;
+        match (&action, new) {
+            (Action::ScaleOut { .. }, Some(alloc)) => {
+                self.take(&alloc);
+                self.serving.scale_out(
+                    service,
+                    alloc.clone(),
+                    self.now,
+                    &self.devices,
+                    self.cluster,
+                );
+                self.instance_changed(&alloc)
+            }
+            (Action::ScaleIn { instance, .. }, None) => {
+                match self.serving.scale_in(service, *instance, self.now) {
+                    Some((alloc, false)) => {
+                        self.release(&alloc);
+                        self.instance_changed(&alloc)
+                    }
+                    // Still running a batch: its GPUs are released when it ends.
+                    Some((_, true)) => Ok(()),
+                    None => Err(self.invalid(&action, "no such instance")),
+                }
+            }
+            _ => Err(self.invalid(&action, "validated to nothing")),
         }
     }
 
@@ -795,6 +959,12 @@ impl<'a> Simulation<'a> {
                         .as_ref()
                         .map(|a| (&self.jobs[j.index()], a))
                 })
+                .chain(
+                    self.serving
+                        .holdings()
+                        .filter(|(_, _, a)| shares_gpus(alloc, a))
+                        .filter_map(|(s, _, a)| self.service_jobs.get(s.index()).map(|j| (j, a))),
+                )
                 .collect();
             self.truth
                 .throughput_among(spec, alloc, self.cluster, &neighbours)
@@ -812,17 +982,78 @@ impl<'a> Simulation<'a> {
     }
 
     fn take(&mut self, alloc: &Allocation) {
+        self.track_activity(alloc, -1.0);
         self.devices.take(self.cluster, alloc);
+        self.track_activity(alloc, 1.0);
         self.used.0 += alloc.gpus() as u64;
         self.used.1 += alloc.cpu().0;
         self.used.2 += alloc.memory().0;
+        if self.serving.any() {
+            self.serving.refresh_shares(&self.devices, self.cluster);
+        }
     }
 
     fn release(&mut self, alloc: &Allocation) {
+        self.track_activity(alloc, -1.0);
         self.devices.release(self.cluster, alloc);
+        self.track_activity(alloc, 1.0);
         self.used.0 -= alloc.gpus() as u64;
         self.used.1 -= alloc.cpu().0;
         self.used.2 -= alloc.memory().0;
+        if self.serving.any() {
+            self.serving.refresh_shares(&self.devices, self.cluster);
+        }
+    }
+
+    /// Adds (`sign` = 1) or removes (−1) the activity of the GPUs `alloc` touches, around a
+    /// change of their holders: O(GPUs touched), not O(cluster).
+    fn track_activity(&mut self, alloc: &Allocation, sign: f64) {
+        for s in &alloc.shares {
+            let Some(d) = s.devices else { continue };
+            let Some(node) = self.cluster.nodes.get(s.node.index()) else {
+                continue;
+            };
+            let capacity = Bytes::from_gib_f64(self.cluster.catalog.get(node.gpu).memory_gib);
+            let gpus = self.devices.gpus(s.node);
+            for i in d.gpus.iter() {
+                let Some(g) = gpus.get(i as usize) else {
+                    continue;
+                };
+                // Only partitioned GPUs need the (name-searched) MIG geometry.
+                let mig_used = match (&g.mig, g.mig_busy) {
+                    (Some(layout), busy) if busy != 0 => self
+                        .cluster
+                        .catalog
+                        .mig_geometry(node.gpu)
+                        .map_or(0, |geo| {
+                            layout
+                                .iter()
+                                .enumerate()
+                                .filter(|(k, _)| busy & (1 << k) != 0)
+                                .filter_map(|(_, inst)| geo.profile(*inst))
+                                .map(|p| p.compute_slices as u32)
+                                .sum()
+                        }),
+                    _ => 0,
+                };
+                let (a, sm, mem) = gpu_activity(g, capacity, mig_used);
+                if sign > 0.0 {
+                    self.active_now.0 += a;
+                } else {
+                    self.active_now.0 -= a;
+                }
+                self.active_now.1 += sign * sm;
+                self.active_now.2 += sign * mem;
+            }
+        }
+        if sign > 0.0 {
+            self.activity.peak = self.activity.peak.max(self.active_now.0);
+            if self.active_now.0 == 0 {
+                // Float sums of fragmentation return to exactly zero on an idle cluster.
+                self.active_now.1 = 0.0;
+                self.active_now.2 = 0.0;
+            }
+        }
     }
 
     /// Stops a running job where it is (progress kept) and returns what it held.
@@ -907,6 +1138,9 @@ impl<'a> Simulation<'a> {
             memory_bytes: self.used.2,
             running,
             queued: self.active.len() as u32 - running,
+            active_gpus: self.active_now.0,
+            sm_frag: per_gpu(self.active_now.1, self.active_now.0),
+            mem_frag: per_gpu(self.active_now.2, self.active_now.0),
         };
         match self.timeseries.last_mut() {
             Some(last) if last.time == sample.time => *last = sample,
@@ -936,14 +1170,14 @@ impl<'a> Simulation<'a> {
     ///   capacity) — see [`ClusterState::check_invariants`];
     /// - no job has done more iterations than it has, and finished jobs did all of them.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut holdings: Vec<(JobId, &Allocation)> = Vec::new();
+        let mut holdings: Vec<(HolderName, &Allocation)> = Vec::new();
         for a in &self.active {
             match (&a.state, &a.allocation) {
                 (JobState::Running, Some(alloc)) => {
                     if self.running_pos[a.id.index()] == NOT_ACTIVE {
                         return Err(format!("job {:?} runs but is not tracked as running", a.id));
                     }
-                    holdings.push((a.id, alloc));
+                    holdings.push((HolderName::Job(a.id), alloc));
                 }
                 (JobState::Queued, None) => {}
                 (st, alloc) => {
@@ -965,8 +1199,14 @@ impl<'a> Simulation<'a> {
                 self.running.len()
             ));
         }
+        holdings.extend(
+            self.serving
+                .holdings()
+                .map(|(_, id, a)| (HolderName::Instance(id), a)),
+        );
         // Device level: free + held = capacity per node, no GPU over-committed.
         self.devices.check_invariants(self.cluster, holdings)?;
+        self.serving.check_invariants()?;
         for (job, st) in self.jobs.iter().zip(&self.state) {
             let total = job.iterations as f64;
             if st.done > total {
@@ -1013,13 +1253,16 @@ impl<'a> Simulation<'a> {
                 speedup: (st.held_secs > 0.0).then(|| st.integ.2 / st.held_secs),
             })
             .collect();
-        let summary = self.summarize(&jobs);
+        let mut summary = self.summarize(&jobs);
+        let (services, service_instances) = self.serving.finish(self.now);
+        summary.services = services;
         SimReport {
             policy,
             summary,
             jobs,
             timeseries: std::mem::take(&mut self.timeseries),
             policy_stats: self.policy.stats(),
+            service_instances,
         }
     }
 
@@ -1035,7 +1278,32 @@ impl<'a> Simulation<'a> {
                 events: self.events,
                 scheduling_points: self.scheduling_points,
                 profiling_gpu_secs: self.profiling_gpu_secs,
+                activity: GpuActivity {
+                    since: match (self.first_arrival, self.serving.first_start()) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    },
+                    ..self.activity
+                },
             },
         )
     }
+}
+
+fn per_gpu(sum: f64, gpus: u32) -> f64 {
+    if gpus > 0 {
+        sum / gpus as f64
+    } else {
+        0.0
+    }
+}
+
+/// True when two allocations share a GPU.
+fn shares_gpus(a: &Allocation, b: &Allocation) -> bool {
+    a.shares.iter().any(|x| {
+        b.shares.iter().any(|y| {
+            x.node == y.node
+                && matches!((x.devices, y.devices), (Some(p), Some(q)) if !p.gpus.is_disjoint(q.gpus))
+        })
+    })
 }

@@ -3,7 +3,9 @@
 //! A [`Simulation`] replays a [`Workload`](tessera_model::Workload) on a
 //! [`Cluster`](tessera_model::Cluster) under one [`Policy`](tessera_sched::Policy), advancing
 //! jobs by a [`ThroughputModel`](tessera_perf::ThroughputModel) (the truth), and produces a
-//! [`SimReport`]: per-job records, a [`Summary`] and a utilization time series.
+//! [`SimReport`]: per-job records, a [`Summary`] and a utilization time series. Inference
+//! services of the workload are simulated request by request ([`serving`]): per-service
+//! latency, SLO violations and instance counts, and active GPUs and fragmentation.
 //!
 //! Determinism is a contract: time is integer microseconds, ties between events are broken by
 //! a sequence number, policies see jobs in an order they must not rely on, and nothing reads a
@@ -27,6 +29,10 @@
 
 mod engine;
 pub mod metrics;
+pub mod serving;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation, DEFAULT_RECONFIGURE_TIME};
-pub use metrics::{JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use metrics::{GpuActivity, JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use serving::{
+    DefaultServingModel, InstanceSeries, ServiceSummary, ServingConfig, ServingModel,
+};

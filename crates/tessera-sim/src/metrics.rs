@@ -3,6 +3,8 @@
 use serde::Serialize;
 use tessera_model::{JobId, SimTime};
 
+use crate::serving::{InstanceSeries, ServiceSummary};
+
 /// How a job ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,6 +84,12 @@ pub struct UtilSample {
     pub running: u32,
     /// Jobs queued.
     pub queued: u32,
+    /// GPUs with any holder (whole, MIG instance, quota; jobs and service instances).
+    pub active_gpus: u32,
+    /// Mean SM fragmentation over active GPUs (1 − Σ SM requests), 0 when none is active.
+    pub sm_frag: f64,
+    /// Mean device-memory fragmentation over active GPUs (1 − Σ memory / capacity).
+    pub mem_frag: f64,
 }
 
 /// Aggregate figures of one run. Times are seconds, utilizations fractions of capacity.
@@ -121,6 +129,35 @@ pub struct Summary {
     pub scheduling_points: u64,
     /// GPU-seconds spent profiling arriving jobs (outside the cluster's GPUs).
     pub profiling_gpu_secs: f64,
+    /// Most GPUs active at once (any holder: job or service instance, whole or part).
+    pub peak_active_gpus: u32,
+    /// Time-averaged active GPUs, from the first arrival (job or service start) to the end.
+    pub mean_active_gpus: f64,
+    /// SM fragmentation (1 − Σ SM requests of the GPU's holders; 0 for a GPU held whole)
+    /// averaged over active GPUs and time (weighted by active GPU-seconds).
+    pub mean_sm_frag: f64,
+    /// Device-memory fragmentation (1 − Σ memory / capacity; 0 for a GPU held whole),
+    /// averaged like `mean_sm_frag`.
+    pub mean_mem_frag: f64,
+    /// Per inference service: requests, SLO violations, latency, served RPS; empty without
+    /// services.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceSummary>,
+}
+
+/// Time integrals of GPU activity over a run (DESIGN §5.4 fragmentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuActivity {
+    /// Start of the averaging span.
+    pub since: Option<SimTime>,
+    /// ∫ active GPUs dt (GPU-seconds).
+    pub active_secs: f64,
+    /// ∫ Σ_active SM fragmentation dt.
+    pub sm_frag_secs: f64,
+    /// ∫ Σ_active memory fragmentation dt.
+    pub mem_frag_secs: f64,
+    /// Most GPUs active at once.
+    pub peak: u32,
 }
 
 /// What an engine measured over a run, besides the per-job records.
@@ -143,6 +180,8 @@ pub struct RunTotals {
     pub scheduling_points: u64,
     /// GPU-seconds spent profiling arriving jobs.
     pub profiling_gpu_secs: f64,
+    /// GPU activity and fragmentation integrals.
+    pub activity: GpuActivity,
 }
 
 impl Summary {
@@ -198,7 +237,28 @@ impl Summary {
             events: totals.events,
             scheduling_points: totals.scheduling_points,
             profiling_gpu_secs: totals.profiling_gpu_secs,
+            peak_active_gpus: totals.activity.peak,
+            mean_active_gpus: {
+                let since = totals.activity.since.unwrap_or(start);
+                let span = totals.stopped_at.saturating_since(since).as_secs_f64();
+                if span > 0.0 {
+                    totals.activity.active_secs / span
+                } else {
+                    0.0
+                }
+            },
+            mean_sm_frag: per_active(totals.activity.sm_frag_secs, totals.activity.active_secs),
+            mean_mem_frag: per_active(totals.activity.mem_frag_secs, totals.activity.active_secs),
+            services: Vec::new(),
         }
+    }
+}
+
+fn per_active(integral: f64, active_secs: f64) -> f64 {
+    if active_secs > 0.0 {
+        integral / active_secs
+    } else {
+        0.0
     }
 }
 
@@ -224,6 +284,8 @@ pub struct SimReport {
     pub timeseries: Vec<UtilSample>,
     /// Policy-specific counters ([`tessera_sched::Policy::stats`]).
     pub policy_stats: Vec<(String, f64)>,
+    /// Each service's instance count over time (empty without services).
+    pub service_instances: Vec<InstanceSeries>,
 }
 
 #[cfg(test)]

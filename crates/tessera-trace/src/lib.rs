@@ -27,6 +27,8 @@
 //! - [`synthetic`] generates Poisson workloads (Philly GPU mix and run times built in);
 //!   [`builtin_trace`] names ready-made workloads ([`BUILTIN_TRACES`]).
 //! - [`TraceStats`] summarises a workload.
+//! - [`parse_workload_spec`] reads a `kind: Workload` spec (YAML/JSON) with training jobs and
+//!   inference services.
 //! - [`read_pai_machine_spec`] reads Alibaba PAI's 2020 machine list as a cluster spec, and
 //!   [`read_alibaba_2023_node_list`] Alibaba GPU 2023's node list.
 //!
@@ -56,6 +58,7 @@ mod error;
 pub(crate) mod fields;
 pub mod formats;
 mod pai;
+mod services;
 mod stats;
 pub mod synthetic;
 
@@ -66,6 +69,7 @@ pub use error::{printable, TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
 pub use formats::tessera::TesseraCsvWriter;
 pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
+pub use services::parse_workload_spec;
 pub use stats::{human_duration, TraceStats};
 pub use synthetic::{with_arrivals, Arrivals, BadArrivals, GenerateError};
 

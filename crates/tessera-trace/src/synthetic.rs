@@ -260,7 +260,8 @@ pub fn with_arrivals(workload: &Workload, arrivals: Arrivals, seed: u64) -> Work
         j.submit = now;
         jobs.push(j);
     }
-    Workload::new(jobs)
+    // Services keep their own arrival processes.
+    Workload::with_services(jobs, workload.services().to_vec())
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ use crate::inputs::{
     check_fit, format_label, load_catalog, load_cluster, load_trace, parse_format, report_skips,
 };
 use crate::progress::Bars;
-use crate::report::{comparison_table, write_outputs, EngineSummary, PolicySummary, SummaryDoc};
+use crate::report::{
+    comparison_table, serving_table, write_outputs, EngineSummary, PolicySummary, SummaryDoc,
+};
 
 /// How runs are simulated: truth model, engine semantics and settings.
 #[derive(Debug, Clone)]
@@ -184,6 +186,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
+        write!(out, "{}", serving_table(&doc.policies))?;
         for p in &doc.policies {
             if !p.policy_stats.is_empty() {
                 let stats: Vec<String> = p
@@ -201,6 +204,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             .iter()
             .map(|f| dir.join(f).display().to_string())
             .collect();
+        if reports.iter().any(|r| !r.service_instances.is_empty()) {
+            written.push(dir.join("instances.csv").display().to_string());
+        }
         if !args.no_plots {
             for p in crate::plot::simulate_plots(dir, args.plot_format, &reports)? {
                 written.push(p.display().to_string());
@@ -235,7 +241,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         ));
     }
     report_skips(&args.trace, &trace);
-    if trace.workload.is_empty() {
+    if trace.workload.is_empty() && trace.workload.services().is_empty() {
         bail!(
             "{}: no jobs to simulate (the trace has no job rows{})",
             args.trace,

@@ -798,3 +798,79 @@ fn a_user_gpu_catalog_replaces_the_builtin_one() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("small.csv"), "{}", stderr(&bad));
 }
+
+/// Issue 7 §2 / issue 13 item 8: a workload spec with services runs end to end and each
+/// policy's entry carries the device-activity and per-service serving fields.
+#[test]
+fn simulate_reports_services() {
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("four_gpus.yaml"),
+        "--trace",
+        &data("services.yaml"),
+        "--policy",
+        "serve-exclusive",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let p = &doc["policies"][0];
+    for key in [
+        "peak_active_gpus",
+        "mean_active_gpus",
+        "mean_sm_frag",
+        "mean_mem_frag",
+    ] {
+        assert!(p.get(key).is_some(), "summary lacks {key}");
+    }
+    assert!(
+        p["peak_active_gpus"].as_u64().unwrap() >= 2,
+        "a job and an instance"
+    );
+    let services = p["services"].as_array().unwrap();
+    assert_eq!(services.len(), 2);
+    let web = services.iter().find(|s| s["service"] == "web").unwrap();
+    for key in ["slo_violation_rate", "served_rps", "p99_latency_s"] {
+        assert!(web.get(key).is_some(), "service lacks {key}");
+    }
+    let requests = web["requests"].as_u64().unwrap();
+    assert_eq!(
+        requests,
+        web["served"].as_u64().unwrap() + web["dropped"].as_u64().unwrap()
+    );
+    assert!(
+        requests > 900 && requests < 1500,
+        "20 req/s for 60 s: {requests}"
+    );
+    let huge = services.iter().find(|s| s["service"] == "huge").unwrap();
+    assert_eq!(huge["dropped"], 3);
+    assert!(huge["unschedulable"]
+        .as_str()
+        .unwrap()
+        .contains("device memory"));
+    // The table shows them too, and --out writes each service's instance count over time.
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("four_gpus.yaml"),
+        "--trace",
+        &data("services.yaml"),
+        "--policy",
+        "serve-exclusive",
+        "--no-plots",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let instances = std::fs::read_to_string(dir.path().join("instances.csv")).unwrap();
+    assert!(
+        instances.starts_with("policy,service,time_s,instances\nserve-exclusive,web,0,1\n"),
+        "{instances}"
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains("SLO viol.") && text.contains("huge under serve-exclusive: unschedulable"),
+        "{text}"
+    );
+}

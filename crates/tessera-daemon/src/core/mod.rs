@@ -1302,6 +1302,7 @@ impl Core {
                 state: &self.devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
+                services: &[],
             };
             self.policy.schedule(&view, &mut actions);
         }

@@ -50,6 +50,15 @@ pub fn run_reference(
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
     let jobs = workload.jobs();
+    if !workload.services().is_empty() {
+        // Refused rather than silently ignored: the reference has no serving.
+        return Err(SimError::InvalidAction {
+            policy: policy.name().to_string(),
+            now: SimTime::ZERO,
+            action: "serve".to_string(),
+            reason: "the synergy engine does not model inference services".to_string(),
+        });
+    }
     policy.use_reference_semantics();
     let round = policy
         .round_length()
@@ -151,6 +160,7 @@ pub fn run_reference(
             state: &empty,
             jobs,
             active: &active,
+            services: &[],
         };
         policy.schedule(&view, &mut actions);
         points += 1;
@@ -312,6 +322,7 @@ pub fn run_reference(
             events,
             scheduling_points: points,
             profiling_gpu_secs,
+            ..RunTotals::default()
         },
     );
     Ok(SimReport {
@@ -320,5 +331,6 @@ pub fn run_reference(
         jobs: records,
         timeseries: Vec::new(),
         policy_stats: policy.stats(),
+        service_instances: Vec::new(),
     })
 }

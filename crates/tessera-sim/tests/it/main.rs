@@ -4,6 +4,7 @@ mod chaos;
 mod devices;
 mod invariants;
 mod scenarios;
+mod serving;
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};

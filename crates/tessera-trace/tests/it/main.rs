@@ -8,3 +8,4 @@ mod generator;
 mod golden;
 mod pai;
 mod props;
+mod services;
