@@ -790,6 +790,61 @@ mod tests {
         }
     }
 
+    /// Issue 9: listing is a store query; every filter narrows it and pages follow ids.
+    #[test]
+    fn lists_jobs_by_tenant_state_queue_and_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("t.db"), SyncMode::Normal).unwrap();
+        let mut batch = WriteBatch::default();
+        for id in 1..=20 {
+            let mut j = row(id);
+            if id % 2 == 0 {
+                j.tenant = "bob".into();
+            }
+            if id % 3 == 0 {
+                j.state = JobState::Completed;
+            }
+            if id % 5 == 0 {
+                j.queue = "special".into();
+            }
+            batch.jobs.push(j);
+        }
+        s.commit(&batch).unwrap();
+        let ids = |q: JobQuery| -> Vec<i64> {
+            s.list_jobs(&q).unwrap().into_iter().map(|r| r.id).collect()
+        };
+        let all = JobQuery {
+            limit: 100,
+            ..JobQuery::default()
+        };
+        assert_eq!(ids(all.clone()), (1..=20).collect::<Vec<_>>());
+        let alice = JobQuery {
+            tenant: Some("alice".into()),
+            ..all.clone()
+        };
+        assert_eq!(ids(alice.clone()), vec![1, 3, 5, 7, 9, 11, 13, 15, 17, 19]);
+        let done = JobQuery {
+            state: Some(JobState::Completed),
+            ..alice.clone()
+        };
+        assert_eq!(ids(done), vec![3, 9, 15]);
+        let special = JobQuery {
+            queue: Some("special".into()),
+            ..alice.clone()
+        };
+        assert_eq!(ids(special), vec![5, 15]);
+        let page = JobQuery {
+            after: Some(7),
+            limit: 3,
+            ..alice
+        };
+        assert_eq!(ids(page), vec![9, 11, 13]);
+        let one = JobQuery { id: Some(4), ..all };
+        assert_eq!(ids(one), vec![4]);
+        assert_eq!(s.job(4).unwrap().map(|r| r.tenant), Some("bob".into()));
+        assert_eq!(s.job(99).unwrap(), None);
+    }
+
     #[test]
     fn round_trips_jobs_runs_and_history() {
         let dir = tempfile::tempdir().unwrap();
