@@ -150,6 +150,15 @@ fn run_backend(
     }
 }
 
+fn transition_view(t: crate::store::TransitionRow) -> TransitionView {
+    TransitionView {
+        at: t.at_us as f64 / 1e6,
+        from: t.from,
+        to: t.to,
+        detail: t.detail,
+    }
+}
+
 /// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
 /// cannot be read (job tokens only guard progress reports).
 pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
@@ -222,7 +231,14 @@ impl Engine {
             core,
             last_decision_secs: 0.0,
         };
-        let rows = engine.store.load_jobs()?;
+        // Finished jobs stay in the store only (served from there).
+        let (finished, rows): (Vec<_>, Vec<_>) = engine
+            .store
+            .load_jobs()?
+            .into_iter()
+            .partition(|r| r.state.is_terminal());
+        engine.core.note_archived(&finished);
+        drop(finished);
         let runs = engine.store.open_runs()?;
         engine.core.restore(now, rows, runs)?;
         engine.drive()?;
@@ -380,7 +396,9 @@ impl Engine {
         while let Some(command) = self.core.poll_command() {
             match command {
                 Command::Persist(batch) => {
-                    self.commit(&batch);
+                    if self.commit(&batch) {
+                        self.core.archive_finished();
+                    }
                 }
                 // Acting waits while a decision is not durable (persist before act).
                 c @ (Command::Launch(_)
@@ -473,6 +491,7 @@ impl Engine {
                 return false;
             }
             self.unsaved = WriteBatch::default();
+            self.core.archive_finished();
         }
         if self.store_error.take().is_some() {
             tracing::info!("the store accepts writes again");
@@ -584,6 +603,9 @@ impl Engine {
             self.core.handle_request(now, token, Request::Nodes)?;
             return Err(self.store_unavailable());
         }
+        if let Some(r) = self.answer_from_store(token, &req) {
+            return r;
+        }
         let mut result = self.core.handle_request(now, token, req);
         self.run_commands();
         if writes && result.is_ok() && self.store_error.is_some() {
@@ -596,15 +618,45 @@ impl Engine {
                 .transitions(id)
                 .map_err(|e| ApiError::internal(e.to_string()))?
                 .into_iter()
-                .map(|t| TransitionView {
-                    at: t.at_us as f64 / 1e6,
-                    from: t.from,
-                    to: t.to,
-                    detail: t.detail,
-                })
+                .map(transition_view)
                 .collect();
         }
         result
+    }
+
+    /// Answers a listing, or a request about a finished job the core no longer holds, from
+    /// the store; `None` when the core answers.
+    fn answer_from_store(
+        &self,
+        token: Option<&str>,
+        req: &Request,
+    ) -> Option<Result<Response, ApiError>> {
+        let id = match req {
+            Request::List { .. } => {
+                let req = req.clone();
+                return Some(self.core.list_stored(token, req, |q| {
+                    self.store.list_jobs(q).map_err(|e| e.to_string())
+                }));
+            }
+            Request::Get { id } | Request::Cancel { id } | Request::Progress { id, .. } => *id,
+            _ => return None,
+        };
+        if self.core.holds(id) {
+            return None;
+        }
+        let row = match self.store.job(id) {
+            Ok(Some(row)) => row,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(ApiError::internal(e.to_string()))),
+        };
+        let mut result = self.core.answer_archived(token, req.clone(), &row);
+        if let Ok(Response::Detail(d)) = &mut result {
+            match self.store.transitions(id) {
+                Ok(t) => d.transitions = t.into_iter().map(transition_view).collect(),
+                Err(e) => return Some(Err(ApiError::internal(e.to_string()))),
+            }
+        }
+        Some(result)
     }
 
     /// Polls the backend for the status of every running job and records changes.
@@ -657,5 +709,155 @@ impl Engine {
             .scheduling_latency
             .observe(self.last_decision_secs);
         self.run_commands();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build_backend;
+    use crate::clock::SystemClock;
+    use crate::config::{hash_token, BackendConfig, LocalConfig, LocalNodeConfig, TenantConfig};
+    use tessera_model::{Bytes, MilliCpu};
+
+    const ALICE: &str = "alice-secret-token";
+    const BOB: &str = "bob-secret-token";
+
+    fn config(dir: &std::path::Path) -> DaemonConfig {
+        let text = format!(
+            "store: {}\nbackend: {{kind: local, workDir: {}}}\n",
+            dir.join("t.db").display(),
+            dir.display()
+        );
+        let mut c = DaemonConfig::from_yaml(&text).unwrap();
+        c.tenants = ["alice", "bob"]
+            .into_iter()
+            .zip([ALICE, BOB])
+            .map(|(name, token)| TenantConfig {
+                name: name.into(),
+                token_sha256: hash_token(token),
+                admin: false,
+            })
+            .collect();
+        c.backend = BackendConfig::Local(LocalConfig {
+            work_dir: dir.join("runs"),
+            nodes: vec![LocalNodeConfig {
+                name: "box".into(),
+                gpu: "A100-80GB".into(),
+                gpus: 4,
+                cpus: MilliCpu::from_cores(8),
+                memory: Bytes::from_gib(64),
+            }],
+            run_as: Default::default(),
+            tool_path: None,
+        });
+        c
+    }
+
+    fn open(c: &DaemonConfig) -> Engine {
+        let backend = build_backend(&c.backend).unwrap();
+        Engine::open(c, backend, Arc::new(SystemClock::new())).unwrap()
+    }
+
+    fn detail(e: &mut Engine, token: &str, id: i64) -> Result<crate::types::JobDetail, ApiError> {
+        match e.handle(Some(token), Request::Get { id })? {
+            Response::Detail(d) => Ok(*d),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+
+    fn list(
+        e: &mut Engine,
+        token: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> (Vec<i64>, Option<i64>) {
+        let req = Request::List {
+            state: None,
+            queue: None,
+            after,
+            limit,
+        };
+        match e.handle(Some(token), req).unwrap() {
+            Response::Jobs(l) => (l.jobs.iter().map(|j| j.id).collect(), l.next_after),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+
+    /// Issue 9: finished jobs leave memory once durable, and the API still answers for each
+    /// of them (describe, listing, cancel, tenant isolation), before and after a restart.
+    #[test]
+    fn finished_jobs_are_served_from_the_store_not_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config(dir.path());
+        let mut e = open(&c);
+        let specs: Vec<String> = (0..12)
+            .map(|i| {
+                let cmd = if i % 3 == 0 { "false" } else { "true" };
+                format!("name: j{i}\ncommand: [\"{cmd}\"]\ngpus: 1\n")
+            })
+            .collect();
+        let ids: Vec<i64> = e
+            .submit_many(ALICE, &specs)
+            .into_iter()
+            .map(|r| r.unwrap().id)
+            .collect();
+        let running = e.submit_many(
+            BOB,
+            &["name: hold\ncommand: [\"sleep\", \"30\"]\ngpus: 1\n".into()],
+        );
+        let hold = running[0].as_ref().unwrap().id;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while e.core().resident_jobs() > 1 {
+            assert!(Instant::now() < deadline, "{:?}", e.count_by_state());
+            e.schedule();
+            std::thread::sleep(Duration::from_millis(20));
+            e.poll();
+        }
+        assert!(e.core().holds(hold), "the running job stays in memory");
+        let counts = e.count_by_state();
+        assert_eq!(counts.get(&JobState::Completed), Some(&8), "{counts:?}");
+        assert_eq!(counts.get(&JobState::Failed), Some(&4), "{counts:?}");
+
+        let check = |e: &mut Engine| {
+            for (i, &id) in ids.iter().enumerate() {
+                assert!(!e.core().holds(id));
+                let d = detail(e, ALICE, id).unwrap();
+                let (state, exit) = if i % 3 == 0 {
+                    (JobState::Failed, Some(1))
+                } else {
+                    (JobState::Completed, Some(0))
+                };
+                assert_eq!((d.job.state, d.job.exit_code), (state, exit), "job {id}");
+                assert_eq!(d.job.name, format!("j{i}"));
+                assert_eq!(d.spec.name, format!("j{i}"));
+                assert!(d.transitions.len() >= 3, "{:?}", d.transitions);
+                // Another tenant's finished job is as missing as a job that never was.
+                assert_eq!(detail(e, BOB, id).unwrap_err().status, 404);
+                let cancel = e.handle(Some(ALICE), Request::Cancel { id }).unwrap_err();
+                assert_eq!(cancel.status, 409);
+            }
+            // Pages over finished (store) and live (memory) jobs alike, per tenant.
+            let (first, next) = list(e, ALICE, None, 5);
+            assert_eq!(first, ids[..5]);
+            let (rest, end) = list(e, ALICE, next, 100);
+            assert_eq!(rest, ids[5..]);
+            assert_eq!(end, None);
+            assert_eq!(list(e, BOB, None, 100).0, vec![hold]);
+            assert_eq!(e.count_by_state().get(&JobState::Completed), Some(&8));
+        };
+        check(&mut e);
+        drop(e);
+        let mut e = open(&c);
+        assert_eq!(
+            e.core().resident_jobs(),
+            1,
+            "a restart loads no finished job"
+        );
+        check(&mut e);
+        let next = e.submit_many(ALICE, &specs[1..2]).remove(0).unwrap();
+        assert!(next.id > hold, "ids of finished jobs are not reused");
+        e.handle(Some(BOB), Request::Cancel { id: hold }).unwrap();
+        e.poll();
     }
 }

@@ -31,7 +31,7 @@ pub const MAX_ENV: usize = 64;
 /// env: {EPOCHS: "10"}
 /// hints: {model: resnet50, batchSize: 256, iterations: 10000, durationSeconds: 3600}
 /// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobSpec {
     /// Optional, must be `tessera/v1` when present.

@@ -52,6 +52,23 @@ CREATE TABLE IF NOT EXISTS runs (
     state TEXT NOT NULL);
 ";
 
+/// Which jobs [`Store::list_jobs`] returns: every filter set must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobQuery {
+    /// Only this tenant's jobs.
+    pub tenant: Option<String>,
+    /// Only this job.
+    pub id: Option<i64>,
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs in this queue.
+    pub queue: Option<String>,
+    /// Only jobs with a larger id.
+    pub after: Option<i64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// A job as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobRow {
@@ -516,13 +533,66 @@ impl Store {
 
     /// Every job, by id.
     pub fn load_jobs(&self) -> Result<Vec<JobRow>, DaemonError> {
-        let mut st = self.conn.prepare(
+        self.select_jobs("", &[])
+    }
+
+    /// One job's row, by id (finished jobs are served from here, not from memory).
+    pub fn job(&self, id: i64) -> Result<Option<JobRow>, DaemonError> {
+        Ok(self.select_jobs("WHERE id = ?1", &[&id])?.pop())
+    }
+
+    /// One page of jobs in id order, filtered as `query` says.
+    pub fn list_jobs(&self, query: &JobQuery) -> Result<Vec<JobRow>, DaemonError> {
+        let mut clauses: Vec<String> = Vec::new();
+        let mut params: Vec<Box<dyn rusqlite::ToSql>> = Vec::new();
+        if let Some(t) = &query.tenant {
+            params.push(Box::new(t.clone()));
+            clauses.push(format!("tenant = ?{}", params.len()));
+        }
+        if let Some(id) = query.id {
+            params.push(Box::new(id));
+            clauses.push(format!("id = ?{}", params.len()));
+        }
+        if let Some(s) = query.state {
+            params.push(Box::new(s.as_str().to_string()));
+            clauses.push(format!("state = ?{}", params.len()));
+        }
+        if let Some(q) = &query.queue {
+            params.push(Box::new(q.clone()));
+            clauses.push(format!("queue = ?{}", params.len()));
+        }
+        if let Some(a) = query.after {
+            params.push(Box::new(a));
+            clauses.push(format!("id > ?{}", params.len()));
+        }
+        let mut tail = String::new();
+        if !clauses.is_empty() {
+            tail.push_str("WHERE ");
+            tail.push_str(&clauses.join(" AND "));
+        }
+        params.push(Box::new(i64::try_from(query.limit).unwrap_or(i64::MAX)));
+        tail.push_str(&format!(" ORDER BY id LIMIT ?{}", params.len()));
+        let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
+        self.select_jobs(&tail, &refs)
+    }
+
+    fn select_jobs(
+        &self,
+        tail: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<JobRow>, DaemonError> {
+        let order = if tail.contains("ORDER BY") {
+            ""
+        } else {
+            " ORDER BY id"
+        };
+        let mut st = self.conn.prepare_cached(&format!(
             "SELECT id, tenant, queue, name, spec, state, priority, submit_us, start_us, end_us, attempt,
              placement, handle, exit_code, message, progress_iters, samples_per_sec, iters_per_sec,
              progress_us, attained_gpu_secs, preemptions, job_token_sha256, backend_state
-             FROM jobs ORDER BY id",
-        )?;
-        let rows = st.query_map([], |r| {
+             FROM jobs {tail}{order}"
+        ))?;
+        let rows = st.query_map(params, |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
@@ -718,6 +788,61 @@ mod tests {
             job_token_sha256: None,
             backend_state: None,
         }
+    }
+
+    /// Issue 9: listing is a store query; every filter narrows it and pages follow ids.
+    #[test]
+    fn lists_jobs_by_tenant_state_queue_and_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("t.db"), SyncMode::Normal).unwrap();
+        let mut batch = WriteBatch::default();
+        for id in 1..=20 {
+            let mut j = row(id);
+            if id % 2 == 0 {
+                j.tenant = "bob".into();
+            }
+            if id % 3 == 0 {
+                j.state = JobState::Completed;
+            }
+            if id % 5 == 0 {
+                j.queue = "special".into();
+            }
+            batch.jobs.push(j);
+        }
+        s.commit(&batch).unwrap();
+        let ids = |q: JobQuery| -> Vec<i64> {
+            s.list_jobs(&q).unwrap().into_iter().map(|r| r.id).collect()
+        };
+        let all = JobQuery {
+            limit: 100,
+            ..JobQuery::default()
+        };
+        assert_eq!(ids(all.clone()), (1..=20).collect::<Vec<_>>());
+        let alice = JobQuery {
+            tenant: Some("alice".into()),
+            ..all.clone()
+        };
+        assert_eq!(ids(alice.clone()), vec![1, 3, 5, 7, 9, 11, 13, 15, 17, 19]);
+        let done = JobQuery {
+            state: Some(JobState::Completed),
+            ..alice.clone()
+        };
+        assert_eq!(ids(done), vec![3, 9, 15]);
+        let special = JobQuery {
+            queue: Some("special".into()),
+            ..alice.clone()
+        };
+        assert_eq!(ids(special), vec![5, 15]);
+        let page = JobQuery {
+            after: Some(7),
+            limit: 3,
+            ..alice
+        };
+        assert_eq!(ids(page), vec![9, 11, 13]);
+        let one = JobQuery { id: Some(4), ..all };
+        assert_eq!(ids(one), vec![4]);
+        assert_eq!(s.job(4).unwrap().map(|r| r.tenant), Some("bob".into()));
+        assert_eq!(s.job(99).unwrap(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::config::hash_token;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
 use crate::spec::JobSpec;
-use crate::store::{JobRow, RunState, TransitionRow};
+use crate::store::{JobQuery, JobRow, RunState, TransitionRow};
 use crate::types::{
     GpuView, JobDetail, JobList, JobState, JobView, NodeList, NodeView, Progress, ProgressAck,
     ProgressReport, QueueSummary, QueueView,
@@ -29,7 +29,7 @@ pub(crate) enum Caller {
 }
 
 /// One API request for the core.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Request {
     Submit {
         body: String,
@@ -171,15 +171,32 @@ impl Core {
 
     fn view(&self, idx: usize, position: Option<u32>, exact: bool) -> JobView {
         let job = &self.jobs[idx];
-        let r = &job.row;
+        self.render(
+            &job.row,
+            &job.spec,
+            job.alloc.as_ref(),
+            self.pending_reason(idx, exact),
+            position,
+        )
+    }
+
+    /// The view of a job from its row, its spec and what it holds.
+    fn render(
+        &self,
+        r: &JobRow,
+        spec: &JobSpec,
+        alloc: Option<&tessera_model::Allocation>,
+        pending_reason: Option<String>,
+        position: Option<u32>,
+    ) -> JobView {
         JobView {
             id: r.id,
             name: r.name.clone(),
             tenant: r.tenant.clone(),
             queue: r.queue.clone(),
             state: r.state,
-            gpus: job.spec.gpus,
-            gpu_type: job.spec.gpu_type.clone(),
+            gpus: spec.gpus,
+            gpu_type: spec.gpu_type.clone(),
             priority: r.priority,
             submitted_at: secs(r.submit_us),
             started_at: r.start_us.map(secs),
@@ -187,18 +204,16 @@ impl Core {
             attempt: r.attempt,
             preemptions: r.preemptions,
             allocation: r.placement.clone(),
-            gpu_model: job
-                .alloc
-                .as_ref()
+            gpu_model: alloc
                 .and_then(|a| a.shares.first())
                 .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
                 .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone()),
-            plan: job.alloc.as_ref().map(|a| {
+            plan: alloc.map(|a| {
                 a.plan.unwrap_or(tessera_model::ParallelPlan::data_parallel(
                     a.devices().max(1),
                 ))
             }),
-            pending_reason: self.pending_reason(idx, exact),
+            pending_reason,
             queue_position: position,
             backend_id: r.handle.clone(),
             backend_state: r.backend_state.clone(),
@@ -493,6 +508,116 @@ impl Core {
                 Err(ApiError::internal("unreachable request"))
             }
         }
+    }
+
+    /// A stored job's view when the core no longer holds it (finished and archived).
+    fn stored_view(&self, row: &JobRow) -> Result<(JobView, JobSpec), ApiError> {
+        let spec: JobSpec = serde_json::from_str(&row.spec_json)
+            .map_err(|e| ApiError::internal(format!("job {}: stored spec: {e}", row.id)))?;
+        Ok((self.render(row, &spec, None, None, None), spec))
+    }
+
+    /// Answers a request about a job the core has archived, from its stored `row`: exactly
+    /// what the core answered while it held the finished job.
+    pub(crate) fn answer_archived(
+        &self,
+        token: Option<&str>,
+        req: Request,
+        row: &JobRow,
+    ) -> Result<Response, ApiError> {
+        let caller = self.authenticate(token)?;
+        if !Self::can_see(&caller, row) {
+            return Err(ApiError::not_found(format!("no job {}", row.id)));
+        }
+        let finished =
+            || ApiError::conflict(format!("job {} is already {}", row.id, row.state.as_str()));
+        match req {
+            Request::Get { .. } => {
+                let (job, spec) = self.stored_view(row)?;
+                Ok(Response::Detail(Box::new(JobDetail {
+                    job,
+                    spec,
+                    transitions: Vec::new(),
+                })))
+            }
+            Request::Cancel { .. } => {
+                if matches!(caller, Caller::Job { .. }) {
+                    return Err(ApiError::forbidden("a job token cannot cancel jobs"));
+                }
+                Err(finished())
+            }
+            Request::Progress { id, .. } => {
+                if !matches!(caller, Caller::Job { id: own } if own == id) {
+                    return Err(ApiError::forbidden(
+                        "progress is accepted only with the job's own token (TESSERA_TOKEN)",
+                    ));
+                }
+                Err(finished())
+            }
+            _ => Err(ApiError::internal("not a request about one job")),
+        }
+    }
+
+    /// `GET /v1/jobs` served from the store: `fetch` runs the query (the caller's visibility
+    /// included); jobs the core still holds are shown as it sees them (queue position,
+    /// pending reason, allocation), the others from their stored rows.
+    pub(crate) fn list_stored(
+        &self,
+        token: Option<&str>,
+        req: Request,
+        fetch: impl FnOnce(&JobQuery) -> Result<Vec<JobRow>, String>,
+    ) -> Result<Response, ApiError> {
+        let caller = self.authenticate(token)?;
+        let Request::List {
+            state,
+            queue,
+            after,
+            limit,
+        } = req
+        else {
+            return Err(ApiError::internal("not a listing"));
+        };
+        let mut query = JobQuery {
+            state,
+            queue,
+            after,
+            limit: limit.saturating_add(1),
+            ..JobQuery::default()
+        };
+        match &caller {
+            Caller::Tenant { admin: true, .. } => {}
+            Caller::Tenant { name, .. } => query.tenant = Some(name.clone()),
+            Caller::Job { id } => query.id = Some(*id),
+        }
+        let mut rows = fetch(&query).map_err(ApiError::internal)?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_after = if more {
+            rows.last().map(|r| r.id)
+        } else {
+            None
+        };
+        let held: Vec<Option<usize>> = rows
+            .iter()
+            .map(|r| self.by_id.get(&r.id).copied())
+            .collect();
+        let positions = if held
+            .iter()
+            .flatten()
+            .any(|&i| self.jobs[i].row.state == JobState::Pending)
+        {
+            self.positions()
+        } else {
+            HashMap::new()
+        };
+        let mut jobs = Vec::with_capacity(rows.len());
+        for (row, idx) in rows.iter().zip(held) {
+            jobs.push(match idx {
+                Some(i) => self.view(i, positions.get(&i).copied(), false),
+                None => self.stored_view(row)?.0,
+            });
+        }
+        Ok(Response::Jobs(JobList { jobs, next_after }))
     }
 
     /// Cancels a job by daemon id as an administrator would (embedding, tests).

@@ -189,6 +189,9 @@ struct Job {
     /// Requeued after a node failure, hidden from the policy until the backend has said
     /// whether its stopped run had in fact completed.
     held: bool,
+    /// Finished, written to the store and dropped from memory but for this slot (the policy's
+    /// job ids are indices, so the slot stays until a restart).
+    archived: bool,
 }
 
 /// The sans-IO scheduling core (see the [module docs](self)).
@@ -246,6 +249,10 @@ pub struct Core {
     commands: VecDeque<Command>,
     pending: WriteBatch,
     new_token: TokenSource,
+    /// Jobs that finished since the last [`Core::archive_finished`].
+    to_archive: Vec<usize>,
+    /// Archived (or, after a restart, never loaded) finished jobs per state.
+    archived_counts: BTreeMap<JobState, usize>,
 }
 
 impl std::fmt::Debug for Core {
@@ -340,6 +347,8 @@ impl Core {
             commands: VecDeque::new(),
             pending: WriteBatch::default(),
             new_token,
+            to_archive: Vec::new(),
+            archived_counts: BTreeMap::new(),
         }
     }
 
@@ -418,11 +427,65 @@ impl Core {
 
     /// Jobs per state.
     pub fn count_by_state(&self) -> BTreeMap<JobState, usize> {
-        let mut m = BTreeMap::new();
-        for j in &self.jobs {
+        let mut m = self.archived_counts.clone();
+        for j in self.jobs.iter().filter(|j| !j.archived) {
             *m.entry(j.row.state).or_default() += 1;
         }
         m
+    }
+
+    /// How many jobs the core holds in full (archived finished jobs excluded).
+    pub fn resident_jobs(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether the core holds job `id` in full (else the store has it, if anyone does).
+    pub fn holds(&self, id: i64) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    /// Drops from memory the jobs that finished since the last call. The driver calls it once
+    /// their final rows are durable; from then on they are served from the store
+    /// ([`Core::answer_archived`], [`Core::list_stored`]). What remains of each is a slot with
+    /// its id, tenant, queue and state, because the policy's job ids are indices.
+    pub fn archive_finished(&mut self) {
+        for idx in std::mem::take(&mut self.to_archive) {
+            let Some(job) = self.jobs.get_mut(idx) else {
+                continue;
+            };
+            if job.archived || !job.row.state.is_terminal() {
+                continue;
+            }
+            job.archived = true;
+            *self.archived_counts.entry(job.row.state).or_default() += 1;
+            self.by_id.remove(&job.row.id);
+            if let Some(h) = job.row.handle.take() {
+                if self.by_handle.get(&h) == Some(&idx) {
+                    self.by_handle.remove(&h);
+                }
+            }
+            job.spec = JobSpec::default();
+            job.alloc = None;
+            let r = &mut job.row;
+            r.name = String::new();
+            r.spec_json = String::new();
+            r.placement = Vec::new();
+            r.plan = None;
+            r.message = None;
+            r.backend_state = None;
+            for s in [&mut r.name, &mut r.spec_json, &mut r.tenant, &mut r.queue] {
+                s.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Counts finished jobs a restart leaves in the store only (see
+    /// [`archive_finished`](Self::archive_finished)); their ids are never reused.
+    pub fn note_archived(&mut self, rows: &[JobRow]) {
+        for r in rows {
+            self.next_id = self.next_id.max(r.id + 1);
+            *self.archived_counts.entry(r.state).or_default() += 1;
+        }
     }
 
     /// The jobs as the policy sees them, indexed by the policy's job id (submission order).
@@ -568,6 +631,7 @@ impl Core {
             submit_failures: 0,
             lost_runs: 0,
             held: false,
+            archived: false,
         });
         self.specs.push(tj);
         idx
@@ -765,6 +829,7 @@ impl Core {
         job.row.state = to;
         job.row.message = Some(detail.to_string());
         if to.is_terminal() {
+            self.to_archive.push(idx);
             job.row.end_us = Some(now_us);
             if let Some(t) = job.row.job_token_sha256.take() {
                 self.job_tokens.remove(&t);
