@@ -10,6 +10,8 @@
 //!   workload; the Philly-scale benchmark.
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
 //! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
+//! - [`dilu`]: GPU quotas and complementary packing (Dilu, ASPLOS'25): latency tables,
+//!   profiling searches, the packing replay (`repro dilu`, `bench dilu`).
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -33,13 +35,19 @@ use tessera_perf::{Profiler, ThroughputModel};
 use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 
 pub mod baselines;
+pub mod dilu;
 #[cfg(feature = "experiments")]
 pub mod experiment;
 pub mod hap;
 pub mod synergy;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
-pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy, &hap::Hap];
+pub static MECHANISMS: &[&dyn Mechanism] = &[
+    &baselines::Baselines,
+    &synergy::Synergy,
+    &hap::Hap,
+    &dilu::Dilu,
+];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
 #[derive(Clone, Copy, Debug)]
