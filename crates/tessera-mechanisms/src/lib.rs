@@ -217,6 +217,11 @@ pub trait Mechanism: Sync {
     fn benches(&self) -> &'static [&'static dyn experiment::Experiment] {
         &[]
     }
+    /// Workload formats it replays with its own engine (`tessera simulate --trace-format`).
+    #[cfg(feature = "experiments")]
+    fn replay_formats(&self) -> &'static [experiment::ReplayFormat] {
+        &[]
+    }
 }
 
 /// Every policy of every mechanism, with the mechanism that owns it.

@@ -88,3 +88,61 @@ fn repro_dilu_reads_the_artifact_format_and_refuses_bad_files() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("sm_request"), "{}", stderr(&o));
 }
+
+#[test]
+fn simulate_replays_a_packing_workload_through_the_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("instances.txt");
+    std::fs::write(
+        &trace,
+        "{'Time': '2024-06-19 15:46:09', 'Action': 'start', 'Instance': {'service_name': 'a', 'type': 'inference', 'gpu_num': 1, 'sm_requests': 0.3, 'sm_limits': 0.5, 'memory': [9]}}\n\
+         {'Time': '2024-06-19 15:46:10', 'Action': 'start', 'Instance': {'service_name': 'b', 'type': 'inference', 'gpu_num': 1, 'sm_requests': 0.3, 'sm_limits': 0.5, 'memory': [9]}}\n\
+         {'Time': '2024-06-19 15:46:20', 'Action': 'delete', 'Instance': {'service_name': 'a', 'type': 'inference', 'gpu_num': 1, 'sm_requests': 0.3, 'sm_limits': 0.5, 'memory': [9]}}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = tessera(&[
+        "simulate",
+        "--trace-format",
+        "dilu-instances",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "exclusive",
+        "--policy",
+        "dilu",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let policies = v["policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 2);
+    assert_eq!(policies[0]["policy"], "exclusive");
+    assert_eq!(policies[0]["peak_active_gpus"].as_u64(), Some(2));
+    assert_eq!(policies[1]["peak_active_gpus"].as_u64(), Some(1));
+    for p in policies {
+        for k in ["mean_active_gpus", "mean_sm_frag", "mean_mem_frag"] {
+            assert!(p[k].is_number(), "{k} missing in {p}");
+        }
+    }
+    // Dilu, one GPU: 0.3 booked for 1 s, then 0.6 for 10 s (time-weighted).
+    let want = (0.7 + 10.0 * 0.4) / 11.0;
+    assert!((policies[1]["mean_sm_frag"].as_f64().unwrap() - want).abs() < 1e-9);
+    let o = tessera(&[
+        "simulate",
+        "--trace-format",
+        "dilu-instances",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "fifo",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("does not replay packing"),
+        "{}",
+        stderr(&o)
+    );
+}

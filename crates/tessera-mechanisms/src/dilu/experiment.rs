@@ -9,7 +9,7 @@ use super::profile;
 use super::table::DiluModel;
 use crate::experiment::{
     bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
-    Figure, Param, ReproOutput, RunContext, Series,
+    Figure, Param, ReplayFormat, ReproOutput, RunContext, Series,
 };
 
 /// Peak active GPUs for N = 400 in a replay of the artifact's simulator (DESIGN §5.4).
@@ -241,66 +241,7 @@ impl Experiment for DiluRepro {
                     })
                     .flatten()
             };
-            let rows: Vec<Vec<String>> = rs
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.policy.to_string(),
-                        r.peak_active_gpus.to_string(),
-                        published(r.policy).map_or("-".into(), |p| p.to_string()),
-                        format!("{:.1}", r.mean_active_gpus),
-                        format!("{:.3}", r.mean_sm_frag),
-                        format!("{:.3}", r.mean_mem_frag),
-                        format!("{:.3}", r.sm_frag_at_peak),
-                        format!("{:.3}", r.mem_frag_at_peak),
-                        r.split_llm.to_string(),
-                        r.refused.len().to_string(),
-                    ]
-                })
-                .collect();
-            text.push_str(&text_table(
-                &[
-                    "policy",
-                    "peak GPUs",
-                    "published",
-                    "mean GPUs",
-                    "SM frag",
-                    "mem frag",
-                    "SM frag@peak",
-                    "mem frag@peak",
-                    "LLM splits",
-                    "refused",
-                ],
-                &rows,
-            ));
-            let peak = |p: PackingPolicy| {
-                rs.iter()
-                    .find(|r| r.policy == p.name())
-                    .map(|r| r.peak_active_gpus as f64)
-            };
-            if let Some(d) = peak(PackingPolicy::Dilu) {
-                for base in [PackingPolicy::Exclusive, PackingPolicy::InflessL] {
-                    if let Some(b) = peak(base) {
-                        if b > 0.0 {
-                            writeln!(
-                                text,
-                                "dilu vs {}: {:.1}% fewer peak GPUs",
-                                base.name(),
-                                100.0 * (1.0 - d / b)
-                            )?;
-                        }
-                    }
-                }
-            }
-            for r in rs {
-                for refused in r.refused.iter().take(3) {
-                    writeln!(
-                        text,
-                        "{}: {} unschedulable: {}",
-                        r.policy, refused.name, refused.reason
-                    )?;
-                }
-            }
+            text.push_str(&packing_table(rs, |p| published(p))?);
             text.push('\n');
             figures.push(Figure {
                 file_stem: format!(
@@ -396,6 +337,144 @@ impl Experiment for DiluRepro {
             figures,
         })
     }
+}
+
+/// The per-policy table of one workload's replays, with the dilu-vs-baseline reductions and
+/// the first refusals; `published(policy)` is the published peak, if any.
+fn packing_table(
+    rs: &[ReplayReport],
+    published: impl Fn(&str) -> Option<usize>,
+) -> Result<String, ExperimentError> {
+    let mut text = String::new();
+    let rows: Vec<Vec<String>> = rs
+        .iter()
+        .map(|r| {
+            vec![
+                r.policy.to_string(),
+                r.peak_active_gpus.to_string(),
+                published(r.policy).map_or("-".into(), |p| p.to_string()),
+                format!("{:.1}", r.mean_active_gpus),
+                format!("{:.3}", r.mean_sm_frag),
+                format!("{:.3}", r.mean_mem_frag),
+                format!("{:.3}", r.sm_frag_at_peak),
+                format!("{:.3}", r.mem_frag_at_peak),
+                r.split_llm.to_string(),
+                r.refused.len().to_string(),
+            ]
+        })
+        .collect();
+    text.push_str(&text_table(
+        &[
+            "policy",
+            "peak GPUs",
+            "published",
+            "mean GPUs",
+            "SM frag",
+            "mem frag",
+            "SM frag@peak",
+            "mem frag@peak",
+            "LLM splits",
+            "refused",
+        ],
+        &rows,
+    ));
+    let peak = |p: PackingPolicy| {
+        rs.iter()
+            .find(|r| r.policy == p.name())
+            .map(|r| r.peak_active_gpus as f64)
+    };
+    if let Some(d) = peak(PackingPolicy::Dilu) {
+        for base in [PackingPolicy::Exclusive, PackingPolicy::InflessL] {
+            if let Some(b) = peak(base) {
+                if b > 0.0 {
+                    writeln!(
+                        text,
+                        "dilu vs {}: {:.1}% fewer peak GPUs",
+                        base.name(),
+                        100.0 * (1.0 - d / b)
+                    )?;
+                }
+            }
+        }
+    }
+    for r in rs {
+        for refused in r.refused.iter().take(3) {
+            writeln!(
+                text,
+                "{}: {} unschedulable: {}",
+                r.policy, refused.name, refused.reason
+            )?;
+        }
+    }
+    Ok(text)
+}
+
+/// `tessera simulate --trace-format dilu-instances`: the packing replay of one instances
+/// file (the artifact's dict lines or our CSV) under the named packing policies (empty =
+/// all four) on an unbounded pool of 40 GB GPUs, 4 per node, invariants checked.
+pub const INSTANCES_FORMAT: ReplayFormat = ReplayFormat {
+    name: "dilu-instances",
+    about: "Dilu packing workload (instances-N.txt dict lines or its CSV): start/stop of instances with SM request/limit and memory; replayed on an unbounded A100-40GB pool",
+    policies: &["exclusive", "infless-l", "infless-r", "dilu"],
+    run: replay_instances,
+};
+
+fn replay_instances(
+    text: &str,
+    names: &[String],
+    ctx: &RunContext<'_>,
+) -> Result<ReproOutput, ExperimentError> {
+    let load = instances::parse_any(text).map_err(|e| ExperimentError::Other(e.to_string()))?;
+    let mut policies = Vec::new();
+    for n in names {
+        let p = PackingPolicy::from_name(n).ok_or_else(|| {
+            ExperimentError::Other(format!(
+                "policy {n:?} does not replay packing workloads (known: {})",
+                INSTANCES_FORMAT.policies.join(", ")
+            ))
+        })?;
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
+    }
+    if policies.is_empty() {
+        policies = PackingPolicy::ALL.to_vec();
+    }
+    let pool = PoolSpec::default();
+    let loads = vec![("trace".to_string(), None, load)];
+    let rs = run_packing(&loads, &policies, pool, true, ctx)?;
+    let mut text = format!(
+        "{} instances, {} events, unbounded pool of 40 GB GPUs, 4 per node\n",
+        loads[0].2.instances(),
+        loads[0].2.events.len()
+    );
+    text.push_str(&packing_table(&rs, |_| None)?);
+    let summary = serde_json::json!({
+        "trace_format": INSTANCES_FORMAT.name,
+        "instances": loads[0].2.instances(),
+        "events": loads[0].2.events.len(),
+        "pool": pool,
+        "policies": rs,
+    });
+    let figures = vec![Figure {
+        file_stem: "active_gpus".into(),
+        title: "Packing replay: active GPUs over time".into(),
+        x_label: "time (min)".into(),
+        y_label: "active GPUs".into(),
+        series: rs
+            .iter()
+            .map(|r| Series {
+                label: r.policy.to_string(),
+                points: step_points(r),
+                spread: None,
+            })
+            .collect(),
+    }];
+    Ok(ReproOutput {
+        text,
+        summary,
+        figures,
+    })
 }
 
 /// Active GPUs as a step line in minutes, thinned to at most ~2,000 points.

@@ -57,4 +57,9 @@ impl Mechanism for Dilu {
     fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
         &[&experiment::DiluBench]
     }
+
+    #[cfg(feature = "experiments")]
+    fn replay_formats(&self) -> &'static [crate::experiment::ReplayFormat] {
+        &[experiment::INSTANCES_FORMAT]
+    }
 }
