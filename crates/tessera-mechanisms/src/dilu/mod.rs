@@ -5,6 +5,8 @@
 //! This module holds the parts that do not need services in the core:
 //! - [`table`]: inference batch latency vs (batch, share), from the authors' measurements;
 //! - [`truth`]: training throughput vs share with a saturation knee;
+//! - [`vertical`]: effective shares on a GPU and the overflow controller (vertical scaling),
+//!   as pure state machines for the serving simulator;
 //! - [`profile`]: the training binary search and the inference Hybrid Growth Search;
 //! - [`instances`]: packing workloads (the artifact's `instances-N` files, a seeded
 //!   generator);
@@ -26,6 +28,7 @@ pub mod packing;
 pub mod profile;
 pub mod table;
 pub mod truth;
+pub mod vertical;
 
 /// The Dilu mechanism.
 #[derive(Clone, Copy, Debug)]
