@@ -7,6 +7,7 @@
 //! - [`truth`]: training throughput vs share with a saturation knee;
 //! - [`vertical`]: effective shares on a GPU and the overflow controller (vertical scaling),
 //!   as pure state machines for the serving simulator;
+//! - [`series`]: per-second request-rate series (bursty, periodic, sporadic);
 //! - [`profile`]: the training binary search and the inference Hybrid Growth Search;
 //! - [`instances`]: packing workloads (the artifact's `instances-N` files, a seeded
 //!   generator);
@@ -26,6 +27,7 @@ pub mod experiment;
 pub mod instances;
 pub mod packing;
 pub mod profile;
+pub mod series;
 pub mod table;
 pub mod truth;
 pub mod vertical;
