@@ -260,8 +260,9 @@ impl LatencyTable {
         }
         let x = x.clamp(lo, hi);
         let upper = axis.partition_point(|&a| f64::from(a) < x);
-        if upper == 0 {
-            return Ok((0, 0, 0.0));
+        // On a grid line, no interpolation (so a grid point returns its value exactly).
+        if upper == 0 || f64::from(axis[upper]) == x {
+            return Ok((upper, upper, 0.0));
         }
         let (a, b) = (f64::from(axis[upper - 1]), f64::from(axis[upper]));
         Ok((upper - 1, upper, (x - a) / (b - a)))
@@ -366,12 +367,23 @@ mod tests {
     #[test]
     fn interpolation_hits_grid_points_and_stays_between_them() {
         let t = DiluModel::Gpt2Large.table().unwrap();
+        // On the grid: max over smaller batches of the min over smaller shares, by brute force.
         for &b in t.batches() {
             for &s in t.shares_pct() {
+                let want = t
+                    .batches()
+                    .iter()
+                    .filter(|&&b2| b2 <= b)
+                    .map(|&b2| {
+                        t.shares_pct()
+                            .iter()
+                            .filter(|&&s2| s2 <= s)
+                            .map(|&s2| t.point(b2, s2).unwrap().latency_s)
+                            .fold(f64::INFINITY, f64::min)
+                    })
+                    .fold(0.0, f64::max);
                 let l = t.latency(f64::from(b), f64::from(s) / 100.0).unwrap();
-                // On the grid the envelope is at most the raw point (share-monotone part)
-                // and never below the smaller batch.
-                assert!(l > 0.0);
+                assert_eq!(l, want, "batch {b} at {s}%");
             }
         }
         let a = t.latency(4.0, 0.30).unwrap();
