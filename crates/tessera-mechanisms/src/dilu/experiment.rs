@@ -7,6 +7,7 @@ use super::instances::{self, PackingWorkload};
 use super::packing::{replay, PackingPolicy, PoolSpec, ReplayReport};
 use super::profile;
 use super::table::DiluModel;
+use super::truth::TrainingCurve;
 use crate::experiment::{
     bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
     Figure, Param, ReplayFormat, ReproOutput, RunContext, Series,
@@ -313,6 +314,36 @@ impl Experiment for DiluRepro {
             &rows,
         ));
 
+        // The training search on our assumed curves (truth.rs), to show its probe count.
+        let mut training = Vec::new();
+        let mut rows = Vec::new();
+        for m in DiluModel::ALL {
+            let curve = TrainingCurve::for_model(m);
+            let pick = profile::training_search(|pct| {
+                curve.relative(f64::from(pct) / 100.0).unwrap_or(0.0)
+            })
+            .map_err(|e| ExperimentError::Other(e.to_string()))?;
+            rows.push(vec![
+                m.name().to_string(),
+                format!("{:.2}", curve.knee()),
+                format!("{}%", pick.share_pct),
+                format!("{:.3}", pick.relative),
+                pick.probes.to_string(),
+            ]);
+            training.push(serde_json::json!({
+                "model": m.name(), "knee": curve.knee(), "share_pct": pick.share_pct,
+                "relative": pick.relative, "probes": pick.probes,
+            }));
+        }
+        writeln!(
+            text,
+            "\nTraining binary search (>= 98% of full throughput, 5% steps) on our assumed saturation curves (not measurements):"
+        )?;
+        text.push_str(&text_table(
+            &["model", "knee", "share", "relative", "probes"],
+            &rows,
+        ));
+
         let summary = serde_json::json!({
             "experiment": "dilu",
             "part": "packing",
@@ -330,6 +361,7 @@ impl Experiment for DiluRepro {
             "pool": pool,
             "workloads": workloads_json,
             "hgs_picks": picks,
+            "training_picks_assumed_curves": training,
         });
         Ok(ReproOutput {
             text,
