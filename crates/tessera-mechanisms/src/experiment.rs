@@ -246,6 +246,31 @@ pub type EngineFn = fn(
     &SimConfig,
 ) -> Result<SimReport, SimError>;
 
+/// A workload format a mechanism replays with an engine of its own (`tessera simulate
+/// --trace-format NAME --trace FILE --policy P ...`), for workloads the core's job model does
+/// not describe (e.g. quota-packing start/stop events).
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayFormat {
+    /// `--trace-format` name.
+    pub name: &'static str,
+    /// One line for listings.
+    pub about: &'static str,
+    /// The policies it replays; the default when `--policy` is not given.
+    pub policies: &'static [&'static str],
+    /// Parses the trace text and replays it under the named policies (empty = all).
+    pub run: ReplayFn,
+}
+
+/// The signature of a [`ReplayFormat`]'s replay: trace text, policy names, context.
+pub type ReplayFn = fn(&str, &[String], &RunContext<'_>) -> Result<ReproOutput, ExperimentError>;
+
+/// Every registered replay format.
+pub fn replay_formats() -> impl Iterator<Item = &'static ReplayFormat> {
+    crate::MECHANISMS
+        .iter()
+        .flat_map(|m| m.replay_formats().iter())
+}
+
 /// Every registered engine.
 pub fn engines() -> impl Iterator<Item = &'static EngineInfo> {
     crate::MECHANISMS.iter().flat_map(|m| m.engines().iter())

@@ -11,6 +11,8 @@
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
 //! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
 //! - [`miso`]: MIG partitioning from an MPS profile (MISO, SoCC'22): `repro miso`, `bench miso`.
+//! - [`dilu`]: GPU quotas and complementary packing (Dilu, ASPLOS'25): latency tables,
+//!   profiling searches, the packing replay (`repro dilu`, `bench dilu`).
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -34,6 +36,7 @@ use tessera_perf::{Profiler, ThroughputModel};
 use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 
 pub mod baselines;
+pub mod dilu;
 #[cfg(feature = "experiments")]
 pub mod experiment;
 pub mod hap;
@@ -46,6 +49,7 @@ pub static MECHANISMS: &[&dyn Mechanism] = &[
     &synergy::Synergy,
     &hap::Hap,
     &miso::Miso,
+    &dilu::Dilu,
 ];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
@@ -214,6 +218,11 @@ pub trait Mechanism: Sync {
     /// Benchmarks: `tessera bench NAME`.
     #[cfg(feature = "experiments")]
     fn benches(&self) -> &'static [&'static dyn experiment::Experiment] {
+        &[]
+    }
+    /// Workload formats it replays with its own engine (`tessera simulate --trace-format`).
+    #[cfg(feature = "experiments")]
+    fn replay_formats(&self) -> &'static [experiment::ReplayFormat] {
         &[]
     }
 }

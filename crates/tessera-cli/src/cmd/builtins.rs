@@ -61,6 +61,15 @@ pub fn run() -> Result<()> {
     for f in tessera_trace::TraceFormat::ALL {
         writeln!(out, "  {:<20} {}", f.name(), f.description())?;
     }
+    for f in tessera_mechanisms::experiment::replay_formats() {
+        writeln!(
+            out,
+            "  {:<20} {} (policies: {})",
+            f.name,
+            f.about,
+            f.policies.join(", ")
+        )?;
+    }
     writeln!(
         out,
         "\nCluster files (--cluster PATH): a `kind: Cluster` YAML, Alibaba PAI's 2020 \

@@ -110,7 +110,7 @@ fn run_all(json: bool) -> Result<()> {
 }
 
 /// Writes `summary.json` and one SVG per figure into `dir`.
-fn write_outputs(dir: &std::path::Path, output: &ReproOutput) -> Result<()> {
+pub(crate) fn write_outputs(dir: &std::path::Path, output: &ReproOutput) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&output.summary)?)

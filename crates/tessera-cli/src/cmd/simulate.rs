@@ -146,6 +146,11 @@ pub struct Simulated {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<()> {
+    if let Some(format) = tessera_mechanisms::experiment::replay_formats()
+        .find(|f| f.name.eq_ignore_ascii_case(args.trace_format.trim()))
+    {
+        return run_replay(args, format);
+    }
     let Simulated {
         doc,
         reports,
@@ -213,6 +218,32 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             }
         }
         eprintln!("wrote {}", written.join(", "));
+    }
+    Ok(())
+}
+
+/// A workload format a mechanism replays with its own engine (e.g. a packing workload):
+/// the trace file and `--policy` go to the mechanism; `--json` and `--out` work as usual.
+fn run_replay(
+    args: &SimulateArgs,
+    format: &tessera_mechanisms::experiment::ReplayFormat,
+) -> Result<()> {
+    let text = std::fs::read_to_string(&args.trace)
+        .with_context(|| format!("reading {} (--trace-format {})", args.trace, format.name))?;
+    let threads = args
+        .threads
+        .unwrap_or_else(tessera_mechanisms::experiment::default_threads);
+    let ctx = tessera_mechanisms::experiment::RunContext::quiet(threads);
+    let output = (format.run)(&text, &args.policies, &ctx)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.trace))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&output.summary)?)?;
+    } else {
+        write!(out, "{} ({}): {}", args.trace, format.name, output.text)?;
+    }
+    if let Some(dir) = &args.out {
+        crate::cmd::experiment::write_outputs(dir, &output)?;
     }
     Ok(())
 }

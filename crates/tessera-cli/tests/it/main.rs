@@ -1,5 +1,6 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
+mod dilu;
 mod plan;
 mod plots;
 mod realmode;

@@ -1,0 +1,70 @@
+//! Dilu (Lv et al., ASPLOS'25, arXiv 2503.05130): serverless inference and training on GPU
+//! quotas (SM request / limit / memory), resourcing-complementary packing, introspective
+//! profiling and 2D co-scaling.
+//!
+//! This module holds the parts that do not need services in the core:
+//! - [`table`]: inference batch latency vs (batch, share), from the authors' measurements;
+//! - [`truth`]: training throughput vs share with a saturation knee;
+//! - [`vertical`]: effective shares on a GPU and the overflow controller (vertical scaling),
+//!   as pure state machines for the serving simulator;
+//! - [`series`]: per-second request-rate series (bursty, periodic, sporadic);
+//! - [`profile`]: the training binary search and the inference Hybrid Growth Search;
+//! - [`instances`]: packing workloads (the artifact's `instances-N` files, a seeded
+//!   generator);
+//! - [`packing`]: the pure placement and admission rules of Exclusive, INFless-l, INFless-r
+//!   and Dilu, and the packing replay (`tessera repro dilu`, `tessera bench dilu`).
+//!
+//! The serving policies (request-level simulation, vertical and horizontal scaling) build on
+//! the same rules once the core has inference services; until then the mechanism registers
+//! no scheduling policy.
+
+use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+
+use crate::Mechanism;
+
+#[cfg(feature = "experiments")]
+pub mod experiment;
+pub mod instances;
+pub mod packing;
+pub mod profile;
+pub mod series;
+pub mod table;
+pub mod truth;
+pub mod vertical;
+
+/// The Dilu mechanism.
+#[derive(Clone, Copy, Debug)]
+pub struct Dilu;
+
+impl Mechanism for Dilu {
+    fn name(&self) -> &'static str {
+        "dilu"
+    }
+
+    fn about(&self) -> &'static str {
+        "Dilu (ASPLOS'25): GPU quotas (SM request/limit), complementary packing, introspective profiling; `repro dilu` replays the packing workloads"
+    }
+
+    fn policies(&self) -> &'static [PolicyInfo] {
+        &[]
+    }
+
+    fn build_policy(&self, _name: &str, _options: &PolicyOptions) -> Option<Box<dyn Policy>> {
+        None
+    }
+
+    #[cfg(feature = "experiments")]
+    fn experiments(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
+        &[&experiment::DiluRepro]
+    }
+
+    #[cfg(feature = "experiments")]
+    fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
+        &[&experiment::DiluBench]
+    }
+
+    #[cfg(feature = "experiments")]
+    fn replay_formats(&self) -> &'static [crate::experiment::ReplayFormat] {
+        &[experiment::INSTANCES_FORMAT]
+    }
+}

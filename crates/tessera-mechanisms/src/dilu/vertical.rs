@@ -1,0 +1,237 @@
+//! Dilu's vertical scaling on one GPU (DESIGN §5.4), at batch granularity: the effective SM
+//! share each co-located instance gets, and the overflow controller that sets how much of
+//! the GPU training may use.
+//!
+//! - [`effective_shares`]: busy inference instances get their limit while no training shares
+//!   the GPU and their request otherwise (scaled down together if they would exceed the
+//!   GPU); training jobs split what inference leaves, capped by the controller's budget, in
+//!   proportion to their requests.
+//! - [`OverflowController`]: each inference batch reports its busy period; overflow = period
+//!   / shortest recent period. At 1.6 ≤ overflow < 4 (1.3 for LLMs) training's budget is cut
+//!   (÷ overflow, floor 1%); below 1.2, every 5th such batch grows it ×1.3 up to the whole
+//!   GPU; after 0.6 s with all inference idle training gets everything. Overflows of 4 or
+//!   more are taken as outliers (a cold start, a one-off stall) and ignored.
+//!
+//! Pure state machines for the serving simulator to drive; they read no clock.
+
+use std::collections::VecDeque;
+
+/// Busy inference demand on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InferenceDemand {
+    /// Guaranteed share (0–1).
+    pub request: f64,
+    /// Burst ceiling (0–1).
+    pub limit: f64,
+    /// Has work now (an idle instance gets no SMs).
+    pub busy: bool,
+}
+
+/// Effective shares of `inference` and `training_requests` on one GPU when training may use
+/// at most `training_budget` of it. Returns (inference shares, training shares); their sum
+/// never exceeds 1. Non-finite or negative inputs count as 0.
+pub fn effective_shares(
+    inference: &[InferenceDemand],
+    training_requests: &[f64],
+    training_budget: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let clean = |x: f64| {
+        if x.is_finite() && x > 0.0 {
+            x.min(1.0)
+        } else {
+            0.0
+        }
+    };
+    let training_present = training_requests.iter().any(|&r| clean(r) > 0.0);
+    let mut inf: Vec<f64> = inference
+        .iter()
+        .map(|d| match (d.busy, training_present) {
+            (false, _) => 0.0,
+            (true, false) => clean(d.limit).max(clean(d.request)),
+            (true, true) => clean(d.request),
+        })
+        .collect();
+    let used: f64 = inf.iter().sum();
+    if used > 1.0 {
+        for s in &mut inf {
+            *s /= used;
+        }
+    }
+    let left = (1.0 - inf.iter().sum::<f64>()).max(0.0);
+    let pool = left.min(clean(training_budget));
+    let total_req: f64 = training_requests.iter().map(|&r| clean(r)).sum();
+    let train = training_requests
+        .iter()
+        .map(|&r| {
+            if total_req > 0.0 {
+                pool * clean(r) / total_req
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    (inf, train)
+}
+
+/// Overflow ratio at or above which an ordinary inference instance cuts training's budget.
+pub const CUT_AT: f64 = 1.6;
+/// The same for LLM inference.
+pub const CUT_AT_LLM: f64 = 1.3;
+/// Overflow below which training's budget may grow.
+pub const GROW_BELOW: f64 = 1.2;
+/// Overflows at or above this are ignored as outliers.
+pub const OUTLIER: f64 = 4.0;
+/// Growth factor, applied every [`GROW_EVERY`]-th calm batch.
+pub const GROW: f64 = 1.3;
+/// Calm batches between growths.
+pub const GROW_EVERY: u32 = 5;
+/// Smallest training budget.
+pub const FLOOR: f64 = 0.01;
+/// Seconds of all-idle inference after which training gets the whole GPU.
+pub const IDLE_RELEASE_S: f64 = 0.6;
+/// Busy periods remembered for "shortest recent period".
+pub const WINDOW: usize = 64;
+
+/// Training's budget on one GPU, driven by the inference batches that run beside it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverflowController {
+    budget: f64,
+    cut_at: f64,
+    recent: VecDeque<f64>,
+    calm: u32,
+}
+
+impl OverflowController {
+    /// A controller for a GPU whose latency-critical tenant is an LLM (`llm`) or not; the
+    /// budget starts at the whole GPU.
+    pub fn new(llm: bool) -> OverflowController {
+        OverflowController {
+            budget: 1.0,
+            cut_at: if llm { CUT_AT_LLM } else { CUT_AT },
+            recent: VecDeque::with_capacity(WINDOW),
+            calm: 0,
+        }
+    }
+
+    /// Training's current budget (fraction of the GPU).
+    pub fn budget(&self) -> f64 {
+        self.budget
+    }
+
+    /// An inference batch finished after `period_s` busy seconds; returns the overflow it
+    /// measured (1 for the first batch), or `None` for an unusable period.
+    pub fn observe_batch(&mut self, period_s: f64) -> Option<f64> {
+        if !(period_s.is_finite() && period_s > 0.0) {
+            return None;
+        }
+        if self.recent.len() == WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(period_s);
+        let shortest = self.recent.iter().copied().fold(f64::INFINITY, f64::min);
+        let overflow = period_s / shortest;
+        if overflow >= OUTLIER {
+            return Some(overflow);
+        }
+        if overflow >= self.cut_at {
+            self.budget = (self.budget / overflow).max(FLOOR);
+            self.calm = 0;
+        } else if overflow < GROW_BELOW {
+            self.calm += 1;
+            if self.calm.is_multiple_of(GROW_EVERY) {
+                self.budget = (self.budget * GROW).min(1.0);
+            }
+        }
+        Some(overflow)
+    }
+
+    /// All inference on the GPU has been idle for `idle_s` seconds.
+    pub fn inference_idle(&mut self, idle_s: f64) {
+        if idle_s > IDLE_RELEASE_S {
+            self.budget = 1.0;
+            self.calm = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(request: f64, limit: f64) -> InferenceDemand {
+        InferenceDemand {
+            request,
+            limit,
+            busy: true,
+        }
+    }
+
+    #[test]
+    fn inference_bursts_to_its_limit_only_without_training() {
+        let (inf, train) = effective_shares(&[busy(0.3, 0.5)], &[], 1.0);
+        assert_eq!((inf, train), (vec![0.5], vec![]));
+        let (inf, train) = effective_shares(&[busy(0.3, 0.5)], &[0.4, 0.2], 1.0);
+        assert_eq!(inf, vec![0.3]);
+        // Training splits the remaining 0.7 in proportion 2:1.
+        assert!((train[0] - 0.7 * 2.0 / 3.0).abs() < 1e-12 && (train[1] - 0.7 / 3.0).abs() < 1e-12);
+        // The budget caps training; idle inference leaves everything.
+        let (_, train) = effective_shares(&[busy(0.3, 0.5)], &[0.4], 0.25);
+        assert_eq!(train, vec![0.25]);
+        let idle = InferenceDemand {
+            busy: false,
+            ..busy(0.3, 0.5)
+        };
+        let (inf, train) = effective_shares(&[idle], &[0.4], 1.0);
+        assert_eq!((inf, train), (vec![0.0], vec![1.0]));
+    }
+
+    #[test]
+    fn shares_never_exceed_the_gpu() {
+        let demands = [busy(0.4, 0.9), busy(0.5, 0.8), busy(f64::NAN, 2.0)];
+        for budget in [0.0, 0.5, 1.0, f64::INFINITY, -1.0] {
+            for train in [&[][..], &[0.5][..], &[0.3, f64::NAN, -2.0][..]] {
+                let (inf, tr) = effective_shares(&demands, train, budget);
+                let total: f64 = inf.iter().chain(&tr).sum();
+                assert!(total <= 1.0 + 1e-12, "{budget} {train:?}: {total}");
+                assert!(inf.iter().chain(&tr).all(|s| s.is_finite() && *s >= 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn overflow_cuts_grows_and_releases() {
+        let mut c = OverflowController::new(false);
+        assert_eq!(c.observe_batch(0.010), Some(1.0));
+        // A batch twice as slow as the shortest halves training's budget.
+        assert_eq!(c.observe_batch(0.020), Some(2.0));
+        assert!((c.budget() - 0.5).abs() < 1e-12);
+        // 1.5x is tolerated for ordinary inference ...
+        c.observe_batch(0.015);
+        assert!((c.budget() - 0.5).abs() < 1e-12);
+        // ... an outlier (≥ 4x) is ignored ...
+        c.observe_batch(0.050);
+        assert!((c.budget() - 0.5).abs() < 1e-12);
+        // ... and every 5th calm batch grows the budget by 1.3.
+        for i in 1..=10 {
+            c.observe_batch(0.010);
+            let want = 0.5 * GROW.powi(i / 5);
+            assert!((c.budget() - want).abs() < 1e-12, "{i}: {}", c.budget());
+        }
+        // Repeated cuts stop at the floor.
+        for _ in 0..40 {
+            c.observe_batch(0.035);
+        }
+        assert!((c.budget() - FLOOR).abs() < 1e-12);
+        c.inference_idle(0.5);
+        assert!((c.budget() - FLOOR).abs() < 1e-12);
+        c.inference_idle(0.7);
+        assert_eq!(c.budget(), 1.0);
+        // LLMs cut from 1.3x.
+        let mut l = OverflowController::new(true);
+        l.observe_batch(0.010);
+        l.observe_batch(0.014);
+        assert!((l.budget() - 1.0 / 1.4).abs() < 1e-12);
+        assert_eq!(l.observe_batch(f64::NAN), None);
+        assert_eq!(l.observe_batch(-1.0), None);
+    }
+}
