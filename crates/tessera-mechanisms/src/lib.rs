@@ -10,6 +10,7 @@
 //!   workload; the Philly-scale benchmark.
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
 //! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
+//! - [`crius`]: cells on heterogeneous GPUs (Crius): `crius` and ablations, `fcfs`, `repro crius`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -33,13 +34,19 @@ use tessera_perf::{Profiler, ThroughputModel};
 use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 
 pub mod baselines;
+pub mod crius;
 #[cfg(feature = "experiments")]
 pub mod experiment;
 pub mod hap;
 pub mod synergy;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
-pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy, &hap::Hap];
+pub static MECHANISMS: &[&dyn Mechanism] = &[
+    &baselines::Baselines,
+    &synergy::Synergy,
+    &hap::Hap,
+    &crius::Crius,
+];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
 #[derive(Clone, Copy, Debug)]
