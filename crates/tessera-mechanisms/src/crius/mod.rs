@@ -147,7 +147,7 @@ impl Mechanism for Crius {
         &[BuiltinWorkload {
             name: "crius-1900",
             about:
-                "1,900 large-model jobs (WideResNet, BERT, MoE), Philly runtimes, 60 jobs/h, seeded",
+                "1,900 large-model jobs (WideResNet, BERT, MoE), Philly runtimes, 150 jobs/h, seeded",
             generate: |seed| {
                 workload::generate(workload::DEFAULT_JOBS, workload::DEFAULT_LOAD, seed)
             },

@@ -259,8 +259,6 @@ impl Profiler for CellEstimator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex};
 
     use tessera_model::{Bytes, MilliCpu, NodeId, NodeShare, SimTime};
 

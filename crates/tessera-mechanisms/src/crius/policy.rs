@@ -343,6 +343,11 @@ impl CriusPolicy {
             }
         }
         out.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+        if out.is_empty() {
+            // The estimator finds no cell it may use: run the request as asked (the user
+            // vouches for it; the runtime's own search picks the plan).
+            out.push((rt, rc, 0.0));
+        }
         out
     }
 

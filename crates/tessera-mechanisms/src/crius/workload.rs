@@ -71,8 +71,9 @@ pub const COUNT_WEIGHTS: [(u32, f64); 5] = [(1, 0.35), (2, 0.2), (4, 0.2), (8, 0
 
 /// Default number of jobs (the paper's trace has about 1,900).
 pub const DEFAULT_JOBS: usize = 1900;
-/// Default arrival rate, jobs per hour.
-pub const DEFAULT_LOAD: f64 = 60.0;
+/// Default arrival rate, jobs per hour: the load at which FCFS starts to queue (average
+/// queueing about 0.8 h on seed 1; at 60 jobs/h hardly anything waits).
+pub const DEFAULT_LOAD: f64 = 150.0;
 
 /// Draws a runtime from the quantile table (linear between quantiles).
 pub fn philly_runtime(rng: &mut SimRng) -> f64 {
@@ -179,7 +180,7 @@ mod tests {
             let nodes = j.gpus.div_ceil(t.device.gpus_per_node);
             let r = CellThroughput::rate(&m, 256, &t.device, j.gpus, nodes, None);
             // The trace's own throughput is the truth on the request.
-            assert!((j.iterations as f64 / d / r - 1.0).abs() < 0.01 || j.iterations == 1);
+            assert!((j.iterations as f64 - (d * r).max(1.0)).abs() <= 0.5 + 1e-6);
         }
         // Every family appears.
         for fam in ["wrn-", "bert-", "moe-"] {
