@@ -25,8 +25,8 @@
 //! Three [`View`]s estimate a cell: [`View::Optimal`] (every uniform split, every
 //! micro-batch count, compute-balanced and equal-layer stage boundaries, then per-stage
 //! refinement of the splits), [`View::Proxy`] (Crius's restricted estimator: equal-layer
-//! stages, a fixed micro-batch count, tensor degree either 1 or the whole stage inside a
-//! node) and [`View::DpOnly`] (one stage, tensor degree 1). The proxy's candidates are a
+//! stages, one split for every stage with tensor degree either 1 or the whole stage inside
+//! a node) and [`View::DpOnly`] (one stage, tensor degree 1). The proxy's candidates are a
 //! subset of the optimal search's, so its throughput never exceeds the optimal one.
 
 use tessera_model::{GpuModel, ParallelPlan};
@@ -765,7 +765,6 @@ pub fn estimate_cell(
             }
         }
     }
-    let proxy_b = |d: u32| (4 * n).min(batch / d).max(1);
     let mut best: Option<(f64, f64, usize, Split, u32)> = None;
     let mut any_valid = false;
     let stage_sets: Vec<Vec<StageAgg>> = partitions
@@ -781,10 +780,7 @@ pub fn estimate_cell(
             }
             let s = Split { data: d, tensor: t };
             splits[..n as usize].fill(s);
-            let bs: Vec<u32> = match view {
-                View::Proxy => vec![proxy_b(d)],
-                _ => pow2_upto((batch / d).min(MAX_MICRO_BATCHES)).collect(),
-            };
+            let bs: Vec<u32> = pow2_upto((batch / d).min(MAX_MICRO_BATCHES)).collect();
             for b in bs {
                 any_valid = true;
                 if let Some((it, mem)) = ctx.iteration(stages, &splits[..n as usize], b) {
