@@ -780,8 +780,7 @@ pub fn estimate_cell(
             }
             let s = Split { data: d, tensor: t };
             splits[..n as usize].fill(s);
-            let bs: Vec<u32> = pow2_upto((batch / d).min(MAX_MICRO_BATCHES)).collect();
-            for b in bs {
+            for b in pow2_upto((batch / d).min(MAX_MICRO_BATCHES)) {
                 any_valid = true;
                 if let Some((it, mem)) = ctx.iteration(stages, &splits[..n as usize], b) {
                     if best.is_none_or(|x| it < x.0) {

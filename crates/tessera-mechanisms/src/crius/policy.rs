@@ -5,10 +5,11 @@
 //! 1. Queued jobs in FIFO order (jobs stopped earlier are queued too, so they restart in
 //!    arrival order). A job first tries its request (first listed GPU type, requested
 //!    count); if that does not fit, any other cell that fits now, on any allowed type, with
-//!    at most the requested count (or the smallest count the model fits on that type), best
-//!    normalised throughput first.
-//! 2. If nothing fits, a bounded search over *shrink* (halve a running job's GPUs) and *type
-//!    change* (move a running job to another type's free GPUs) steps, depth 3 (2 when more
+//!    at most the requested count (or the smallest count the model fits on that type) and at
+//!    least half the request's estimated throughput, best normalised throughput first.
+//!    Placements are packed (one node, or whole free nodes), the cell the estimates are for.
+//! 2. If nothing fits, a bounded search over *shrink* (halve a running job's GPUs, never
+//!    below half its request) and *type change* (move a running job to another type's free GPUs) steps, depth 3 (2 when more
 //!    than 150 jobs run), over the six cheapest steps per target cell, for the job's three
 //!    best cells; the combination with the largest total gain in normalised throughput
 //!    wins, if positive. The search runs for at most [`SEARCH_BUDGET`] queued jobs a round.
@@ -23,7 +24,8 @@
 //! Every allocation carries the plan of its cell. A job's GPUs are always of one type.
 //!
 //! `fcfs` is the baseline: FIFO over the same rounds and placement, each job on exactly its
-//! requested type and count, with no plan (the runtime's full search picks it).
+//! requested type and count, with no plan (the runtime's full search picks it, for whatever
+//! nodes the job lands on: it may spread over partly free nodes).
 
 use tessera_model::{Allocation, Bytes, Cluster, GpuModelId, MilliCpu, NodeShare, SimDuration};
 use tessera_perf::ConfigEstimates;
@@ -37,6 +39,9 @@ pub const ROUND: SimDuration = SimDuration::from_secs(300);
 pub const SEARCH_BUDGET: usize = 16;
 /// Smallest relative throughput gain that justifies an upgrade (a restart).
 pub const UPGRADE_MIN_GAIN: f64 = 0.10;
+/// An alternative to the request must reach this fraction of the request's estimated
+/// throughput: a long job started far below what it asked for would crawl for days.
+pub const MIN_ALTERNATIVE_FRACTION: f64 = 0.5;
 /// Upgrades per round at most.
 pub const UPGRADES_PER_ROUND: usize = 64;
 /// Re-tuning a Crius cell: seconds per GPU, and the cap.
@@ -146,10 +151,12 @@ impl<'c> Pool<'c> {
         true
     }
 
-    /// A packed placement of `count` GPUs of type `ty`, reserved: one node (the fullest
-    /// that fits) when the count fits a node, else whole free nodes, then the emptiest
-    /// partly free ones.
-    fn place(&mut self, ty: usize, count: u32) -> Option<Allocation> {
+    /// A placement of `count` GPUs of type `ty`, reserved: one node (the fullest that fits)
+    /// when the count fits a node, else whole free nodes, then (unless `packed`) the
+    /// emptiest partly free ones. Crius asks for packed placements only: its estimates and
+    /// plans are for the packed cell, and a plan with tensor groups split across the network
+    /// would crawl.
+    fn place_with(&mut self, ty: usize, count: u32, packed: bool) -> Option<Allocation> {
         if count == 0 || self.free.get(ty).copied().unwrap_or(0) < count as u64 {
             return None;
         }
@@ -185,6 +192,14 @@ impl<'c> Pool<'c> {
             Allocation::new(vec![share(n, count)])
         } else {
             nodes.sort_by_key(|&(f, n)| (std::cmp::Reverse(f), n));
+            if packed {
+                let per = self.cluster.groups[self.cluster.nodes[nodes.first()?.1].group as usize]
+                    .gpus_per_node;
+                if count < per {
+                    return None;
+                }
+                nodes.retain(|&(f, _)| f == per);
+            }
             let mut left = count;
             let mut shares = Vec::new();
             for (f, n) in nodes {
@@ -201,6 +216,11 @@ impl<'c> Pool<'c> {
             Allocation::new(shares)
         };
         self.reserve(&alloc).then_some(alloc)
+    }
+
+    /// A packed placement (Crius).
+    fn place(&mut self, ty: usize, count: u32) -> Option<Allocation> {
+        self.place_with(ty, count, true)
     }
 }
 
@@ -337,7 +357,7 @@ impl CriusPolicy {
                     continue;
                 }
                 let v = j.value(pool, t, c);
-                if v > 0.0 {
+                if v > 0.0 && v >= MIN_ALTERNATIVE_FRACTION * rv {
                     out.push((t, c, v));
                 }
             }
@@ -409,7 +429,9 @@ impl CriusPolicy {
                     continue;
                 }
                 let now_v = j.value(pool, t, *jc);
-                if self.opts.shrink && *jc >= 2 {
+                // Never below half the request: a long job halved again and again would
+                // crawl (and hold its few GPUs for days).
+                if self.opts.shrink && *jc >= 2 && jc / 2 >= (j.requested.1 / 2).max(1) {
                     let v = j.value(pool, t, jc / 2);
                     if v > 0.0 {
                         steps.push(Step {
@@ -765,7 +787,7 @@ impl Policy for Fcfs {
             if pool.free.iter().all(|&f| f == 0) {
                 break;
             }
-            if let Some(allocation) = pool.place(ty, gpus) {
+            if let Some(allocation) = pool.place_with(ty, gpus, false) {
                 actions.push(Action::Start {
                     job: tessera_model::JobId(id),
                     allocation,
