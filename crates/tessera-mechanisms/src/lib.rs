@@ -13,6 +13,7 @@
 //! - [`miso`]: MIG partitioning from an MPS profile (MISO, SoCC'22): `repro miso`, `bench miso`.
 //! - [`dilu`]: GPU quotas and complementary packing (Dilu, ASPLOS'25): latency tables,
 //!   profiling searches, the packing replay (`repro dilu`, `bench dilu`).
+//! - [`crius`]: cells on heterogeneous GPUs (Crius): `crius` and ablations, `fcfs`, `repro crius`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -36,6 +37,7 @@ use tessera_perf::{Profiler, ThroughputModel};
 use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 
 pub mod baselines;
+pub mod crius;
 pub mod dilu;
 #[cfg(feature = "experiments")]
 pub mod experiment;
@@ -50,6 +52,7 @@ pub static MECHANISMS: &[&dyn Mechanism] = &[
     &hap::Hap,
     &miso::Miso,
     &dilu::Dilu,
+    &crius::Crius,
 ];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.

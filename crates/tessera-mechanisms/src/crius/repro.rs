@@ -1,0 +1,648 @@
+//! `tessera repro crius` and `tessera bench crius`.
+//!
+//! The repro replays the seeded large-model workload on the 1,280-GPU cluster under `fcfs`,
+//! Crius and its ablations, and — when registered — `gavel`, `sia` and `elastic` (looked up
+//! through the registry; absent ones are skipped with a note). All runs use the `crius`
+//! truth and estimator. Restart costs: checkpoint + restore ([`CHECKPOINT_S`]) plus plan
+//! tuning, charged at every restart: Crius's re-tuning cap (40 s) for the Crius policies, the
+//! full search's cap (600 s) for the others (the engine's restart cost is per model, not per
+//! GPU, so the per-GPU rates of DESIGN §5.2 are charged at their caps).
+//!
+//! Metrics per run: average JCT and queueing over the jobs that finished under every policy
+//! of that seed (the report says whether that is all of them), finished jobs, and cluster
+//! throughput — the sum over running jobs of their true rate divided by their rate on the
+//! requested configuration (requested-configuration equivalents), sampled at every event,
+//! averaged over the arrival window and its peak.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tessera_model::{Allocation, Cluster, SimDuration, Workload};
+use tessera_perf::cells::{cells_of, estimate_cell, estimate_plan, View, CELL_COUNTS};
+use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
+use tessera_sched::{Action, ClusterView, Policy, PolicyOptions};
+use tessera_sim::{SimConfig, Simulation};
+
+use super::perf::{cluster_types, CellEstimator, CellThroughput, DEFAULT_BATCH, ROUND_SECS};
+use super::workload;
+use crate::experiment::{
+    bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
+    Param, ReproOutput, RunContext,
+};
+
+/// Simulated seconds after which a run stops (jobs still active are unfinished).
+pub const TIME_LIMIT_S: u64 = 365 * 86_400;
+
+/// Checkpoint + restore seconds charged on every restart.
+pub const CHECKPOINT_S: u64 = 30;
+/// Published claims (Crius paper and the Arena artifact, DESIGN §5.2 / issue 14).
+pub const PUBLISHED: &str = "Crius paper: average JCT up to -48.9%, cluster throughput up to 1.49x; Arena artifact (first 450 rounds): Crius 1.74x FCFS's average throughput, 1.36x Gavel's, 1.17x Sia's";
+
+const POLICIES: &str = "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-dp-only,gavel,sia,elastic";
+
+const PARAMS: &[Param] = &[
+    Param {
+        name: "seeds",
+        default: "1,2,3",
+        help: "Workload seeds (comma-separated)",
+    },
+    Param {
+        name: "jobs",
+        default: "1900",
+        help: "Jobs per workload",
+    },
+    Param {
+        name: "load",
+        default: "150",
+        help: "Arrival rate, jobs per hour",
+    },
+    Param {
+        name: "policies",
+        default: POLICIES,
+        help: "Policies (comma-separated); unregistered ones are skipped with a note",
+    },
+];
+
+/// `tessera repro crius`.
+#[derive(Clone, Copy, Debug)]
+pub struct CriusRepro;
+
+/// One run's figures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunStats {
+    /// Policy.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Jobs finished.
+    pub finished: usize,
+    /// JCT per job (s), `None` if unfinished, by job index.
+    #[serde(skip)]
+    pub jct: Vec<Option<f64>>,
+    /// Queueing per job (s).
+    #[serde(skip)]
+    pub queue: Vec<Option<f64>>,
+    /// Time-averaged cluster throughput over the arrival window.
+    pub avg_throughput: f64,
+    /// Peak cluster throughput.
+    pub peak_throughput: f64,
+    /// Wall seconds of the run.
+    pub wall_s: f64,
+    /// Scheduling points.
+    pub scheduling_points: u64,
+    /// Policy counters.
+    pub policy_stats: Vec<(String, f64)>,
+}
+
+fn restart_costs(policy: &str) -> RestartCosts {
+    let tuning = if policy.starts_with("crius") {
+        super::policy::RETUNE_MAX_S
+    } else {
+        super::policy::SEARCH_MAX_S
+    };
+    RestartCosts::uniform(SimDuration::from_secs(CHECKPOINT_S + tuning as u64))
+}
+
+/// Runs one policy over one workload, sampling cluster throughput at every event.
+pub fn run_one(
+    cluster: &Cluster,
+    work: &Workload,
+    policy: Box<dyn Policy>,
+    truth: &CellThroughput,
+    estimator: &Arc<CellEstimator>,
+    seed: u64,
+) -> Result<RunStats, ExperimentError> {
+    let name = policy.name().to_string();
+    let start = Instant::now();
+    let profiler: Arc<dyn Profiler> = estimator.clone();
+    let config = SimConfig {
+        restart_costs: restart_costs(&name),
+        record_timeseries: false,
+        profiler: Some(profiler),
+        profile_seed: seed,
+        // A guard against a policy that never starts some job: the run ends and the job is
+        // reported unfinished.
+        time_limit: Some(tessera_model::SimTime::from_secs(TIME_LIMIT_S)),
+        ..SimConfig::default()
+    };
+    let jobs = work.jobs();
+    let window_end = jobs.last().map_or(0.0, |j| j.submit.as_secs_f64());
+    let mut sim = Simulation::new(cluster, work, truth, policy, config);
+    // Cached normalised rate per job: (allocation it was computed for, rate).
+    let mut cache: Vec<Option<(Allocation, f64)>> = vec![None; jobs.len()];
+    let (mut last_t, mut last_tp, mut integral, mut peak) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let sim_err = |e| ExperimentError::Sim {
+        context: format!("{name}, seed {seed}"),
+        source: e,
+    };
+    while sim.step().map_err(sim_err)? {
+        let t = sim.now().as_secs_f64();
+        let lo = last_t.min(window_end);
+        let hi = t.min(window_end);
+        integral += last_tp * (hi - lo).max(0.0);
+        let mut tp = 0.0;
+        for a in sim.active() {
+            let Some(alloc) = &a.allocation else { continue };
+            let i = a.id.index();
+            let hit = cache[i].as_ref().filter(|(c, _)| c == alloc).map(|x| x.1);
+            let r = match hit {
+                Some(r) => r,
+                None => {
+                    let spec = &jobs[i];
+                    let reference = spec.reference_throughput();
+                    let r = if reference > 0.0 {
+                        truth.throughput(spec, alloc, cluster) / reference
+                    } else {
+                        0.0
+                    };
+                    cache[i] = Some((alloc.clone(), r));
+                    r
+                }
+            };
+            tp += r;
+        }
+        peak = peak.max(tp);
+        last_t = t;
+        last_tp = tp;
+    }
+    let report = sim.into_report();
+    let mut jct = vec![None; jobs.len()];
+    let mut queue = vec![None; jobs.len()];
+    for r in &report.jobs {
+        if let Some(x) = jct.get_mut(r.job.index()) {
+            *x = r.jct_secs();
+        }
+        if let Some(x) = queue.get_mut(r.job.index()) {
+            *x = r.queue_secs();
+        }
+    }
+    Ok(RunStats {
+        policy: name,
+        seed,
+        finished: report.summary.finished,
+        jct,
+        queue,
+        avg_throughput: if window_end > 0.0 {
+            integral / window_end
+        } else {
+            0.0
+        },
+        peak_throughput: peak,
+        wall_s: start.elapsed().as_secs_f64(),
+        scheduling_points: report.summary.scheduling_points,
+        policy_stats: report.policy_stats,
+    })
+}
+
+/// One policy on one seed: average JCT (s), average queueing (s), finished jobs, average
+/// and peak throughput.
+type SeedRow = (f64, f64, usize, f64, f64);
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn spread(v: &[f64]) -> (f64, f64) {
+    (
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    )
+}
+
+impl Experiment for CriusRepro {
+    fn name(&self) -> &'static str {
+        "crius"
+    }
+
+    fn about(&self) -> &'static str {
+        "Crius: FCFS, Crius and ablations (and Gavel/Sia/elastic when registered) on 1,280 heterogeneous GPUs, ~1,900 large-model jobs"
+    }
+
+    fn params(&self) -> &'static [Param] {
+        PARAMS
+    }
+
+    fn run(
+        &self,
+        args: &ExperimentArgs,
+        ctx: &RunContext<'_>,
+    ) -> Result<ReproOutput, ExperimentError> {
+        let seeds: Vec<u64> = args.list("seeds")?;
+        let jobs: usize = args.parse("jobs")?;
+        let load: f64 = args.parse("load")?;
+        let wanted: Vec<String> = args.list("policies")?;
+        if seeds.is_empty() || jobs == 0 {
+            return Err(ExperimentError::param(
+                "seeds",
+                "",
+                "need a seed and jobs > 0",
+            ));
+        }
+        let mut notes = Vec::new();
+        let mut policies = Vec::new();
+        for p in &wanted {
+            match crate::build_policy(p, &PolicyOptions::default()) {
+                Ok(_) => policies.push(p.clone()),
+                Err(_) => notes.push(format!("{p}: not registered in this build, skipped")),
+            }
+        }
+        if policies.is_empty() {
+            return Err(ExperimentError::Other("no registered policy to run".into()));
+        }
+        let cluster = workload::cluster().map_err(ExperimentError::Other)?;
+        let workloads: Vec<Workload> = seeds
+            .iter()
+            .map(|&s| workload::generate(jobs, load, s).map_err(ExperimentError::Other))
+            .collect::<Result<_, _>>()?;
+        let truth = CellThroughput::default();
+        let estimator = Arc::new(CellEstimator::default());
+        let runs: Vec<(usize, String)> = (0..seeds.len())
+            .flat_map(|s| policies.iter().map(move |p| (s, p.clone())))
+            .collect();
+        let results = run_parallel(
+            &runs,
+            ctx.threads,
+            |_| 1.0,
+            |(s, p)| {
+                let policy = crate::build_policy(
+                    p,
+                    &PolicyOptions {
+                        seed: seeds[*s],
+                        ..PolicyOptions::default()
+                    },
+                )?;
+                run_one(
+                    &cluster,
+                    &workloads[*s],
+                    policy,
+                    &truth,
+                    &estimator,
+                    seeds[*s],
+                )
+            },
+            ctx.progress,
+        )?
+        .into_iter()
+        .collect::<Result<Vec<RunStats>, ExperimentError>>()?;
+
+        // Like for like: per seed, the jobs that finished under every policy.
+        let mut common_sizes = Vec::new();
+        let mut per_policy: BTreeMap<usize, Vec<SeedRow>> = BTreeMap::new();
+        for (si, _) in seeds.iter().enumerate() {
+            let of_seed: Vec<(usize, &RunStats)> = results
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| runs[*i].0 == si)
+                .map(|(i, r)| (i % policies.len(), r))
+                .collect();
+            let common: Vec<usize> = (0..jobs)
+                .filter(|&j| of_seed.iter().all(|(_, r)| r.jct[j].is_some()))
+                .collect();
+            common_sizes.push(common.len());
+            for (pi, r) in of_seed {
+                let jct = mean(&common.iter().filter_map(|&j| r.jct[j]).collect::<Vec<_>>());
+                let q = mean(
+                    &common
+                        .iter()
+                        .filter_map(|&j| r.queue[j])
+                        .collect::<Vec<_>>(),
+                );
+                per_policy.entry(pi).or_default().push((
+                    jct,
+                    q,
+                    r.finished,
+                    r.avg_throughput,
+                    r.peak_throughput,
+                ));
+            }
+        }
+        let base = policies.iter().position(|p| p == "fcfs");
+        let col = |pi: usize, f: fn(&SeedRow) -> f64| -> Vec<f64> {
+            per_policy
+                .get(&pi)
+                .map_or(Vec::new(), |v| v.iter().map(f).collect())
+        };
+        let mut rows = Vec::new();
+        let mut summary_rows = Vec::new();
+        for (pi, p) in policies.iter().enumerate() {
+            let jct = col(pi, |x| x.0 / 3600.0);
+            let q = col(pi, |x| x.1 / 3600.0);
+            let fin = col(pi, |x| x.2 as f64);
+            let avg = col(pi, |x| x.3);
+            let peak = col(pi, |x| x.4);
+            let (jlo, jhi) = spread(&jct);
+            let rel = |mine: &[f64], theirs: &[f64]| -> Vec<f64> {
+                mine.iter().zip(theirs).map(|(a, b)| a / b).collect()
+            };
+            let (jct_vs, tp_vs) = match base {
+                Some(b) => (
+                    mean(&rel(&jct, &col(b, |x| x.0 / 3600.0))) - 1.0,
+                    mean(&rel(&avg, &col(b, |x| x.3))),
+                ),
+                None => (f64::NAN, f64::NAN),
+            };
+            rows.push(vec![
+                p.clone(),
+                format!("{:.2} [{:.2}, {:.2}]", mean(&jct), jlo, jhi),
+                format!("{:+.1}%", 100.0 * jct_vs),
+                format!("{:.2}", mean(&q)),
+                format!("{:.0}", mean(&fin)),
+                format!("{:.1}", mean(&avg)),
+                format!("{:.2}x", tp_vs),
+                format!("{:.1}", mean(&peak)),
+            ]);
+            summary_rows.push(serde_json::json!({
+                "policy": p,
+                "avg_jct_h": mean(&jct), "avg_jct_h_min": jlo, "avg_jct_h_max": jhi,
+                "jct_vs_fcfs": jct_vs,
+                "avg_queue_h": mean(&q),
+                "finished": mean(&fin),
+                "avg_throughput": mean(&avg),
+                "throughput_vs_fcfs": tp_vs,
+                "peak_throughput": mean(&peak),
+                "per_seed": per_policy.get(&pi).map(|v| v.iter().map(|x| serde_json::json!({
+                    "avg_jct_s": x.0, "avg_queue_s": x.1, "finished": x.2,
+                    "avg_throughput": x.3, "peak_throughput": x.4,
+                })).collect::<Vec<_>>()),
+            }));
+        }
+        let mut text = String::new();
+        writeln!(
+            text,
+            "Crius (arXiv 2403.16125): {jobs} large-model jobs at {load} jobs/h on 1,280 GPUs (80x4 A100-40GB, 20x16 V100-32GB, 160x2 A40, 160x2 A10); seeds {seeds:?}; mean [min, max] over seeds."
+        )?;
+        let all = common_sizes.iter().all(|&c| c == jobs);
+        writeln!(
+            text,
+            "JCT and queueing over {} (per seed: {:?} jobs).\nThroughput: Σ running jobs' true rate / rate on their request, averaged over the arrival window.\n",
+            if all {
+                "all jobs (every job finished under every policy)"
+            } else {
+                "the jobs that finished under every policy"
+            },
+            common_sizes
+        )?;
+        text.push_str(&text_table(
+            &[
+                "policy",
+                "avg JCT h",
+                "vs fcfs",
+                "queue h",
+                "finished",
+                "avg tput",
+                "vs fcfs",
+                "peak tput",
+            ],
+            &rows,
+        ));
+        writeln!(text, "\npublished: {PUBLISHED}")?;
+        for n in &notes {
+            writeln!(text, "note: {n}")?;
+        }
+        let stats: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| serde_json::json!({
+                "policy": r.policy, "seed": r.seed, "wall_s": r.wall_s,
+                "scheduling_points": r.scheduling_points,
+                "policy_stats": r.policy_stats.iter().map(|(k, v)| (k.clone(), *v)).collect::<BTreeMap<_, _>>(),
+            }))
+            .collect();
+        Ok(ReproOutput {
+            text,
+            summary: serde_json::json!({
+                "experiment": "crius",
+                "jobs": jobs, "load_jobs_per_hour": load, "seeds": seeds,
+                "common_jobs_per_seed": common_sizes,
+                "policies": summary_rows,
+                "runs": stats,
+                "published": PUBLISHED,
+                "notes": notes,
+            }),
+            figures: Vec::new(),
+        })
+    }
+}
+
+/// `tessera bench crius`.
+#[derive(Clone, Copy, Debug)]
+pub struct CriusBench;
+
+/// A policy wrapper that times each scheduling call (benchmarks only; policies read no
+/// clock themselves).
+struct Timed {
+    inner: Box<dyn Policy>,
+    calls: Arc<std::sync::Mutex<Vec<(usize, f64)>>>,
+}
+
+impl Policy for Timed {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        self.inner.round_length()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let t = Instant::now();
+        self.inner.schedule(view, actions);
+        if view.trigger.round {
+            if let Ok(mut c) = self.calls.lock() {
+                c.push((view.active.len(), t.elapsed().as_secs_f64()));
+            }
+        }
+    }
+}
+
+impl Experiment for CriusBench {
+    fn name(&self) -> &'static str {
+        "crius"
+    }
+
+    fn about(&self) -> &'static str {
+        "all cells of one job (< 1 ms), one crius round with 2,000 jobs on 1,280 GPUs (< 200 ms), proxy error over all cells"
+    }
+
+    fn params(&self) -> &'static [Param] {
+        &[]
+    }
+
+    fn run(
+        &self,
+        _args: &ExperimentArgs,
+        _ctx: &RunContext<'_>,
+    ) -> Result<ReproOutput, ExperimentError> {
+        let cluster = workload::cluster().map_err(ExperimentError::Other)?;
+        let types = cluster_types(&cluster, &Default::default());
+        let mut rows = Vec::new();
+
+        // 1. Every cell of one job, three views, on the four types.
+        let mut errors = Vec::new();
+        let mut plan_gap = Vec::new();
+        let mut worst = 0.0f64;
+        let mut per_job = Vec::new();
+        for name in workload::MODELS {
+            let Some(model) = tessera_perf::cells::LargeModel::from_name(name) else {
+                continue;
+            };
+            let time_views = |views: &[View]| {
+                let t0 = Instant::now();
+                let mut n = 0usize;
+                for _ in 0..10 {
+                    for t in &types {
+                        for c in CELL_COUNTS {
+                            for cell in cells_of(c, t.device.gpus_per_node) {
+                                for &v in views {
+                                    let e = estimate_cell(
+                                        &model,
+                                        DEFAULT_BATCH,
+                                        &t.device,
+                                        cell,
+                                        v,
+                                        ROUND_SECS,
+                                    );
+                                    n += usize::from(e.throughput >= 0.0);
+                                }
+                            }
+                        }
+                    }
+                }
+                (t0.elapsed().as_secs_f64() / 10.0, n / 10)
+            };
+            let (proxy_s, n) = time_views(&[View::Proxy]);
+            let (all_s, _) = time_views(&View::ALL);
+            per_job.push((name, proxy_s, n, all_s));
+            for t in &types {
+                for c in CELL_COUNTS {
+                    for cell in cells_of(c, t.device.gpus_per_node) {
+                        let o = estimate_cell(
+                            &model,
+                            DEFAULT_BATCH,
+                            &t.device,
+                            cell,
+                            View::Optimal,
+                            ROUND_SECS,
+                        );
+                        let p = estimate_cell(
+                            &model,
+                            DEFAULT_BATCH,
+                            &t.device,
+                            cell,
+                            View::Proxy,
+                            ROUND_SECS,
+                        );
+                        if o.throughput > 0.0 {
+                            let e = 1.0 - p.throughput / o.throughput;
+                            worst = worst.max(e);
+                            errors.push(e);
+                            if let Some(plan) = p.plan {
+                                let tuned = estimate_plan(
+                                    &model,
+                                    DEFAULT_BATCH,
+                                    &t.device,
+                                    cell.nodes,
+                                    plan,
+                                    ROUND_SECS,
+                                );
+                                plan_gap.push(tuned.throughput / o.throughput);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let slowest =
+            per_job
+                .iter()
+                .copied()
+                .fold(("", 0.0, 0, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+        rows.push(BenchRow {
+            case: "all cells of one job, proxy view, 4 types".into(),
+            wall_s: slowest.1,
+            target_s: 0.001,
+            events_per_s: None,
+            detail: format!(
+                "slowest model {} ({} cells; all three views {:.2} ms); proxy error vs optimal over the {} cells optimal finds feasible: mean {:.1}%, worst {:.1}% (100% = the proxy finds no plan that fits); proxy's plan re-tuned reaches {:.1}% of optimal on average",
+                slowest.0,
+                slowest.2,
+                slowest.3 * 1e3,
+                errors.len(),
+                100.0 * mean(&errors),
+                100.0 * worst,
+                100.0 * mean(&plan_gap)
+            ),
+            command: "tessera bench crius".into(),
+        });
+
+        // 2. One crius round with 2,000 jobs: every job arrives at once.
+        let work = workload::generate(2000, 1e9, 7).map_err(ExperimentError::Other)?;
+        let truth = CellThroughput::default();
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let policy = Timed {
+            inner: crate::build_policy("crius", &PolicyOptions::default())?,
+            calls: Arc::clone(&calls),
+        };
+        let config = SimConfig {
+            restart_costs: restart_costs("crius"),
+            record_timeseries: false,
+            profiler: Some(Arc::new(CellEstimator::default())),
+            time_limit: Some(tessera_model::SimTime::from_secs(3 * 300 + 1)),
+            ..SimConfig::default()
+        };
+        let sim = Simulation::new(&cluster, &work, &truth, Box::new(policy), config);
+        sim.run(&mut ()).map_err(|e| ExperimentError::Sim {
+            context: "bench crius".into(),
+            source: e,
+        })?;
+        let calls = calls.lock().map(|c| c.clone()).unwrap_or_default();
+        let (active, first) = calls.first().copied().unwrap_or((0, f64::NAN));
+        let max = calls.iter().map(|c| c.1).fold(0.0, f64::max);
+        rows.push(BenchRow {
+            case: "one crius round, 2,000 jobs, 1,280 GPUs".into(),
+            wall_s: max,
+            target_s: 0.2,
+            events_per_s: None,
+            detail: format!(
+                "slowest of the first {} rounds; first round {:.1} ms with {} active jobs",
+                calls.len(),
+                first * 1e3,
+                active
+            ),
+            command: "tessera bench crius".into(),
+        });
+        Ok(bench_output("Crius speed targets", rows))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_repro_orders_crius_before_fcfs_and_writes_a_summary() {
+        let args = ExperimentArgs::new(
+            PARAMS,
+            [
+                ("seeds", "1"),
+                ("jobs", "300"),
+                ("load", "90"),
+                ("policies", "fcfs,crius,crius-dp-only,no-such-policy"),
+            ],
+        )
+        .unwrap();
+        let out = CriusRepro.run(&args, &RunContext::quiet(2)).unwrap();
+        println!("{}", out.text);
+        let p = &out.summary["policies"];
+        let jct = |i: usize| p[i]["avg_jct_h"].as_f64().unwrap();
+        assert_eq!(p[0]["policy"], "fcfs");
+        assert_eq!(p[1]["policy"], "crius");
+        assert!(jct(1) < jct(0), "crius {} vs fcfs {}", jct(1), jct(0));
+        assert_eq!(out.summary["notes"].as_array().map(Vec::len), Some(1));
+        assert!(out.text.contains("no-such-policy: not registered"));
+        assert_eq!(out.summary["common_jobs_per_seed"][0], 300);
+    }
+}
