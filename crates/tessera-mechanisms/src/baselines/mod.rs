@@ -30,7 +30,7 @@ impl Mechanism for Baselines {
 
     #[cfg(feature = "experiments")]
     fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
-        &[&bench::PhillyBench]
+        &[&bench::PhillyBench, &bench::EngineBench]
     }
 }
 
