@@ -15,12 +15,22 @@
 //! 5. backfill what is left with unselected queued jobs, in priority order.
 //!
 //! Between rounds they only fill free resources, as FIFO does.
+//!
+//! Under a driver that reports changes of the active set ([`Policy::track_jobs`]), FIFO, SRTF
+//! and LAS keep their queued jobs in an ordered queue between calls: a queued job's key
+//! (arrival, remaining work, attained service) does not change while it waits, so it is
+//! ranked once when it enters the queue, not at every scheduling point. The queue is split by
+//! GPU count, so that filling visits only jobs that can fit in what is free. The decisions
+//! are the same as ranking `view.active` from scratch (FTF, whose key moves with time, always
+//! does).
 
-use tessera_model::{SimDuration, TrainingJob};
+use std::collections::{BTreeMap, BTreeSet};
+
+use tessera_model::{JobId, SimDuration, TrainingJob};
 
 use crate::placement::Ledger;
-use crate::policy::{Policy, PolicyInfo, PolicyOptions};
-use crate::view::{Action, ActiveJob, ClusterView, JobState};
+use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
+use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
 
 /// The baseline policies, one per [`JobOrder`].
 pub const POLICIES: &[PolicyInfo] = &[
@@ -101,6 +111,85 @@ impl JobOrder {
             }
         }
     }
+
+    /// The key of a queued job when it does not change while the job waits (everything but
+    /// FTF); equal to [`key`](Self::key) at any later instant until the job starts.
+    fn queued_key(self, job: &ActiveJob) -> Option<f64> {
+        match self {
+            JobOrder::Fifo => Some(0.0),
+            JobOrder::Srtf => Some(job.remaining_secs_estimate()),
+            JobOrder::Las => Some(job.attained_gpu_secs),
+            JobOrder::Ftf => None,
+        }
+    }
+}
+
+/// An `f64` ordered by `total_cmp`, as the ranking sorts.
+#[derive(Clone, Copy, Debug)]
+struct Key(f64);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.total_cmp(&other.0).is_eq()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A queued job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
+type Rank = (Key, u64, u32);
+
+/// Queued jobs by GPU count, each bucket in rank order.
+#[derive(Debug, Default)]
+struct Queue {
+    buckets: BTreeMap<u32, BTreeSet<Rank>>,
+    /// Each queued job's (GPU count, rank), by job index.
+    entries: Vec<Option<(u32, Rank)>>,
+}
+
+impl Queue {
+    fn insert(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
+        let Some(key) = order.queued_key(job) else {
+            return;
+        };
+        self.remove(job.id);
+        let rank = (Key(key), spec.submit.as_micros(), job.id.0);
+        self.buckets.entry(spec.gpus).or_default().insert(rank);
+        let i = job.id.index();
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, None);
+        }
+        self.entries[i] = Some((spec.gpus, rank));
+    }
+
+    fn remove(&mut self, job: JobId) {
+        let Some((gpus, rank)) = self.entries.get_mut(job.index()).and_then(Option::take) else {
+            return;
+        };
+        if let Some(bucket) = self.buckets.get_mut(&gpus) {
+            bucket.remove(&rank);
+            if bucket.is_empty() {
+                self.buckets.remove(&gpus);
+            }
+        }
+    }
+
+    /// GPUs of the smallest queued job, if any.
+    fn smallest(&self) -> Option<u64> {
+        self.buckets.keys().next().map(|&g| g as u64)
+    }
 }
 
 /// A baseline policy: one [`JobOrder`] over the shared start/preempt mechanism.
@@ -110,6 +199,8 @@ pub struct OrderedPolicy {
     round: Option<SimDuration>,
     /// Reused between calls so that scheduling allocates nothing in the steady state.
     ranked: Vec<(f64, u64, u32, usize)>,
+    /// The queued jobs, kept between calls when the driver reports changes.
+    queue: Option<Queue>,
 }
 
 impl OrderedPolicy {
@@ -119,6 +210,56 @@ impl OrderedPolicy {
             order,
             round,
             ranked: Vec::new(),
+            queue: None,
+        }
+    }
+
+    /// Fills free GPUs from the tracked queue: the same starts as [`fill`](Self::fill), visiting
+    /// only buckets of jobs that fit in the free GPU count (which only shrinks as jobs start,
+    /// and `place` refuses a job asking more GPUs than are free).
+    fn fill_tracked(&self, queue: &Queue, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let free = view.state.free_gpus();
+        if free == 0 || queue.smallest().is_none_or(|g| g > free) {
+            return;
+        }
+        let mut ledger = Ledger::new(view.cluster, view.free);
+        let mut free = ledger.free_gpus();
+        let mut heads: Vec<(
+            u64,
+            std::collections::btree_set::Iter<'_, Rank>,
+            Option<Rank>,
+        )> = queue
+            .buckets
+            .range(..=u32::try_from(free).unwrap_or(u32::MAX))
+            .map(|(&g, bucket)| {
+                let mut it = bucket.iter();
+                let head = it.next().copied();
+                (g as u64, it, head)
+            })
+            .collect();
+        while free > 0 {
+            let mut best: Option<usize> = None;
+            for (h, (g, _, head)) in heads.iter().enumerate() {
+                let Some(rank) = head else { continue };
+                if *g > free {
+                    continue;
+                }
+                if best.is_none_or(|b| heads[b].2.is_none_or(|r| *rank < r)) {
+                    best = Some(h);
+                }
+            }
+            let Some(b) = best else { break };
+            let (_, it, head) = &mut heads[b];
+            let Some((_, _, id)) = *head else { break };
+            *head = it.next().copied();
+            let job = JobId(id);
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            if let Some(allocation) = ledger.place(spec) {
+                actions.push(Action::Start { job, allocation });
+                free = ledger.free_gpus();
+            }
         }
     }
 
@@ -229,8 +370,37 @@ impl Policy for OrderedPolicy {
         let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
         if replan_now {
             self.replan(view, actions);
+        } else if let Some(queue) = &self.queue {
+            self.fill_tracked(queue, view, actions);
         } else {
             self.fill(view, actions);
         }
+    }
+
+    fn track_jobs(&mut self) -> bool {
+        if self.order == JobOrder::Ftf {
+            return false;
+        }
+        self.queue = Some(Queue::default());
+        true
+    }
+
+    fn observe(&mut self, change: JobChange<'_>) {
+        let Some(queue) = &mut self.queue else { return };
+        match change {
+            JobChange::Arrived(job, spec) | JobChange::Preempted(job, spec) => {
+                queue.insert(self.order, job, spec)
+            }
+            JobChange::Started(job) | JobChange::Ended(job) => queue.remove(job),
+        }
+    }
+
+    /// FIFO never reads progress. The preemptive orders read running jobs' progress only
+    /// when they re-plan, but keep it synced at every scheduling point: attained service and
+    /// remaining work are floating-point sums over the intervals between syncs, and summing
+    /// over other intervals would break exact ties differently (pinned by
+    /// `tessera-mechanisms/tests/engine_pin.rs`).
+    fn reads_running_progress(&self, _trigger: &Trigger) -> bool {
+        self.order.preemptive()
     }
 }

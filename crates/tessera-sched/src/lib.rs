@@ -24,6 +24,6 @@ pub mod state;
 pub mod view;
 
 pub use placement::Ledger;
-pub use policy::{Policy, PolicyError, PolicyInfo, PolicyOptions};
+pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use state::{validate, ActionError, ClusterState, GpuState};
 pub use view::{Action, ActiveJob, ClusterView, JobState, Trigger};

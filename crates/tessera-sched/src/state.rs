@@ -76,6 +76,9 @@ fn refuse<T>(reason: impl Into<String>) -> Result<T, ActionError> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterState {
     free: Vec<Resources>,
+    /// Σ `free[n].gpus`, kept as `free` changes so that a policy can tell in O(1) whether
+    /// anything could start.
+    free_gpus: u64,
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
@@ -90,12 +93,14 @@ impl ClusterState {
             first_gpu.push(total);
             total = total.saturating_add(n.gpus);
         }
+        let free: Vec<Resources> = cluster
+            .nodes
+            .iter()
+            .map(|n| cluster.capacity(n.id))
+            .collect();
         ClusterState {
-            free: cluster
-                .nodes
-                .iter()
-                .map(|n| cluster.capacity(n.id))
-                .collect(),
+            free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
+            free,
             gpus: vec![GpuState::default(); total as usize],
             first_gpu,
         }
@@ -104,6 +109,20 @@ impl ClusterState {
     /// Free resources per node (`gpus` = whole-free GPUs).
     pub fn free(&self) -> &[Resources] {
         &self.free
+    }
+
+    /// Whole-free GPUs in the whole cluster (Σ of [`free`](Self::free)`.gpus`), in O(1).
+    pub fn free_gpus(&self) -> u64 {
+        self.free_gpus
+    }
+
+    /// Changes one node's free resources, keeping [`free_gpus`](Self::free_gpus) in step.
+    fn update_free(&mut self, node: NodeId, change: impl FnOnce(&mut Resources)) {
+        if let Some(f) = self.free.get_mut(node.index()) {
+            let before = f.gpus as u64;
+            change(f);
+            self.free_gpus = self.free_gpus - before + f.gpus as u64;
+        }
     }
 
     /// The GPUs of a node.
@@ -286,9 +305,7 @@ impl ClusterState {
     /// [`resolve`](Self::resolve)).
     pub fn take(&mut self, cluster: &Cluster, alloc: &Allocation) {
         for s in &alloc.shares {
-            if let Some(f) = self.free.get_mut(s.node.index()) {
-                f.sub(&s.resources());
-            }
+            self.update_free(s.node, |f| f.sub(&s.resources()));
             let Some(d) = s.devices else { continue };
             let mem_of = |cluster: &Cluster, gpu_node: NodeId, inst: MigInstance| -> Bytes {
                 let node = &cluster.nodes[gpu_node.index()];
@@ -335,9 +352,7 @@ impl ClusterState {
                 }
                 if became_shared {
                     // A whole-free GPU that starts being shared leaves the whole-GPU pool.
-                    if let Some(f) = self.free.get_mut(s.node.index()) {
-                        f.gpus = f.gpus.saturating_sub(1);
-                    }
+                    self.update_free(s.node, |f| f.gpus = f.gpus.saturating_sub(1));
                 }
             }
         }
@@ -346,9 +361,7 @@ impl ClusterState {
     /// Returns a resolved allocation.
     pub fn release(&mut self, cluster: &Cluster, alloc: &Allocation) {
         for s in &alloc.shares {
-            if let Some(f) = self.free.get_mut(s.node.index()) {
-                f.add(&s.resources());
-            }
+            self.update_free(s.node, |f| f.add(&s.resources()));
             let Some(d) = s.devices else { continue };
             for i in d.gpus.iter() {
                 let mut back_to_pool = false;
@@ -388,9 +401,7 @@ impl ClusterState {
                     }
                 }
                 if back_to_pool {
-                    if let Some(f) = self.free.get_mut(s.node.index()) {
-                        f.gpus += 1;
-                    }
+                    self.update_free(s.node, |f| f.gpus += 1);
                 }
             }
         }
@@ -448,12 +459,10 @@ impl ClusterState {
             g.ready_at = ready_at;
             now_whole_free = g.is_whole_free();
         }
-        if let Some(f) = self.free.get_mut(node.index()) {
-            match (was_whole_free, now_whole_free) {
-                (true, false) => f.gpus = f.gpus.saturating_sub(1),
-                (false, true) => f.gpus += 1,
-                _ => {}
-            }
+        match (was_whole_free, now_whole_free) {
+            (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
+            (false, true) => self.update_free(node, |f| f.gpus += 1),
+            _ => {}
         }
     }
 
@@ -466,6 +475,13 @@ impl ClusterState {
         cluster: &Cluster,
         holdings: impl IntoIterator<Item = (JobId, &'a Allocation)>,
     ) -> Result<(), String> {
+        let sum: u64 = self.free.iter().map(|f| f.gpus as u64).sum();
+        if sum != self.free_gpus {
+            return Err(format!(
+                "{} whole-free GPUs counted, {sum} free node by node",
+                self.free_gpus
+            ));
+        }
         let mut rebuilt = ClusterState::new(cluster);
         // Carry layouts and readiness over: they are not holdings.
         for (a, b) in rebuilt.gpus.iter_mut().zip(&self.gpus) {
