@@ -192,6 +192,46 @@ impl Queue {
     }
 }
 
+/// A cursor over one queue bucket: (GPU count, the rest, the head).
+type Head<'q> = (
+    u64,
+    std::collections::btree_set::Iter<'q, Rank>,
+    Option<Rank>,
+);
+
+/// Cursors over the buckets of jobs asking at most `limit` GPUs.
+fn bucket_heads(queue: &Queue, limit: u64) -> Vec<Head<'_>> {
+    queue
+        .buckets
+        .range(..=u32::try_from(limit).unwrap_or(u32::MAX))
+        .map(|(&g, bucket)| {
+            let mut it = bucket.iter();
+            let head = it.next().copied();
+            (g as u64, it, head)
+        })
+        .collect()
+}
+
+/// The cursor whose head ranks first among buckets asking at most `limit` GPUs.
+fn best_head(heads: &[Head<'_>], limit: u64) -> Option<usize> {
+    let mut best: Option<(usize, Rank)> = None;
+    for (h, (g, _, head)) in heads.iter().enumerate() {
+        if let (true, Some(rank)) = (*g <= limit, head) {
+            if best.is_none_or(|(_, r)| *rank < r) {
+                best = Some((h, *rank));
+            }
+        }
+    }
+    best.map(|(h, _)| h)
+}
+
+/// Takes a cursor's head and moves it on.
+fn advance(head: &mut Head<'_>) -> Option<Rank> {
+    let taken = head.2;
+    head.2 = head.1.next().copied();
+    taken
+}
+
 /// A baseline policy: one [`JobOrder`] over the shared start/preempt mechanism.
 #[derive(Debug)]
 pub struct OrderedPolicy {
@@ -201,6 +241,8 @@ pub struct OrderedPolicy {
     ranked: Vec<(f64, u64, u32, usize)>,
     /// The queued jobs, kept between calls when the driver reports changes.
     queue: Option<Queue>,
+    /// Re-plan scratch, by job index: selected this round (cleared after each re-plan).
+    picked: Vec<bool>,
 }
 
 impl OrderedPolicy {
@@ -211,6 +253,7 @@ impl OrderedPolicy {
             round,
             ranked: Vec::new(),
             queue: None,
+            picked: Vec::new(),
         }
     }
 
@@ -224,34 +267,14 @@ impl OrderedPolicy {
         }
         let mut ledger = Ledger::new(view.cluster, view.free);
         let mut free = ledger.free_gpus();
-        let mut heads: Vec<(
-            u64,
-            std::collections::btree_set::Iter<'_, Rank>,
-            Option<Rank>,
-        )> = queue
-            .buckets
-            .range(..=u32::try_from(free).unwrap_or(u32::MAX))
-            .map(|(&g, bucket)| {
-                let mut it = bucket.iter();
-                let head = it.next().copied();
-                (g as u64, it, head)
-            })
-            .collect();
+        let mut heads = bucket_heads(queue, free);
         while free > 0 {
-            let mut best: Option<usize> = None;
-            for (h, (g, _, head)) in heads.iter().enumerate() {
-                let Some(rank) = head else { continue };
-                if *g > free {
-                    continue;
-                }
-                if best.is_none_or(|b| heads[b].2.is_none_or(|r| *rank < r)) {
-                    best = Some(h);
-                }
-            }
-            let Some(b) = best else { break };
-            let (_, it, head) = &mut heads[b];
-            let Some((_, _, id)) = *head else { break };
-            *head = it.next().copied();
+            let Some(b) = best_head(&heads, free) else {
+                break;
+            };
+            let Some((_, _, id)) = advance(&mut heads[b]) else {
+                break;
+            };
             let job = JobId(id);
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
@@ -298,6 +321,130 @@ impl OrderedPolicy {
                 });
             }
         }
+    }
+
+    /// [`replan`](Self::replan) over the tracked queue: only running jobs are ranked now (their
+    /// keys moved while they ran); queued ones are already in order. The same five steps, in
+    /// the same order, visiting queued jobs only while they can fit in the GPU budget (which
+    /// only shrinks), so the decisions are those of ranking everything.
+    fn replan_tracked(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let Some(queue) = self.queue.take() else {
+            return;
+        };
+        // Running jobs, ranked by their current keys: (key, submit, id, index in active).
+        self.ranked.clear();
+        for (i, job) in view.active.iter().enumerate() {
+            if job.state != JobState::Running {
+                continue;
+            }
+            let Some(spec) = view.spec(job) else { continue };
+            let key = self.order.key(view, job, spec);
+            self.ranked
+                .push((key, spec.submit.as_micros(), job.id.0, i));
+        }
+        self.ranked
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        if self.picked.len() < view.jobs.len() {
+            self.picked.resize(view.jobs.len(), false);
+        }
+
+        // 1. Select by priority within the GPU capacity: merge running and queued in rank
+        //    order, skipping what exceeds the remaining budget.
+        let (mut budget, _, _) = view.cluster.totals();
+        let mut picked_queued: Vec<u32> = Vec::new();
+        let mut heads = bucket_heads(&queue, budget);
+        let mut next_running = 0;
+        loop {
+            while let Some(&(_, _, id, _)) = self.ranked.get(next_running) {
+                let g = view
+                    .jobs
+                    .get(id as usize)
+                    .map_or(u64::MAX, |s| s.gpus as u64);
+                if g <= budget {
+                    break;
+                }
+                next_running += 1;
+            }
+            let running_head = self
+                .ranked
+                .get(next_running)
+                .map(|&(k, sub, id, _)| (Key(k), sub, id));
+            let queued = best_head(&heads, budget);
+            let take_running = match (running_head, queued) {
+                (Some(r), Some(q)) => r < heads[q].2.unwrap_or(r),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let id = if take_running {
+                next_running += 1;
+                running_head.map(|r| r.2)
+            } else {
+                queued.and_then(|q| advance(&mut heads[q])).map(|r| r.2)
+            };
+            let Some(id) = id else { break };
+            let Some(spec) = view.jobs.get(id as usize) else {
+                continue;
+            };
+            budget -= spec.gpus as u64;
+            self.picked[id as usize] = true;
+            if !take_running {
+                picked_queued.push(id);
+            }
+        }
+
+        // 2. Release what unselected running jobs hold.
+        let mut ledger = Ledger::new(view.cluster, view.free);
+        for &(_, _, id, i) in &self.ranked {
+            if let (false, Some(a)) = (self.picked[id as usize], &view.active[i].allocation) {
+                ledger.release(a);
+            }
+        }
+        // 3. Start the selected queued jobs in priority order.
+        for &id in &picked_queued {
+            let job = JobId(id);
+            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                actions.push(Action::Start { job, allocation });
+            }
+        }
+        // 4. Unselected running jobs keep their GPUs where still free; the rest are preempted.
+        let mut preempt = Vec::new();
+        for &(_, _, id, i) in &self.ranked {
+            let job = &view.active[i];
+            if let (false, Some(a)) = (self.picked[id as usize], &job.allocation) {
+                if !ledger.reserve(a) {
+                    preempt.push(Action::Preempt { job: job.id });
+                }
+            }
+        }
+        actions.splice(0..0, preempt);
+        // 5. Backfill with unselected queued jobs in priority order.
+        let mut free = ledger.free_gpus();
+        let mut heads = bucket_heads(&queue, free);
+        while free > 0 {
+            let Some(q) = best_head(&heads, free) else {
+                break;
+            };
+            let Some((_, _, id)) = advance(&mut heads[q]) else {
+                break;
+            };
+            if self.picked[id as usize] {
+                continue;
+            }
+            let job = JobId(id);
+            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                actions.push(Action::Start { job, allocation });
+                free = ledger.free_gpus();
+            }
+        }
+
+        for &(_, _, id, _) in &self.ranked {
+            self.picked[id as usize] = false;
+        }
+        for id in picked_queued {
+            self.picked[id as usize] = false;
+        }
+        self.queue = Some(queue);
     }
 
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
@@ -368,7 +515,9 @@ impl Policy for OrderedPolicy {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
-        if replan_now {
+        if replan_now && self.queue.is_some() {
+            self.replan_tracked(view, actions);
+        } else if replan_now {
             self.replan(view, actions);
         } else if let Some(queue) = &self.queue {
             self.fill_tracked(queue, view, actions);
