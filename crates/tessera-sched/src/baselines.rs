@@ -265,7 +265,7 @@ impl OrderedPolicy {
         if free == 0 || queue.smallest().is_none_or(|g| g > free) {
             return;
         }
-        let mut ledger = Ledger::new(view.cluster, view.free);
+        let mut ledger = Ledger::from_state(view.cluster, view.state);
         let mut free = ledger.free_gpus();
         let mut heads = bucket_heads(queue, free);
         while free > 0 {
@@ -394,7 +394,7 @@ impl OrderedPolicy {
         }
 
         // 2. Release what unselected running jobs hold.
-        let mut ledger = Ledger::new(view.cluster, view.free);
+        let mut ledger = Ledger::from_state(view.cluster, view.state);
         for &(_, _, id, i) in &self.ranked {
             if let (false, Some(a)) = (self.picked[id as usize], &view.active[i].allocation) {
                 ledger.release(a);

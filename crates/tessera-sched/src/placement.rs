@@ -11,6 +11,8 @@ use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
 };
 
+use crate::state::ClusterState;
+
 /// Free resources per node, updated as a policy tentatively starts and stops jobs.
 #[derive(Clone, Debug)]
 pub struct Ledger<'c> {
@@ -31,6 +33,19 @@ impl<'c> Ledger<'c> {
             cluster,
             free: free.to_vec(),
             group_free_gpus,
+        }
+    }
+
+    /// A ledger starting from what `state` has free: the same as `Ledger::new(cluster,
+    /// state.free())`, without summing free GPUs over every node (the state keeps the sums).
+    pub fn from_state(cluster: &'c Cluster, state: &ClusterState) -> Ledger<'c> {
+        if state.group_free_gpus().len() != cluster.groups.len() {
+            return Ledger::new(cluster, state.free());
+        }
+        Ledger {
+            cluster,
+            free: state.free().to_vec(),
+            group_free_gpus: state.group_free_gpus().to_vec(),
         }
     }
 

@@ -79,6 +79,9 @@ pub struct ClusterState {
     /// Σ `free[n].gpus`, kept as `free` changes so that a policy can tell in O(1) whether
     /// anything could start.
     free_gpus: u64,
+    /// Σ `free[n].gpus` per node group, and each node's group, kept alike.
+    group_free_gpus: Vec<u64>,
+    node_group: Vec<u32>,
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
@@ -98,8 +101,17 @@ impl ClusterState {
             .iter()
             .map(|n| cluster.capacity(n.id))
             .collect();
+        let node_group: Vec<u32> = cluster.nodes.iter().map(|n| n.group as u32).collect();
+        let mut group_free_gpus = vec![0u64; cluster.groups.len()];
+        for (f, &g) in free.iter().zip(&node_group) {
+            if let Some(sum) = group_free_gpus.get_mut(g as usize) {
+                *sum += f.gpus as u64;
+            }
+        }
         ClusterState {
             free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
+            group_free_gpus,
+            node_group,
             free,
             gpus: vec![GpuState::default(); total as usize],
             first_gpu,
@@ -116,12 +128,26 @@ impl ClusterState {
         self.free_gpus
     }
 
-    /// Changes one node's free resources, keeping [`free_gpus`](Self::free_gpus) in step.
+    /// Whole-free GPUs per node group (indexed like `Cluster::groups`), in O(1).
+    pub fn group_free_gpus(&self) -> &[u64] {
+        &self.group_free_gpus
+    }
+
+    /// Changes one node's free resources, keeping [`free_gpus`](Self::free_gpus) and
+    /// [`group_free_gpus`](Self::group_free_gpus) in step.
     fn update_free(&mut self, node: NodeId, change: impl FnOnce(&mut Resources)) {
         if let Some(f) = self.free.get_mut(node.index()) {
             let before = f.gpus as u64;
             change(f);
-            self.free_gpus = self.free_gpus - before + f.gpus as u64;
+            let after = f.gpus as u64;
+            self.free_gpus = self.free_gpus - before + after;
+            if let Some(sum) = self
+                .node_group
+                .get(node.index())
+                .and_then(|&g| self.group_free_gpus.get_mut(g as usize))
+            {
+                *sum = *sum - before + after;
+            }
         }
     }
 
@@ -480,6 +506,18 @@ impl ClusterState {
             return Err(format!(
                 "{} whole-free GPUs counted, {sum} free node by node",
                 self.free_gpus
+            ));
+        }
+        let mut by_group = vec![0u64; self.group_free_gpus.len()];
+        for (f, &g) in self.free.iter().zip(&self.node_group) {
+            if let Some(s) = by_group.get_mut(g as usize) {
+                *s += f.gpus as u64;
+            }
+        }
+        if by_group != self.group_free_gpus {
+            return Err(format!(
+                "free GPUs per group counted {:?}, node by node {by_group:?}",
+                self.group_free_gpus
             ));
         }
         let mut rebuilt = ClusterState::new(cluster);
