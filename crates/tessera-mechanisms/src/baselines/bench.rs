@@ -288,3 +288,34 @@ impl Experiment for EngineBench {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(values: &[(&str, &str)]) -> Result<ReproOutput, ExperimentError> {
+        let args = ExperimentArgs::new(EngineBench.params(), values.iter().copied())?;
+        EngineBench.run(&args, &RunContext::quiet(1))
+    }
+
+    #[test]
+    fn bad_case_and_scale_are_errors() {
+        let err = run(&[("case", "huge")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("unknown case")));
+        let err = run(&[("scale", "0")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("at least 1")));
+    }
+
+    /// The sweep at 1/1000 of its jobs: one row per cluster size, every job finished.
+    #[test]
+    fn scaled_sweep_reports_every_size() {
+        let out = run(&[("case", "sweep"), ("policies", "fifo"), ("scale", "1000")]).unwrap();
+        let rows = out.summary["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        for (row, gpus) in rows.iter().zip(["512", "2048", "8192"]) {
+            let case = row["case"].as_str().unwrap();
+            assert!(case.contains(&format!("80 jobs on {gpus} GPUs")), "{case}");
+            assert!(row["detail"].as_str().unwrap().contains("80/80 finished"));
+        }
+    }
+}
