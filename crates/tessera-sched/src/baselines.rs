@@ -15,12 +15,22 @@
 //! 5. backfill what is left with unselected queued jobs, in priority order.
 //!
 //! Between rounds they only fill free resources, as FIFO does.
+//!
+//! Under a driver that reports changes of the active set ([`Policy::track_jobs`]), FIFO, SRTF
+//! and LAS keep their queued jobs in an ordered queue between calls: a queued job's key
+//! (arrival, remaining work, attained service) does not change while it waits, so it is
+//! ranked once when it enters the queue, not at every scheduling point. The queue is split by
+//! GPU count, so that filling visits only jobs that can fit in what is free. The decisions
+//! are the same as ranking `view.active` from scratch (FTF, whose key moves with time, always
+//! does).
 
-use tessera_model::{SimDuration, TrainingJob};
+use std::collections::{BTreeMap, BTreeSet};
+
+use tessera_model::{JobId, SimDuration, TrainingJob};
 
 use crate::placement::Ledger;
-use crate::policy::{Policy, PolicyInfo, PolicyOptions};
-use crate::view::{Action, ActiveJob, ClusterView, JobState};
+use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
+use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
 
 /// The baseline policies, one per [`JobOrder`].
 pub const POLICIES: &[PolicyInfo] = &[
@@ -101,6 +111,125 @@ impl JobOrder {
             }
         }
     }
+
+    /// The key of a queued job when it does not change while the job waits (everything but
+    /// FTF); equal to [`key`](Self::key) at any later instant until the job starts.
+    fn queued_key(self, job: &ActiveJob) -> Option<f64> {
+        match self {
+            JobOrder::Fifo => Some(0.0),
+            JobOrder::Srtf => Some(job.remaining_secs_estimate()),
+            JobOrder::Las => Some(job.attained_gpu_secs),
+            JobOrder::Ftf => None,
+        }
+    }
+}
+
+/// An `f64` ordered by `total_cmp`, as the ranking sorts.
+#[derive(Clone, Copy, Debug)]
+struct Key(f64);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.total_cmp(&other.0).is_eq()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A queued job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
+type Rank = (Key, u64, u32);
+
+/// Queued jobs by GPU count, each bucket in rank order.
+#[derive(Debug, Default)]
+struct Queue {
+    buckets: BTreeMap<u32, BTreeSet<Rank>>,
+    /// Each queued job's (GPU count, rank), by job index.
+    entries: Vec<Option<(u32, Rank)>>,
+}
+
+impl Queue {
+    fn insert(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
+        let Some(key) = order.queued_key(job) else {
+            return;
+        };
+        self.remove(job.id);
+        let rank = (Key(key), spec.submit.as_micros(), job.id.0);
+        self.buckets.entry(spec.gpus).or_default().insert(rank);
+        let i = job.id.index();
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, None);
+        }
+        self.entries[i] = Some((spec.gpus, rank));
+    }
+
+    fn remove(&mut self, job: JobId) {
+        let Some((gpus, rank)) = self.entries.get_mut(job.index()).and_then(Option::take) else {
+            return;
+        };
+        if let Some(bucket) = self.buckets.get_mut(&gpus) {
+            bucket.remove(&rank);
+            if bucket.is_empty() {
+                self.buckets.remove(&gpus);
+            }
+        }
+    }
+
+    /// GPUs of the smallest queued job, if any.
+    fn smallest(&self) -> Option<u64> {
+        self.buckets.keys().next().map(|&g| g as u64)
+    }
+}
+
+/// A cursor over one queue bucket: (GPU count, the rest, the head).
+type Head<'q> = (
+    u64,
+    std::collections::btree_set::Iter<'q, Rank>,
+    Option<Rank>,
+);
+
+/// Cursors over the buckets of jobs asking at most `limit` GPUs.
+fn bucket_heads(queue: &Queue, limit: u64) -> Vec<Head<'_>> {
+    queue
+        .buckets
+        .range(..=u32::try_from(limit).unwrap_or(u32::MAX))
+        .map(|(&g, bucket)| {
+            let mut it = bucket.iter();
+            let head = it.next().copied();
+            (g as u64, it, head)
+        })
+        .collect()
+}
+
+/// The cursor whose head ranks first among buckets asking at most `limit` GPUs.
+fn best_head(heads: &[Head<'_>], limit: u64) -> Option<usize> {
+    let mut best: Option<(usize, Rank)> = None;
+    for (h, (g, _, head)) in heads.iter().enumerate() {
+        if let (true, Some(rank)) = (*g <= limit, head) {
+            if best.is_none_or(|(_, r)| *rank < r) {
+                best = Some((h, *rank));
+            }
+        }
+    }
+    best.map(|(h, _)| h)
+}
+
+/// Takes a cursor's head and moves it on.
+fn advance(head: &mut Head<'_>) -> Option<Rank> {
+    let taken = head.2;
+    head.2 = head.1.next().copied();
+    taken
 }
 
 /// A baseline policy: one [`JobOrder`] over the shared start/preempt mechanism.
@@ -110,6 +239,10 @@ pub struct OrderedPolicy {
     round: Option<SimDuration>,
     /// Reused between calls so that scheduling allocates nothing in the steady state.
     ranked: Vec<(f64, u64, u32, usize)>,
+    /// The queued jobs, kept between calls when the driver reports changes.
+    queue: Option<Queue>,
+    /// Re-plan scratch, by job index: selected this round (cleared after each re-plan).
+    picked: Vec<bool>,
 }
 
 impl OrderedPolicy {
@@ -119,6 +252,37 @@ impl OrderedPolicy {
             order,
             round,
             ranked: Vec::new(),
+            queue: None,
+            picked: Vec::new(),
+        }
+    }
+
+    /// Fills free GPUs from the tracked queue: the same starts as [`fill`](Self::fill), visiting
+    /// only buckets of jobs that fit in the free GPU count (which only shrinks as jobs start,
+    /// and `place` refuses a job asking more GPUs than are free).
+    fn fill_tracked(&self, queue: &Queue, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let free = view.state.free_gpus();
+        if free == 0 || queue.smallest().is_none_or(|g| g > free) {
+            return;
+        }
+        let mut ledger = Ledger::from_state(view.cluster, view.state);
+        let mut free = ledger.free_gpus();
+        let mut heads = bucket_heads(queue, free);
+        while free > 0 {
+            let Some(b) = best_head(&heads, free) else {
+                break;
+            };
+            let Some((_, _, id)) = advance(&mut heads[b]) else {
+                break;
+            };
+            let job = JobId(id);
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            if let Some(allocation) = ledger.place(spec) {
+                actions.push(Action::Start { job, allocation });
+                free = ledger.free_gpus();
+            }
         }
     }
 
@@ -157,6 +321,130 @@ impl OrderedPolicy {
                 });
             }
         }
+    }
+
+    /// [`replan`](Self::replan) over the tracked queue: only running jobs are ranked now (their
+    /// keys moved while they ran); queued ones are already in order. The same five steps, in
+    /// the same order, visiting queued jobs only while they can fit in the GPU budget (which
+    /// only shrinks), so the decisions are those of ranking everything.
+    fn replan_tracked(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let Some(queue) = self.queue.take() else {
+            return;
+        };
+        // Running jobs, ranked by their current keys: (key, submit, id, index in active).
+        self.ranked.clear();
+        for (i, job) in view.active.iter().enumerate() {
+            if job.state != JobState::Running {
+                continue;
+            }
+            let Some(spec) = view.spec(job) else { continue };
+            let key = self.order.key(view, job, spec);
+            self.ranked
+                .push((key, spec.submit.as_micros(), job.id.0, i));
+        }
+        self.ranked
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        if self.picked.len() < view.jobs.len() {
+            self.picked.resize(view.jobs.len(), false);
+        }
+
+        // 1. Select by priority within the GPU capacity: merge running and queued in rank
+        //    order, skipping what exceeds the remaining budget.
+        let (mut budget, _, _) = view.cluster.totals();
+        let mut picked_queued: Vec<u32> = Vec::new();
+        let mut heads = bucket_heads(&queue, budget);
+        let mut next_running = 0;
+        loop {
+            while let Some(&(_, _, id, _)) = self.ranked.get(next_running) {
+                let g = view
+                    .jobs
+                    .get(id as usize)
+                    .map_or(u64::MAX, |s| s.gpus as u64);
+                if g <= budget {
+                    break;
+                }
+                next_running += 1;
+            }
+            let running_head = self
+                .ranked
+                .get(next_running)
+                .map(|&(k, sub, id, _)| (Key(k), sub, id));
+            let queued = best_head(&heads, budget);
+            let take_running = match (running_head, queued) {
+                (Some(r), Some(q)) => r < heads[q].2.unwrap_or(r),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let id = if take_running {
+                next_running += 1;
+                running_head.map(|r| r.2)
+            } else {
+                queued.and_then(|q| advance(&mut heads[q])).map(|r| r.2)
+            };
+            let Some(id) = id else { break };
+            let Some(spec) = view.jobs.get(id as usize) else {
+                continue;
+            };
+            budget -= spec.gpus as u64;
+            self.picked[id as usize] = true;
+            if !take_running {
+                picked_queued.push(id);
+            }
+        }
+
+        // 2. Release what unselected running jobs hold.
+        let mut ledger = Ledger::from_state(view.cluster, view.state);
+        for &(_, _, id, i) in &self.ranked {
+            if let (false, Some(a)) = (self.picked[id as usize], &view.active[i].allocation) {
+                ledger.release(a);
+            }
+        }
+        // 3. Start the selected queued jobs in priority order.
+        for &id in &picked_queued {
+            let job = JobId(id);
+            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                actions.push(Action::Start { job, allocation });
+            }
+        }
+        // 4. Unselected running jobs keep their GPUs where still free; the rest are preempted.
+        let mut preempt = Vec::new();
+        for &(_, _, id, i) in &self.ranked {
+            let job = &view.active[i];
+            if let (false, Some(a)) = (self.picked[id as usize], &job.allocation) {
+                if !ledger.reserve(a) {
+                    preempt.push(Action::Preempt { job: job.id });
+                }
+            }
+        }
+        actions.splice(0..0, preempt);
+        // 5. Backfill with unselected queued jobs in priority order.
+        let mut free = ledger.free_gpus();
+        let mut heads = bucket_heads(&queue, free);
+        while free > 0 {
+            let Some(q) = best_head(&heads, free) else {
+                break;
+            };
+            let Some((_, _, id)) = advance(&mut heads[q]) else {
+                break;
+            };
+            if self.picked[id as usize] {
+                continue;
+            }
+            let job = JobId(id);
+            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                actions.push(Action::Start { job, allocation });
+                free = ledger.free_gpus();
+            }
+        }
+
+        for &(_, _, id, _) in &self.ranked {
+            self.picked[id as usize] = false;
+        }
+        for id in picked_queued {
+            self.picked[id as usize] = false;
+        }
+        self.queue = Some(queue);
     }
 
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
@@ -227,10 +515,41 @@ impl Policy for OrderedPolicy {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
-        if replan_now {
+        if replan_now && self.queue.is_some() {
+            self.replan_tracked(view, actions);
+        } else if replan_now {
             self.replan(view, actions);
+        } else if let Some(queue) = &self.queue {
+            self.fill_tracked(queue, view, actions);
         } else {
             self.fill(view, actions);
         }
+    }
+
+    fn track_jobs(&mut self) -> bool {
+        if self.order == JobOrder::Ftf {
+            return false;
+        }
+        self.queue = Some(Queue::default());
+        true
+    }
+
+    fn observe(&mut self, change: JobChange<'_>) {
+        let Some(queue) = &mut self.queue else { return };
+        match change {
+            JobChange::Arrived(job, spec) | JobChange::Preempted(job, spec) => {
+                queue.insert(self.order, job, spec)
+            }
+            JobChange::Started(job) | JobChange::Ended(job) => queue.remove(job),
+        }
+    }
+
+    /// FIFO never reads progress. The preemptive orders read running jobs' progress only
+    /// when they re-plan, but keep it synced at every scheduling point: attained service and
+    /// remaining work are floating-point sums over the intervals between syncs, and summing
+    /// over other intervals would break exact ties differently (pinned by
+    /// `tessera-mechanisms/tests/engine_pin.rs`).
+    fn reads_running_progress(&self, _trigger: &Trigger) -> bool {
+        self.order.preemptive()
     }
 }

@@ -25,7 +25,7 @@ pub mod state;
 pub mod view;
 
 pub use placement::Ledger;
-pub use policy::{Policy, PolicyError, PolicyInfo, PolicyOptions};
+pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{
     Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ServicePhase, ServiceView,

@@ -11,6 +11,8 @@ use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
 };
 
+use crate::state::ClusterState;
+
 /// Free resources per node, updated as a policy tentatively starts and stops jobs.
 #[derive(Clone, Debug)]
 pub struct Ledger<'c> {
@@ -31,6 +33,19 @@ impl<'c> Ledger<'c> {
             cluster,
             free: free.to_vec(),
             group_free_gpus,
+        }
+    }
+
+    /// A ledger starting from what `state` has free: the same as `Ledger::new(cluster,
+    /// state.free())`, without summing free GPUs over every node (the state keeps the sums).
+    pub fn from_state(cluster: &'c Cluster, state: &ClusterState) -> Ledger<'c> {
+        if state.group_free_gpus().len() != cluster.groups.len() {
+            return Ledger::new(cluster, state.free());
+        }
+        Ledger {
+            cluster,
+            free: state.free().to_vec(),
+            group_free_gpus: state.group_free_gpus().to_vec(),
         }
     }
 
@@ -98,15 +113,22 @@ impl<'c> Ledger<'c> {
 
     fn place_in_group(&self, job: &TrainingJob, group: &NodeGroup) -> Option<Allocation> {
         let nodes = group.first_node as usize..(group.first_node + group.count) as usize;
-        // One node, first fit.
-        for n in nodes.clone() {
-            let share = proportional_share(job, group, NodeId(n as u32), job.gpus);
-            if self.free[n].fits(&share.resources()) {
-                return Some(Allocation {
-                    plan: None,
-                    shares: vec![share],
-                });
-            }
+        // One node, first fit. The share is the same on every node of the group but for the
+        // node it names, so it is computed once and the scan only compares resources.
+        let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
+        let wanted = share.resources();
+        if let Some(n) = self
+            .free
+            .get(nodes.clone())
+            .and_then(|free| free.iter().position(|f| f.fits(&wanted)))
+        {
+            return Some(Allocation {
+                plan: None,
+                shares: vec![NodeShare {
+                    node: NodeId((nodes.start + n) as u32),
+                    ..share
+                }],
+            });
         }
         // Several nodes: emptiest first, so the job spans as few as possible.
         let mut candidates: Vec<usize> = nodes.filter(|&n| self.free[n].gpus > 0).collect();

@@ -1,10 +1,26 @@
 //! The [`Policy`] trait, the options policies are built with, and the descriptors a registry
 //! lists them by (the registry itself is `tessera-mechanisms`).
 
-use tessera_model::SimDuration;
+use tessera_model::{JobId, SimDuration, TrainingJob};
 use thiserror::Error;
 
-use crate::view::{Action, ClusterView};
+use crate::view::{Action, ActiveJob, ClusterView, Trigger};
+
+/// A change of the active set, reported to a policy that tracks jobs
+/// ([`Policy::track_jobs`]) so that it can keep its own ordered queue instead of re-ranking
+/// `view.active` at every scheduling point.
+#[derive(Clone, Copy, Debug)]
+pub enum JobChange<'a> {
+    /// The job became visible to the policy (arrived, and profiled if profiling is on); it
+    /// is queued.
+    Arrived(&'a ActiveJob, &'a TrainingJob),
+    /// The job started on an allocation.
+    Started(JobId),
+    /// The job was preempted: it is queued again, its progress current as of now.
+    Preempted(&'a ActiveJob, &'a TrainingJob),
+    /// The job left the active set (it finished).
+    Ended(JobId),
+}
 
 /// A scheduling policy: given a view of the world, decide what to start, stop or move.
 ///
@@ -45,6 +61,26 @@ pub trait Policy: Send {
     /// reference differently there (ranking keys, demotion, placement) switch now. Default:
     /// nothing changes.
     fn use_reference_semantics(&mut self) {}
+
+    /// Asked once, before the first scheduling point, by a driver that reports every change
+    /// of the active set. A policy answering `true` is then told each change through
+    /// [`observe`](Policy::observe), in order, before the next `schedule`. A policy answering
+    /// `false` (the default), or one run by a driver that never asks, works from
+    /// `view.active` alone; both must decide the same.
+    fn track_jobs(&mut self) -> bool {
+        false
+    }
+
+    /// One change of the active set, after [`track_jobs`](Policy::track_jobs) returned true.
+    fn observe(&mut self, _change: JobChange<'_>) {}
+
+    /// Whether the scheduling point with this trigger reads the progress of *running* jobs
+    /// (`attained_gpu_secs`, `remaining_iters`). When it does not, a driver may leave those
+    /// two fields of running jobs stale in `view.active` and save bringing every running job
+    /// up to date (queued jobs' progress is always current). Default: true.
+    fn reads_running_progress(&self, _trigger: &Trigger) -> bool {
+        true
+    }
 }
 
 /// Options shared by the policies the registry builds.

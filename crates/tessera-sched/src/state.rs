@@ -76,6 +76,12 @@ fn refuse<T>(reason: impl Into<String>) -> Result<T, ActionError> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterState {
     free: Vec<Resources>,
+    /// Σ `free[n].gpus`, kept as `free` changes so that a policy can tell in O(1) whether
+    /// anything could start.
+    free_gpus: u64,
+    /// Σ `free[n].gpus` per node group, and each node's group, kept alike.
+    group_free_gpus: Vec<u64>,
+    node_group: Vec<u32>,
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
@@ -90,12 +96,23 @@ impl ClusterState {
             first_gpu.push(total);
             total = total.saturating_add(n.gpus);
         }
+        let free: Vec<Resources> = cluster
+            .nodes
+            .iter()
+            .map(|n| cluster.capacity(n.id))
+            .collect();
+        let node_group: Vec<u32> = cluster.nodes.iter().map(|n| n.group as u32).collect();
+        let mut group_free_gpus = vec![0u64; cluster.groups.len()];
+        for (f, &g) in free.iter().zip(&node_group) {
+            if let Some(sum) = group_free_gpus.get_mut(g as usize) {
+                *sum += f.gpus as u64;
+            }
+        }
         ClusterState {
-            free: cluster
-                .nodes
-                .iter()
-                .map(|n| cluster.capacity(n.id))
-                .collect(),
+            free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
+            group_free_gpus,
+            node_group,
+            free,
             gpus: vec![GpuState::default(); total as usize],
             first_gpu,
         }
@@ -104,6 +121,34 @@ impl ClusterState {
     /// Free resources per node (`gpus` = whole-free GPUs).
     pub fn free(&self) -> &[Resources] {
         &self.free
+    }
+
+    /// Whole-free GPUs in the whole cluster (Σ of [`free`](Self::free)`.gpus`), in O(1).
+    pub fn free_gpus(&self) -> u64 {
+        self.free_gpus
+    }
+
+    /// Whole-free GPUs per node group (indexed like `Cluster::groups`), in O(1).
+    pub fn group_free_gpus(&self) -> &[u64] {
+        &self.group_free_gpus
+    }
+
+    /// Changes one node's free resources, keeping [`free_gpus`](Self::free_gpus) and
+    /// [`group_free_gpus`](Self::group_free_gpus) in step.
+    fn update_free(&mut self, node: NodeId, change: impl FnOnce(&mut Resources)) {
+        if let Some(f) = self.free.get_mut(node.index()) {
+            let before = f.gpus as u64;
+            change(f);
+            let after = f.gpus as u64;
+            self.free_gpus = self.free_gpus - before + after;
+            if let Some(sum) = self
+                .node_group
+                .get(node.index())
+                .and_then(|&g| self.group_free_gpus.get_mut(g as usize))
+            {
+                *sum = *sum - before + after;
+            }
+        }
     }
 
     /// The GPUs of a node.
@@ -297,9 +342,7 @@ impl ClusterState {
     /// [`resolve`](Self::resolve)).
     pub fn take(&mut self, cluster: &Cluster, alloc: &Allocation) {
         for s in &alloc.shares {
-            if let Some(f) = self.free.get_mut(s.node.index()) {
-                f.sub(&s.resources());
-            }
+            self.update_free(s.node, |f| f.sub(&s.resources()));
             let Some(d) = s.devices else { continue };
             let mem_of = |cluster: &Cluster, gpu_node: NodeId, inst: MigInstance| -> Bytes {
                 let node = &cluster.nodes[gpu_node.index()];
@@ -346,9 +389,7 @@ impl ClusterState {
                 }
                 if became_shared {
                     // A whole-free GPU that starts being shared leaves the whole-GPU pool.
-                    if let Some(f) = self.free.get_mut(s.node.index()) {
-                        f.gpus = f.gpus.saturating_sub(1);
-                    }
+                    self.update_free(s.node, |f| f.gpus = f.gpus.saturating_sub(1));
                 }
             }
         }
@@ -357,9 +398,7 @@ impl ClusterState {
     /// Returns a resolved allocation.
     pub fn release(&mut self, cluster: &Cluster, alloc: &Allocation) {
         for s in &alloc.shares {
-            if let Some(f) = self.free.get_mut(s.node.index()) {
-                f.add(&s.resources());
-            }
+            self.update_free(s.node, |f| f.add(&s.resources()));
             let Some(d) = s.devices else { continue };
             for i in d.gpus.iter() {
                 let mut back_to_pool = false;
@@ -399,9 +438,7 @@ impl ClusterState {
                     }
                 }
                 if back_to_pool {
-                    if let Some(f) = self.free.get_mut(s.node.index()) {
-                        f.gpus += 1;
-                    }
+                    self.update_free(s.node, |f| f.gpus += 1);
                 }
             }
         }
@@ -459,12 +496,10 @@ impl ClusterState {
             g.ready_at = ready_at;
             now_whole_free = g.is_whole_free();
         }
-        if let Some(f) = self.free.get_mut(node.index()) {
-            match (was_whole_free, now_whole_free) {
-                (true, false) => f.gpus = f.gpus.saturating_sub(1),
-                (false, true) => f.gpus += 1,
-                _ => {}
-            }
+        match (was_whole_free, now_whole_free) {
+            (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
+            (false, true) => self.update_free(node, |f| f.gpus += 1),
+            _ => {}
         }
     }
 
@@ -479,6 +514,25 @@ impl ClusterState {
         cluster: &Cluster,
         holdings: impl IntoIterator<Item = (H, &'a Allocation)>,
     ) -> Result<(), String> {
+        let sum: u64 = self.free.iter().map(|f| f.gpus as u64).sum();
+        if sum != self.free_gpus {
+            return Err(format!(
+                "{} whole-free GPUs counted, {sum} free node by node",
+                self.free_gpus
+            ));
+        }
+        let mut by_group = vec![0u64; self.group_free_gpus.len()];
+        for (f, &g) in self.free.iter().zip(&self.node_group) {
+            if let Some(s) = by_group.get_mut(g as usize) {
+                *s += f.gpus as u64;
+            }
+        }
+        if by_group != self.group_free_gpus {
+            return Err(format!(
+                "free GPUs per group counted {:?}, node by node {by_group:?}",
+                self.group_free_gpus
+            ));
+        }
         let mut rebuilt = ClusterState::new(cluster);
         // Carry layouts and readiness over: they are not holdings.
         for (a, b) in rebuilt.gpus.iter_mut().zip(&self.gpus) {

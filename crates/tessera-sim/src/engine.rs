@@ -23,8 +23,8 @@ use tessera_model::{
 };
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{
-    validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobState, Policy,
-    Trigger,
+    validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobChange,
+    JobState, Policy, Trigger,
 };
 use thiserror::Error;
 
@@ -171,6 +171,8 @@ pub struct Simulation<'a> {
     truth: &'a dyn ThroughputModel,
     policy: Box<dyn Policy>,
     config: SimConfig,
+    /// The policy keeps its own queue: it is told every change of the active set.
+    tracking: bool,
 
     now: SimTime,
     seq: u64,
@@ -258,10 +260,11 @@ impl<'a> Simulation<'a> {
         cluster: &'a Cluster,
         workload: &'a Workload,
         truth: &'a dyn ThroughputModel,
-        policy: Box<dyn Policy>,
+        mut policy: Box<dyn Policy>,
         config: SimConfig,
     ) -> Simulation<'a> {
         let jobs = workload.jobs();
+        let tracking = policy.track_jobs();
         let round = policy.round_length().filter(|d| !d.is_zero());
         let fresh = Progressing {
             total: 0.0,
@@ -309,6 +312,7 @@ impl<'a> Simulation<'a> {
             truth,
             policy,
             config,
+            tracking,
             now: SimTime::ZERO,
             seq: 0,
             heap: BinaryHeap::new(),
@@ -604,6 +608,11 @@ impl<'a> Simulation<'a> {
             ..ActiveJob::arrived(job)
         });
         self.state[job.id.index()].synced_at = self.now;
+        if self.tracking {
+            if let Some(a) = self.active.last() {
+                self.policy.observe(JobChange::Arrived(a, job));
+            }
+        }
     }
 
     /// Brings a running job's progress and attained service up to `self.now`.
@@ -655,6 +664,9 @@ impl<'a> Simulation<'a> {
         st.record_outcome = Some(JobOutcome::Finished);
         self.remove_active(job);
         self.mark_stopped(job);
+        if self.tracking {
+            self.policy.observe(JobChange::Ended(job));
+        }
         self.job_ended(job);
         self.last_completion = self.now;
         self.rerate_neighbours(&freed, job)?;
@@ -690,9 +702,13 @@ impl<'a> Simulation<'a> {
     }
 
     fn schedule(&mut self, trigger: Trigger) -> Result<(), SimError> {
-        // Syncs are independent per job, so their order does not matter.
-        for i in 0..self.running.len() {
-            self.sync(self.running[i]);
+        // Syncs are independent per job, so their order does not matter. A policy that does
+        // not read running jobs' progress now leaves it to be brought up to date when the job
+        // changes or another call reads it (per-event work stays off the running set).
+        if self.policy.reads_running_progress(&trigger) {
+            for i in 0..self.running.len() {
+                self.sync(self.running[i]);
+            }
         }
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
@@ -788,6 +804,12 @@ impl<'a> Simulation<'a> {
                 let old = self.stop(job, pos);
                 self.active[pos].state = JobState::Queued;
                 self.mark_stopped(job);
+                if self.tracking {
+                    self.policy.observe(JobChange::Preempted(
+                        &self.active[pos],
+                        &self.jobs[job.index()],
+                    ));
+                }
                 self.rerate_neighbours(&old, job)
             }
             (Action::Resize { .. }, Some(alloc)) => {
@@ -1113,6 +1135,9 @@ impl<'a> Simulation<'a> {
         a.allocation = Some(alloc);
         a.first_start.get_or_insert(now);
         self.mark_running(job);
+        if self.tracking {
+            self.policy.observe(JobChange::Started(job));
+        }
         self.seq += 1;
         self.heap.push(Reverse((
             finish,

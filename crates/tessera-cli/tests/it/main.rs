@@ -694,6 +694,70 @@ fn the_default_run_shows_policies_that_differ() {
         "las+tune below las+proportional: {doc}"
     );
     assert!(p[0]["gpu_util"].as_f64().unwrap() > 0.5, "{doc}");
+    // Issue 11: the engine's fast paths change no decision. Pinned before they landed
+    // (commit d4a6832): (avg JCT, p99 JCT, makespan, avg queue, GPU util, preemptions), as
+    // serde_json reads them back.
+    let pinned: [(f64, f64, f64, f64, f64, u64); 6] = [
+        (
+            113320.58021166672,
+            594828.087,
+            1009223.577,
+            48318.956208333315,
+            0.6879576085792207,
+            0,
+        ),
+        (
+            82326.63128833333,
+            762568.3,
+            1048282.66,
+            7041.973863333334,
+            0.6625527481776708,
+            737,
+        ),
+        (
+            81700.34009166666,
+            639380.474,
+            1001649.902,
+            60.0,
+            0.694846320252461,
+            1969,
+        ),
+        (
+            91853.91455166672,
+            771198.202,
+            1097667.501,
+            13372.43690833334,
+            0.6371811420754192,
+            11729,
+        ),
+        (
+            82739.61062670499,
+            643941.133,
+            1021179.887,
+            128.6737266666667,
+            0.6961145673514076,
+            14221,
+        ),
+        (
+            75727.72712509168,
+            634199.512236,
+            1001953.237001,
+            125.77811737833332,
+            0.6827348869965087,
+            18057,
+        ),
+    ];
+    for (x, pin) in p.iter().zip(pinned) {
+        let got = (
+            x["avg_jct_s"].as_f64().unwrap(),
+            x["p99_jct_s"].as_f64().unwrap(),
+            x["makespan_s"].as_f64().unwrap(),
+            x["avg_queue_s"].as_f64().unwrap(),
+            x["gpu_util"].as_f64().unwrap(),
+            x["preemptions"].as_u64().unwrap(),
+        );
+        assert_eq!(got, pin, "{}", x["policy"]);
+    }
 }
 
 #[test]

@@ -1,4 +1,6 @@
-//! `tessera bench baselines`: the engine on a Philly-sized synthetic trace (DESIGN §7).
+//! The baselines' engine benchmarks (DESIGN §7): `tessera bench philly`, a Philly-sized
+//! synthetic trace where nothing queues, and `tessera bench engine` (issue 11), the cases
+//! where the engine used to degrade: a loaded cluster, a large one, and a cluster-size sweep.
 
 use std::time::Instant;
 
@@ -303,5 +305,207 @@ impl Experiment for ServingBench {
             "request-level serving: arrivals, per-instance queues, batching, round robin (requests/s in the events column)",
             rows,
         ))
+    }
+}
+
+/// Jobs per hour per GPU of the Philly bench (190 jobs/h on 2,048 GPUs, 80% load): the sweep
+/// keeps this load per GPU as the cluster grows.
+const PHILLY_JOBS_PER_HOUR_PER_GPU: f64 = PHILLY_BENCH_JOBS_PER_HOUR / 2048.0;
+
+/// `tessera bench engine`: per-event cost of the engine with the baselines where it used to
+/// grow with the queue and the cluster (issue 11).
+#[derive(Clone, Copy, Debug)]
+pub struct EngineBench;
+
+const ENGINE_PARAMS: &[Param] = &[
+    Param {
+        name: "case",
+        default: "loaded,sweep",
+        help:
+            "comma-separated cases: loaded (82,247 Philly-shaped jobs on 512 GPUs at 190 jobs/h), \
+               sweep (80,000 jobs on 512 / 2,048 / 8,192 GPUs at 190 jobs/h per 2,048 GPUs), \
+               large (1,000,000 jobs on 16,384 GPUs at the same load per GPU)",
+    },
+    Param {
+        name: "policies",
+        default: "fifo,las",
+        help: "comma-separated baselines to run (las runs with 300 s rounds)",
+    },
+    Param {
+        name: "scale",
+        default: "1",
+        help: "divide every case's job count by this (quick looks; the figures use 1)",
+    },
+];
+
+/// One run of the engine bench: (label, jobs, nodes of 8 GPUs, jobs per hour, target s).
+type EngineCase = (&'static str, usize, u32, f64, f64);
+
+fn engine_cases(name: &str) -> Result<Vec<EngineCase>, ExperimentError> {
+    let per_gpu = PHILLY_JOBS_PER_HOUR_PER_GPU;
+    Ok(match name {
+        "loaded" => vec![("loaded", 82_247, 64, PHILLY_BENCH_JOBS_PER_HOUR, 1.0)],
+        "sweep" => [512u32, 2048, 8192]
+            .into_iter()
+            .map(|g| ("sweep", 80_000, g / 8, per_gpu * g as f64, 1.0))
+            .collect(),
+        "large" => vec![("large", 1_000_000, 2048, per_gpu * 16_384.0, 10.0)],
+        other => {
+            return Err(ExperimentError::Param {
+                name: "case".into(),
+                value: other.into(),
+                reason: "unknown case (known: loaded, sweep, large)".into(),
+            })
+        }
+    })
+}
+
+impl Experiment for EngineBench {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+
+    fn about(&self) -> &'static str {
+        "the engine loaded (82k jobs on 512 GPUs), large (1M jobs on 16,384 GPUs) and across \
+         cluster sizes (80k jobs on 512 / 2,048 / 8,192 GPUs): events/s and ns per event"
+    }
+
+    fn params(&self) -> &'static [Param] {
+        ENGINE_PARAMS
+    }
+
+    fn run(
+        &self,
+        args: &ExperimentArgs,
+        _ctx: &RunContext<'_>,
+    ) -> Result<ReproOutput, ExperimentError> {
+        let case_arg = args.get("case").unwrap_or("loaded,sweep").to_string();
+        let policies_arg = args.get("policies").unwrap_or("fifo,las").to_string();
+        let scale: usize = args.parse("scale")?;
+        if scale == 0 {
+            return Err(ExperimentError::Param {
+                name: "scale".into(),
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let mut cases = Vec::new();
+        for name in case_arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            cases.extend(engine_cases(name)?);
+        }
+        let policies: Vec<&str> = policies_arg
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let mut rows = Vec::new();
+        for (label, jobs, nodes, jobs_per_hour, target_s) in cases {
+            let jobs = jobs / scale;
+            let cluster = Cluster::homogeneous(
+                "V100-32GB",
+                nodes,
+                8,
+                MilliCpu::from_cores(48),
+                Bytes::from_gib(512),
+            )
+            .map_err(|e| ExperimentError::Other(e.to_string()))?;
+            let workload = PoissonWorkload {
+                jobs,
+                jobs_per_hour,
+                gpu_mix: PHILLY_GPU_MIX.to_vec(),
+                durations: DurationDist::PhillyRuntimes,
+                seed: 1,
+            }
+            .generate();
+            for &policy in &policies {
+                let round = (policy != "fifo").then(|| SimDuration::from_secs(300));
+                let options = PolicyOptions {
+                    round,
+                    ..PolicyOptions::default()
+                };
+                let built = crate::build_policy(policy, &options)?;
+                let config = SimConfig {
+                    record_timeseries: false,
+                    ..SimConfig::default()
+                };
+                let started = Instant::now();
+                let report = Simulation::new(&cluster, &workload, &TraceThroughput, built, config)
+                    .run(&mut ())
+                    .map_err(|source| ExperimentError::Sim {
+                        context: format!("bench engine, {label}, {policy}"),
+                        source,
+                    })?;
+                let wall_s = started.elapsed().as_secs_f64();
+                let s = &report.summary;
+                let gpus = nodes * 8;
+                rows.push(BenchRow {
+                    case: match round {
+                        Some(r) => format!(
+                            "{label}: {jobs} jobs on {gpus} GPUs, {policy} ({} s rounds)",
+                            r.as_secs_f64()
+                        ),
+                        None => format!("{label}: {jobs} jobs on {gpus} GPUs, {policy}"),
+                    },
+                    wall_s,
+                    target_s,
+                    events_per_s: Some(s.events as f64 / wall_s.max(1e-9)),
+                    detail: format!(
+                        "{:.0} ns/event, {} events, {} scheduling points, avg queue {:.0} s, \
+                         {}/{} finished, peak RSS {}",
+                        wall_s * 1e9 / (s.events.max(1) as f64),
+                        s.events,
+                        s.scheduling_points,
+                        s.avg_queue_s,
+                        s.finished,
+                        s.jobs,
+                        peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"))
+                    ),
+                    command: format!(
+                        "tessera bench engine --case {label} --policies {policy}{}",
+                        if scale > 1 {
+                            format!(" --scale {scale}")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                });
+            }
+        }
+        Ok(bench_output(
+            "Engine at scale: Philly-shaped synthetic traces (Poisson arrivals, Philly GPU mix and \
+             run times, seed 1) on 8-GPU V100 nodes",
+            rows,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(values: &[(&str, &str)]) -> Result<ReproOutput, ExperimentError> {
+        let args = ExperimentArgs::new(EngineBench.params(), values.iter().copied())?;
+        EngineBench.run(&args, &RunContext::quiet(1))
+    }
+
+    #[test]
+    fn bad_case_and_scale_are_errors() {
+        let err = run(&[("case", "huge")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("unknown case")));
+        let err = run(&[("scale", "0")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("at least 1")));
+    }
+
+    /// The sweep at 1/1000 of its jobs: one row per cluster size, every job finished.
+    #[test]
+    fn scaled_sweep_reports_every_size() {
+        let out = run(&[("case", "sweep"), ("policies", "fifo"), ("scale", "1000")]).unwrap();
+        let rows = out.summary["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        for (row, gpus) in rows.iter().zip(["512", "2048", "8192"]) {
+            let case = row["case"].as_str().unwrap();
+            assert!(case.contains(&format!("80 jobs on {gpus} GPUs")), "{case}");
+            assert!(row["detail"].as_str().unwrap().contains("80/80 finished"));
+        }
     }
 }

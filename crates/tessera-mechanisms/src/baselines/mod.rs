@@ -97,7 +97,7 @@ impl Mechanism for Baselines {
 
     #[cfg(feature = "experiments")]
     fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
-        &[&bench::PhillyBench, &bench::ServingBench]
+        &[&bench::PhillyBench, &bench::ServingBench, &bench::EngineBench]
     }
 }
 

@@ -200,3 +200,61 @@ fn restart_costs_never_lose_work() {
     assert_eq!(report.summary.finished, 60);
     assert!(report.summary.preemptions > 0);
 }
+
+/// The same policy without the driver's change reports or lazy progress (issue 11): it ranks
+/// `view.active` from scratch at every call and sees every running job synced.
+struct FullRank(Box<dyn tessera_sched::Policy>);
+
+impl tessera_sched::Policy for FullRank {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        self.0.round_length()
+    }
+    fn schedule(
+        &mut self,
+        view: &tessera_sched::ClusterView<'_>,
+        actions: &mut Vec<tessera_sched::Action>,
+    ) {
+        self.0.schedule(view, actions)
+    }
+}
+
+/// Every job's (first start, finish, preemptions): what the policy decided, exactly.
+fn decisions(r: &SimReport) -> Vec<(Option<SimTime>, Option<SimTime>, u32)> {
+    r.jobs
+        .iter()
+        .map(|j| (j.first_start, j.finish, j.preemptions))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The baselines' incremental queue (and FIFO's lazy progress) decide exactly what
+    /// ranking every active job at every call decides.
+    #[test]
+    fn incremental_queue_decides_as_full_ranking(
+        cluster in cluster_strategy(),
+        jobs in jobs_strategy(),
+        policy in prop::sample::select(POLICIES.iter().map(|p| p.name).collect::<Vec<_>>()),
+        round in prop::option::of(30u64..600),
+    ) {
+        let workload = Workload::new(jobs);
+        let options = PolicyOptions {
+            round: round.map(SimDuration::from_secs),
+            ..PolicyOptions::default()
+        };
+        let run = |p: Box<dyn tessera_sched::Policy>| {
+            Simulation::new(&cluster, &workload, &TraceThroughput, p, SimConfig::default())
+                .run(&mut ())
+                .unwrap()
+        };
+        let fast = run(build_policy(policy, &options).unwrap());
+        let full = run(Box::new(FullRank(build_policy(policy, &options).unwrap())));
+        prop_assert_eq!(decisions(&fast), decisions(&full));
+        prop_assert_eq!(fast.summary.avg_jct_s.to_bits(), full.summary.avg_jct_s.to_bits());
+        prop_assert_eq!(fast.summary.events, full.summary.events);
+    }
+}
