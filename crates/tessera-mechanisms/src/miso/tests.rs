@@ -15,7 +15,8 @@ use crate::Mechanism;
 /// invariants (valid layout, one holder per instance, memory within the GPU), and that every
 /// job on a MIG instance fits it in memory (the table has a speed there).
 fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
-    let workload = workload::miso_workload(seed, 60.0, 30.0).unwrap();
+    let workload =
+        workload::miso_workload(seed, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
     run_checked_on(policy, seed, gpus, &workload)
 }
 
