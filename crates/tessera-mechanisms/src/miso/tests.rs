@@ -172,4 +172,30 @@ fn repro_ordering_holds_over_five_seeds() {
         "{}",
         r.predictor_mae
     );
+    // With the jobs in a random order the cluster queues (total work ≈ twice the arrival
+    // span), so nopart is far behind: a tie here would mean the order is lost again.
+    assert!(nopart > 1.5 * miso, "nopart {nopart} vs miso {miso}");
+}
+
+#[test]
+fn index_order_leaves_the_cluster_lightly_loaded() {
+    // The trace's index order puts the short jobs first: much less queueing than shuffled.
+    let one = |order| ReproSpec {
+        seeds: vec![1],
+        order,
+        ..ReproSpec::default()
+    };
+    let index = run_repro(&one(workload::ArrivalOrder::Index), &RunContext::quiet(2)).unwrap();
+    let shuffled = run_repro(
+        &one(workload::ArrivalOrder::Shuffled),
+        &RunContext::quiet(2),
+    )
+    .unwrap();
+    let q = |r: &super::experiment::ReproResult| r.get("nopart").unwrap().avg_queue_s;
+    assert!(
+        q(&index) * 2.0 < q(&shuffled),
+        "index {} shuffled {}",
+        q(&index),
+        q(&shuffled)
+    );
 }
