@@ -16,6 +16,7 @@ use super::predict::{
     mean_abs_error, EmulatedError, LearnedRegression, SlicePredictor, MPS_MEASUREMENT_NOISE,
 };
 use super::truth::{MisoTruth, SliceSpeeds, SliceTable};
+use super::workload::ArrivalOrder;
 use super::{miso_config, miso_table, workload};
 use crate::experiment::{
     bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
@@ -81,6 +82,8 @@ pub struct ReproSpec {
     pub mean_s: f64,
     /// Mean inter-arrival of the first third (s).
     pub early_mean_s: f64,
+    /// Which trace job takes which arrival.
+    pub order: ArrivalOrder,
     /// Layouts MISO and the static search choose from.
     pub layouts: LayoutSet,
     /// Use the learned predictor instead of the emulated error.
@@ -94,6 +97,7 @@ impl Default for ReproSpec {
             gpus: 8,
             mean_s: 60.0,
             early_mean_s: 30.0,
+            order: ArrivalOrder::Shuffled,
             layouts: LayoutSet::Generated,
             learned: false,
         }
@@ -288,7 +292,7 @@ pub fn run_repro(spec: &ReproSpec, ctx: &RunContext<'_>) -> Result<ReproResult, 
         .seeds
         .iter()
         .map(|&s| {
-            workload::miso_workload(s, spec.mean_s, spec.early_mean_s)
+            workload::miso_workload(s, spec.mean_s, spec.early_mean_s, spec.order)
                 .map(|w| (s, w))
                 .map_err(ExperimentError::Other)
         })
@@ -392,6 +396,7 @@ const REPRO_PARAMS: &[Param] = &[
     Param { name: "gpus", default: "8", help: "A100-40GB GPUs (one node)." },
     Param { name: "mean", default: "60", help: "Mean inter-arrival time, seconds." },
     Param { name: "early-mean", default: "30", help: "Mean inter-arrival of the first third of the jobs, seconds." },
+    Param { name: "order", default: "shuffled", help: "Arrival order of the trace's jobs: shuffled (a seeded permutation, as the artifact's driver) or index (trace order)." },
     Param { name: "layouts", default: "generated", help: "Layouts MISO and the static search use: generated (placement rules, with 4g+3g) or miso18 (MISO's table)." },
     Param { name: "predictor", default: "emulated", help: "Slice-speed predictor of miso: emulated (the artifact's N(0.016, 0.0032) error) or learned (regression from MPS speeds)." },
 ];
@@ -404,7 +409,7 @@ fn published() -> serde_json::Value {
         "simulator_avg_jct_s": { "miso": 1101.0, "nopart": 2514.0, "static_3_2_2": 1238.0, "miso_oracle": 1042.0 },
         "ratios_to_miso": { "nopart": 2.28, "best_static": [1.09, 1.12], "miso_oracle": 0.947 },
         "migrations_per_job": 4.0,
-        "semantics": "the authors' simulator charges every job a 30 s MPS phase at one-third speed plus 5 s of checkpointing, even on an empty GPU"
+        "arrivals": "artifact driver (exp_full.py @39b1ee69): a seeded random permutation of the 100 jobs, gaps drawn as np.random.poisson(30) for the first 34 jobs and poisson(60) after"
     })
 }
 
@@ -444,6 +449,7 @@ impl Experiment for MisoRepro {
             gpus: args.parse("gpus")?,
             mean_s: args.parse("mean")?,
             early_mean_s: args.parse("early-mean")?,
+            order: args.parse("order")?,
             layouts,
             learned,
         };
@@ -503,8 +509,8 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
         })
         .collect();
     let mut text = format!(
-        "MISO reproduction: {} A100-40GB, MISO's 100-job trace, Poisson arrivals (mean {} s, {} s for the first third), seeds {:?}; layouts {:?}; means over seeds\n\n",
-        spec.gpus, spec.mean_s, spec.early_mean_s, spec.seeds, spec.layouts
+        "MISO reproduction: {} A100-40GB, MISO's 100-job trace, Poisson arrivals (mean {} s, {} s for the first third, {} order), seeds {:?}; layouts {:?}; means over seeds\n\n",
+        spec.gpus, spec.mean_s, spec.early_mean_s, spec.order, spec.seeds, spec.layouts
     );
     text.push_str(&text_table(
         &[
@@ -540,6 +546,7 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
         "gpus": spec.gpus,
         "trace": "miso-100",
         "seeds": spec.seeds,
+        "arrival_order": spec.order.to_string(),
         "layouts": spec.layouts,
         "policies": r.runs,
         "means": r.means,

@@ -102,7 +102,7 @@ fn cluster_a100x8() -> String {
 }
 
 fn trace_100(seed: u64) -> Result<tessera_model::Workload, String> {
-    workload::miso_workload(seed, 60.0, 30.0)
+    workload::miso_workload(seed, 60.0, 30.0, workload::ArrivalOrder::Shuffled)
 }
 
 fn generate_synthetic(o: &GeneratorOptions) -> Result<tessera_model::Workload, String> {

@@ -15,7 +15,8 @@ use crate::Mechanism;
 /// invariants (valid layout, one holder per instance, memory within the GPU), and that every
 /// job on a MIG instance fits it in memory (the table has a speed there).
 fn run_checked(policy: &str, seed: u64, gpus: u32) -> tessera_sim::SimReport {
-    let workload = workload::miso_workload(seed, 60.0, 30.0).unwrap();
+    let workload =
+        workload::miso_workload(seed, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
     run_checked_on(policy, seed, gpus, &workload)
 }
 
@@ -170,5 +171,31 @@ fn repro_ordering_holds_over_five_seeds() {
         r.predictor_mae > 0.0 && r.predictor_mae < 0.05,
         "{}",
         r.predictor_mae
+    );
+    // With the jobs in a random order the cluster queues (total work ≈ twice the arrival
+    // span), so nopart is far behind: a tie here would mean the order is lost again.
+    assert!(nopart > 1.5 * miso, "nopart {nopart} vs miso {miso}");
+}
+
+#[test]
+fn index_order_leaves_the_cluster_lightly_loaded() {
+    // The trace's index order puts the short jobs first: much less queueing than shuffled.
+    let one = |order| ReproSpec {
+        seeds: vec![1],
+        order,
+        ..ReproSpec::default()
+    };
+    let index = run_repro(&one(workload::ArrivalOrder::Index), &RunContext::quiet(2)).unwrap();
+    let shuffled = run_repro(
+        &one(workload::ArrivalOrder::Shuffled),
+        &RunContext::quiet(2),
+    )
+    .unwrap();
+    let q = |r: &super::experiment::ReproResult| r.get("nopart").unwrap().avg_queue_s;
+    assert!(
+        q(&index) * 2.0 < q(&shuffled),
+        "index {} shuffled {}",
+        q(&index),
+        q(&shuffled)
     );
 }

@@ -92,17 +92,71 @@ pub fn arrivals(n: usize, mean_s: f64, early_mean_s: f64, rng: &mut SimRng) -> V
     out
 }
 
-/// The 100-job trace with arrivals drawn from `seed`.
-pub fn miso_workload(seed: u64, mean_s: f64, early_mean_s: f64) -> Result<Workload, String> {
+/// Which trace job takes which arrival slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ArrivalOrder {
+    /// A seeded random permutation of the trace, as the artifact's driver does
+    /// (`random.sample` over the job list before drawing gaps). The trace's index order is
+    /// not an arrival order: its first third is mostly 120 s jobs, which would put every
+    /// short job into the busy early period.
+    #[default]
+    Shuffled,
+    /// Trace index order (job 0 first).
+    Index,
+}
+
+impl std::str::FromStr for ArrivalOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "shuffled" | "random" => Ok(ArrivalOrder::Shuffled),
+            "index" => Ok(ArrivalOrder::Index),
+            _ => Err(format!("unknown arrival order {s:?} (shuffled, index)")),
+        }
+    }
+}
+
+impl std::fmt::Display for ArrivalOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ArrivalOrder::Shuffled => "shuffled",
+            ArrivalOrder::Index => "index",
+        })
+    }
+}
+
+/// Trace indices in arrival order: Fisher-Yates with `rng` for `Shuffled`.
+pub fn arrival_order(n: usize, order: ArrivalOrder, rng: &mut SimRng) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..n).collect();
+    if order == ArrivalOrder::Shuffled {
+        for i in (1..n).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            idx.swap(i, j);
+        }
+    }
+    idx
+}
+
+/// The 100-job trace with arrival order and times drawn from `seed`.
+pub fn miso_workload(
+    seed: u64,
+    mean_s: f64,
+    early_mean_s: f64,
+    order: ArrivalOrder,
+) -> Result<Workload, String> {
     let trace = miso_trace()?;
     let mut rng = SimRng::seed_from_u64(seed);
+    let perm = arrival_order(trace.len(), order, &mut rng);
     let times = arrivals(trace.len(), mean_s, early_mean_s, &mut rng);
     Ok(Workload::new(
-        trace
-            .iter()
+        perm.into_iter()
             .zip(times)
-            .enumerate()
-            .map(|(i, (j, t))| job_of(i as u32, &j.key, t, j.runtime_s, j.iterations))
+            .map(|(i, t)| {
+                let j = &trace[i];
+                // The id is renumbered in submit order by `Workload::new`; the name keeps the
+                // trace index.
+                job_of(i as u32, &j.key, t, j.runtime_s, j.iterations)
+            })
             .collect(),
     ))
 }
@@ -138,7 +192,7 @@ mod tests {
         let t = miso_trace().unwrap();
         assert_eq!(t.len(), 100);
         assert_eq!(t[1].key, "resnet_train128");
-        let w = miso_workload(1, 60.0, 30.0).unwrap();
+        let w = miso_workload(1, 60.0, 30.0, ArrivalOrder::Index).unwrap();
         assert_eq!(w.len(), 100);
         let j = &w.jobs()[0];
         assert_eq!(j.submit, SimTime::ZERO);
@@ -155,10 +209,44 @@ mod tests {
             "{early} {late}"
         );
         assert_ne!(
-            miso_workload(2, 60.0, 30.0).unwrap().jobs()[5].submit,
+            miso_workload(2, 60.0, 30.0, ArrivalOrder::Index)
+                .unwrap()
+                .jobs()[5]
+                .submit,
             w.jobs()[5].submit
         );
         assert!(synthetic(10, 0.0, 1).is_err());
         assert_eq!(synthetic(500, 3600.0, 1).unwrap().len(), 500);
+    }
+
+    #[test]
+    fn shuffled_order_is_a_seeded_permutation_of_the_trace() {
+        let trace = miso_trace().unwrap();
+        let a = miso_workload(3, 60.0, 30.0, ArrivalOrder::Shuffled).unwrap();
+        let b = miso_workload(3, 60.0, 30.0, ArrivalOrder::Shuffled).unwrap();
+        let c = miso_workload(4, 60.0, 30.0, ArrivalOrder::Shuffled).unwrap();
+        let names = |w: &Workload| w.jobs().iter().map(|j| j.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&a), names(&b), "same seed, same order");
+        assert_ne!(names(&a), names(&c), "another seed, another order");
+        let index = miso_workload(3, 60.0, 30.0, ArrivalOrder::Index).unwrap();
+        assert_ne!(names(&a), names(&index));
+        // Every trace job exactly once, with its own key and whole-GPU run time.
+        let mut seen: Vec<usize> = a
+            .jobs()
+            .iter()
+            .map(|j| {
+                let (i, key) = j.name.split_once(':').unwrap();
+                let i: usize = i.parse().unwrap();
+                assert_eq!(key, trace[i].key);
+                assert_eq!(j.duration, SimDuration::from_secs_f64(trace[i].runtime_s));
+                i
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..trace.len()).collect::<Vec<_>>());
+        // Jobs come in submit order.
+        assert!(a.jobs().windows(2).all(|w| w[0].submit <= w[1].submit));
+        assert_eq!("index".parse::<ArrivalOrder>(), Ok(ArrivalOrder::Index));
+        assert!("sorted".parse::<ArrivalOrder>().is_err());
     }
 }
