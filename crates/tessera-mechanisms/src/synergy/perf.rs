@@ -232,9 +232,12 @@ struct RawProfile {
 /// Sensitivity profiles by model and GPU count.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynergyProfiles {
-    /// Sorted by (lower-case model, GPUs): looked up by binary search without allocating
-    /// (truth models look a profile up for every placement).
+    /// Sorted by (lower-case model, GPUs).
     by_key: Vec<((String, u32), ModelProfile)>,
+    /// Open-addressed index into `by_key` by a hash of (lower-case model, GPUs): truth models
+    /// look a profile up for every placement, and a binary search over names costs a string
+    /// comparison per step. `u32::MAX` = empty slot; the length is a power of two.
+    slots: Vec<u32>,
 }
 
 /// The Synergy simulator's tables (MIT, Microsoft), embedded.
@@ -247,7 +250,7 @@ impl SynergyProfiles {
         CELL.get_or_init(|| {
             // The embedded file is checked by a unit test; an empty set is the safe fallback.
             SynergyProfiles::from_json(BUILTIN_JSON)
-                .unwrap_or(SynergyProfiles { by_key: Vec::new() })
+                .unwrap_or_else(|_| SynergyProfiles::indexed(Vec::new()))
         })
     }
 
@@ -297,25 +300,46 @@ impl SynergyProfiles {
                 },
             );
         }
-        Ok(SynergyProfiles {
-            by_key: by_key.into_iter().collect(),
-        })
+        Ok(SynergyProfiles::indexed(by_key.into_iter().collect()))
+    }
+
+    fn indexed(by_key: Vec<((String, u32), ModelProfile)>) -> SynergyProfiles {
+        // At most half full, so probes stay short and always end at an empty slot.
+        let len = (by_key.len() * 2).next_power_of_two().max(8);
+        let mut slots = vec![u32::MAX; len];
+        for (i, ((model, gpus), _)) in by_key.iter().enumerate() {
+            let mut h = Self::hash(model, *gpus) & (len - 1);
+            while slots[h] != u32::MAX {
+                h = (h + 1) & (len - 1);
+            }
+            slots[h] = i as u32;
+        }
+        SynergyProfiles { by_key, slots }
+    }
+
+    /// FNV-1a over the ASCII-lower-cased name, then the GPU count.
+    fn hash(model: &str, gpus: u32) -> usize {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in model.bytes().chain(gpus.to_le_bytes()) {
+            h ^= b.to_ascii_lowercase() as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h ^ (h >> 32)) as usize
     }
 
     /// The profile measured with exactly `gpus` GPUs.
     pub fn exact(&self, model: &str, gpus: u32) -> Option<&ModelProfile> {
-        let lower;
-        let model = if model.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = model.to_ascii_lowercase();
-            lower.as_str()
-        } else {
-            model
-        };
-        self.by_key
-            .binary_search_by(|((m, g), _)| (m.as_str(), *g).cmp(&(model, gpus)))
-            .ok()
-            .and_then(|i| self.by_key.get(i))
-            .map(|(_, p)| p)
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut h = Self::hash(model, gpus) & mask;
+        // Names are stored lower-cased; the query matches case-insensitively.
+        loop {
+            let i = *self.slots.get(h)?;
+            let ((m, g), p) = self.by_key.get(i as usize)?;
+            if *g == gpus && m.eq_ignore_ascii_case(model) {
+                return Some(p);
+            }
+            h = (h + 1) & mask;
+        }
     }
 
     /// The profile for a job of `gpus` GPUs: the 1-, 2- or 4-GPU table (4 for larger jobs,
@@ -776,6 +800,21 @@ mod tests {
             }
         }
         assert_eq!(p.iter_time("alexnet"), Some(0.6));
+    }
+
+    #[test]
+    fn hashed_lookup_finds_every_profile_and_nothing_else() {
+        let p = profiles();
+        for ((m, g), want) in &p.by_key {
+            assert_eq!(p.exact(m, *g), Some(want), "{m}_{g}");
+            assert_eq!(p.exact(&m.to_ascii_uppercase(), *g), Some(want), "{m}_{g}");
+            assert_eq!(p.exact(m, g + 100), None, "{m}_{}", g + 100);
+            assert_eq!(p.exact(&format!("{m}x"), *g), None);
+        }
+        assert_eq!(p.exact("", 1), None);
+        let empty = SynergyProfiles::indexed(Vec::new());
+        assert_eq!(empty.exact("alexnet", 1), None);
+        assert_eq!(empty.models().count(), 0);
     }
 
     #[test]

@@ -197,13 +197,16 @@ impl<'c> FreeMap<'c> {
             .iter()
             .filter(|gr| self.eligible(job, gr))
         {
-            let nodes = group.first_node as usize..(group.first_node + group.count) as usize;
-            for n in nodes {
+            let first = group.first_node as usize;
+            // What the job needs on one server does not depend on which server of the group
+            // (a share names its node, nothing else): compute it once, not per node.
+            let need = self.share(job, NodeId(first as u32), g, slice).resources();
+            for n in first..first + group.count as usize {
                 let f = &self.free[n];
                 if f.gpus < g || best.is_some_and(|(fg, _)| fg <= f.gpus) {
                     continue;
                 }
-                if f.fits(&self.share(job, NodeId(n as u32), g, slice).resources()) {
+                if f.fits(&need) {
                     best = Some((f.gpus, n));
                 }
             }
@@ -272,6 +275,8 @@ impl<'c> FreeMap<'c> {
             let mut alive: Vec<bool> = left.iter().map(|f| f.gpus > 0).collect();
             let mut taken = vec![0u32; left.len()];
             let mut need = job.gpus;
+            // One GPU's slice is the same on every server of the group.
+            let one = self.share(job, NodeId(first as u32), 1, slice).resources();
             while need > 0 {
                 let Some(i) = (0..left.len())
                     .filter(|&i| alive[i])
@@ -279,9 +284,8 @@ impl<'c> FreeMap<'c> {
                 else {
                     break;
                 };
-                let one = self.share(job, NodeId((first + i) as u32), 1, slice);
-                if left[i].fits(&one.resources()) {
-                    left[i].sub(&one.resources());
+                if left[i].fits(&one) {
+                    left[i].sub(&one);
                     taken[i] += 1;
                     need -= 1;
                     alive[i] = left[i].gpus > 0;
@@ -321,11 +325,46 @@ struct Placed<'v> {
     demoted: bool,
 }
 
-/// Estimated speed-up at the best case used for ordering (1 under proportional).
-fn speedup(mechanism: Allocator, job: &ActiveJob) -> f64 {
-    match (mechanism, job.knowledge.get::<SensitivityEstimate>()) {
-        (Allocator::Proportional, _) | (_, None) => 1.0,
-        (_, Some(e)) => e.speedup.max(1e-9),
+/// What the policy reads from a job's [`SensitivityEstimate`], taken once when it first
+/// sees the job (both engines fix a job's knowledge when it becomes active), so that ranking
+/// and allocation never go through the typed lookup per job per round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Typed {
+    /// Estimated speed-up at the best case (1 without an estimate).
+    speedup: f64,
+    /// The best-case slice ([`Slice::Fair`] without an estimate).
+    best: Slice,
+    /// The reference's "make fair share" slice: the proportional share if the best case
+    /// exceeds it in any resource, else the (smaller) best case.
+    fair: Slice,
+    /// Whether the best case exceeds the proportional share of the cluster's servers.
+    exceeds_fair: bool,
+}
+
+impl Typed {
+    const NONE: Typed = Typed {
+        speedup: 1.0,
+        best: Slice::Fair,
+        fair: Slice::Fair,
+        exceeds_fair: false,
+    };
+
+    fn of(cluster: &Cluster, job: &ActiveJob) -> Typed {
+        let Some(e) = job.knowledge.get::<SensitivityEstimate>() else {
+            return Typed::NONE;
+        };
+        let best = Slice::from_cores_gb(e.best_cpu_per_gpu, e.best_mem_per_gpu);
+        let exceeds = exceeds_fair_estimate(cluster, e);
+        Typed {
+            speedup: e.speedup.max(1e-9),
+            best,
+            fair: if exceeds || cluster.groups.is_empty() {
+                Slice::Fair
+            } else {
+                best
+            },
+            exceeds_fair: exceeds,
+        }
     }
 }
 
@@ -333,23 +372,33 @@ fn speedup(mechanism: Allocator, job: &ActiveJob) -> f64 {
 /// from a heap yields exactly the sorted order.
 #[derive(Clone, Copy, Debug)]
 struct Ranked {
-    starved: bool,
-    key: f64,
-    submit: u64,
-    id: u32,
+    /// Not starved (1 bit), then the key's bits in `f64::total_cmp` order.
+    hi: u128,
+    /// Submission, then job id.
+    lo: u128,
     /// GPUs asked for (so that the walk need not read the job's spec).
     gpus: u32,
     idx: usize,
 }
 
 impl Ranked {
+    /// Packs the rank so that sorting compares two integers instead of a chain of fields
+    /// (the ranking's sort is a large share of a re-plan with thousands queued).
+    fn new(starved: bool, key: f64, submit: u64, id: u32, gpus: u32, idx: usize) -> Ranked {
+        // `f64::total_cmp`'s order as an unsigned integer.
+        let bits = key.to_bits() as i64;
+        let ord = (bits ^ ((((bits >> 63) as u64) >> 1) as i64)) as u64 ^ (1 << 63);
+        Ranked {
+            hi: ((!starved as u128) << 64) | ord as u128,
+            lo: ((submit as u128) << 32) | id as u128,
+            gpus,
+            idx,
+        }
+    }
+
     /// Best first: starved jobs, then the smallest key, earliest submission, smallest id.
     fn rank_cmp(&self, b: &Ranked) -> std::cmp::Ordering {
-        b.starved
-            .cmp(&self.starved)
-            .then(self.key.total_cmp(&b.key))
-            .then(self.submit.cmp(&b.submit))
-            .then(self.id.cmp(&b.id))
+        (self.hi, self.lo).cmp(&(b.hi, b.lo))
     }
 }
 
@@ -418,6 +467,9 @@ struct JobMeta {
     /// Seconds per iteration at the proportional share, as the reference multiplies it
     /// (its model's profile; reference semantics only, else 0).
     iter_s: f64,
+    /// The estimate's best-case speed-up (1 without one), taken when first seen; the rest
+    /// of what the estimate says is in `SynergyPolicy::typed`, off the ranking's hot path.
+    speedup: f64,
 }
 
 impl JobMeta {
@@ -429,6 +481,7 @@ impl JobMeta {
         starved: false,
         fair_at: u64::MAX,
         iter_s: 0.0,
+        speedup: 1.0,
     };
 }
 
@@ -443,13 +496,13 @@ pub struct SynergyPolicy {
     mechanism: Allocator,
     round: Option<SimDuration>,
     /// Per job id: submission and last placement (compact, so that ranking thousands of
-    /// queued jobs reads 16 bytes per job rather than each job's spec).
+    /// queued jobs reads a few words per job rather than each job's spec).
     meta: Vec<JobMeta>,
+    /// Per job id: what its estimate says (`None` = not seen yet).
+    typed: Vec<Option<Typed>>,
     /// This call's ranking, taken only as far as the walk goes (at most a few hundred jobs
     /// fit however many are queued). Reused between calls.
     ranked: LazyRanking,
-    /// Per job id: its best-case slice, keyed on the estimate's best-case values.
-    best_of: Vec<Option<((u64, u64), Slice)>>,
     /// Reused buffers: the walk's candidates, and per active index its plan entry.
     candidates: Vec<usize>,
     planned: Vec<u32>,
@@ -487,8 +540,8 @@ impl SynergyPolicy {
             mechanism,
             round,
             meta: Vec::new(),
+            typed: Vec::new(),
             ranked: LazyRanking::default(),
-            best_of: Vec::new(),
             candidates: Vec::new(),
             planned: Vec::new(),
             holding: Vec::new(),
@@ -558,6 +611,12 @@ impl SynergyPolicy {
                 m.submit = spec.submit.as_micros();
                 m.iterations = spec.iterations;
                 m.gpus = spec.gpus;
+                let typed = Typed::of(view.cluster, job);
+                m.speedup = typed.speedup;
+                if self.typed.len() <= id {
+                    self.typed.resize(id + 1, None);
+                }
+                self.typed[id] = Some(typed);
                 if reference {
                     // The model's own iteration time, so that remaining times equal the
                     // reference's products bit for bit (ties between models are common).
@@ -574,12 +633,15 @@ impl SynergyPolicy {
             // round: 1 if TUNE switched it to its proportional share then.
             let fair_last_round =
                 reference && last_replan != u64::MAX && meta.fair_at == last_replan;
-            let rank_speedup = if fair_last_round {
-                1.0
-            } else {
-                speedup(mechanism, job)
-            };
             let remaining = || {
+                let rank_speedup = if fair_last_round {
+                    1.0
+                } else {
+                    match mechanism {
+                        Allocator::Proportional => 1.0,
+                        _ => meta.speedup,
+                    }
+                };
                 if reference {
                     meta.iter_s * job.remaining_iters / rank_speedup
                 } else {
@@ -615,56 +677,21 @@ impl SynergyPolicy {
             if now.saturating_sub(last) > STARVATION.as_micros() {
                 self.meta[id].starved = true;
             }
-            ranked.items.push(Ranked {
+            ranked.items.push(Ranked::new(
                 starved,
                 key,
-                submit: meta.submit,
-                id: job.id.0,
-                gpus: meta.gpus,
+                meta.submit,
+                job.id.0,
+                meta.gpus,
                 idx,
-            });
+            ));
         }
         self.ranked = ranked;
     }
 
-    /// The job's best-case slice, memoised per job id on the estimate's values (the
-    /// conversion rounds, which costs a libm call per job per round otherwise).
-    fn best_slice(&mut self, job: &ActiveJob) -> Slice {
-        let Some(e) = job.knowledge.get::<SensitivityEstimate>() else {
-            return Slice::Fair;
-        };
-        let key = (e.best_cpu_per_gpu.to_bits(), e.best_mem_per_gpu.to_bits());
-        let id = job.id.index();
-        if self.best_of.len() <= id {
-            self.best_of.resize(id + 1, None);
-        }
-        match self.best_of[id] {
-            Some((k, slice)) if k == key => slice,
-            _ => {
-                let slice = Slice::from_cores_gb(e.best_cpu_per_gpu, e.best_mem_per_gpu);
-                self.best_of[id] = Some((key, slice));
-                slice
-            }
-        }
-    }
-
-    /// The reference's "make fair share": if the best case exceeds the proportional share in
-    /// any resource, the proportional share; otherwise the job asked for less and keeps it
-    /// (`best` is its best-case slice).
-    fn fair_slice(cluster: &Cluster, job: &ActiveJob, best: Slice) -> Slice {
-        let Some(e) = job.knowledge.get::<SensitivityEstimate>() else {
-            return Slice::Fair;
-        };
-        let Some(g) = cluster.groups.first() else {
-            return Slice::Fair;
-        };
-        let per = g.gpus_per_node.max(1) as f64;
-        let (fc, fm) = (g.cpu.as_cores() / per, g.memory.as_gib() / per);
-        if e.best_cpu_per_gpu > fc * (1.0 + 1e-6) || e.best_mem_per_gpu > fm * (1.0 + 1e-6) {
-            Slice::Fair
-        } else {
-            best
-        }
+    /// What the job's estimate says, as taken when the ranking first saw it.
+    fn typed(&self, cluster: &Cluster, job: &ActiveJob) -> Typed {
+        typed_of(&self.typed, cluster, job)
     }
 
     /// Keeps a running job where it is if its current allocation is exactly `slice`.
@@ -707,12 +734,11 @@ impl SynergyPolicy {
         let alloc = match self.mechanism {
             Allocator::Proportional => Self::try_slice(ledger, spec, job, Slice::Fair),
             Allocator::Greedy => {
-                let best = self.best_slice(job);
+                let best = self.typed(view.cluster, job).best;
                 Self::try_slice(ledger, spec, job, best)
             }
             Allocator::Tune | Allocator::Opt => {
-                let best = self.best_slice(job);
-                let fair = Self::fair_slice(view.cluster, job, best);
+                let Typed { best, fair, .. } = self.typed(view.cluster, job);
                 let placed = Self::try_slice(ledger, spec, job, best);
                 if placed.is_none() && fair != best && self.reference {
                     // The reference's "make fair share" resets the job's speed-up to 1.
@@ -723,7 +749,14 @@ impl SynergyPolicy {
                     .or_else(|| {
                         if demote && self.mechanism == Allocator::Tune {
                             if self.reference {
-                                for peer in demote_peers_reference(view, ledger, plan, spec, fair) {
+                                for peer in demote_peers_reference(
+                                    view,
+                                    &self.typed,
+                                    ledger,
+                                    plan,
+                                    spec,
+                                    fair,
+                                ) {
                                     self.mark_fair(peer);
                                 }
                             } else {
@@ -969,11 +1002,17 @@ fn free_totals(free: &[Resources]) -> (u64, u64, u64) {
 
 /// Whether `job`'s best case exceeds the proportional share of `cluster`'s servers in CPU or
 /// memory (the reference's "must switch" when it makes a job fair-share).
-fn exceeds_fair(cluster: &Cluster, job: &ActiveJob) -> bool {
-    let (Some(e), Some(g)) = (
-        job.knowledge.get::<SensitivityEstimate>(),
-        cluster.groups.first(),
-    ) else {
+/// What `job`'s estimate says, from the policy's per-job record when it has one.
+fn typed_of(typed: &[Option<Typed>], cluster: &Cluster, job: &ActiveJob) -> Typed {
+    match typed.get(job.id.index()) {
+        Some(Some(t)) => *t,
+        // Not ranked yet (cannot happen through `plan`): read the estimate directly.
+        _ => Typed::of(cluster, job),
+    }
+}
+
+fn exceeds_fair_estimate(cluster: &Cluster, e: &SensitivityEstimate) -> bool {
+    let Some(g) = cluster.groups.first() else {
         return false;
     };
     let per = g.gpus_per_node.max(1) as f64;
@@ -1058,6 +1097,7 @@ fn demote_to_fair(ledger: &mut FreeMap<'_>, p: &mut Placed<'_>, pspec: &Training
 /// of the peers switched to their proportional share.
 fn demote_peers_reference(
     view: &ClusterView<'_>,
+    typed: &[Option<Typed>],
     ledger: &mut FreeMap<'_>,
     plan: &mut [Placed<'_>],
     spec: &TrainingJob,
@@ -1107,7 +1147,9 @@ fn demote_peers_reference(
             let fair = ledger.share(pspec, node, here.gpus, Slice::Fair);
             let excess_cpu = here.cpu.0.saturating_sub(fair.cpu.0);
             let excess_mem = here.memory.0.saturating_sub(fair.memory.0);
-            if exceeds_fair(view.cluster, job) && demote_to_fair(ledger, &mut plan[pi], pspec) {
+            if typed_of(typed, view.cluster, job).exceeds_fair
+                && demote_to_fair(ledger, &mut plan[pi], pspec)
+            {
                 switched.push(job.id);
             }
             need_cpu = need_cpu.saturating_sub(excess_cpu);
@@ -1262,17 +1304,50 @@ mod tests {
             0u64..5,
             0u32..1_000,
         )
-            .prop_map(|(starved, key, submit, id)| Ranked {
-                starved,
-                key,
-                submit,
-                id,
-                gpus: 1,
-                idx: 0,
-            })
+            .prop_map(|(starved, key, submit, id)| Ranked::new(starved, key, submit, id, 1, 0))
+    }
+
+    /// The rank's meaning, field by field.
+    fn fieldwise(a: (bool, f64, u64, u32), b: (bool, f64, u64, u32)) -> std::cmp::Ordering {
+        b.0.cmp(&a.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    }
+
+    fn any_key() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            prop::sample::select(vec![
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::MIN_POSITIVE,
+                f64::MAX,
+                f64::MIN,
+                f64::NAN,
+                -f64::NAN,
+            ]),
+        ]
     }
 
     proptest! {
+        /// The packed rank orders exactly as starved first, then `total_cmp` on the key,
+        /// submission and id (any key, NaNs and signed zeros included).
+        #[test]
+        fn packed_rank_orders_as_its_fields(
+            a in (any::<bool>(), any_key(), any::<u64>(), any::<u32>()),
+            b in (any::<bool>(), any_key(), any::<u64>(), any::<u32>()),
+        ) {
+            let ra = Ranked::new(a.0, a.1, a.2, a.3, 1, 0);
+            let rb = Ranked::new(b.0, b.1, b.2, b.3, 1, 0);
+            prop_assert_eq!(ra.rank_cmp(&rb), fieldwise(a, b));
+            prop_assert_eq!(ra.rank_cmp(&ra), std::cmp::Ordering::Equal);
+        }
+
         /// The lazy ranking hands out exactly the fully sorted order, whatever the hints
         /// (chunk sizes) of the successive pops.
         #[test]
@@ -1283,7 +1358,7 @@ mod tests {
             // Ids are unique among active jobs: make them so, and remember each item's place.
             let mut items = items;
             for (i, r) in items.iter_mut().enumerate() {
-                r.id = i as u32;
+                r.lo = (r.lo & !0xffff_ffff) | i as u128;
                 r.idx = i;
             }
             let mut sorted = items.clone();
