@@ -10,6 +10,8 @@
 //!   workload; the Philly-scale benchmark.
 //! - [`synergy`]: CPU/memory sensitivity (Synergy, OSDI'22).
 //! - [`hap`]: sharding plans for mixed GPUs (HAP, EuroSys'24): `repro hap`, `bench hap`.
+//! - [`gavel`]: heterogeneity-aware baselines on Gavel's throughput matrix: `gavel`,
+//!   `gavel-max-sum`, `sia`, `elastic`; `bench gavel`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -35,11 +37,17 @@ use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub mod baselines;
 #[cfg(feature = "experiments")]
 pub mod experiment;
+pub mod gavel;
 pub mod hap;
 pub mod synergy;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
-pub static MECHANISMS: &[&dyn Mechanism] = &[&baselines::Baselines, &synergy::Synergy, &hap::Hap];
+pub static MECHANISMS: &[&dyn Mechanism] = &[
+    &baselines::Baselines,
+    &synergy::Synergy,
+    &hap::Hap,
+    &gavel::Gavel,
+];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
 #[derive(Clone, Copy, Debug)]
