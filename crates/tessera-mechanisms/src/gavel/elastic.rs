@@ -167,3 +167,55 @@ impl Policy for ElasticPolicy {
         apply_configs(view, &types, &target, &held, actions);
     }
 }
+
+#[cfg(all(test, feature = "experiments"))]
+mod tests {
+    use super::*;
+    use crate::gavel::bench::{queued_jobs, scaled_cluster};
+    use tessera_sched::{ClusterState, Trigger};
+
+    #[test]
+    fn a_lone_job_scales_up_and_a_crowd_gets_one_gpu_each() {
+        let c = scaled_cluster(1).unwrap();
+        let state = ClusterState::new(&c);
+        let free: Vec<_> = (0..c.nodes.len())
+            .map(|i| c.capacity(tessera_model::NodeId(i as u32)))
+            .collect();
+        for (jobs, check) in [(1usize, 0u8), (108, 1)] {
+            let (w, active) = queued_jobs(&c, jobs, 5);
+            let view = ClusterView {
+                now: tessera_model::SimTime::ZERO,
+                trigger: Trigger {
+                    round: true,
+                    ..Trigger::default()
+                },
+                cluster: &c,
+                free: &free,
+                state: &state,
+                jobs: w.jobs(),
+                active: &active,
+            };
+            let mut actions = Vec::new();
+            ElasticPolicy::new(None).schedule(&view, &mut actions);
+            let held: Vec<u32> = actions
+                .iter()
+                .map(|a| match a {
+                    Action::Start { allocation, .. } => allocation.gpus(),
+                    _ => 0,
+                })
+                .collect();
+            if check == 0 {
+                // More GPUs than its request (up to twice) when they speed it up.
+                let asked = w.jobs()[0].gpus;
+                assert_eq!(held.len(), 1);
+                assert!(
+                    held[0] > asked && held[0] <= 2 * asked.max(1),
+                    "{held:?} vs {asked}"
+                );
+            } else {
+                // 108 jobs on 108 GPUs: everyone admitted at one GPU.
+                assert_eq!(held, vec![1; 108]);
+            }
+        }
+    }
+}

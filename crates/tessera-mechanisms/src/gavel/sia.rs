@@ -398,3 +398,34 @@ impl Policy for SiaPolicy {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(t: usize, count: u32, value: f64) -> Config {
+        Config { t, count, value }
+    }
+
+    #[test]
+    fn ilp_beats_the_greedy_start_and_respects_capacity() {
+        // Two GPUs of one type. First come, job 0 grabs both (1.3); serving both jobs at one
+        // GPU each is worth 2.0.
+        let configs = vec![vec![c(0, 1, 1.0), c(0, 2, 1.3)], vec![c(0, 1, 1.0)]];
+        let mut left = vec![2];
+        let start = greedy(&[0, 1], &configs, &mut left);
+        assert_eq!(start, [Some(1), None]);
+        let out = solve_ilp(&configs, &[2], &start, 5.0);
+        assert!(!out.failed && !out.hit_limit);
+        assert_eq!(out.pick, [Some(0), Some(0)]);
+        assert_eq!(out.vars, 3);
+    }
+
+    #[test]
+    fn values_favour_faster_configurations_and_penalise_restarts() {
+        // G = 1 → 1.0; G = 4 → 1.5: faster is worth more, an unserved job worth 0.
+        let v = |g: f64| 2.0 - g.powf(SIA_P);
+        assert!((v(1.0) - 1.0).abs() < 1e-12 && (v(4.0) - 1.5).abs() < 1e-12);
+        assert!(v(4.0 * SIA_RESTART_FACTOR) < v(4.0));
+    }
+}
