@@ -259,10 +259,19 @@ pub(crate) fn solve_ilp(
     match solved {
         Ok(sol) => {
             let hit_limit = matches!(sol.status(), SolutionStatus::TimeLimit);
-            let pick = y
+            let pick: Vec<Option<usize>> = y
                 .iter()
                 .map(|ys| ys.iter().position(|&v| sol.value(v) > 0.5))
                 .collect();
+            // A solve stopped by the time limit may return an incumbent worse than the warm
+            // start (or, defensively, one over capacity): keep the better feasible one.
+            let pick = if feasible(configs, capacity, &pick)
+                && value(configs, &pick) >= value(configs, start) - 1e-9
+            {
+                pick
+            } else {
+                start.to_vec()
+            };
             IlpOutcome {
                 pick,
                 secs,
@@ -279,6 +288,29 @@ pub(crate) fn solve_ilp(
             vars: nvars,
         },
     }
+}
+
+/// Objective value of a choice.
+fn value(configs: &[Vec<Config>], pick: &[Option<usize>]) -> f64 {
+    configs
+        .iter()
+        .zip(pick)
+        .filter_map(|(cs, k)| k.and_then(|k| cs.get(k)))
+        .map(|c| c.value)
+        .sum()
+}
+
+/// Whether a choice fits every type's capacity.
+fn feasible(configs: &[Vec<Config>], capacity: &[u64], pick: &[Option<usize>]) -> bool {
+    let mut used = vec![0u64; capacity.len()];
+    for (cs, k) in configs.iter().zip(pick) {
+        if let Some(c) = k.and_then(|k| cs.get(k)) {
+            if let Some(u) = used.get_mut(c.t) {
+                *u += u64::from(c.count);
+            }
+        }
+    }
+    used.iter().zip(capacity).all(|(u, c)| u <= c)
 }
 
 /// What each active job holds: (type index, count).
@@ -419,6 +451,9 @@ mod tests {
         assert!(!out.failed && !out.hit_limit);
         assert_eq!(out.pick, [Some(0), Some(0)]);
         assert_eq!(out.vars, 3);
+        assert!((value(&configs, &out.pick) - 2.0).abs() < 1e-12);
+        assert!(feasible(&configs, &[2], &out.pick));
+        assert!(!feasible(&configs, &[2], &[Some(1), Some(0)]));
     }
 
     #[test]
