@@ -13,8 +13,9 @@
 //! its goodput scaled by `1 − 30 s / 600 s` (a checkpoint-restore over a ten-round horizon).
 //! Counts range over the job's estimated feasible counts up to twice its request.
 //!
-//! The ILP is warm-started with a greedy solution (first come, most valuable fitting
-//! configuration), solved with microlp under a time limit (default 1 s) and a 1% MIP gap; the
+//! The ILP is warm-started with a greedy solution (first come, the fitting configuration
+//! with the most value per GPU), solved with microlp under a time limit (default 1 s) and a
+//! 1% MIP gap; the
 //! time, and whether the limit was hit, are in `stats()`. Goodputs do not change while a job
 //! runs (no statistical-efficiency term), so a round whose job set is the one of the last
 //! solve keeps the placement instead of solving the same ILP again. Between rounds arriving
@@ -145,7 +146,8 @@ pub(crate) fn configs(
         .collect()
 }
 
-/// First come, each job the most valuable configuration that still fits (ties: fewer GPUs).
+/// First come, each job the fitting configuration with the most value per GPU (ties: fewer
+/// GPUs).
 pub(crate) fn greedy(
     order: &[usize],
     configs: &[Vec<Config>],
@@ -158,9 +160,12 @@ pub(crate) fn greedy(
             if left[c.t] < i64::from(c.count) {
                 continue;
             }
+            // Value per GPU: small fast configurations first, so that a crowded cluster
+            // serves many jobs (the ILP then trades up where GPUs allow).
             let better = best.is_none_or(|b| {
                 let o = configs[pos][b];
-                c.value > o.value + 1e-12 || (c.value >= o.value - 1e-12 && c.count < o.count)
+                let (r, ro) = (c.value / f64::from(c.count), o.value / f64::from(o.count));
+                r > ro + 1e-12 || (r >= ro - 1e-12 && c.count < o.count)
             });
             if better {
                 best = Some(k);
@@ -441,17 +446,17 @@ mod tests {
 
     #[test]
     fn ilp_beats_the_greedy_start_and_respects_capacity() {
-        // Two GPUs of one type. First come, job 0 grabs both (1.3); serving both jobs at one
-        // GPU each is worth 2.0.
-        let configs = vec![vec![c(0, 1, 1.0), c(0, 2, 1.3)], vec![c(0, 1, 1.0)]];
+        // Two GPUs of one type. Greedy (value per GPU) gives job 0 one GPU (1.0) and job 1,
+        // which needs two, nothing; job 0 on both GPUs is worth 1.9.
+        let configs = vec![vec![c(0, 1, 1.0), c(0, 2, 1.9)], vec![c(0, 2, 1.5)]];
         let mut left = vec![2];
         let start = greedy(&[0, 1], &configs, &mut left);
-        assert_eq!(start, [Some(1), None]);
+        assert_eq!(start, [Some(0), None]);
         let out = solve_ilp(&configs, &[2], &start, 5.0);
         assert!(!out.failed && !out.hit_limit);
-        assert_eq!(out.pick, [Some(0), Some(0)]);
+        assert_eq!(out.pick, [Some(1), None]);
         assert_eq!(out.vars, 3);
-        assert!((value(&configs, &out.pick) - 2.0).abs() < 1e-12);
+        assert!((value(&configs, &out.pick) - 1.9).abs() < 1e-12);
         assert!(feasible(&configs, &[2], &out.pick));
         assert!(!feasible(&configs, &[2], &[Some(1), Some(0)]));
     }
