@@ -14,6 +14,8 @@
 //! - [`dilu`]: GPU quotas and complementary packing (Dilu, ASPLOS'25): latency tables,
 //!   profiling searches, the packing replay (`repro dilu`, `bench dilu`).
 //! - [`crius`]: cells on heterogeneous GPUs (Crius): `crius` and ablations, `fcfs`, `repro crius`.
+//! - [`gavel`]: heterogeneity-aware baselines on Gavel's throughput matrix: `gavel`,
+//!   `gavel-max-sum`, `sia`, `elastic`; `bench gavel`.
 //!
 //! Adding a mechanism: write `src/NAME/mod.rs` with a unit struct implementing
 //! [`Mechanism`], and add one line to [`MECHANISMS`] (see docs/architecture.md).
@@ -41,6 +43,7 @@ pub mod crius;
 pub mod dilu;
 #[cfg(feature = "experiments")]
 pub mod experiment;
+pub mod gavel;
 pub mod hap;
 pub mod miso;
 pub mod synergy;
@@ -53,6 +56,7 @@ pub static MECHANISMS: &[&dyn Mechanism] = &[
     &miso::Miso,
     &dilu::Dilu,
     &crius::Crius,
+    &gavel::Gavel,
 ];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.
