@@ -97,7 +97,11 @@ impl Mechanism for Baselines {
 
     #[cfg(feature = "experiments")]
     fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
-        &[&bench::PhillyBench, &bench::ServingBench, &bench::EngineBench]
+        &[
+            &bench::PhillyBench,
+            &bench::ServingBench,
+            &bench::EngineBench,
+        ]
     }
 }
 

@@ -91,6 +91,7 @@ pub fn one_round(
         state: &state,
         jobs: workload.jobs(),
         active,
+        services: &[],
     };
     let mut actions = Vec::new();
     let started = Instant::now();

@@ -194,6 +194,7 @@ mod tests {
                 state: &state,
                 jobs: w.jobs(),
                 active: &active,
+                services: &[],
             };
             let mut actions = Vec::new();
             ElasticPolicy::new(None).schedule(&view, &mut actions);

@@ -175,6 +175,7 @@ mod lp {
             state: &state,
             jobs: w.jobs(),
             active: &active,
+            services: &[],
         };
         let mut p = crate::build_policy(policy, &PolicyOptions::default()).unwrap();
         let mut actions = Vec::new();
