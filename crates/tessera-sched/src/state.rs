@@ -9,7 +9,9 @@
 //! - **partitioned** into a MIG layout ([`Action::Reconfigure`]): holders take instances of
 //!   the layout, one holder per instance.
 //!
-//! A reconfigured GPU is unavailable until its `ready_at`.
+//! A reconfigured GPU is unavailable until its `ready_at`. A GPU marked **down** (a failure
+//! the simulator injects, [`ClusterState::set_down`]) leaves the free pool and takes no new
+//! holder until it is marked up again; drivers evict its holders before marking it down.
 
 use tessera_model::{
     Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuModelId, GpuPart, InferenceService,
@@ -44,6 +46,8 @@ pub struct GpuState {
     pub memory_used: Bytes,
     /// Unavailable before this instant (a reconfiguration in progress).
     pub ready_at: SimTime,
+    /// Failed: not in the free pool, and validation refuses any new holder on it.
+    pub down: bool,
 }
 
 impl GpuState {
@@ -52,9 +56,9 @@ impl GpuState {
         !self.whole && self.quota_holders == 0 && self.mig_busy == 0
     }
 
-    /// Idle and not partitioned: can be taken whole.
+    /// Idle, not partitioned and not down: can be taken whole.
     pub fn is_whole_free(&self) -> bool {
-        self.mig.is_none() && self.is_idle()
+        self.mig.is_none() && self.is_idle() && !self.down
     }
 }
 
@@ -214,6 +218,10 @@ impl ClusterState {
                     node.name
                 ));
             }
+            let gpus = self.gpus(s.node);
+            if !gpus.is_empty() && gpus.iter().all(|g| g.down) {
+                return refuse(format!("node {} is down", node.name));
+            }
             let free = self.free[s.node.index()];
             if !free.fits(&s.resources()) {
                 return refuse(format!("over-allocates node {}", node.name));
@@ -263,6 +271,9 @@ impl ClusterState {
         let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
         for i in d.gpus.iter() {
             let g = &gpus[i as usize];
+            if g.down {
+                return refuse(format!("GPU {i} of {} is down", node.name));
+            }
             if g.ready_at > now {
                 return refuse(format!(
                     "GPU {i} of {} is being reconfigured until {}",
@@ -413,8 +424,14 @@ impl ClusterState {
                 let Some(g) = self.gpu_mut(s.node, i) else {
                     continue;
                 };
+                let mut out_of_pool = false;
                 match d.part {
-                    GpuPart::Whole => g.whole = false,
+                    GpuPart::Whole => {
+                        g.whole = false;
+                        // Counted back above with the share's resources, but a down GPU
+                        // stays out of the pool.
+                        out_of_pool = g.down;
+                    }
                     GpuPart::Mig(inst) => {
                         if let Some(pos) = g
                             .mig
@@ -440,6 +457,9 @@ impl ClusterState {
                 if back_to_pool {
                     self.update_free(s.node, |f| f.gpus += 1);
                 }
+                if out_of_pool {
+                    self.update_free(s.node, |f| f.gpus = f.gpus.saturating_sub(1));
+                }
             }
         }
     }
@@ -464,6 +484,9 @@ impl ClusterState {
                 "GPU {gpu} of {} is in use (preempt its holders first)",
                 n.name
             ));
+        }
+        if g.down {
+            return refuse(format!("GPU {gpu} of {} is down", n.name));
         }
         if let Some(layout) = layout {
             let Some(geo) = cluster.catalog.mig_geometry(n.gpu) else {
@@ -501,6 +524,35 @@ impl ClusterState {
             (false, true) => self.update_free(node, |f| f.gpus += 1),
             _ => {}
         }
+    }
+
+    /// Marks a GPU down (failed) or up again; returns whether its health changed. A down
+    /// GPU leaves the free pool and [`validate`] refuses any new holder on it; holders still
+    /// on it (the driver evicts them first) keep what they hold until they release it. Does
+    /// nothing for a GPU that does not exist.
+    pub fn set_down(&mut self, node: NodeId, gpu: u32, down: bool) -> bool {
+        let (was_whole_free, now_whole_free) = {
+            let Some(g) = self.gpu_mut(node, gpu) else {
+                return false;
+            };
+            if g.down == down {
+                return false;
+            }
+            let was = g.is_whole_free();
+            g.down = down;
+            (was, g.is_whole_free())
+        };
+        match (was_whole_free, now_whole_free) {
+            (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
+            (false, true) => self.update_free(node, |f| f.gpus += 1),
+            _ => {}
+        }
+        true
+    }
+
+    /// GPUs marked down, cluster-wide.
+    pub fn down_gpus(&self) -> usize {
+        self.gpus.iter().filter(|g| g.down).count()
     }
 
     /// Checks every device-level invariant against what the holders hold, node by node:
@@ -596,6 +648,14 @@ impl ClusterState {
                 }
             }
             rebuilt.take(cluster, alloc);
+        }
+        // Health last, as a driver applies it: a down GPU leaves the pool once idle.
+        for node in &cluster.nodes {
+            for (i, g) in self.gpus(node.id).iter().enumerate() {
+                if g.down {
+                    rebuilt.set_down(node.id, i as u32, true);
+                }
+            }
         }
         for (n, node) in cluster.nodes.iter().enumerate() {
             if rebuilt.free[n] != self.free[n] {
