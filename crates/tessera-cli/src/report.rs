@@ -229,6 +229,7 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 JobOutcome::Finished => ("finished", String::new()),
                 JobOutcome::Rejected { reason } => ("rejected", reason.clone()),
                 JobOutcome::Unfinished { reason } => ("unfinished", reason.clone()),
+                JobOutcome::Failed { reason } => ("failed", reason.clone()),
             };
             w.write_record([
                 r.policy.clone(),

@@ -28,8 +28,10 @@ use tessera_sched::{
 };
 use thiserror::Error;
 
+use crate::failures::{FailureSpec, Injector, Transition};
 use crate::metrics::{
-    GpuActivity, JobOutcome, JobRecord, RunTotals, SimReport, Summary, UtilSample,
+    FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord, RestartStats,
+    RunTotals, SimReport, Summary, UtilSample,
 };
 use crate::serving::{Serving, ServingConfig};
 
@@ -56,6 +58,9 @@ pub struct SimConfig {
     pub reconfigure_time: SimDuration,
     /// Request-level serving of the workload's inference services.
     pub serving: ServingConfig,
+    /// Nodes and GPUs failing and coming back, and checkpoint intervals
+    /// ([`crate::failures`]); `None`: nothing fails.
+    pub failures: Option<Arc<FailureSpec>>,
 }
 
 /// Default [`SimConfig::reconfigure_time`]: the order of `nvidia-smi mig` destroy + create.
@@ -72,6 +77,7 @@ impl Default for SimConfig {
             stop_after_window: None,
             reconfigure_time: DEFAULT_RECONFIGURE_TIME,
             serving: ServingConfig::default(),
+            failures: None,
         }
     }
 }
@@ -160,6 +166,11 @@ struct Progressing {
     /// Seconds spent holding GPUs, and the time integrals of `cur` over them.
     held_secs: f64,
     integ: (f64, f64, f64),
+    /// Checkpoint interval in µs (0: only at the start of a run), and the progress and
+    /// instant of the last safe point (run start or checkpoint) a failure rolls back to.
+    ckpt_every: u64,
+    safe_done: f64,
+    safe_at: SimTime,
 }
 
 const NOT_ACTIVE: u32 = u32::MAX;
@@ -223,6 +234,10 @@ pub struct Simulation<'a> {
     active_now: (u32, f64, f64),
     activity: GpuActivity,
     retired: Vec<Allocation>,
+    /// Failure injection, when configured, and what failures did to each job.
+    injector: Option<Injector>,
+    failure_stats: Vec<JobFailures>,
+    failed_jobs: Vec<FailedJob>,
 }
 
 /// Who holds an allocation, for invariant messages.
@@ -284,6 +299,18 @@ impl<'a> Simulation<'a> {
             cur: (0.0, 0.0, 0.0),
             held_secs: 0.0,
             integ: (0.0, 0.0, 0.0),
+            ckpt_every: 0,
+            safe_done: 0.0,
+            safe_at: SimTime::ZERO,
+        };
+        let injector = config
+            .failures
+            .as_deref()
+            .map(|spec| Injector::new(spec, cluster));
+        let failure_stats = if injector.is_some() {
+            vec![JobFailures::default(); jobs.len()]
+        } else {
+            Vec::new()
         };
         let window_left = config.stop_after_window.map_or(0, |(lo, hi)| {
             jobs.iter().filter(|j| (lo..hi).contains(&j.id.0)).count()
@@ -304,6 +331,18 @@ impl<'a> Simulation<'a> {
                 j.model = s.model.clone();
                 j.tenant = s.tenant.clone();
                 j
+            })
+            .collect();
+        let state: Vec<Progressing> = jobs
+            .iter()
+            .map(|j| Progressing {
+                total: j.iterations as f64,
+                ckpt_every: config
+                    .failures
+                    .as_deref()
+                    .and_then(|f| f.interval_of(&j.name))
+                    .map_or(0, |d| d.as_micros()),
+                ..fresh.clone()
             })
             .collect();
         Simulation {
@@ -328,13 +367,7 @@ impl<'a> Simulation<'a> {
             active_pos: vec![NOT_ACTIVE; jobs.len()],
             running: Vec::new(),
             running_pos: vec![NOT_ACTIVE; jobs.len()],
-            state: jobs
-                .iter()
-                .map(|j| Progressing {
-                    total: j.iterations as f64,
-                    ..fresh.clone()
-                })
-                .collect(),
+            state,
             done_jobs: 0,
             first_arrival: None,
             last_completion: SimTime::ZERO,
@@ -354,6 +387,9 @@ impl<'a> Simulation<'a> {
             active_now: (0, 0.0, 0.0),
             activity: GpuActivity::default(),
             retired: Vec::new(),
+            injector,
+            failure_stats,
+            failed_jobs: Vec::new(),
         }
     }
 
@@ -398,7 +434,7 @@ impl<'a> Simulation<'a> {
         if self.finished {
             return Ok(false);
         }
-        let Some(t) = self.next_instant() else {
+        let Some(t) = self.next_instant_or_failure() else {
             self.finish_run("no further events: the job could never be placed");
             return Ok(false);
         };
@@ -441,6 +477,11 @@ impl<'a> Simulation<'a> {
                     trigger.arrival = true;
                 }
             }
+        }
+        if self.injector.is_some() && self.apply_failures(t)? {
+            // Capacity left or came back and jobs were requeued: like a completion, the
+            // policy re-plans.
+            trigger.completion = true;
         }
         while let Some(job) = self.jobs.get(self.next_arrival) {
             if job.submit != t {
@@ -505,6 +546,144 @@ impl<'a> Simulation<'a> {
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// The next instant, failures included. With nothing but failures left, they matter only
+    /// to queued jobs waiting for capacity to come back: they are applied until every GPU
+    /// down then has come back once, and the run ends after that (otherwise drawn failures,
+    /// which never end, would keep a run with a job no policy places going forever).
+    fn next_instant_or_failure(&mut self) -> Option<SimTime> {
+        let other = self.next_instant();
+        let waiting = !self.active.is_empty();
+        let now = self.now;
+        let Some(inj) = self.injector.as_mut() else {
+            return other;
+        };
+        let Some(f) = inj.peek() else {
+            return other;
+        };
+        match other {
+            Some(o) => {
+                inj.stall_horizon = None;
+                Some(o.min(f))
+            }
+            None => {
+                if !waiting || (!inj.any_down() && inj.stall_horizon.is_none()) {
+                    return None;
+                }
+                let horizon = match inj.stall_horizon {
+                    Some(h) => h,
+                    None => *inj.stall_horizon.insert(inj.all_up_by().unwrap_or(now)),
+                };
+                (f <= horizon).then_some(f)
+            }
+        }
+    }
+
+    /// Applies the health changes due at `t`: jobs and service instances on a GPU that goes
+    /// down are stopped first (jobs roll back to their last checkpoint and are requeued, or
+    /// fail past `max_restarts`; instances are scaled in), then the GPU leaves the free pool;
+    /// a GPU that comes back returns to it. Returns whether anything changed.
+    fn apply_failures(&mut self, t: SimTime) -> Result<bool, SimError> {
+        let mut changes: Vec<Transition> = Vec::new();
+        match self.injector.as_mut() {
+            Some(inj) if inj.peek() == Some(t) => inj.pop_due(t, &mut changes),
+            _ => return Ok(false),
+        }
+        self.events += 1;
+        for &(node, gpu, down) in &changes {
+            if !down {
+                self.devices.set_down(node, gpu, false);
+                continue;
+            }
+            let on_gpu = |a: &Allocation| {
+                a.shares
+                    .iter()
+                    .any(|s| s.node == node && s.devices.is_some_and(|d| d.gpus.contains(gpu)))
+            };
+            let mut victims: Vec<JobId> = self
+                .running
+                .iter()
+                .copied()
+                .filter(|j| {
+                    let pos = self.active_pos[j.index()] as usize;
+                    self.active[pos].allocation.as_ref().is_some_and(on_gpu)
+                })
+                .collect();
+            victims.sort_unstable();
+            for j in victims {
+                self.interrupt(j)?;
+            }
+            let instances: Vec<_> = self
+                .serving
+                .holdings()
+                .filter(|(_, _, a)| on_gpu(a))
+                .map(|(s, i, _)| (s, i))
+                .collect();
+            for (service, instance) in instances {
+                // The serving side's own removal path: its queue returns to the service; a
+                // batch in flight completes before the GPU is released.
+                if let Some((alloc, false)) = self.serving.scale_in(service, instance, self.now) {
+                    self.release(&alloc);
+                    self.instance_changed(&alloc)?;
+                }
+            }
+            self.devices.set_down(node, gpu, true);
+        }
+        if changes.is_empty() {
+            return Ok(false);
+        }
+        self.record_sample();
+        Ok(true)
+    }
+
+    /// A failure stops a running job: it loses the work since its last safe point and is
+    /// requeued (a restart costs as after a preemption), or fails past `max_restarts`.
+    fn interrupt(&mut self, job: JobId) -> Result<(), SimError> {
+        let pos = self.active_pos[job.index()] as usize;
+        let gpus = self.state[job.index()].gpus_held;
+        let old = self.stop(job, pos);
+        self.mark_stopped(job);
+        let now = self.now;
+        let st = &mut self.state[job.index()];
+        let lost = (st.done - st.safe_done).max(0.0);
+        st.done = st.safe_done.min(st.done);
+        let remaining = st.total - st.done;
+        let lost_secs = gpus as f64 * now.saturating_since(st.safe_at).as_secs_f64();
+        let restarts = match self.failure_stats.get_mut(job.index()) {
+            Some(f) => {
+                f.restarts += 1;
+                f.lost_iterations += lost;
+                f.lost_gpu_secs += lost_secs;
+                f.restarts
+            }
+            None => 0,
+        };
+        self.active[pos].remaining_iters = remaining;
+        let limit = self.config.failures.as_deref().and_then(|f| f.max_restarts);
+        if let Some(limit) = limit.filter(|&m| restarts > m) {
+            let reason =
+                format!("interrupted by failures {restarts} times (at most {limit} restarts)");
+            self.failed_jobs.push(FailedJob {
+                name: self.jobs[job.index()].name.clone(),
+                reason: reason.clone(),
+            });
+            self.state[job.index()].record_outcome = Some(JobOutcome::Failed { reason });
+            self.remove_active(job);
+            if self.tracking {
+                self.policy.observe(JobChange::Ended(job));
+            }
+            self.job_ended(job);
+        } else {
+            self.active[pos].state = JobState::Queued;
+            if self.tracking {
+                self.policy.observe(JobChange::Preempted(
+                    &self.active[pos],
+                    &self.jobs[job.index()],
+                ));
+            }
+        }
+        self.rerate_neighbours(&old, job)
     }
 
     /// Rounds tick while jobs are active; with nothing active they pause until the next
@@ -623,6 +802,17 @@ impl<'a> Simulation<'a> {
         let held = now.saturating_since(st.synced_at).as_secs_f64();
         let working_from = st.synced_at.max(st.resumes_at);
         let worked = now.saturating_since(working_from).as_secs_f64();
+        if st.ckpt_every > 0 && st.rate > 0.0 && now > working_from {
+            // The latest checkpoint (every `ckpt_every` of working time after the restore)
+            // within this stretch of constant rate, if any.
+            let k = now.saturating_since(st.resumes_at).as_micros() / st.ckpt_every;
+            let last = st.resumes_at + SimDuration::from_micros(k * st.ckpt_every);
+            if k > 0 && last >= working_from {
+                let upto = last.saturating_since(working_from).as_secs_f64();
+                st.safe_done = (st.done + st.rate * upto).min(total);
+                st.safe_at = last;
+            }
+        }
         st.done = (st.done + st.rate * worked).min(total);
         st.gpu_secs += st.gpus_held as f64 * held;
         // Attained service counts the time the job made progress, not the time spent
@@ -1123,6 +1313,9 @@ impl<'a> Simulation<'a> {
         st.rate = rate;
         st.synced_at = now;
         st.resumes_at = now + cost;
+        // A run restores from the state it starts with: its first safe point.
+        st.safe_done = st.done;
+        st.safe_at = now;
         st.gpus_held = alloc.gpus();
         st.ever_started = true;
         st.first_start.get_or_insert(now);
@@ -1229,6 +1422,25 @@ impl<'a> Simulation<'a> {
                 .holdings()
                 .map(|(_, id, a)| (HolderName::Instance(id), a)),
         );
+        // No job keeps a GPU that is down (instances may, until their batch in flight ends).
+        for (h, alloc) in &holdings {
+            if let HolderName::Job(j) = h {
+                for s in &alloc.shares {
+                    let Some(d) = s.devices else { continue };
+                    if d.gpus.iter().any(|i| {
+                        self.devices
+                            .gpus(s.node)
+                            .get(i as usize)
+                            .is_some_and(|g| g.down)
+                    }) {
+                        return Err(format!(
+                            "job {j:?} holds a GPU of node {} that is down",
+                            s.node.0
+                        ));
+                    }
+                }
+            }
+        }
         // Device level: free + held = capacity per node, no GPU over-committed.
         self.devices.check_invariants(self.cluster, holdings)?;
         self.serving.check_invariants()?;
@@ -1279,6 +1491,7 @@ impl<'a> Simulation<'a> {
             })
             .collect();
         let mut summary = self.summarize(&jobs);
+        summary.failures = self.failure_summary();
         let (services, service_instances) = self.serving.finish(self.now);
         summary.services = services;
         SimReport {
@@ -1289,6 +1502,27 @@ impl<'a> Simulation<'a> {
             policy_stats: self.policy.stats(),
             service_instances,
         }
+    }
+
+    fn failure_summary(&mut self) -> Option<FailureSummary> {
+        let now = self.now;
+        let inj = self.injector.as_mut()?;
+        inj.account(now);
+        let per_job = std::mem::take(&mut self.failure_stats);
+        let n = per_job.len().max(1) as f64;
+        Some(FailureSummary {
+            failures: inj.failures,
+            down_gpu_hours: inj.down_gpu_secs() / 3600.0,
+            lost_gpu_hours: per_job.iter().map(|f| f.lost_gpu_secs).sum::<f64>() / 3600.0,
+            lost_iterations: per_job.iter().map(|f| f.lost_iterations).sum(),
+            restarts_per_job: RestartStats {
+                mean: per_job.iter().map(|f| f.restarts as f64).sum::<f64>() / n,
+                max: per_job.iter().map(|f| f.restarts).max().unwrap_or(0),
+            },
+            failed: self.failed_jobs.len(),
+            failed_jobs: std::mem::take(&mut self.failed_jobs),
+            per_job,
+        })
     }
 
     fn summarize(&self, jobs: &[JobRecord]) -> Summary {

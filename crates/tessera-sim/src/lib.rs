@@ -5,7 +5,9 @@
 //! jobs by a [`ThroughputModel`](tessera_perf::ThroughputModel) (the truth), and produces a
 //! [`SimReport`]: per-job records, a [`Summary`] and a utilization time series. Inference
 //! services of the workload are simulated request by request ([`serving`]): per-service
-//! latency, SLO violations and instance counts, and active GPUs and fragmentation.
+//! latency, SLO violations and instance counts, and active GPUs and fragmentation. Nodes and
+//! GPUs may fail and come back ([`failures`]): jobs on them lose the work since their last
+//! checkpoint and are requeued.
 //!
 //! Determinism is a contract: time is integer microseconds, ties between events are broken by
 //! a sequence number, policies see jobs in an order they must not rely on, and nothing reads a
@@ -28,11 +30,16 @@
 #![warn(unreachable_pub)]
 
 mod engine;
+pub mod failures;
 pub mod metrics;
 pub mod serving;
 
 pub use engine::{Progress, SimConfig, SimError, Simulation, DEFAULT_RECONFIGURE_TIME};
-pub use metrics::{GpuActivity, JobOutcome, JobRecord, SimReport, Summary, UtilSample};
+pub use failures::{FailureEvent, FailureSpec, FailureSpecError, GroupMtbf, Health};
+pub use metrics::{
+    FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord, RestartStats,
+    SimReport, Summary, UtilSample,
+};
 pub use serving::{
     DefaultServingModel, InstanceSeries, ServiceSummary, ServingConfig, ServingModel,
 };

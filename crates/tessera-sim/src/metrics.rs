@@ -21,6 +21,11 @@ pub enum JobOutcome {
         /// Why the run stopped with it unfinished.
         reason: String,
     },
+    /// Given up on (interrupted by failures more often than allowed); the reason says why.
+    Failed {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One job's history.
@@ -143,6 +148,63 @@ pub struct Summary {
     /// services.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceSummary>,
+    /// Failures injected and what they cost; `None` (and absent from JSON) without
+    /// failure injection.
+    #[serde(flatten)]
+    pub failures: Option<FailureSummary>,
+}
+
+/// What injected failures cost a run ([`crate::failures`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FailureSummary {
+    /// Down events applied (a node or a single GPU going down counts once).
+    pub failures: u64,
+    /// GPU-hours of capacity down (∫ down GPUs dt).
+    pub down_gpu_hours: f64,
+    /// GPU-hours held since the last checkpoint by jobs interrupted by a failure (whole
+    /// GPUs, as `gpu_secs`): work done and thrown away, restore time included.
+    pub lost_gpu_hours: f64,
+    /// Iterations thrown away, all jobs.
+    pub lost_iterations: f64,
+    /// Restarts after a failure per job, over all jobs of the workload.
+    pub restarts_per_job: RestartStats,
+    /// Jobs given up on.
+    pub failed: usize,
+    /// Each failed job and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_jobs: Vec<FailedJob>,
+    /// Per job, by id (not written to JSON: one line per job is in the job records).
+    #[serde(skip)]
+    pub per_job: Vec<JobFailures>,
+}
+
+/// Mean and maximum of restarts per job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RestartStats {
+    /// Mean over all jobs.
+    pub mean: f64,
+    /// Most restarts of one job.
+    pub max: u32,
+}
+
+/// A job given up on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailedJob {
+    /// Name in the trace.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What failures did to one job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct JobFailures {
+    /// Times a failure interrupted it (it was requeued, or failed on the last).
+    pub restarts: u32,
+    /// Iterations thrown away.
+    pub lost_iterations: f64,
+    /// GPU-seconds held since its last checkpoint at each interruption.
+    pub lost_gpu_secs: f64,
 }
 
 /// Time integrals of GPU activity over a run (DESIGN §5.4 fragmentation).
@@ -250,6 +312,7 @@ impl Summary {
             mean_sm_frag: per_active(totals.activity.sm_frag_secs, totals.activity.active_secs),
             mean_mem_frag: per_active(totals.activity.mem_frag_secs, totals.activity.active_secs),
             services: Vec::new(),
+            failures: None,
         }
     }
 }

@@ -132,7 +132,7 @@ proptest! {
                     prop_assert!(jct + 1e-6 >= job.duration.as_secs_f64(), "{} < {}", jct, job.duration);
                 }
                 JobOutcome::Rejected { .. } => prop_assert!(job.gpus as u64 > max && cluster.can_ever_fit(job).is_err()),
-                JobOutcome::Unfinished { reason } => prop_assert!(false, "job {} unfinished: {}", job.name, reason),
+                JobOutcome::Unfinished { reason } | JobOutcome::Failed { reason } => prop_assert!(false, "job {} unfinished: {}", job.name, reason),
             }
         }
         prop_assert!(report.summary.gpu_util <= 1.0 + 1e-9);

@@ -2,6 +2,7 @@
 
 mod chaos;
 mod devices;
+mod failures;
 mod invariants;
 mod scenarios;
 mod serving;
