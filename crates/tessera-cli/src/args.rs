@@ -20,7 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Replay a workload trace on a cluster under one or more policies and compare them.
     #[command(after_help = SIMULATE_EXAMPLES)]
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Inspect, convert or generate workload traces.
     #[command(subcommand, after_help = TRACE_EXAMPLES)]
     Trace(TraceCommand),
@@ -268,6 +268,35 @@ pub struct SimulateArgs {
     /// as a Poisson process at that rate, seeded by --seed; job order is kept).
     #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
     pub arrivals: String,
+
+    /// Inject failures listed in FILE: nodes and single GPUs going down and coming back
+    /// (YAML `kind: Failures` with events, MTBF per node group, checkpoint intervals per job
+    /// and max restarts; or CSV `time,node,gpu,event,duration`). Jobs on a failed GPU lose
+    /// the work since their last checkpoint and are requeued. Format: docs/failures.md.
+    #[arg(long, value_name = "FILE")]
+    pub failures: Option<PathBuf>,
+
+    /// Draw node failures with this mean time between failures, for every node (`500h`) or
+    /// one node group (`GROUP=500h`; repeat per group). Durations: seconds or s/m/h/d.
+    /// Seeded by --seed, independently of arrivals. Needs --mttr.
+    #[arg(long, value_name = "[GROUP=]DURATION", allow_hyphen_values = true)]
+    pub mtbf: Vec<String>,
+
+    /// Mean time to repair of drawn node failures, for every node (`2h`) or one node group
+    /// (`GROUP=2h`).
+    #[arg(long, value_name = "[GROUP=]DURATION", allow_hyphen_values = true)]
+    pub mttr: Vec<String>,
+
+    /// Default checkpoint interval of every job under failures (a failure loses the work
+    /// since the last one); overrides the failures file's default. Without any, jobs
+    /// checkpoint only when a run (re)starts.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub checkpoint_interval: Option<String>,
+
+    /// A job interrupted by failures more often than this fails (reported with the reason);
+    /// overrides the failures file. Default: always requeued.
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -144,6 +144,49 @@ pub fn serving_table(summaries: &[PolicySummary]) -> String {
     )
 }
 
+/// Failures injected per policy (issue 9), when any were: down events, capacity down, GPU
+/// time and work lost since the last checkpoints, restarts per job, jobs failed (with why).
+pub fn failures_table(summaries: &[PolicySummary]) -> String {
+    if summaries.iter().all(|p| p.summary.failures.is_none()) {
+        return String::new();
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut notes = String::new();
+    for p in summaries {
+        let Some(f) = &p.summary.failures else {
+            continue;
+        };
+        rows.push(vec![
+            p.policy.clone(),
+            f.failures.to_string(),
+            format!("{:.1}", f.down_gpu_hours),
+            format!("{:.2}", f.lost_gpu_hours),
+            format!("{:.3}/{}", f.restarts_per_job.mean, f.restarts_per_job.max),
+            f.failed.to_string(),
+        ]);
+        for j in &f.failed_jobs {
+            notes.push_str(&format!(
+                "{} under {}: failed: {}\n",
+                j.name, p.policy, j.reason
+            ));
+        }
+    }
+    format!(
+        "\n{}{notes}",
+        table(
+            &[
+                "policy",
+                "failures",
+                "GPU-h down",
+                "GPU-h lost",
+                "restarts/job mean/max",
+                "jobs failed",
+            ],
+            &rows,
+        )
+    )
+}
+
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.
 pub fn comparison_table(summaries: &[PolicySummary]) -> String {
     let base = summaries

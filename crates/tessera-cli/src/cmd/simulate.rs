@@ -12,7 +12,9 @@ use tessera_mechanisms::{
 use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
 use tessera_sched::PolicyOptions;
-use tessera_sim::{SimConfig, SimReport, Simulation};
+use tessera_sim::{
+    failures::parse_duration, FailureSpec, GroupMtbf, SimConfig, SimReport, Simulation,
+};
 use tessera_trace::{with_arrivals, Arrivals};
 
 use crate::args::SimulateArgs;
@@ -21,7 +23,8 @@ use crate::inputs::{
 };
 use crate::progress::Bars;
 use crate::report::{
-    comparison_table, serving_table, write_outputs, EngineSummary, PolicySummary, SummaryDoc,
+    comparison_table, failures_table, serving_table, write_outputs, EngineSummary, PolicySummary,
+    SummaryDoc,
 };
 
 /// How runs are simulated: truth model, engine semantics and settings.
@@ -192,6 +195,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
         write!(out, "{}", serving_table(&doc.policies))?;
+        write!(out, "{}", failures_table(&doc.policies))?;
         for p in &doc.policies {
             if !p.policy_stats.is_empty() {
                 let stats: Vec<String> = p
@@ -346,8 +350,12 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         },
         profiler: truth.profiler.clone(),
         profile_seed: args.seed,
+        failures: failure_spec(args, &cluster)?.map(std::sync::Arc::new),
         ..SimConfig::default()
     };
+    if config.failures.is_some() && semantics.is_some() {
+        bail!("failure injection (--failures, --mtbf) runs on the exact engine only: drop --semantics");
+    }
     let engine = Engine {
         truth,
         semantics,
@@ -396,6 +404,87 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
     })
+}
+
+/// Builds the failures of a run from `--failures`, `--mtbf`/`--mttr`, `--checkpoint-interval`
+/// and `--max-restarts`; `None` when nothing fails.
+fn failure_spec(args: &SimulateArgs, cluster: &Cluster) -> Result<Option<FailureSpec>> {
+    let mut spec = match &args.failures {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading failures file {}", path.display()))?;
+            FailureSpec::parse(&text, cluster)
+                .with_context(|| format!("failures file {}", path.display()))?
+        }
+        None => FailureSpec::default(),
+    };
+    // `[GROUP=]DURATION`: the group's index (None: every node) and the duration.
+    let split = |flag: &str, v: &str| -> Result<(Option<usize>, SimDuration)> {
+        let (group, dur) = match v.split_once('=') {
+            Some((g, d)) => {
+                let g = g.trim();
+                let idx = cluster
+                    .groups
+                    .iter()
+                    .position(|x| x.name == g)
+                    .with_context(|| {
+                        let names: Vec<&str> =
+                            cluster.groups.iter().map(|x| x.name.as_str()).collect();
+                        format!(
+                            "{flag} {v}: no node group {g:?} (groups: {})",
+                            names.join(", ")
+                        )
+                    })?;
+                (Some(idx), d)
+            }
+            None => (None, v),
+        };
+        let d = parse_duration(dur).map_err(|e| anyhow::anyhow!("{flag} {v}: {e}"))?;
+        if d.is_zero() {
+            bail!("{flag} {v}: must be > 0");
+        }
+        Ok((group, d))
+    };
+    let mttrs: Vec<(Option<usize>, SimDuration)> = args
+        .mttr
+        .iter()
+        .map(|v| split("--mttr", v))
+        .collect::<Result<_>>()?;
+    // Command-line entries come first, so they win over the file's for the same nodes.
+    let mut drawn = Vec::new();
+    for v in &args.mtbf {
+        let (group, mtbf) = split("--mtbf", v)?;
+        let mttr = mttrs
+            .iter()
+            .find(|(g, _)| *g == group)
+            .or_else(|| mttrs.iter().find(|(g, _)| g.is_none()))
+            .map(|(_, d)| *d)
+            .with_context(|| format!("--mtbf {v} needs an --mttr for the same nodes"))?;
+        drawn.push(GroupMtbf { group, mtbf, mttr });
+    }
+    if args.mtbf.is_empty() && !args.mttr.is_empty() {
+        bail!("--mttr needs --mtbf");
+    }
+    drawn.append(&mut spec.mtbf);
+    spec.mtbf = drawn;
+    if spec.events.is_empty() && spec.mtbf.is_empty() {
+        if args.checkpoint_interval.is_some() || args.max_restarts.is_some() {
+            bail!("--checkpoint-interval and --max-restarts need --failures or --mtbf");
+        }
+        return Ok(None);
+    }
+    if let Some(v) = &args.checkpoint_interval {
+        let d = parse_duration(v).map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
+        if d.is_zero() {
+            bail!("--checkpoint-interval must be > 0");
+        }
+        spec.checkpoint_interval = Some(d);
+    }
+    if let Some(m) = args.max_restarts {
+        spec.max_restarts = Some(m);
+    }
+    spec.seed = args.seed;
+    Ok(Some(spec))
 }
 
 /// Runs each policy (at most `threads` at once) under `engine`; results in input order with

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
 mod dilu;
+mod failures;
 mod plan;
 mod plots;
 mod realmode;
