@@ -423,3 +423,64 @@ proptest! {
         prop_assert_eq!(&r.jobs, &again.jobs);
     }
 }
+
+/// Starts every queued job on GPU 0 of node 0, named explicitly (a policy that ignores
+/// health).
+struct GpuZero;
+
+impl tessera_sched::Policy for GpuZero {
+    fn name(&self) -> &str {
+        "gpu-zero"
+    }
+    fn round_length(&self) -> Option<SimDuration> {
+        None
+    }
+    fn schedule(
+        &mut self,
+        view: &tessera_sched::ClusterView<'_>,
+        actions: &mut Vec<tessera_sched::Action>,
+    ) {
+        use tessera_model::{Allocation, DeviceAlloc, GpuMask, GpuPart, NodeId, NodeShare};
+        for a in view
+            .active
+            .iter()
+            .filter(|a| a.state == tessera_sched::JobState::Queued)
+        {
+            actions.push(tessera_sched::Action::Start {
+                job: a.id,
+                allocation: Allocation::new(vec![NodeShare {
+                    node: NodeId(0),
+                    gpus: 1,
+                    cpu: MilliCpu::from_cores(1),
+                    memory: Bytes::from_gib(1),
+                    devices: Some(DeviceAlloc {
+                        gpus: GpuMask::one(0),
+                        part: GpuPart::Whole,
+                    }),
+                }]),
+            });
+        }
+    }
+}
+
+/// A policy that places a job on a GPU that is down is refused once, with the reason, and
+/// the run stops (it does not retry forever).
+#[test]
+fn a_start_on_a_down_gpu_is_refused_by_name() {
+    let c = cluster(1);
+    let spec =
+        FailureSpec::parse("time,node,gpu,event,duration\n5,node-0,0,down,100\n", &c).unwrap();
+    let w = Workload::new(vec![job("a", 10, 1, 10)]);
+    let config = SimConfig {
+        failures: Some(Arc::new(spec)),
+        ..SimConfig::default()
+    };
+    let err = Simulation::new(&c, &w, &TraceThroughput, Box::new(GpuZero), config)
+        .run(&mut ())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("GPU 0 of node-0 is down") && text.contains("at 10.000s"),
+        "{text}"
+    );
+}
