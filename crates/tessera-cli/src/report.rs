@@ -250,7 +250,9 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
     let jobs_path = dir.join("jobs.csv");
     let mut w = csv::Writer::from_path(&jobs_path)
         .with_context(|| format!("writing {}", jobs_path.display()))?;
-    w.write_record([
+    // With failures injected, two more columns: restarts after failures and GPU-seconds lost.
+    let failures = reports.iter().any(|r| r.summary.failures.is_some());
+    let mut header = vec![
         "policy",
         "job_id",
         "name",
@@ -264,7 +266,11 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
         "reason",
         "preemptions",
         "gpu_secs",
-    ])?;
+    ];
+    if failures {
+        header.extend(["restarts", "lost_gpu_secs"]);
+    }
+    w.write_record(&header)?;
     let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
     for r in reports {
         for j in &r.jobs {
@@ -274,7 +280,7 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 JobOutcome::Unfinished { reason } => ("unfinished", reason.clone()),
                 JobOutcome::Failed { reason } => ("failed", reason.clone()),
             };
-            w.write_record([
+            let mut row = vec![
                 r.policy.clone(),
                 j.job.0.to_string(),
                 j.name.clone(),
@@ -288,7 +294,19 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 reason,
                 j.preemptions.to_string(),
                 format!("{:.3}", j.gpu_secs),
-            ])?;
+            ];
+            if failures {
+                let f = r
+                    .summary
+                    .failures
+                    .as_ref()
+                    .and_then(|f| f.per_job.get(j.job.index()))
+                    .copied()
+                    .unwrap_or_default();
+                row.push(f.restarts.to_string());
+                row.push(format!("{:.3}", f.lost_gpu_secs));
+            }
+            w.write_record(&row)?;
         }
     }
     w.flush()?;

@@ -32,6 +32,24 @@ fn simulate_with_a_failures_file() {
         text.contains("GPU-h lost") && text.contains("restarts/job"),
         "{text}"
     );
+    let out = tempfile::tempdir().unwrap();
+    let o = tessera(
+        &[
+            &args[..],
+            &["--out", out.path().to_str().unwrap(), "--no-plots"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let jobs = std::fs::read_to_string(out.path().join("jobs.csv")).unwrap();
+    let mut lines = jobs.lines();
+    assert!(
+        lines.next().unwrap().ends_with(",restarts,lost_gpu_secs"),
+        "{jobs}"
+    );
+    // Job a (the first) restarted once and lost 20 s on 2 GPUs.
+    let a = lines.find(|l| l.starts_with("fifo,0,a,")).unwrap();
+    assert!(a.ends_with(",1,40.000"), "{a}");
     let o = tessera(&[&args[..], &["--json"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
