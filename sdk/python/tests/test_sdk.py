@@ -256,3 +256,14 @@ def test_throttle_keeps_the_duty_cycle_and_follows_a_retune(tmp_path):
     assert slept == pytest.approx([3.0, 3.0, 1.0])
     # Without a quota file the throttle does nothing.
     assert Throttle({}).step(1.0) == 0.0
+
+
+def test_instance_reads_the_service_environment():
+    from tessera_sdk import ServiceInstance, instance
+
+    env = {"TESSERA_SERVICE": "3", "TESSERA_SERVICE_NAME": "bert", "TESSERA_INSTANCE": "12",
+           "TESSERA_ATTEMPT": "2"}
+    assert instance(env) == ServiceInstance(service=3, name="bert", instance=12, attempt=2)
+    assert instance({}) is None, "a training job is no instance"
+    assert instance({"TESSERA_SERVICE": "x", "TESSERA_INSTANCE": "1"}) is None
+    assert instance({"TESSERA_SERVICE": "1", "TESSERA_INSTANCE": "1"}).attempt == 0

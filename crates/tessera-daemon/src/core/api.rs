@@ -59,6 +59,20 @@ pub(crate) enum Request {
         node: String,
         health: Option<NodeHealth>,
     },
+    /// `POST /v1/services` (the body as sent).
+    SubmitService {
+        body: String,
+    },
+    /// `GET /v1/services`.
+    ListServices,
+    /// `GET /v1/services/{id}`.
+    GetService {
+        id: i64,
+    },
+    /// `DELETE /v1/services/{id}`.
+    RetireService {
+        id: i64,
+    },
 }
 
 /// The core's answer.
@@ -71,6 +85,8 @@ pub(crate) enum Response {
     Queue(QueueView),
     Ack(ProgressAck),
     Text(String),
+    Service(Box<crate::services::ServiceView>),
+    Services(crate::services::ServiceList),
 }
 
 fn secs(us: u64) -> f64 {
@@ -427,6 +443,10 @@ impl Core {
         }
         let caller = self.authenticate(token)?;
         match req {
+            Request::SubmitService { .. }
+            | Request::ListServices
+            | Request::GetService { .. }
+            | Request::RetireService { .. } => self.service_request(now, &caller, req),
             Request::List {
                 state,
                 queue,

@@ -26,8 +26,10 @@ __all__ = [
     "ProgressAck",
     "Quota",
     "TesseraIterator",
+    "ServiceInstance",
     "Throttle",
     "checkpoint_on_sigterm",
+    "instance",
     "plan",
     "quota",
     "report_progress",
@@ -367,6 +369,35 @@ class Throttle:
             self._sleep(pause)
             self.slept += pause
         return max(0.0, pause)
+
+
+@dataclass(frozen=True)
+class ServiceInstance:
+    """Which service instance this process is (the daemon starts each instance of an inference
+    service with ``TESSERA_SERVICE``, ``TESSERA_SERVICE_NAME``, ``TESSERA_INSTANCE`` and
+    ``TESSERA_ATTEMPT``; ``attempt`` grows when the instance is restarted)."""
+
+    service: int
+    name: str
+    instance: int
+    attempt: int
+
+
+def instance(env: Optional[Mapping[str, str]] = None) -> Optional[ServiceInstance]:
+    """This process's service instance, or None outside one (a training job, or no daemon).
+    Never raises. Its quota is :func:`quota` and :class:`Throttle`, exactly as for a job."""
+    env = os.environ if env is None else env
+    try:
+        service = int(env["TESSERA_SERVICE"])
+        inst = int(env["TESSERA_INSTANCE"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ServiceInstance(
+        service=service,
+        name=env.get("TESSERA_SERVICE_NAME", ""),
+        instance=inst,
+        attempt=max(0, _int_env(env, "TESSERA_ATTEMPT", 0)),
+    )
 
 
 def checkpoint_on_sigterm(save: Callable[[], None], exit_code: int = 0) -> None:

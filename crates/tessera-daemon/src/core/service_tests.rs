@@ -1,0 +1,446 @@
+//! Services in real mode, with real processes that report what they saw: an instance starts
+//! with its MPS environment and quota file; a `RetuneInstance` rewrites the file and the SDK's
+//! throttle follows it; a scale-in kills and reaps the instance's whole process tree; a crashed
+//! instance is restarted and counted; bad specs and bad actions are refused with the reason.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tessera_model::{GpuPart, ServiceId, SimTime};
+use tessera_sched::{Action, InstanceId};
+
+use super::devices::{alloc, drive, give, local_backend, quota, scripted};
+use super::testkit::{core_with, node, TOKEN};
+use super::{Core, Refusal, Request, Response};
+use crate::backend::local::LocalBackend;
+use crate::error::ApiError;
+use crate::services::{ServiceState, ServiceView};
+
+fn sdk_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/python/src")
+}
+
+/// A one-service document running `command`, with SM request 0.3 and limit 0.5.
+fn body(command: &[&str], env: serde_json::Value) -> String {
+    serde_json::json!({
+        "apiVersion": "tessera/v1",
+        "kind": "Workload",
+        "metadata": {"command": command, "env": env},
+        "spec": {"services": [{
+            "name": "bert",
+            "endSeconds": 3600,
+            "sloMilliseconds": 50,
+            "resources": {"cpu": "1", "memory": "1Gi", "gpuMemory": "2Gi",
+                          "smRequest": 0.3, "smLimit": 0.5},
+            "arrivals": {"poisson": {"rate": 3}}
+        }]}
+    })
+    .to_string()
+}
+
+fn submit(core: &mut Core, body: &str) -> Result<ServiceView, ApiError> {
+    let req = Request::SubmitService { body: body.into() };
+    match core.handle_request(SimTime::ZERO, Some(TOKEN), req)? {
+        Response::Service(v) => Ok(*v),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn get(core: &mut Core, id: i64) -> ServiceView {
+    match core.handle_request(SimTime::ZERO, Some(TOKEN), Request::GetService { id }) {
+        Ok(Response::Service(v)) => *v,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn schedule(
+    core: &mut Core,
+    backend: &mut LocalBackend,
+    batch: &super::devices::Batch,
+    actions: Vec<Action>,
+) {
+    give(batch, actions);
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    drive(core, backend, SimTime::ZERO);
+    assert!(core.refused().is_empty(), "{:?}", core.refused());
+}
+
+fn poll(core: &mut Core, backend: &mut LocalBackend) {
+    core.poll_runs(SimTime::ZERO);
+    drive(core, backend, SimTime::ZERO);
+}
+
+/// Polls until `done` holds (20 s at most).
+fn wait(
+    core: &mut Core,
+    backend: &mut LocalBackend,
+    what: &str,
+    mut done: impl FnMut(&mut Core) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(core) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+        poll(core, backend);
+    }
+}
+
+fn wait_file(path: &Path, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if done(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+const INSTANCE: &str = r#"
+import os, subprocess, time
+import tessera_sdk as t
+child = subprocess.Popen(["sleep", "300"])
+for k in sorted(os.environ):
+    if k.startswith("CUDA_") or k in ("TESSERA_SERVICE", "TESSERA_SERVICE_NAME", "TESSERA_INSTANCE", "TESSERA_ATTEMPT", "TESSERA_GPUS"):
+        print(f"{k}={os.environ[k]}")
+print(f"child {child.pid} self {os.getpid()}")
+th = t.Throttle(refresh_interval=0, sleep=lambda s: None)
+def show():
+    q = th.current()
+    print(f"quota v{q.version} request={q.sm_request_permille} limit={q.sm_limit_permille} memory={q.memory_bytes} gpus={list(q.gpus)} pause={th.step(1.0):.3f}", flush=True)
+    return q.version
+first = show()
+deadline = time.time() + 30
+while th.current().version == first and time.time() < deadline:
+    time.sleep(0.05)
+show()
+time.sleep(300)
+"#;
+
+#[test]
+fn an_instance_runs_under_its_quota_follows_a_retune_and_leaves_nothing_when_scaled_in() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut backend = local_backend(work.path(), None);
+    let (policy, batch) = scripted();
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    let env = serde_json::json!({"PYTHONPATH": sdk_path().display().to_string()});
+    let v = submit(&mut core, &body(&["python3", "-u", "-c", INSTANCE], env)).expect("accepted");
+    assert_eq!(
+        (v.id, v.state, v.instances.len()),
+        (1, ServiceState::Active, 0)
+    );
+    schedule(
+        &mut core,
+        &mut backend,
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b0100, quota(300, 500, 10), None),
+        }],
+    );
+    let log = work.path().join("tessera-test-i1-1/output.log");
+    let first = wait_file(&log, "the first quota", |t| t.contains("quota v1"));
+    let mut lines = first.lines();
+    let expected = [
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M",
+        "CUDA_VISIBLE_DEVICES=2",
+        "TESSERA_ATTEMPT=1",
+        "TESSERA_GPUS=1",
+        "TESSERA_INSTANCE=1",
+        "TESSERA_SERVICE=1",
+        "TESSERA_SERVICE_NAME=bert",
+    ];
+    for e in expected {
+        assert_eq!(lines.next(), Some(e), "{first}");
+    }
+    let pids: Vec<i32> = lines
+        .next()
+        .expect("pids")
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "{first}");
+    assert_eq!(
+        lines.next(),
+        Some("quota v1 request=300 limit=500 memory=10737418240 gpus=[2] pause=1.000")
+    );
+    let view = get(&mut core, 1);
+    assert_eq!(view.instances.len(), 1);
+    assert_eq!(
+        serde_json::to_value(&view.instances[0].allocation[0].devices).expect("json"),
+        serde_json::json!({"indices": [2], "part": {"kind": "quota", "smRequest": 300, "smLimit": 500, "memory": "10Gi"}})
+    );
+
+    // The policy gives it more: the file changes under the running process, which the SDK's
+    // throttle sees (no restart: same attempt, same process).
+    schedule(
+        &mut core,
+        &mut backend,
+        &batch,
+        vec![Action::RetuneInstance {
+            service: ServiceId(0),
+            instance: InstanceId(1),
+            allocation: alloc(0b0100, quota(400, 900, 12), None),
+        }],
+    );
+    let text = wait_file(&log, "the retuned quota", |t| t.contains("quota v2"));
+    assert!(
+        text.ends_with("quota v2 request=400 limit=900 memory=12884901888 gpus=[2] pause=0.111\n"),
+        "{text}"
+    );
+    assert_eq!(core.metrics().retunes.get("in_place"), Some(&1));
+    assert_eq!(core.instances()[0].2, 1, "no restart");
+    assert!(pids.iter().all(|&p| alive(p)));
+    core.check_device_invariants().expect("invariants");
+
+    // Scale-in: SIGTERM to the process group, SIGKILL after the grace, everything reaped.
+    schedule(
+        &mut core,
+        &mut backend,
+        &batch,
+        vec![Action::ScaleIn {
+            service: ServiceId(0),
+            instance: InstanceId(1),
+        }],
+    );
+    assert!(core.instances().is_empty());
+    wait(
+        &mut core,
+        &mut backend,
+        "the instance's processes to go",
+        |_| pids.iter().all(|&p| !alive(p)),
+    );
+    let gpu = &core.device_state().gpus(tessera_model::NodeId(0))[2];
+    assert_eq!(gpu.sm_requested, 0, "its quota is released");
+    core.check_device_invariants().expect("invariants");
+    assert!(get(&mut core, 1).instances.is_empty());
+}
+
+#[test]
+fn a_crashed_instance_is_restarted_and_counted_and_retiring_stops_it() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut backend = local_backend(work.path(), None);
+    let (policy, batch) = scripted();
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    let mark = work.path().join("mark");
+    let script = r#"echo "attempt $TESSERA_ATTEMPT" >> "$MARK"; if [ "$TESSERA_ATTEMPT" -ge 2 ]; then echo $$ > "$MARK.pid"; exec sleep 300; fi; exit 3"#;
+    let env = serde_json::json!({"MARK": mark.display().to_string()});
+    submit(&mut core, &body(&["sh", "-c", script], env)).expect("accepted");
+    schedule(
+        &mut core,
+        &mut backend,
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, GpuPart::Whole, None),
+        }],
+    );
+    wait(&mut core, &mut backend, "the restarted instance", |c| {
+        c.instances()
+            .first()
+            .is_some_and(|i| i.2 == 2 && i.3.is_some())
+    });
+    let pid: i32 = wait_file(&mark.with_extension("pid"), "the pid", |t| !t.is_empty())
+        .trim()
+        .parse()
+        .expect("pid");
+    // Still one instance, the same one, in its second attempt.
+    let view = get(&mut core, 1);
+    assert_eq!(view.restarts, 1);
+    assert_eq!(view.instances.len(), 1);
+    assert_eq!((view.instances[0].id, view.instances[0].restarts), (1, 1));
+    assert_eq!(core.instance_restarts(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&mark).expect("mark"),
+        "attempt 1\nattempt 2\n"
+    );
+    // Retiring stops it; a second retire is a conflict; the service no longer scales.
+    let r = core.handle_request(SimTime::ZERO, Some(TOKEN), Request::RetireService { id: 1 });
+    assert!(matches!(r, Ok(Response::Service(ref v)) if v.state == ServiceState::Retired));
+    drive(&mut core, &mut backend, SimTime::ZERO);
+    wait(&mut core, &mut backend, "the instance to go", |_| {
+        !alive(pid)
+    });
+    let again = core.handle_request(SimTime::ZERO, Some(TOKEN), Request::RetireService { id: 1 });
+    assert_eq!(again.err().map(|e| e.status), Some(409));
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, GpuPart::Whole, None),
+        }],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    assert_eq!(core.refused()[0].1, Refusal::ServiceNotActive(0));
+    assert!(core.instances().is_empty());
+}
+
+#[test]
+fn bad_service_specs_are_refused_naming_the_field() {
+    let (policy, _) = scripted();
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    let good = body(&["true"], serde_json::json!({}));
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        (
+            good.replace("\"2Gi\"", "\"100Gi\""),
+            400,
+            "unsatisfiable",
+            "needs 100Gi of GPU memory, more than any GPU",
+        ),
+        (
+            good.replace("0.3", "1.5"),
+            400,
+            "invalid_spec",
+            "spec.services[0].resources.smRequest",
+        ),
+        (
+            good.replace("\"sloMilliseconds\":50", "\"sloMilliseconds\":-1"),
+            400,
+            "invalid_spec",
+            "spec.services[0].sloMilliseconds",
+        ),
+        (
+            good.replace("\"command\":[\"true\"],", ""),
+            400,
+            "invalid_spec",
+            "metadata.exactly one of command and script",
+        ),
+        (
+            good.replace("\"env\":{}", "\"env\":{\"TESSERA_X\":\"1\"}"),
+            400,
+            "invalid_spec",
+            "metadata.env: TESSERA_X is reserved",
+        ),
+        (
+            good.replace("\"env\":{}", "\"image\":\"x\""),
+            400,
+            "invalid_spec",
+            "field metadata: unknown field `image`",
+        ),
+        (
+            good.replace("\"name\":\"bert\"", "\"name\":\"../x\""),
+            400,
+            "invalid_spec",
+            "spec.services[0].name",
+        ),
+        (
+            good.replace("\"services\":[", "\"jobs\":[],\"services\":[]"),
+            400,
+            "invalid_spec",
+            "syntax",
+        ),
+        (
+            good.replace(
+                "\"spec\":{",
+                "\"spec\":{\"jobs\":[{\"name\":\"j\",\"gpus\":1,\"durationSeconds\":1}],",
+            ),
+            400,
+            "invalid_spec",
+            "spec.jobs: submit training jobs to /v1/jobs",
+        ),
+        (
+            format!("{}{}", "[".repeat(40), "]".repeat(40)),
+            400,
+            "invalid_spec",
+            "levels deep",
+        ),
+        ("x".repeat(70 * 1024), 413, "body_too_large", "at most"),
+    ];
+    for (text, status, code, needle) in cases {
+        let e = submit(&mut core, &text).expect_err("refused");
+        let shown: String = text.chars().take(120).collect();
+        assert_eq!((e.status, e.code), (status, code), "{shown}: {}", e.message);
+        if needle != "syntax" {
+            assert!(e.message.contains(needle), "{shown}: {}", e.message);
+        }
+    }
+    // Nothing was recorded.
+    match core.handle_request(SimTime::ZERO, Some(TOKEN), Request::ListServices) {
+        Ok(Response::Services(l)) => assert!(l.services.is_empty()),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+#[test]
+fn service_actions_are_validated_like_the_simulator() {
+    let (policy, batch) = scripted();
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    submit(&mut core, &body(&["true"], serde_json::json!({}))).expect("accepted");
+    let out = |mask, part| Action::ScaleOut {
+        service: ServiceId(0),
+        allocation: alloc(mask, part, None),
+    };
+    // Two quotas on one GPU fit (Σ requests 0.6); a third request of 0.5 does not.
+    give(
+        &batch,
+        vec![
+            out(0b1, quota(300, 500, 10)),
+            out(0b1, quota(300, 500, 10)),
+            out(0b1, quota(500, 500, 10)),
+            Action::ScaleIn {
+                service: ServiceId(0),
+                instance: InstanceId(9),
+            },
+            Action::ScaleOut {
+                service: ServiceId(5),
+                allocation: alloc(0b10, GpuPart::Whole, None),
+            },
+        ],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    let reasons: Vec<String> = core.refused().iter().map(|(_, r)| r.to_string()).collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons[0].contains("SM"), "{reasons:?}");
+    assert_eq!(reasons[1], "no such instance");
+    assert_eq!(reasons[2], "service 5 is unknown or retired");
+    assert_eq!(core.instances().len(), 2);
+    // A retune keeps the node and GPUs, and the quota sums within capacity.
+    give(
+        &batch,
+        vec![
+            Action::RetuneInstance {
+                service: ServiceId(0),
+                instance: InstanceId(1),
+                allocation: alloc(0b10, quota(300, 500, 10), None),
+            },
+            Action::RetuneInstance {
+                service: ServiceId(0),
+                instance: InstanceId(1),
+                allocation: alloc(0b1, quota(800, 900, 10), None),
+            },
+            Action::RetuneInstance {
+                service: ServiceId(0),
+                instance: InstanceId(2),
+                allocation: alloc(0b1, quota(600, 900, 10), None),
+            },
+        ],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    let reasons: Vec<String> = core.refused().iter().map(|(_, r)| r.to_string()).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0], "an instance retune keeps its node and GPUs");
+    assert!(reasons[1].contains("SM"), "{reasons:?}");
+    core.check_device_invariants().expect("invariants");
+    let gpu = &core.device_state().gpus(tessera_model::NodeId(0))[0];
+    assert_eq!(gpu.sm_requested, 300 + 600);
+}
