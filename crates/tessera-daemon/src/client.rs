@@ -216,6 +216,35 @@ impl Client {
         self.send("DELETE", &format!("/v1/jobs/{id}"), None)
     }
 
+    /// Submits an inference service (a `kind: Workload` document with one service).
+    pub fn submit_service(
+        &self,
+        spec_text: &str,
+    ) -> Result<crate::services::ServiceView, ClientError> {
+        let ctype = if spec_text.trim_start().starts_with('{') {
+            "application/json"
+        } else {
+            "application/yaml"
+        };
+        self.send("POST", "/v1/services", Some((ctype, spec_text)))
+    }
+
+    /// Services visible to this token.
+    pub fn services(&self) -> Result<Vec<crate::services::ServiceView>, ClientError> {
+        let l: crate::services::ServiceList = self.get("/v1/services")?;
+        Ok(l.services)
+    }
+
+    /// One service with its instances.
+    pub fn service(&self, id: i64) -> Result<crate::services::ServiceView, ClientError> {
+        self.get(&format!("/v1/services/{id}"))
+    }
+
+    /// Retires a service (every instance stopped).
+    pub fn retire_service(&self, id: i64) -> Result<crate::services::ServiceView, ClientError> {
+        self.send("DELETE", &format!("/v1/services/{id}"), None)
+    }
+
     /// The cluster's nodes with capacity and allocation.
     pub fn nodes(&self) -> Result<NodeList, ClientError> {
         self.get("/v1/nodes")

@@ -198,3 +198,87 @@ fn a_service_survives_a_daemon_restart_without_a_second_instance() {
     service(&mut e, ALICE, Request::RetireService { id: 2 }).expect("retired");
     e.poll();
 }
+
+fn pid_of(dir: &std::path::Path, handle: &str) -> i32 {
+    let pid_file = dir.join("runs").join(handle).join("pid.txt");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pid in {}",
+            pid_file.display()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Rewrites the instance row as a crash between recording a start and recording the
+/// backend's answer leaves it: `starting`, no run.
+fn crash_while_starting(dir: &std::path::Path, attempt_bump: u32) {
+    let conn = rusqlite::Connection::open(dir.join("t.db")).expect("store");
+    conn.execute(
+        "UPDATE instances SET state = 'starting', handle = NULL, attempt = attempt + ?1",
+        [attempt_bump],
+    )
+    .expect("update");
+}
+
+#[test]
+fn an_instance_caught_starting_by_a_crash_is_adopted_or_started_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config(dir.path());
+    let mut e = open(&c);
+    service(&mut e, ALICE, Request::SubmitService { body: SPEC.into() }).expect("accepted");
+    until(&mut e, "the instance to run", |e| {
+        e.core().instances().first().is_some_and(|i| i.3.is_some())
+    });
+    let first = e.core().instances();
+    let handle = first[0].3.clone().expect("handle");
+    let pid = pid_of(dir.path(), &handle);
+    drop(e);
+
+    // Its run exists: found by name and adopted, not started again.
+    crash_while_starting(dir.path(), 0);
+    let mut e = open(&c);
+    assert_eq!(e.core().instances(), first);
+    for _ in 0..5 {
+        e.schedule();
+        e.poll();
+    }
+    assert_eq!(e.core().instances(), first);
+    assert!(alive(pid));
+    drop(e);
+
+    // Its run never started (attempt 2 was recorded, nothing ran): a new attempt, once.
+    let _ = std::process::Command::new("kill")
+        .arg("-KILL")
+        .arg(pid.to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "pid {pid} survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    crash_while_starting(dir.path(), 1);
+    let mut e = open(&c);
+    until(&mut e, "the new attempt to run", |e| {
+        e.core().instances().first().is_some_and(|i| i.3.is_some())
+    });
+    let now = e.core().instances();
+    assert_eq!(now.len(), 1);
+    assert_eq!((now[0].1, now[0].2), (1, 3), "same instance, next attempt");
+    let new_pid = pid_of(dir.path(), now[0].3.as_deref().expect("handle"));
+    for _ in 0..5 {
+        e.schedule();
+        e.poll();
+    }
+    assert_eq!(e.core().instances(), now, "started once");
+    service(&mut e, ALICE, Request::RetireService { id: 1 }).expect("retired");
+    until(&mut e, "the instance to go", |_| !alive(new_pid));
+}

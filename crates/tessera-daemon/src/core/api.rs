@@ -432,7 +432,7 @@ impl Core {
             if !self.settings.public_metrics {
                 self.authenticate(token)?;
             }
-            return Ok(Response::Text(self.render_metrics()));
+            return Ok(Response::Text(self.render_metrics(now)));
         }
         if let Request::Submit { body } = req {
             let mut r = self.submit(now, vec![(token.map(String::from), body)]);
@@ -837,7 +837,7 @@ impl Core {
         }
     }
 
-    fn render_metrics(&self) -> String {
+    fn render_metrics(&self, now: SimTime) -> String {
         let mut counts: BTreeMap<JobState, u64> = BTreeMap::new();
         for j in &self.jobs {
             *counts.entry(j.row.state).or_default() += 1;
@@ -879,6 +879,8 @@ impl Core {
                 ),
             ],
         };
-        self.metrics.render(&gauges)
+        let mut text = self.metrics.render(&gauges);
+        text.push_str(&self.service_metrics(now));
+        text
     }
 }

@@ -267,6 +267,14 @@ fn a_crashed_instance_is_restarted_and_counted_and_retiring_stops_it() {
     assert_eq!(view.instances.len(), 1);
     assert_eq!((view.instances[0].id, view.instances[0].restarts), (1, 1));
     assert_eq!(core.instance_restarts(), 1);
+    match core.handle_request(SimTime::ZERO, Some(TOKEN), Request::Metrics) {
+        Ok(Response::Text(t)) => {
+            assert!(t.contains("tessera_instance_restarts_total 1\n"), "{t}");
+            assert!(t.contains("tessera_service_instances 1\n"), "{t}");
+            assert!(t.contains("tessera_services{state=\"active\"} 1\n"), "{t}");
+        }
+        other => panic!("unexpected answer {other:?}"),
+    }
     assert_eq!(
         std::fs::read_to_string(&mark).expect("mark"),
         "attempt 1\nattempt 2\n"
@@ -443,4 +451,109 @@ fn service_actions_are_validated_like_the_simulator() {
     core.check_device_invariants().expect("invariants");
     let gpu = &core.device_state().gpus(tessera_model::NodeId(0))[0];
     assert_eq!(gpu.sm_requested, 300 + 600);
+}
+
+/// Carries out the core's commands as [`drive`] does, but declines every retune (as Slurm).
+fn drive_declining(core: &mut Core, backend: &mut LocalBackend) {
+    use crate::backend::Backend;
+    while let Some(c) = core.poll_command() {
+        match c {
+            super::Command::Retune(r) => {
+                let e = crate::error::BackendError::Declined {
+                    action: "retune",
+                    backend: "slurm",
+                };
+                core.handle_retuned(SimTime::ZERO, r.job_id, r.attempt, Err(e));
+            }
+            super::Command::Launch(l) => {
+                let r = backend.submit(&l);
+                core.handle_launched(SimTime::ZERO, l.job_id, l.attempt, r);
+            }
+            super::Command::Stop { run, preempt } => {
+                let h = crate::backend::Handle(run.handle.clone());
+                let r = if preempt {
+                    backend.preempt(&h)
+                } else {
+                    backend.cancel(&h)
+                };
+                core.handle_stopped(run, r);
+            }
+            super::Command::Poll(hs) | super::Command::Verify(hs) => {
+                let s = backend.poll(&hs).expect("poll");
+                core.handle_statuses(SimTime::ZERO, s);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_backend_that_cannot_retune_in_place_restarts_the_instance_with_its_new_quota() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut backend = local_backend(work.path(), None);
+    let (policy, batch) = scripted();
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    let mark = work.path().join("mark");
+    let script = r#"echo "$TESSERA_ATTEMPT $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $$" >> "$MARK"; exec sleep 300"#;
+    let env = serde_json::json!({"MARK": mark.display().to_string()});
+    submit(&mut core, &body(&["sh", "-c", script], env)).expect("accepted");
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, quota(300, 500, 10), None),
+        }],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    drive_declining(&mut core, &mut backend);
+    let first = wait_file(&mark, "the first attempt", |t| t.lines().count() == 1);
+    let old_pid: i32 = first
+        .split_whitespace()
+        .nth(2)
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    give(
+        &batch,
+        vec![Action::RetuneInstance {
+            service: ServiceId(0),
+            instance: InstanceId(1),
+            allocation: alloc(0b1, quota(400, 900, 12), None),
+        }],
+    );
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    drive_declining(&mut core, &mut backend);
+    // The old attempt is stopped; the new one may have to wait until it is gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&mark)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "no second attempt");
+        std::thread::sleep(Duration::from_millis(25));
+        core.poll_runs(SimTime::ZERO);
+        drive_declining(&mut core, &mut backend);
+    }
+    let text = std::fs::read_to_string(&mark).expect("mark");
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!((lines[0][0], lines[0][1]), ("1", "50"), "{text}");
+    assert_eq!((lines[1][0], lines[1][1]), ("2", "90"), "{text}");
+    assert!(
+        !alive(old_pid),
+        "the old attempt is gone before the new one runs"
+    );
+    assert_eq!(core.metrics().retunes.get("restart"), Some(&1));
+    assert_eq!(
+        core.instance_restarts(),
+        0,
+        "a retune restart is not a crash"
+    );
+    let i = core.instances();
+    assert_eq!((i.len(), i[0].1, i[0].2), (1, 1, 2));
+    let r = core.handle_request(SimTime::ZERO, Some(TOKEN), Request::RetireService { id: 1 });
+    assert!(r.is_ok());
+    drive_declining(&mut core, &mut backend);
 }

@@ -937,6 +937,33 @@ impl Core {
             .map(|i| (format!("instance {}", i.row.id), &i.alloc))
     }
 
+    /// The service lines of `GET /metrics`.
+    pub(super) fn service_metrics(&self, now: SimTime) -> String {
+        use std::fmt::Write;
+        let mut by_state: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for s in &self.services.list {
+            let name = match state_of(s, now) {
+                ServiceState::Pending => "pending",
+                ServiceState::Active => "active",
+                ServiceState::Ended => "ended",
+                ServiceState::Retired => "retired",
+            };
+            *by_state.entry(name).or_default() += 1;
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP tessera_services Inference services by state.\n# TYPE tessera_services gauge"
+        );
+        for state in ["pending", "active", "ended", "retired"] {
+            let n = by_state.get(state).copied().unwrap_or(0);
+            let _ = writeln!(out, "tessera_services{{state=\"{state}\"}} {n}");
+        }
+        let _ = writeln!(out, "# HELP tessera_service_instances Live service instances (starting or running).\n# TYPE tessera_service_instances gauge\ntessera_service_instances {}", self.services.live.len());
+        let _ = writeln!(out, "# HELP tessera_instance_restarts_total Service instances restarted after their process ended on its own.\n# TYPE tessera_instance_restarts_total counter\ntessera_instance_restarts_total {}", self.instance_restarts());
+        out
+    }
+
     /// Instances restarted after a crash, over every service (metrics).
     pub fn instance_restarts(&self) -> u64 {
         self.services
