@@ -557,3 +557,173 @@ fn a_backend_that_cannot_retune_in_place_restarts_the_instance_with_its_new_quot
     assert!(r.is_ok());
     drive_declining(&mut core, &mut backend);
 }
+
+mod prop {
+    //! Arbitrary sequences of service actions, crashes, polls and daemon restarts through the
+    //! core with a scripted backend: after every step the device invariants hold, every live
+    //! instance has at most one live run (none is ever started twice), no run outlives its
+    //! instance, the store agrees with the core, and a restart changes no instance.
+
+    use proptest::prelude::*;
+    use tessera_model::{GpuPart, ServiceId, SimTime};
+    use tessera_sched::{Action, InstanceId};
+
+    use super::super::devices::{alloc, give, quota, scripted, Batch};
+    use super::super::testkit::{node, Harness, TOKEN};
+    use super::super::Request;
+    use super::body;
+    use crate::backend::RunStatus;
+    use crate::error::BackendError;
+    use crate::services::InstanceState;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Out {
+            service: u32,
+            gpu: u8,
+            share: Option<u16>,
+        },
+        In(usize),
+        Tune(usize, u16),
+        Crash(usize),
+        Poll,
+        Restart,
+        Retire,
+        Declines(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u32..2, 0u8..2, proptest::option::of(1u16..7))
+                .prop_map(|(service, gpu, share)| Op::Out { service, gpu, share: share.map(|s| s * 100) }),
+            2 => (0usize..8).prop_map(Op::In),
+            2 => (0usize..8, 1u16..8).prop_map(|(k, s)| Op::Tune(k, s * 100)),
+            2 => (0usize..8).prop_map(Op::Crash),
+            2 => Just(Op::Poll),
+            1 => Just(Op::Restart),
+            1 => Just(Op::Retire),
+            1 => any::<bool>().prop_map(Op::Declines),
+        ]
+    }
+
+    fn act(h: &mut Harness, batch: &Batch, actions: Vec<Action>) {
+        give(batch, actions);
+        h.core.request_schedule();
+        h.schedule();
+    }
+
+    fn check(h: &Harness) -> Result<(), TestCaseError> {
+        h.core
+            .check_device_invariants()
+            .map_err(TestCaseError::fail)?;
+        let live = h.core.instances();
+        for (_, id, attempt, handle) in &live {
+            let running: Vec<&String> = h
+                .runs
+                .iter()
+                .filter(|(_, r)| r.job_id == -id && r.status == RunStatus::Running)
+                .map(|(k, _)| k)
+                .collect();
+            prop_assert!(running.len() <= 1, "instance {id} runs twice: {running:?}");
+            // The backend answers at once here: a live instance always has its run (a crashed
+            // one was restarted at the poll that saw it end).
+            let Some(hd) = handle else {
+                return Err(TestCaseError::fail(format!("instance {id} has no run")));
+            };
+            prop_assert_eq!(running, vec![hd]);
+            let stored = h.store_instances.get(id);
+            prop_assert!(
+                stored.is_some_and(|r| r.attempt == *attempt && r.state != InstanceState::Gone),
+                "store disagrees on instance {id}: {stored:?}"
+            );
+        }
+        for (k, r) in &h.runs {
+            if r.job_id < 0 && r.status == RunStatus::Running {
+                prop_assert!(
+                    live.iter().any(|i| i.1 == -r.job_id),
+                    "run {k} of instance {} outlives it",
+                    -r.job_id
+                );
+            }
+        }
+        let stored_live = h
+            .store_instances
+            .values()
+            .filter(|r| r.state != InstanceState::Gone)
+            .count();
+        prop_assert_eq!(stored_live, live.len());
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn instances_are_never_duplicated_lost_or_over_allocated(ops in proptest::collection::vec(op(), 1..40)) {
+            let (policy, mut batch) = scripted();
+            let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+            for name in ["a", "b"] {
+                let text = body(&["true"], serde_json::json!({})).replace("bert", name);
+                let r = h.core.handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
+                prop_assert!(r.is_ok());
+                h.drain();
+            }
+            for op in ops {
+                let live = h.core.instances();
+                let pick = |k: usize| live.get(k % live.len().max(1)).map(|i| (i.0, i.1));
+                match op {
+                    Op::Out { service, gpu, share } => {
+                        let part = share.map_or(GpuPart::Whole, |s| quota(s, s.max(500), 10));
+                        act(&mut h, &batch, vec![Action::ScaleOut {
+                            service: ServiceId(service),
+                            allocation: alloc(1 << gpu, part, None),
+                        }]);
+                    }
+                    Op::In(k) => {
+                        let (svc, id) = pick(k).unwrap_or((1, 99));
+                        act(&mut h, &batch, vec![Action::ScaleIn {
+                            service: ServiceId((svc - 1) as u32),
+                            instance: InstanceId(id as u32),
+                        }]);
+                    }
+                    Op::Tune(k, share) => {
+                        if let Some((svc, id)) = pick(k) {
+                            let mask = h.store_instances[&id].placement[0]
+                                .devices
+                                .as_ref()
+                                .map_or(1, |d| d.indices.iter().map(|i| 1u64 << i).sum());
+                            act(&mut h, &batch, vec![Action::RetuneInstance {
+                                service: ServiceId((svc - 1) as u32),
+                                instance: InstanceId(id as u32),
+                                allocation: alloc(mask, quota(share, share.max(500), 10), None),
+                            }]);
+                        }
+                    }
+                    Op::Crash(k) => {
+                        if let Some((_, id)) = pick(k) {
+                            if h.run_of(-id).is_some() {
+                                h.end_run(-id, RunStatus::Failed { reason: "crash".into(), exit_code: Some(1) });
+                            }
+                        }
+                        h.poll();
+                    }
+                    Op::Poll => h.poll(),
+                    Op::Restart => {
+                        let before = h.core.instances();
+                        let (policy, b) = scripted();
+                        batch = b;
+                        h.restart(policy);
+                        prop_assert_eq!(h.core.instances(), before);
+                    }
+                    Op::Retire => {
+                        let _ = h.core.handle_request(h.now, Some(TOKEN), Request::RetireService { id: 2 });
+                        h.drain();
+                    }
+                    Op::Declines(on) => {
+                        h.retune_error = on.then_some(BackendError::Declined { action: "retune", backend: "slurm" });
+                    }
+                }
+                check(&h)?;
+            }
+        }
+    }
+}

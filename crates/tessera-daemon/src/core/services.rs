@@ -287,6 +287,11 @@ impl Core {
                 self.services.list[idx].row.id
             )));
         }
+        // Recorded retired in the same write as its instances' stops, before any of them.
+        let s = &mut self.services.list[idx];
+        s.row.retired_us = Some(now.as_micros());
+        s.row.message = Some("retired".into());
+        self.pending.services.push(s.row.clone());
         let ids: Vec<i64> = self
             .services
             .live
@@ -294,15 +299,10 @@ impl Core {
             .filter(|i| i.svc == idx)
             .map(|i| i.row.id)
             .collect();
-        for id in ids {
-            if let Some(run) = self.scale_in(id) {
-                self.act(Command::Stop { run, preempt: true });
-            }
+        let stops: Vec<RunRow> = ids.into_iter().filter_map(|id| self.scale_in(id)).collect();
+        for run in stops {
+            self.act(Command::Stop { run, preempt: true });
         }
-        let s = &mut self.services.list[idx];
-        s.row.retired_us = Some(now.as_micros());
-        s.row.message = Some("retired".into());
-        self.pending.services.push(s.row.clone());
         self.trigger.completion = true;
         self.service_timer(now);
         Ok(())
