@@ -932,7 +932,6 @@ impl Core {
     /// A poll tick: retries failed stops and asks for the status of every run (a
     /// [`Command::Poll`] unless nothing runs).
     pub fn poll_runs(&mut self, now: SimTime) {
-        let _ = now;
         for run in std::mem::take(&mut self.to_stop) {
             self.act(Command::Stop {
                 run,
@@ -944,7 +943,7 @@ impl Core {
             .iter()
             .filter_map(|&idx| self.jobs[idx].row.handle.clone().map(Handle))
             .collect();
-        watched.extend(self.instance_poll());
+        watched.extend(self.instance_poll(now));
         if !watched.is_empty() {
             self.commands.push_back(Command::Poll(watched));
         }

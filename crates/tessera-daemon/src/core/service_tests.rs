@@ -562,7 +562,7 @@ mod prop {
     //! Arbitrary sequences of service actions, crashes, polls and daemon restarts through the
     //! core with a scripted backend: after every step the device invariants hold, every live
     //! instance has at most one live run (none is ever started twice), no run outlives its
-    //! instance, the store agrees with the core, and a restart changes no instance.
+    //! instance, the store agrees with the core, and a restart changes no running instance.
 
     use proptest::prelude::*;
     use tessera_model::{GpuPart, ServiceId, SimTime};
@@ -587,6 +587,8 @@ mod prop {
         Tune(usize, u16),
         Crash(usize),
         Poll,
+        /// Time passes (past any back-off), then a poll.
+        Later,
         Restart,
         Retire,
         Declines(bool),
@@ -600,6 +602,7 @@ mod prop {
             2 => (0usize..8, 1u16..8).prop_map(|(k, s)| Op::Tune(k, s * 100)),
             2 => (0usize..8).prop_map(Op::Crash),
             2 => Just(Op::Poll),
+            1 => Just(Op::Later),
             1 => Just(Op::Restart),
             1 => Just(Op::Retire),
             1 => any::<bool>().prop_map(Op::Declines),
@@ -628,7 +631,8 @@ mod prop {
             // The backend answers at once here: a live instance always has its run (a crashed
             // one was restarted at the poll that saw it end).
             let Some(hd) = handle else {
-                return Err(TestCaseError::fail(format!("instance {id} has no run")));
+                prop_assert!(h.core.instance_waiting(*id), "instance {id} has no run");
+                continue;
             };
             prop_assert_eq!(running, vec![hd]);
             let stored = h.store_instances.get(id);
@@ -707,12 +711,31 @@ mod prop {
                         h.poll();
                     }
                     Op::Poll => h.poll(),
+                    Op::Later => {
+                        h.advance(301);
+                        h.poll();
+                        for (_, id, _, handle) in h.core.instances() {
+                            prop_assert!(handle.is_some(), "instance {id} not restarted after its back-off");
+                        }
+                    }
                     Op::Restart => {
+                        // Running instances come back as they were; one waiting for its next
+                        // attempt (back-off) is started at once as a new attempt.
                         let before = h.core.instances();
+                        let waiting: Vec<bool> = before.iter().map(|i| h.core.instance_waiting(i.1)).collect();
                         let (policy, b) = scripted();
                         batch = b;
                         h.restart(policy);
-                        prop_assert_eq!(h.core.instances(), before);
+                        let after = h.core.instances();
+                        prop_assert_eq!(after.len(), before.len());
+                        for ((b, a), w) in before.iter().zip(&after).zip(waiting) {
+                            if w {
+                                prop_assert_eq!((b.0, b.1), (a.0, a.1));
+                                prop_assert!(a.2 > b.2 && a.3.is_some(), "{a:?} after {b:?}");
+                            } else {
+                                prop_assert_eq!(a, b);
+                            }
+                        }
                     }
                     Op::Retire => {
                         let _ = h.core.handle_request(h.now, Some(TOKEN), Request::RetireService { id: 2 });

@@ -32,6 +32,10 @@ use crate::store::{RunRow, RunState};
 
 /// Launch failures in a row (not counting transient ones) before an instance is given up.
 const MAX_INSTANCE_FAILURES: u32 = 3;
+/// A run that ends sooner than this after its start is a quick crash.
+const QUICK_CRASH: SimDuration = SimDuration::from_secs(10);
+/// Longest wait before restarting a crash-looping instance.
+const MAX_BACKOFF_SECS: u64 = 300;
 
 /// One service.
 struct Svc {
@@ -50,6 +54,12 @@ struct Inst {
     /// A launch of the current attempt is queued or in flight.
     launching: bool,
     failures: u32,
+    /// When its current run was seen started.
+    started: Option<SimTime>,
+    /// Quick crashes in a row.
+    quick_crashes: u32,
+    /// Not launched again before this (back-off after quick crashes).
+    not_before: SimTime,
 }
 
 /// The services the core holds.
@@ -374,6 +384,7 @@ impl Core {
                     run_name: instance_run_name(&self.settings.instance, row.id, row.attempt),
                 });
             }
+            let started = (row.state == InstanceState::Running).then_some(now);
             self.services.live.insert(
                 row.id,
                 Inst {
@@ -382,6 +393,9 @@ impl Core {
                     svc,
                     launching: false,
                     failures: 0,
+                    started,
+                    quick_crashes: 0,
+                    not_before: SimTime::ZERO,
                 },
             );
         }
@@ -595,6 +609,9 @@ impl Core {
                 svc: idx,
                 launching: true,
                 failures: 0,
+                started: None,
+                quick_crashes: 0,
+                not_before: SimTime::ZERO,
             },
         );
         self.instance_launch(id)
@@ -801,6 +818,7 @@ impl Core {
                 inst.row.handle = Some(h.0);
                 inst.row.state = InstanceState::Running;
                 inst.failures = 0;
+                inst.started = Some(now);
                 self.pending.instances.push(inst.row.clone());
             }
             Err(e) => {
@@ -896,23 +914,57 @@ impl Core {
                 self.trigger.completion = true;
                 continue;
             }
+            let lived = inst
+                .started
+                .map_or(SimDuration::ZERO, |t| now.saturating_since(t));
+            inst.quick_crashes = if lived < QUICK_CRASH {
+                inst.quick_crashes + 1
+            } else {
+                0
+            };
             inst.row.restarts += 1;
+            let quick = inst.quick_crashes;
             if let Some(s) = self.services.list.get_mut(svc) {
                 s.row.restarts += 1;
             }
-            self.restart_instance(id, &format!("its run ended ({status:?}); restarted"));
+            if quick < 2 {
+                self.restart_instance(id, &format!("its run ended ({status:?}); restarted"));
+                continue;
+            }
+            // Crash-looping: the next attempt waits 1 s, 2 s, 4 s, ... (at most 5 min), so a
+            // broken command costs neither a process nor a run directory per poll.
+            let delay = 1u64 << (quick - 2).min(9);
+            let delay = SimDuration::from_secs(delay.min(MAX_BACKOFF_SECS));
+            if let Some(inst) = self.services.live.get_mut(&id) {
+                inst.row.attempt += 1;
+                inst.row.state = InstanceState::Starting;
+                inst.launching = false;
+                inst.not_before = now + delay;
+                self.pending.instances.push(inst.row.clone());
+            }
+            if let Some(s) = self.services.list.get_mut(svc) {
+                s.row.message = Some(format!(
+                    "instance {id}: its run ended ({status:?}) {quick} times in a row within \
+                     {} s of its start; restarting in {} s",
+                    QUICK_CRASH.as_secs_f64(),
+                    delay.as_secs_f64()
+                ));
+                self.pending.services.push(s.row.clone());
+            }
         }
         rest
     }
 
     /// At a poll: launches instances whose last launch failed, and returns the runs of the
     /// running ones to watch.
-    pub(super) fn instance_poll(&mut self) -> Vec<Handle> {
+    pub(super) fn instance_poll(&mut self, now: SimTime) -> Vec<Handle> {
         let retry: Vec<i64> = self
             .services
             .live
             .values()
-            .filter(|i| i.row.state == InstanceState::Starting && !i.launching)
+            .filter(|i| {
+                i.row.state == InstanceState::Starting && !i.launching && now >= i.not_before
+            })
             .map(|i| i.row.id)
             .collect();
         for id in retry {
@@ -927,6 +979,15 @@ impl Core {
             .values()
             .filter_map(|i| i.row.handle.clone().map(Handle))
             .collect()
+    }
+
+    /// Whether instance `id` waits for its next attempt (a failed launch or a crash-loop
+    /// back-off): it has no run now.
+    pub fn instance_waiting(&self, id: i64) -> bool {
+        self.services
+            .live
+            .get(&id)
+            .is_some_and(|i| i.row.state == InstanceState::Starting && !i.launching)
     }
 
     /// What instances hold, for the device invariants.
