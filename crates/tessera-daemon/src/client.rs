@@ -240,6 +240,25 @@ impl Client {
         self.get(&format!("/v1/services/{id}"))
     }
 
+    /// Reports an instance's load (with the instance's own `TESSERA_TOKEN` as this client's
+    /// token).
+    pub fn report_load(
+        &self,
+        service: i64,
+        instance: i64,
+        report: &crate::services::LoadReport,
+    ) -> Result<crate::services::ServiceView, ClientError> {
+        let body = serde_json::to_string(report).map_err(|e| ClientError::Decode {
+            status: 0,
+            message: e.to_string(),
+        })?;
+        self.send(
+            "POST",
+            &format!("/v1/services/{service}/instances/{instance}/load"),
+            Some(("application/json", &body)),
+        )
+    }
+
     /// Retires a service (every instance stopped).
     pub fn retire_service(&self, id: i64) -> Result<crate::services::ServiceView, ClientError> {
         self.send("DELETE", &format!("/v1/services/{id}"), None)

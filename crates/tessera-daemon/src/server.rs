@@ -415,6 +415,10 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
             "/v1/services/{id}",
             get(crate::server_services::describe).delete(crate::server_services::retire),
         )
+        .route(
+            "/v1/services/{id}/instances/{instance}/load",
+            post(crate::server_services::load),
+        )
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(fallback)

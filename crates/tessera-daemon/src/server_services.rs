@@ -68,3 +68,34 @@ pub(crate) async fn retire(
         Err(e) => error_response(&e),
     }
 }
+
+/// `POST /v1/services/{id}/instances/{instance}/load`: an instance's load report (JSON), with
+/// its own `TESSERA_TOKEN`.
+pub(crate) async fn load(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((id, instance)): Path<(String, String)>,
+    req: axum::extract::Request,
+) -> HttpResponse {
+    if bearer(&headers).is_none() {
+        return error_response(&ApiError::unauthorized());
+    }
+    let (service, instance) = match (service_id(&id), service_id(&instance)) {
+        (Ok(s), Ok(i)) => (s, i),
+        (Err(e), _) | (_, Err(e)) => return error_response(&e),
+    };
+    let body = match read_body(&s, req).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let report: crate::services::LoadReport = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => return error_response(&ApiError::bad_request(format!("malformed JSON: {e}"))),
+    };
+    let request = Request::InstanceLoad {
+        service,
+        instance,
+        report,
+    };
+    respond(call(&s, &headers, request).await, false)
+}

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS instances (
     handle TEXT,
     state TEXT NOT NULL,
     created_us INTEGER NOT NULL,
-    restarts INTEGER NOT NULL DEFAULT 0);
+    restarts INTEGER NOT NULL DEFAULT 0,
+    token_sha256 TEXT);
 CREATE INDEX IF NOT EXISTS instances_state ON instances(state);
 ";
 
@@ -221,6 +222,59 @@ pub struct InstanceRow {
     pub created_us: u64,
     /// Restarts after its process ended on its own.
     pub restarts: u32,
+    /// SHA-256 of the current attempt's token (`TESSERA_TOKEN`: it may report its load).
+    pub token_sha256: Option<String>,
+}
+
+/// What an instance reports about its requests (`POST
+/// /v1/services/{id}/instances/{instance}/load`, with the instance's own `TESSERA_TOKEN`): the
+/// load the policy sees in `ClusterView.services`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadReport {
+    /// Requests waiting in its queue (not counting the batch it runs).
+    pub queue_length: u32,
+    /// Requests in the batch it runs.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// Arrivals per second over its recent window.
+    #[serde(default)]
+    pub requests_per_second: f64,
+    /// Median latency of requests it completed recently, seconds.
+    #[serde(default)]
+    pub p50_latency_seconds: f64,
+    /// 99th-percentile latency of requests it completed recently, seconds.
+    #[serde(default)]
+    pub p99_latency_seconds: f64,
+    /// Requests it completed in its recent window.
+    #[serde(default)]
+    pub completed: u64,
+    /// Of those, requests over the SLO.
+    #[serde(default)]
+    pub violations: u64,
+}
+
+impl LoadReport {
+    /// Checks the numbers (finite, not negative, violations within completions).
+    pub fn validate(&self) -> Result<(), ApiError> {
+        for (field, v) in [
+            ("requestsPerSecond", self.requests_per_second),
+            ("p50LatencySeconds", self.p50_latency_seconds),
+            ("p99LatencySeconds", self.p99_latency_seconds),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ApiError::bad_request(format!(
+                    "{field}: must be a finite number >= 0"
+                )));
+            }
+        }
+        if self.violations > self.completed {
+            return Err(ApiError::bad_request(
+                "violations: more than the requests completed",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The quota part of an instance's GPUs, in API terms.
@@ -242,6 +296,9 @@ pub struct InstanceView {
     /// The backend's run (Slurm job id, local run name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_id: Option<String>,
+    /// Its last load report, if any (this attempt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadReport>,
 }
 
 /// A service in the API.
@@ -317,7 +374,7 @@ pub(crate) fn write(
     }
     let mut st = tx.prepare_cached(
         "INSERT OR REPLACE INTO instances (id, service_id, attempt, placement, handle, state,
-         created_us, restarts) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+         created_us, restarts, token_sha256) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
     )?;
     for i in instances {
         st.execute(params![
@@ -329,6 +386,7 @@ pub(crate) fn write(
             i.state.as_str(),
             i.created_us as i64,
             i.restarts,
+            i.token_sha256,
         ])?;
     }
     Ok(())
@@ -355,8 +413,8 @@ pub(crate) fn load(conn: &Connection) -> Result<(Vec<ServiceRow>, Vec<InstanceRo
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut st = conn.prepare(
-        "SELECT id, service_id, attempt, placement, handle, state, created_us, restarts
-         FROM instances WHERE state != 'gone' ORDER BY id",
+        "SELECT id, service_id, attempt, placement, handle, state, created_us, restarts,
+         token_sha256 FROM instances WHERE state != 'gone' ORDER BY id",
     )?;
     let raw = st
         .query_map([], |r| {
@@ -369,11 +427,12 @@ pub(crate) fn load(conn: &Connection) -> Result<(Vec<ServiceRow>, Vec<InstanceRo
                 r.get::<_, String>(5)?,
                 r.get::<_, i64>(6)?,
                 r.get::<_, u32>(7)?,
+                r.get::<_, Option<String>>(8)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut instances = Vec::with_capacity(raw.len());
-    for (id, service_id, attempt, placement, handle, state, created, restarts) in raw {
+    for (id, service_id, attempt, placement, handle, state, created, restarts, token) in raw {
         instances.push(InstanceRow {
             id,
             service_id,
@@ -384,6 +443,7 @@ pub(crate) fn load(conn: &Connection) -> Result<(Vec<ServiceRow>, Vec<InstanceRo
             state: InstanceState::parse(&state),
             created_us: created.max(0) as u64,
             restarts,
+            token_sha256: token,
         });
     }
     Ok((services, instances))

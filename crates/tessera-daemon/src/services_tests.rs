@@ -164,6 +164,35 @@ fn a_service_survives_a_daemon_restart_without_a_second_instance() {
         "no second instance, no restart"
     );
     assert!(alive(pid));
+    // Its token (kept as a hash in the store) still lets it report its load.
+    let script = std::fs::read_to_string(
+        dir.path()
+            .join("runs")
+            .join(first[0].3.clone().expect("handle"))
+            .join("job.sh"),
+    )
+    .expect("job script");
+    let token = script
+        .lines()
+        .find_map(|l| l.strip_prefix("export TESSERA_TOKEN="))
+        .expect("token in the job script")
+        .trim_matches('\'')
+        .to_string();
+    let report = crate::services::LoadReport {
+        queue_length: 0,
+        requests_per_second: 3.0,
+        ..Default::default()
+    };
+    let req = Request::InstanceLoad {
+        service: 1,
+        instance: first[0].1,
+        report,
+    };
+    let v = service(&mut e, &token, req).expect("load accepted after the restart");
+    assert_eq!(
+        v.instances[0].load.as_ref().map(|l| l.requests_per_second),
+        Some(3.0)
+    );
     let runs = std::fs::read_dir(dir.path().join("runs"))
         .expect("runs")
         .filter_map(|d| d.ok())

@@ -73,6 +73,12 @@ pub(crate) enum Request {
     RetireService {
         id: i64,
     },
+    /// `POST /v1/services/{id}/instances/{instance}/load` (the instance's own token).
+    InstanceLoad {
+        service: i64,
+        instance: i64,
+        report: crate::services::LoadReport,
+    },
 }
 
 /// The core's answer.
@@ -94,7 +100,7 @@ fn secs(us: u64) -> f64 {
 }
 
 impl Core {
-    fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
+    pub(super) fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
         let token = token
             .filter(|t| !t.is_empty() && t.len() <= 512)
             .ok_or_else(ApiError::unauthorized)?;
@@ -441,8 +447,17 @@ impl Core {
                 .unwrap_or_else(|| Err(ApiError::internal("no result")))
                 .map(|j| Response::Job(Box::new(j)));
         }
+        if let Request::InstanceLoad {
+            service,
+            instance,
+            report,
+        } = req
+        {
+            return self.instance_load(now, token, service, instance, report);
+        }
         let caller = self.authenticate(token)?;
         match req {
+            Request::InstanceLoad { .. } => Err(ApiError::internal("unreachable request")),
             Request::SubmitService { .. }
             | Request::ListServices
             | Request::GetService { .. }

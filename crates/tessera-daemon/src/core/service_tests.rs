@@ -750,3 +750,87 @@ mod prop {
         }
     }
 }
+
+/// Runs the core's commands with a backend that starts everything at once, and returns the
+/// `TESSERA_TOKEN` of each instance launch.
+fn drive_collecting_tokens(core: &mut Core, now: SimTime, next: &mut u64) -> Vec<String> {
+    let mut tokens = Vec::new();
+    while let Some(c) = core.poll_command() {
+        if let super::Command::Launch(l) = c {
+            if let Some((_, t)) = l.env.iter().find(|(k, _)| k == "TESSERA_TOKEN") {
+                tokens.push(t.clone());
+            }
+            *next += 1;
+            let h = crate::backend::Handle(format!("run-{next}"));
+            core.handle_launched(now, l.job_id, l.attempt, Ok(h));
+        }
+    }
+    tokens
+}
+
+#[test]
+fn instances_report_their_load_with_their_own_token_and_the_policy_scales_on_it() {
+    let policy = super::testkit::policy("serve-exclusive", None);
+    let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
+    submit(&mut core, &body(&["true"], serde_json::json!({}))).expect("accepted");
+    let mut next = 0;
+    drive_collecting_tokens(&mut core, SimTime::ZERO, &mut next);
+    core.schedule(SimTime::ZERO);
+    let tokens = drive_collecting_tokens(&mut core, SimTime::ZERO, &mut next);
+    assert_eq!(tokens.len(), 1, "serve-exclusive starts one instance");
+    assert_eq!(core.instances().len(), 1);
+    let load = |core: &mut Core, token: &str, service: i64, instance: i64, queue: u32, rps: f64| {
+        let report = crate::services::LoadReport {
+            queue_length: queue,
+            requests_per_second: rps,
+            completed: 10,
+            violations: 1,
+            ..Default::default()
+        };
+        let req = Request::InstanceLoad {
+            service,
+            instance,
+            report,
+        };
+        core.handle_request(SimTime::ZERO, Some(token), req)
+    };
+    // Only the instance's own token, for its own path; numbers are checked.
+    let status = |r: Result<Response, ApiError>| r.err().map(|e| e.status);
+    assert_eq!(status(load(&mut core, TOKEN, 1, 1, 1, 1.0)), Some(403));
+    assert_eq!(status(load(&mut core, "nobody", 1, 1, 1, 1.0)), Some(401));
+    assert_eq!(status(load(&mut core, &tokens[0], 1, 2, 1, 1.0)), Some(403));
+    assert_eq!(status(load(&mut core, &tokens[0], 2, 1, 1, 1.0)), Some(403));
+    assert_eq!(
+        status(load(&mut core, &tokens[0], 1, 1, 1, -1.0)),
+        Some(400)
+    );
+    assert_eq!(
+        status(load(&mut core, &tokens[0], 1, 1, 1, f64::NAN)),
+        Some(400)
+    );
+    // A quiet instance: one second later, still one instance.
+    assert!(load(&mut core, &tokens[0], 1, 1, 0, 2.0).is_ok());
+    let t1 = SimTime::from_secs(1);
+    assert!(
+        core.wants_schedule(t1),
+        "serve-exclusive ticks every second"
+    );
+    core.schedule(t1);
+    assert!(drive_collecting_tokens(&mut core, t1, &mut next).is_empty());
+    // A queue beyond 2 x max batch per ready instance: it scales out by one.
+    let Ok(Response::Service(v)) = load(&mut core, &tokens[0], 1, 1, 10, 40.0) else {
+        panic!("load refused");
+    };
+    let reported = v.instances[0]
+        .load
+        .as_ref()
+        .map(|l| (l.queue_length, l.completed));
+    assert_eq!(reported, Some((10, 10)));
+    let t2 = SimTime::from_secs(2);
+    core.schedule(t2);
+    let more = drive_collecting_tokens(&mut core, t2, &mut next);
+    assert_eq!(more.len(), 1, "{:?}", core.refused());
+    assert_ne!(more[0], tokens[0], "each instance has its own token");
+    assert_eq!(core.instances().len(), 2);
+    assert!(core.refused().is_empty(), "{:?}", core.refused());
+}

@@ -9,9 +9,11 @@
 //! `runs`, which restart reconciliation would stop as unclaimed); a run being stopped is a
 //! `stop` row in `runs` like a job's, so a stop decided before a crash is carried out after it.
 //!
-//! The daemon knows no request load: instances report none, so `load_rps`, queue lengths and
-//! latencies in the view are zero. Policies that scale on load keep the instance count they
-//! start with (serve-exclusive: one per active service).
+//! The daemon sees no request itself: an instance reports its load with its own token
+//! (`TESSERA_TOKEN`, per attempt, like a job's progress), and the view carries the last report
+//! of each instance (queue length, requests in flight; the service's rate, completions and
+//! violations summed, latencies the worst instance's). Without reports they are zero, and a
+//! policy that scales on load keeps the count it starts with (serve-exclusive: one instance).
 
 use std::collections::BTreeMap;
 
@@ -25,8 +27,8 @@ use crate::backend::{
 };
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::services::{
-    parse_service, InstanceRow, InstanceState, InstanceView, RunSpec, ServiceList, ServiceRow,
-    ServiceState, ServiceView,
+    parse_service, InstanceRow, InstanceState, InstanceView, LoadReport, RunSpec, ServiceList,
+    ServiceRow, ServiceState, ServiceView,
 };
 use crate::store::{RunRow, RunState};
 
@@ -60,6 +62,10 @@ struct Inst {
     quick_crashes: u32,
     /// Not launched again before this (back-off after quick crashes).
     not_before: SimTime,
+    /// The current attempt's token (empty after a daemon restart: only its hash is kept).
+    token: String,
+    /// Its last load report (this attempt).
+    load: Option<LoadReport>,
 }
 
 /// The services the core holds.
@@ -69,6 +75,8 @@ pub(crate) struct Services {
     by_id: BTreeMap<i64, usize>,
     live: BTreeMap<i64, Inst>,
     by_handle: BTreeMap<String, i64>,
+    /// Instance tokens by SHA-256.
+    tokens: BTreeMap<String, i64>,
     next_instance: i64,
     /// What the policy sees, rebuilt at each scheduling point.
     pub(super) views: Vec<tessera_sched::ServiceView>,
@@ -171,6 +179,7 @@ impl Core {
                 created_at: secs(i.row.created_us),
                 allocation: i.row.placement.clone(),
                 backend_id: i.row.handle.clone(),
+                load: i.load.clone(),
             })
             .collect();
         ServiceView {
@@ -377,6 +386,9 @@ impl Core {
             if let Some(h) = &row.handle {
                 self.services.by_handle.insert(h.clone(), row.id);
             }
+            if let Some(t) = &row.token_sha256 {
+                self.services.tokens.insert(t.clone(), row.id);
+            }
             if row.state == InstanceState::Starting {
                 self.commands.push_back(Command::Find {
                     job_id: -row.id,
@@ -396,6 +408,8 @@ impl Core {
                     started,
                     quick_crashes: 0,
                     not_before: SimTime::ZERO,
+                    token: String::new(),
+                    load: None,
                 },
             );
         }
@@ -469,8 +483,8 @@ impl Core {
                     allocation: i.alloc.clone(),
                     created,
                     ready_at: created + cold,
-                    queue_len: 0,
-                    in_flight: 0,
+                    queue_len: i.load.as_ref().map_or(0, |l| l.queue_length),
+                    in_flight: i.load.as_ref().map_or(0, |l| l.in_flight),
                     effective_sm: sm,
                 });
             }
@@ -480,22 +494,34 @@ impl Core {
             .list
             .iter()
             .zip(by_svc)
-            .map(|(s, instances)| tessera_sched::ServiceView {
-                spec: s.spec.clone(),
-                phase: match state_of(s, now) {
-                    ServiceState::Pending => ServicePhase::Pending,
-                    ServiceState::Active => ServicePhase::Active,
-                    ServiceState::Ended | ServiceState::Retired => ServicePhase::Ended,
-                },
-                instances,
-                // The daemon does not see requests (module docs).
-                pending: 0,
-                window: SimDuration::from_secs(1),
-                load_rps: 0.0,
-                p50_latency_s: 0.0,
-                p99_latency_s: 0.0,
-                completed_in_window: 0,
-                violations_in_window: 0,
+            .enumerate()
+            .map(|(idx, (s, instances))| {
+                let loads: Vec<&LoadReport> = self
+                    .services
+                    .live
+                    .values()
+                    .filter(|i| i.svc == idx)
+                    .filter_map(|i| i.load.as_ref())
+                    .collect();
+                let max =
+                    |f: fn(&LoadReport) -> f64| loads.iter().map(|l| f(l)).fold(0.0, f64::max);
+                tessera_sched::ServiceView {
+                    spec: s.spec.clone(),
+                    phase: match state_of(s, now) {
+                        ServiceState::Pending => ServicePhase::Pending,
+                        ServiceState::Active => ServicePhase::Active,
+                        ServiceState::Ended | ServiceState::Retired => ServicePhase::Ended,
+                    },
+                    instances,
+                    // What instances report (module docs); the daemon sees no request itself.
+                    pending: 0,
+                    window: SimDuration::from_secs(1),
+                    load_rps: loads.iter().map(|l| l.requests_per_second).sum(),
+                    p50_latency_s: max(|l| l.p50_latency_seconds),
+                    p99_latency_s: max(|l| l.p99_latency_seconds),
+                    completed_in_window: loads.iter().map(|l| l.completed).sum(),
+                    violations_in_window: loads.iter().map(|l| l.violations).sum(),
+                }
             })
             .collect();
         self.service_timer(now);
@@ -599,6 +625,7 @@ impl Core {
             state: InstanceState::Starting,
             created_us: now_us,
             restarts: 0,
+            token_sha256: None,
         };
         self.pending.instances.push(row.clone());
         self.services.live.insert(
@@ -612,9 +639,70 @@ impl Core {
                 started: None,
                 quick_crashes: 0,
                 not_before: SimTime::ZERO,
+                token: String::new(),
+                load: None,
             },
         );
+        self.issue_token(id);
         self.instance_launch(id)
+    }
+
+    /// A fresh token for instance `id`'s next attempt (the old one stops working), recorded
+    /// in the pending batch; its load report is forgotten.
+    fn issue_token(&mut self, id: i64) {
+        let token = (self.new_token)();
+        let hash = crate::config::hash_token(&token);
+        let Some(inst) = self.services.live.get_mut(&id) else {
+            return;
+        };
+        if let Some(old) = inst.row.token_sha256.replace(hash.clone()) {
+            self.services.tokens.remove(&old);
+        }
+        self.services.tokens.insert(hash, id);
+        inst.token = token;
+        inst.load = None;
+        self.pending.instances.push(inst.row.clone());
+    }
+
+    /// A load report from an instance, with its own token.
+    pub(super) fn instance_load(
+        &mut self,
+        now: SimTime,
+        token: Option<&str>,
+        service: i64,
+        instance: i64,
+        report: LoadReport,
+    ) -> Result<Response, ApiError> {
+        let token = token
+            .filter(|t| !t.is_empty() && t.len() <= 512)
+            .ok_or_else(ApiError::unauthorized)?;
+        let hash = crate::config::hash_token(token);
+        let Some(&owner) = self.services.tokens.get(&hash) else {
+            // A tenant's (or a job's) token is valid but not for this.
+            self.authenticate(Some(token))?;
+            return Err(ApiError::forbidden(
+                "load is accepted only with the instance's own token (TESSERA_TOKEN)",
+            ));
+        };
+        let idx = self.services.live.get(&owner).map(|i| i.svc);
+        let matches = owner == instance
+            && idx.is_some_and(|i| {
+                self.services
+                    .list
+                    .get(i)
+                    .is_some_and(|s| s.row.id == service)
+            });
+        if !matches {
+            return Err(ApiError::forbidden(
+                "load is accepted only with the instance's own token (TESSERA_TOKEN)",
+            ));
+        }
+        report.validate()?;
+        if let Some(inst) = self.services.live.get_mut(&owner) {
+            inst.load = Some(report);
+        }
+        let idx = idx.unwrap_or_default();
+        Ok(Response::Service(Box::new(self.service_view(idx, now))))
     }
 
     /// Removes instance `id`: recorded gone, its devices free again (the local backend hands
@@ -629,6 +717,9 @@ impl Core {
             }
         }
         inst.row.state = InstanceState::Gone;
+        if let Some(t) = inst.row.token_sha256.take() {
+            self.services.tokens.remove(&t);
+        }
         let handle = inst.row.handle.take();
         self.pending.instances.push(inst.row.clone());
         let h = handle?;
@@ -693,6 +784,7 @@ impl Core {
             self.pending.runs.push(run.clone());
             self.act(Command::Stop { run, preempt: true });
         }
+        self.issue_token(id);
         let launch = self.instance_launch(id);
         self.act(Command::Launch(launch));
     }
@@ -732,6 +824,9 @@ impl Core {
         env.push(("TESSERA_SERVICE_NAME".into(), svc.row.name.clone()));
         env.push(("TESSERA_INSTANCE".into(), id.to_string()));
         env.push(("TESSERA_ATTEMPT".into(), inst.row.attempt.to_string()));
+        if !inst.token.is_empty() {
+            env.push(("TESSERA_TOKEN".into(), inst.token.clone()));
+        }
         env.push(("TESSERA_CPU_WORKERS".into(), workers.to_string()));
         env.push(("TESSERA_GPUS".into(), devices.to_string()));
         if let Some(url) = &self.callback_url {
@@ -971,6 +1066,7 @@ impl Core {
             if let Some(i) = self.services.live.get_mut(&id) {
                 i.launching = true;
             }
+            self.issue_token(id);
             let launch = self.instance_launch(id);
             self.act(Command::Launch(launch));
         }

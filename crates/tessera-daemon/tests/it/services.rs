@@ -91,4 +91,19 @@ fn services_are_submitted_scaled_and_retired_over_http() {
     let anon = tessera_daemon::Client::new(&d.url(), None);
     assert_eq!(api_error(anon.services().unwrap_err()).0, 401);
     assert_eq!(api_error(alice.service(99).unwrap_err()).0, 404);
+    // Load reports take an instance's own token only (the backend here runs nothing, so no
+    // instance token exists: crate tests cover accepted reports).
+    let report = tessera_daemon::services::LoadReport::default();
+    assert_eq!(
+        api_error(alice.report_load(1, 1, &report).unwrap_err()).0,
+        403
+    );
+    assert_eq!(
+        api_error(anon.report_load(1, 1, &report).unwrap_err()).0,
+        401
+    );
+    assert_eq!(
+        api_error(alice.report_load(0, 1, &report).unwrap_err()).0,
+        404
+    );
 }
