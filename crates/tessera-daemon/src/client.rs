@@ -216,6 +216,54 @@ impl Client {
         self.send("DELETE", &format!("/v1/jobs/{id}"), None)
     }
 
+    /// Submits an inference service (a `kind: Workload` document with one service).
+    pub fn submit_service(
+        &self,
+        spec_text: &str,
+    ) -> Result<crate::services::ServiceView, ClientError> {
+        let ctype = if spec_text.trim_start().starts_with('{') {
+            "application/json"
+        } else {
+            "application/yaml"
+        };
+        self.send("POST", "/v1/services", Some((ctype, spec_text)))
+    }
+
+    /// Services visible to this token.
+    pub fn services(&self) -> Result<Vec<crate::services::ServiceView>, ClientError> {
+        let l: crate::services::ServiceList = self.get("/v1/services")?;
+        Ok(l.services)
+    }
+
+    /// One service with its instances.
+    pub fn service(&self, id: i64) -> Result<crate::services::ServiceView, ClientError> {
+        self.get(&format!("/v1/services/{id}"))
+    }
+
+    /// Reports an instance's load (with the instance's own `TESSERA_TOKEN` as this client's
+    /// token).
+    pub fn report_load(
+        &self,
+        service: i64,
+        instance: i64,
+        report: &crate::services::LoadReport,
+    ) -> Result<crate::services::ServiceView, ClientError> {
+        let body = serde_json::to_string(report).map_err(|e| ClientError::Decode {
+            status: 0,
+            message: e.to_string(),
+        })?;
+        self.send(
+            "POST",
+            &format!("/v1/services/{service}/instances/{instance}/load"),
+            Some(("application/json", &body)),
+        )
+    }
+
+    /// Retires a service (every instance stopped).
+    pub fn retire_service(&self, id: i64) -> Result<crate::services::ServiceView, ClientError> {
+        self.send("DELETE", &format!("/v1/services/{id}"), None)
+    }
+
     /// The cluster's nodes with capacity and allocation.
     pub fn nodes(&self) -> Result<NodeList, ClientError> {
         self.get("/v1/nodes")

@@ -241,6 +241,11 @@ impl Engine {
         drop(finished);
         let runs = engine.store.open_runs()?;
         engine.core.restore(now, rows, runs)?;
+        let (services, instances) = engine.store.load_services()?;
+        let max_instance = engine.store.max_instance_id()?;
+        engine
+            .core
+            .restore_services(now, services, instances, max_instance)?;
         engine.drive()?;
         engine.core.finish_restore(engine.clock.now());
         engine.drive()?;
@@ -596,7 +601,11 @@ impl Engine {
         };
         let writes = matches!(
             req,
-            Request::Cancel { .. } | Request::Progress { .. } | Request::SetNodeHealth { .. }
+            Request::Cancel { .. }
+                | Request::Progress { .. }
+                | Request::SetNodeHealth { .. }
+                | Request::SubmitService { .. }
+                | Request::RetireService { .. }
         );
         if writes && !self.flush() {
             // Authentication first, so that the 503 tells nothing to a stranger.

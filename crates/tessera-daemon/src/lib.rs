@@ -31,11 +31,15 @@ pub mod engine;
 pub mod error;
 pub mod inventory;
 pub mod metrics;
+pub mod services;
 pub mod spec;
 pub mod store;
 pub mod types;
 
 mod server;
+mod server_services;
+#[cfg(test)]
+mod services_tests;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -99,7 +99,7 @@ pub(crate) fn run_engine(
 }
 
 #[derive(Clone)]
-struct AppState {
+pub(crate) struct AppState {
     tx: mpsc::Sender<Envelope>,
     body_timeout: Duration,
 }
@@ -121,7 +121,7 @@ fn cap_message(message: &str) -> String {
     )
 }
 
-fn error_response(e: &ApiError) -> HttpResponse {
+pub(crate) fn error_response(e: &ApiError) -> HttpResponse {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut body = e.body();
     body.error.message = cap_message(&body.error.message);
@@ -134,7 +134,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme
@@ -142,7 +142,7 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
         .then(|| token.trim().to_string())
 }
 
-async fn call(
+pub(crate) async fn call(
     state: &AppState,
     headers: &HeaderMap,
     request: Request,
@@ -160,7 +160,7 @@ async fn call(
         .map_err(|_| ApiError::new(503, "unavailable", "the scheduling engine has stopped"))?
 }
 
-fn respond(r: Result<Response, ApiError>, created: bool) -> HttpResponse {
+pub(crate) fn respond(r: Result<Response, ApiError>, created: bool) -> HttpResponse {
     match r {
         Ok(Response::Job(j)) if created => (StatusCode::CREATED, Json(*j)).into_response(),
         Ok(Response::Job(j)) => Json(*j).into_response(),
@@ -169,6 +169,9 @@ fn respond(r: Result<Response, ApiError>, created: bool) -> HttpResponse {
         Ok(Response::Nodes(n)) => Json(n).into_response(),
         Ok(Response::Queue(q)) => Json(q).into_response(),
         Ok(Response::Ack(a)) => Json(a).into_response(),
+        Ok(Response::Service(v)) if created => (StatusCode::CREATED, Json(*v)).into_response(),
+        Ok(Response::Service(v)) => Json(*v).into_response(),
+        Ok(Response::Services(l)) => Json(l).into_response(),
         Ok(Response::Text(t)) => (
             [(
                 header::CONTENT_TYPE,
@@ -183,7 +186,10 @@ fn respond(r: Result<Response, ApiError>, created: bool) -> HttpResponse {
 
 /// Reads a request's body within the body timeout (a client trickling its body must not hold
 /// a connection forever) and the body size limit.
-async fn read_body(state: &AppState, req: axum::extract::Request) -> Result<String, ApiError> {
+pub(crate) async fn read_body(
+    state: &AppState,
+    req: axum::extract::Request,
+) -> Result<String, ApiError> {
     match tokio::time::timeout(state.body_timeout, Bytes::from_request(req, &())).await {
         Ok(body) => body_text(body),
         Err(_) => Err(ApiError::new(
@@ -401,6 +407,18 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/health", post(node_health))
         .route("/v1/queue", get(queue))
+        .route(
+            "/v1/services",
+            post(crate::server_services::submit).get(crate::server_services::list),
+        )
+        .route(
+            "/v1/services/{id}",
+            get(crate::server_services::describe).delete(crate::server_services::retire),
+        )
+        .route(
+            "/v1/services/{id}/instances/{instance}/load",
+            post(crate::server_services::load),
+        )
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(fallback)

@@ -109,7 +109,7 @@ pub const MAX_SPEC_ALIASES: usize = 64;
 /// per indentation step and per `- ` entry marker). Block scalars (`|`, `>`) are skipped, so
 /// brackets in scripts do not count. It may over-count odd but valid layouts; it never
 /// under-counts what the parser would nest.
-fn check_shape(text: &str) -> Result<(), ApiError> {
+pub(crate) fn check_shape(text: &str) -> Result<(), ApiError> {
     let limit = MAX_SPEC_DEPTH;
     let too_deep = || {
         Err(ApiError::bad_request(format!(

@@ -195,12 +195,20 @@ pub struct WriteBatch {
     pub transitions: Vec<TransitionRow>,
     /// Runs to insert or update.
     pub runs: Vec<RunRow>,
+    /// Services to insert or rewrite.
+    pub services: Vec<crate::services::ServiceRow>,
+    /// Service instances to insert or rewrite.
+    pub instances: Vec<crate::services::InstanceRow>,
 }
 
 impl WriteBatch {
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.transitions.is_empty() && self.runs.is_empty()
+        self.jobs.is_empty()
+            && self.transitions.is_empty()
+            && self.runs.is_empty()
+            && self.services.is_empty()
+            && self.instances.is_empty()
     }
 
     /// Adds `later`'s changes after these (rows are rewritten whole, so the later row wins).
@@ -208,6 +216,8 @@ impl WriteBatch {
         self.jobs.extend(later.jobs);
         self.transitions.extend(later.transitions);
         self.runs.extend(later.runs);
+        self.services.extend(later.services);
+        self.instances.extend(later.instances);
     }
 }
 
@@ -377,6 +387,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(crate::services::SCHEMA)?;
         let version: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
                 r.get(0)
@@ -526,6 +537,7 @@ impl Store {
             for r in &batch.runs {
                 run.execute(params![r.handle, r.job_id, r.attempt, r.state.as_str()])?;
             }
+            crate::services::write(&tx, &batch.services, &batch.instances)?;
         }
         tx.commit()?;
         Ok(())
@@ -694,6 +706,24 @@ impl Store {
             });
         }
         Ok(out)
+    }
+
+    /// Every service and every instance not gone (restart).
+    pub fn load_services(
+        &self,
+    ) -> Result<
+        (
+            Vec<crate::services::ServiceRow>,
+            Vec<crate::services::InstanceRow>,
+        ),
+        DaemonError,
+    > {
+        crate::services::load(&self.conn)
+    }
+
+    /// The largest service instance id ever used.
+    pub fn max_instance_id(&self) -> Result<i64, DaemonError> {
+        crate::services::max_instance_id(&self.conn)
     }
 
     /// Runs not yet gone.
@@ -898,6 +928,7 @@ mod tests {
                 attempt: 1,
                 state: RunState::Live,
             }],
+            ..WriteBatch::default()
         };
         s.commit(&batch).unwrap();
         drop(s);

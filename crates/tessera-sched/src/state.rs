@@ -724,6 +724,36 @@ impl<'a> From<&'a InferenceService> for Holder<'a> {
 /// Checks that an instance allocation fits what one instance of `service` needs: one node,
 /// at least its CPU and memory, and on each GPU named a whole GPU, a MIG instance or a quota
 /// holding enough device memory in all.
+/// `new` with the devices of `old` named where it leaves them open, when it keeps `old`'s node
+/// and GPU mask (and the kind of part: whole or quota); `None` when it moves.
+fn same_instance_devices(new: &Allocation, old: &Allocation) -> Option<Allocation> {
+    let ([a], [b]) = (new.shares.as_slice(), old.shares.as_slice()) else {
+        return None;
+    };
+    let kept = a.node == b.node
+        && a.gpus == b.gpus
+        && match (a.devices, b.devices) {
+            (None, _) => true,
+            (Some(x), Some(y)) => {
+                x.gpus == y.gpus
+                    && (matches!(
+                        (x.part, y.part),
+                        (GpuPart::Whole, GpuPart::Whole)
+                            | (GpuPart::Quota { .. }, GpuPart::Quota { .. })
+                    ) || x == y)
+            }
+            (Some(_), None) => false,
+        };
+    if !kept {
+        return None;
+    }
+    let mut named = new.clone();
+    if let (Some(s), None) = (named.shares.first_mut(), a.devices) {
+        s.devices = b.devices;
+    }
+    Some(named)
+}
+
 fn check_instance(
     cluster: &Cluster,
     service: &InferenceService,
@@ -797,6 +827,18 @@ pub fn validate<'h>(
                 }
                 (Action::ScaleIn { .. }, Some(_)) => Ok(None),
                 (Action::ScaleIn { .. }, None) => refuse("no such instance"),
+                (Action::RetuneInstance { allocation, .. }, Some(old)) => {
+                    check_instance(cluster, service, allocation)?;
+                    let Some(named) = same_instance_devices(allocation, old) else {
+                        return refuse("an instance retune keeps its node and GPUs");
+                    };
+                    let mut without = state.clone();
+                    without.release(cluster, old);
+                    without
+                        .resolve_for(cluster, &service.gpu_types, &named, now)
+                        .map(Some)
+                }
+                (Action::RetuneInstance { .. }, None) => refuse("no such instance"),
                 (a, _) => refuse(format!("{} concerns a job, not a service", a.kind())),
             };
         }

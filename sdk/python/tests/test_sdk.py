@@ -256,3 +256,33 @@ def test_throttle_keeps_the_duty_cycle_and_follows_a_retune(tmp_path):
     assert slept == pytest.approx([3.0, 3.0, 1.0])
     # Without a quota file the throttle does nothing.
     assert Throttle({}).step(1.0) == 0.0
+
+
+def test_instance_reads_the_service_environment():
+    from tessera_sdk import ServiceInstance, instance
+
+    env = {"TESSERA_SERVICE": "3", "TESSERA_SERVICE_NAME": "bert", "TESSERA_INSTANCE": "12",
+           "TESSERA_ATTEMPT": "2"}
+    assert instance(env) == ServiceInstance(service=3, name="bert", instance=12, attempt=2)
+    assert instance({}) is None, "a training job is no instance"
+    assert instance({"TESSERA_SERVICE": "x", "TESSERA_INSTANCE": "1"}) is None
+    assert instance({"TESSERA_SERVICE": "1", "TESSERA_INSTANCE": "1"}).attempt == 0
+
+
+def test_report_load_posts_to_the_instance_and_never_raises(daemon):
+    from tessera_sdk import report_load
+
+    env = {"TESSERA_URL": daemon.url, "TESSERA_TOKEN": "inst-tok", "TESSERA_SERVICE": "3",
+           "TESSERA_INSTANCE": "12", "TESSERA_ATTEMPT": "1"}
+    assert report_load(5, in_flight=2, requests_per_second=40.5, p99_latency_seconds=0.08,
+                       completed=100, violations=3, env=env)
+    path, auth, body = daemon.requests[-1]
+    assert path == "/v1/services/3/instances/12/load"
+    assert auth == "Bearer inst-tok"
+    assert body == {"queueLength": 5, "inFlight": 2, "requestsPerSecond": 40.5,
+                    "p50LatencySeconds": 0.0, "p99LatencySeconds": 0.08, "completed": 100,
+                    "violations": 3}
+    assert not report_load(1, env={}), "outside an instance nothing is sent"
+    daemon.status = 403
+    assert not report_load(1, env=env)
+    assert not report_load(1, env=dict(env, TESSERA_URL="http://127.0.0.1:9"))

@@ -59,6 +59,26 @@ pub(crate) enum Request {
         node: String,
         health: Option<NodeHealth>,
     },
+    /// `POST /v1/services` (the body as sent).
+    SubmitService {
+        body: String,
+    },
+    /// `GET /v1/services`.
+    ListServices,
+    /// `GET /v1/services/{id}`.
+    GetService {
+        id: i64,
+    },
+    /// `DELETE /v1/services/{id}`.
+    RetireService {
+        id: i64,
+    },
+    /// `POST /v1/services/{id}/instances/{instance}/load` (the instance's own token).
+    InstanceLoad {
+        service: i64,
+        instance: i64,
+        report: crate::services::LoadReport,
+    },
 }
 
 /// The core's answer.
@@ -71,6 +91,8 @@ pub(crate) enum Response {
     Queue(QueueView),
     Ack(ProgressAck),
     Text(String),
+    Service(Box<crate::services::ServiceView>),
+    Services(crate::services::ServiceList),
 }
 
 fn secs(us: u64) -> f64 {
@@ -78,7 +100,7 @@ fn secs(us: u64) -> f64 {
 }
 
 impl Core {
-    fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
+    pub(super) fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
         let token = token
             .filter(|t| !t.is_empty() && t.len() <= 512)
             .ok_or_else(ApiError::unauthorized)?;
@@ -416,7 +438,7 @@ impl Core {
             if !self.settings.public_metrics {
                 self.authenticate(token)?;
             }
-            return Ok(Response::Text(self.render_metrics()));
+            return Ok(Response::Text(self.render_metrics(now)));
         }
         if let Request::Submit { body } = req {
             let mut r = self.submit(now, vec![(token.map(String::from), body)]);
@@ -425,8 +447,21 @@ impl Core {
                 .unwrap_or_else(|| Err(ApiError::internal("no result")))
                 .map(|j| Response::Job(Box::new(j)));
         }
+        if let Request::InstanceLoad {
+            service,
+            instance,
+            report,
+        } = req
+        {
+            return self.instance_load(now, token, service, instance, report);
+        }
         let caller = self.authenticate(token)?;
         match req {
+            Request::InstanceLoad { .. } => Err(ApiError::internal("unreachable request")),
+            Request::SubmitService { .. }
+            | Request::ListServices
+            | Request::GetService { .. }
+            | Request::RetireService { .. } => self.service_request(now, &caller, req),
             Request::List {
                 state,
                 queue,
@@ -817,7 +852,7 @@ impl Core {
         }
     }
 
-    fn render_metrics(&self) -> String {
+    fn render_metrics(&self, now: SimTime) -> String {
         let mut counts: BTreeMap<JobState, u64> = BTreeMap::new();
         for j in &self.jobs {
             *counts.entry(j.row.state).or_default() += 1;
@@ -859,6 +894,8 @@ impl Core {
                 ),
             ],
         };
-        self.metrics.render(&gauges)
+        let mut text = self.metrics.render(&gauges);
+        text.push_str(&self.service_metrics(now));
+        text
     }
 }

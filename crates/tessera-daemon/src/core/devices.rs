@@ -22,7 +22,7 @@ use crate::config::{LocalConfig, LocalNodeConfig};
 use crate::error::BackendError;
 use crate::types::JobState;
 
-type Batch = Arc<Mutex<Option<Vec<Action>>>>;
+pub(super) type Batch = Arc<Mutex<Option<Vec<Action>>>>;
 
 /// Returns the batch it was last given, once.
 struct Scripted(Batch);
@@ -41,18 +41,18 @@ impl Policy for Scripted {
     }
 }
 
-fn scripted() -> (Box<dyn Policy>, Batch) {
+pub(super) fn scripted() -> (Box<dyn Policy>, Batch) {
     let b = Batch::default();
     (Box::new(Scripted(b.clone())), b)
 }
 
-fn give(b: &Batch, actions: Vec<Action>) {
+pub(super) fn give(b: &Batch, actions: Vec<Action>) {
     if let Ok(mut slot) = b.lock() {
         *slot = Some(actions);
     }
 }
 
-fn alloc(mask: u64, part: GpuPart, plan: Option<ParallelPlan>) -> Allocation {
+pub(super) fn alloc(mask: u64, part: GpuPart, plan: Option<ParallelPlan>) -> Allocation {
     let gpus = match part {
         GpuPart::Whole => GpuMask(mask).count(),
         _ => 0,
@@ -72,7 +72,7 @@ fn alloc(mask: u64, part: GpuPart, plan: Option<ParallelPlan>) -> Allocation {
     }
 }
 
-fn quota(sm_request: u16, sm_limit: u16, gib: u64) -> GpuPart {
+pub(super) fn quota(sm_request: u16, sm_limit: u16, gib: u64) -> GpuPart {
     GpuPart::Quota {
         sm_request,
         sm_limit,
@@ -80,7 +80,7 @@ fn quota(sm_request: u16, sm_limit: u16, gib: u64) -> GpuPart {
     }
 }
 
-fn local_backend(dir: &Path, tool_path: Option<String>) -> LocalBackend {
+pub(super) fn local_backend(dir: &Path, tool_path: Option<String>) -> LocalBackend {
     LocalBackend::new(LocalConfig {
         work_dir: dir.to_path_buf(),
         nodes: vec![LocalNodeConfig {
@@ -110,7 +110,7 @@ fn submit(core: &mut Core, name: &str, gpus: u32, script: &str) -> i64 {
 
 /// Carries out the core's commands with the real local backend (persisting nothing: these
 /// tests are about what reaches the job).
-fn drive(core: &mut Core, backend: &mut LocalBackend, now: SimTime) {
+pub(super) fn drive(core: &mut Core, backend: &mut LocalBackend, now: SimTime) {
     while let Some(c) = core.poll_command() {
         match c {
             Command::Persist(_) => {}

@@ -18,11 +18,14 @@
 //! written in one group commit.
 
 mod api;
+mod services;
 
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod devices;
+#[cfg(test)]
+mod service_tests;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
@@ -51,6 +54,7 @@ use crate::store::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
 use crate::types::JobState;
 
 pub(crate) use api::{Request, Response};
+pub use services::instance_run_name;
 
 /// Default run time assumed for a job without hints.
 const DEFAULT_DURATION_SECS: f64 = 3600.0;
@@ -120,6 +124,12 @@ enum Plan {
     Resize(usize, Allocation),
     Retune(usize, Allocation),
     Reconfigure(NodeId, u32, Option<Vec<MigInstance>>),
+    /// A new instance of a service (by index).
+    ScaleOut(usize, Allocation),
+    /// Remove an instance (by id).
+    ScaleIn(i64),
+    /// New quota for an instance (by id).
+    RetuneInstance(i64, Allocation),
 }
 
 /// Why the core refused an action of the policy (a policy bug, or a state the policy could
@@ -148,6 +158,9 @@ pub enum Refusal {
     /// An action the daemon does not carry out.
     #[error("the daemon does not carry out {0} actions")]
     Unsupported(&'static str),
+    /// The service is unknown or retired.
+    #[error("service {0} is unknown or retired")]
+    ServiceNotActive(u32),
 }
 
 /// Settings of a core that do not change while it runs.
@@ -253,6 +266,8 @@ pub struct Core {
     to_archive: Vec<usize>,
     /// Archived (or, after a restart, never loaded) finished jobs per state.
     archived_counts: BTreeMap<JobState, usize>,
+    /// Inference services and their instances.
+    services: services::Services,
 }
 
 impl std::fmt::Debug for Core {
@@ -349,6 +364,7 @@ impl Core {
             new_token,
             to_archive: Vec::new(),
             archived_counts: BTreeMap::new(),
+            services: services::Services::default(),
         }
     }
 
@@ -521,6 +537,7 @@ impl Core {
             self.retry_at,
             self.wakeup,
             self.deferred_arrivals(),
+            self.services.timer,
         ]
         .into_iter()
         .flatten()
@@ -689,6 +706,9 @@ impl Core {
     /// The answer to a [`Command::Find`]: adopt the run, or requeue the job when the start
     /// never happened.
     pub fn handle_found(&mut self, now: SimTime, job_id: i64, attempt: u32, run: Option<Handle>) {
+        if services::Services::is_instance(job_id) {
+            return self.instance_found(now, -job_id, attempt, run);
+        }
         let now_us = now.as_micros();
         let Some(&idx) = self.by_id.get(&job_id) else {
             return;
@@ -912,18 +932,18 @@ impl Core {
     /// A poll tick: retries failed stops and asks for the status of every run (a
     /// [`Command::Poll`] unless nothing runs).
     pub fn poll_runs(&mut self, now: SimTime) {
-        let _ = now;
         for run in std::mem::take(&mut self.to_stop) {
             self.act(Command::Stop {
                 run,
                 preempt: false,
             });
         }
-        let watched: Vec<Handle> = self
+        let mut watched: Vec<Handle> = self
             .active
             .iter()
             .filter_map(|&idx| self.jobs[idx].row.handle.clone().map(Handle))
             .collect();
+        watched.extend(self.instance_poll(now));
         if !watched.is_empty() {
             self.commands.push_back(Command::Poll(watched));
         }
@@ -937,6 +957,7 @@ impl Core {
 
     /// The answer to a [`Command::Poll`]: records finished, failed and preempted runs.
     pub fn handle_statuses(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        let statuses = self.instance_statuses(now, statuses);
         let now = now.as_micros();
         for (h, status) in statuses {
             if let Some(&idx) = self.verifying.get(&h.0) {
@@ -1260,6 +1281,7 @@ impl Core {
             || self.next_round.is_some_and(|r| now >= r)
             || self.retry_at.is_some_and(|r| now >= r)
             || self.wakeup.is_some_and(|w| now >= w)
+            || self.services.timer.is_some_and(|t| now >= t)
     }
 
     fn accrue(&mut self, now: SimTime) {
@@ -1339,8 +1361,12 @@ impl Core {
                 self.next_round = Some(next);
             }
         }
+        if self.services.timer.is_some_and(|t| now >= t) {
+            trigger.wakeup = true;
+        }
         self.accrue(now);
         self.build_active();
+        self.build_service_views(now);
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         // What the policy sees as free: the device-level state, nothing on nodes that are
@@ -1367,7 +1393,7 @@ impl Core {
                 state: &self.devices,
                 jobs: &self.specs,
                 active: &self.active_buf,
-                services: &[],
+                services: &self.services.views,
             };
             self.policy.schedule(&view, &mut actions);
         }
@@ -1379,10 +1405,16 @@ impl Core {
         // does: an action sees the effect of the earlier ones of its batch.
         let mut scratch = self.devices.clone();
         let mut holding: BTreeMap<usize, Option<Allocation>> = BTreeMap::new();
+        let mut instances: BTreeMap<i64, Option<Allocation>> = BTreeMap::new();
         let mut plans = Vec::new();
         self.refused.clear();
         for action in actions.drain(..) {
-            match self.check(&mut scratch, &mut holding, &action, now) {
+            let checked = if action.service().is_some() {
+                self.check_service(&mut scratch, &mut instances, &action, now)
+            } else {
+                self.check(&mut scratch, &mut holding, &action, now)
+            };
+            match checked {
                 Ok(p) => plans.push(p),
                 Err(e) => {
                     self.metrics.rejected_actions += 1;
@@ -1520,8 +1552,15 @@ impl Core {
         let mut to_retune: Vec<Retune> = Vec::new();
         let mut to_restart: Vec<i64> = Vec::new();
         let mut to_reconfigure: Vec<Command> = Vec::new();
+        let mut to_restart_instances: Vec<i64> = Vec::new();
         for plan in plans {
             match plan {
+                Plan::ScaleOut(idx, alloc) => to_start.push(self.scale_out(idx, alloc, now_us)),
+                Plan::ScaleIn(id) => to_preempt.extend(self.scale_in(id)),
+                Plan::RetuneInstance(id, alloc) => match self.retune_instance(id, alloc) {
+                    Some(r) => to_retune.push(r),
+                    None => to_restart_instances.push(id),
+                },
                 Plan::Preempt(idx) => {
                     *self.metrics.preemptions.entry("policy").or_default() += 1;
                     if let Some(h) = self.detach_handle(idx, RunState::Stop) {
@@ -1621,6 +1660,9 @@ impl Core {
         for id in to_restart {
             self.restart_in_place(now, id, "retuned while starting");
         }
+        for id in to_restart_instances {
+            self.restart_instance(id, "retuned while starting");
+        }
         for launch in to_start {
             self.act(Command::Launch(launch));
         }
@@ -1697,6 +1739,9 @@ impl Core {
         attempt: u32,
         result: Result<(), BackendError>,
     ) {
+        if services::Services::is_instance(job_id) {
+            return self.instance_retuned(-job_id, attempt, result);
+        }
         let Err(e) = result else {
             *self.metrics.retunes.entry("in_place").or_default() += 1;
             return;
@@ -1787,11 +1832,12 @@ impl Core {
     /// Checks the device-level invariants ([`ClusterState::check_invariants`]) against what
     /// the jobs hold.
     pub fn check_device_invariants(&self) -> Result<(), String> {
-        let holdings = self.jobs.iter().enumerate().filter_map(|(i, j)| {
-            j.alloc
-                .as_ref()
-                .map(|a| (tessera_model::JobId(i as u32), a))
-        });
+        let holdings = self
+            .jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| j.alloc.as_ref().map(|a| (format!("job {i}"), a)))
+            .chain(self.instance_holdings());
         self.devices.check_invariants(&self.map.cluster, holdings)
     }
 
@@ -1809,6 +1855,9 @@ impl Core {
         attempt: u32,
         result: Result<Handle, BackendError>,
     ) {
+        if services::Services::is_instance(job_id) {
+            return self.instance_launched(now, -job_id, attempt, result);
+        }
         let now_us = now.as_micros();
         let idx = self.by_id.get(&job_id).copied().filter(|&i| {
             let r = &self.jobs[i].row;

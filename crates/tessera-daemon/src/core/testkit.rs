@@ -71,6 +71,9 @@ pub(crate) struct Harness {
     /// The durable state: the last persisted row of each job, every run row.
     pub(crate) store_jobs: BTreeMap<i64, JobRow>,
     pub(crate) store_runs: BTreeMap<String, RunRow>,
+    /// The durable services and instances: the last persisted row of each.
+    pub(crate) store_services: BTreeMap<i64, crate::services::ServiceRow>,
+    pub(crate) store_instances: BTreeMap<i64, crate::services::InstanceRow>,
     pub(crate) runs: BTreeMap<String, ScriptedRun>,
     /// Launches to refuse before accepting again.
     pub(crate) refuse_launches: u32,
@@ -139,6 +142,8 @@ impl Harness {
             events: Vec::new(),
             store_jobs: BTreeMap::new(),
             store_runs: BTreeMap::new(),
+            store_services: BTreeMap::new(),
+            store_instances: BTreeMap::new(),
             runs: BTreeMap::new(),
             refuse_launches: 0,
             refuse_stops: 0,
@@ -160,6 +165,17 @@ impl Harness {
             .cloned()
             .collect();
         self.core.restore(self.now, rows, open).expect("restore");
+        let services = self.store_services.values().cloned().collect();
+        let instances = self
+            .store_instances
+            .values()
+            .filter(|i| i.state != crate::services::InstanceState::Gone)
+            .cloned()
+            .collect();
+        let max = self.store_instances.keys().max().copied().unwrap_or(0);
+        self.core
+            .restore_services(self.now, services, instances, max)
+            .expect("restore services");
         self.drain();
         self.core.finish_restore(self.now);
         self.drain();
@@ -232,6 +248,41 @@ impl Harness {
         for r in batch.runs {
             self.store_runs.insert(r.handle.clone(), r);
         }
+        for s in batch.services {
+            self.store_services.insert(s.id, s);
+        }
+        for i in batch.instances {
+            self.store_instances.insert(i.id, i);
+        }
+    }
+
+    /// Carries out a launch (after its persist-before-act check).
+    fn launched(&mut self, l: crate::backend::Launch) {
+        self.events.push(Event::Launch(
+            l.job_id,
+            l.attempt,
+            l.placement
+                .iter()
+                .map(|s| (s.node.clone(), s.gpus))
+                .collect(),
+        ));
+        let r = if self.refuse_launches > 0 {
+            self.refuse_launches -= 1;
+            Err(BackendError::Unsupported("scripted refusal".into()))
+        } else {
+            self.next_handle += 1;
+            let h = format!("run-{}", self.next_handle);
+            self.runs.insert(
+                h.clone(),
+                ScriptedRun {
+                    job_id: l.job_id,
+                    name: l.name.clone(),
+                    status: RunStatus::Running,
+                },
+            );
+            Ok(Handle(h))
+        };
+        self.core.handle_launched(self.now, l.job_id, l.attempt, r);
     }
 
     /// Carries out every queued command, checking persist-before-act on each launch and stop.
@@ -240,6 +291,19 @@ impl Harness {
             let verify = matches!(c, Command::Verify(_));
             match c {
                 Command::Persist(b) => self.persist(b),
+                Command::Launch(l) if l.job_id < 0 => {
+                    let stored = self.store_instances.get(&-l.job_id);
+                    assert!(
+                        stored.is_some_and(|r| r.state
+                            == crate::services::InstanceState::Starting
+                            && r.attempt == l.attempt
+                            && r.placement == l.placement),
+                        "launch of instance {} attempt {} before its start was persisted: {stored:?}",
+                        -l.job_id,
+                        l.attempt
+                    );
+                    self.launched(l);
+                }
                 Command::Launch(l) => {
                     let stored = self.store_jobs.get(&l.job_id);
                     assert!(
@@ -250,31 +314,7 @@ impl Harness {
                         l.job_id,
                         l.attempt
                     );
-                    self.events.push(Event::Launch(
-                        l.job_id,
-                        l.attempt,
-                        l.placement
-                            .iter()
-                            .map(|s| (s.node.clone(), s.gpus))
-                            .collect(),
-                    ));
-                    let r = if self.refuse_launches > 0 {
-                        self.refuse_launches -= 1;
-                        Err(BackendError::Unsupported("scripted refusal".into()))
-                    } else {
-                        self.next_handle += 1;
-                        let h = format!("run-{}", self.next_handle);
-                        self.runs.insert(
-                            h.clone(),
-                            ScriptedRun {
-                                job_id: l.job_id,
-                                name: l.name.clone(),
-                                status: RunStatus::Running,
-                            },
-                        );
-                        Ok(Handle(h))
-                    };
-                    self.core.handle_launched(self.now, l.job_id, l.attempt, r);
+                    self.launched(l);
                 }
                 Command::Stop { run, preempt } => {
                     let stored = self.store_runs.get(&run.handle);
@@ -326,8 +366,10 @@ impl Harness {
                 }
                 Command::Retune(r) => {
                     let stored = self.store_jobs.get(&r.job_id);
+                    let instance = self.store_instances.get(&-r.job_id);
                     assert!(
-                        stored.is_some_and(|j| j.placement == r.placement),
+                        stored.is_some_and(|j| j.placement == r.placement)
+                            || instance.is_some_and(|i| i.placement == r.placement),
                         "retune of job {} before its new allocation was persisted",
                         r.job_id
                     );

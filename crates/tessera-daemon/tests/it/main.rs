@@ -7,6 +7,7 @@
 //! - `hardening`: hostile clients and faults (timeouts, caps, limits, exhaustion).
 //! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
 //! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
+//! - `services`: inference services over HTTP.
 
 mod api;
 mod common;
@@ -14,4 +15,5 @@ mod failures;
 mod hardening;
 mod local;
 mod restart;
+mod services;
 mod slurm;

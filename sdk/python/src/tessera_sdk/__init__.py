@@ -26,10 +26,13 @@ __all__ = [
     "ProgressAck",
     "Quota",
     "TesseraIterator",
+    "ServiceInstance",
     "Throttle",
     "checkpoint_on_sigterm",
+    "instance",
     "plan",
     "quota",
+    "report_load",
     "report_progress",
 ]
 __version__ = "0.1.0"
@@ -367,6 +370,79 @@ class Throttle:
             self._sleep(pause)
             self.slept += pause
         return max(0.0, pause)
+
+
+@dataclass(frozen=True)
+class ServiceInstance:
+    """Which service instance this process is (the daemon starts each instance of an inference
+    service with ``TESSERA_SERVICE``, ``TESSERA_SERVICE_NAME``, ``TESSERA_INSTANCE`` and
+    ``TESSERA_ATTEMPT``; ``attempt`` grows when the instance is restarted)."""
+
+    service: int
+    name: str
+    instance: int
+    attempt: int
+
+
+def instance(env: Optional[Mapping[str, str]] = None) -> Optional[ServiceInstance]:
+    """This process's service instance, or None outside one (a training job, or no daemon).
+    Never raises. Its quota is :func:`quota` and :class:`Throttle`, exactly as for a job."""
+    env = os.environ if env is None else env
+    try:
+        service = int(env["TESSERA_SERVICE"])
+        inst = int(env["TESSERA_INSTANCE"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ServiceInstance(
+        service=service,
+        name=env.get("TESSERA_SERVICE_NAME", ""),
+        instance=inst,
+        attempt=max(0, _int_env(env, "TESSERA_ATTEMPT", 0)),
+    )
+
+
+def report_load(
+    queue_length: int,
+    in_flight: int = 0,
+    requests_per_second: float = 0.0,
+    p50_latency_seconds: float = 0.0,
+    p99_latency_seconds: float = 0.0,
+    completed: int = 0,
+    violations: int = 0,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: float = 5.0,
+) -> bool:
+    """Reports a service instance's load to the daemon (what its policy sees of the service:
+    queue length, requests in flight, arrival rate, recent latencies, completions and SLO
+    violations in the instance's recent window). Returns True when accepted; False outside a
+    daemon-run instance or on any failure (never raises)."""
+    env = os.environ if env is None else env
+    me = instance(env)
+    url, token = env.get("TESSERA_URL"), env.get("TESSERA_TOKEN")
+    if me is None or not url or not token:
+        return False
+    body = {
+        "queueLength": max(0, int(queue_length)),
+        "inFlight": max(0, int(in_flight)),
+        "requestsPerSecond": float(requests_per_second),
+        "p50LatencySeconds": float(p50_latency_seconds),
+        "p99LatencySeconds": float(p99_latency_seconds),
+        "completed": max(0, int(completed)),
+        "violations": max(0, int(violations)),
+    }
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/services/{me.service}/instances/{me.instance}/load",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+        return True
+    except Exception as e:  # noqa: BLE001 - the documented contract is "never raises"
+        log.debug("tessera load report failed: %s", e)
+        return False
 
 
 def checkpoint_on_sigterm(save: Callable[[], None], exit_code: int = 0) -> None:
