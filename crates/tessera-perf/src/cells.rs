@@ -23,11 +23,15 @@
 //! iteration is longer than a scheduling round.
 //!
 //! Three [`View`]s estimate a cell: [`View::Optimal`] (every uniform split, every
-//! micro-batch count, compute-balanced and equal-layer stage boundaries, then per-stage
-//! refinement of the splits), [`View::Proxy`] (Crius's restricted estimator: equal-layer
-//! stages, one split for every stage with tensor degree either 1 or the whole stage inside
-//! a node) and [`View::DpOnly`] (one stage, tensor degree 1). The proxy's candidates are a
-//! subset of the optimal search's, so its throughput never exceeds the optimal one.
+//! micro-batch count, equal-layer and min-max compute-balanced stage boundaries, then
+//! per-stage refinement of the splits; its candidates include the proxy's plan),
+//! [`View::Proxy`] (Crius's estimator, after its artifact's cell planner: layers get GPU
+//! fractions in proportion to their roofline load and the stage boundaries minimise the L2
+//! gap to the equal per-stage quota; each stage, in order, takes the (data, tensor) split
+//! that fits in memory with the least communication volume, changes of split between stages
+//! penalised 1.1×; 16 micro-batches; the resulting single plan is what the cell is worth)
+//! and [`View::DpOnly`] (one stage, tensor degree 1). Proxy ≤ optimal on every cell.
+//! [`CellPlanner`] precomputes per (model, batch, device) what every cell reuses.
 
 use tessera_model::{GpuModel, ParallelPlan};
 
@@ -422,7 +426,8 @@ impl Cell {
 pub enum View {
     /// Full search.
     Optimal,
-    /// Crius's restricted estimator.
+    /// Crius's estimator: one plan per cell, chosen by compute balance and communication
+    /// volume (not by estimated time), then estimated.
     Proxy,
     /// Data parallelism only (one stage, tensor degree 1).
     DpOnly,
@@ -709,8 +714,406 @@ fn pow2_upto(n: u32) -> impl Iterator<Item = u32> {
         .take_while(move |&v| v <= n.max(1))
 }
 
+/// Micro-batches Crius's estimator assumes for every cell (its profiler's default
+/// `--num_micro_batches 16`); fewer when the batch does not split that finely.
+pub const PROXY_MICRO_BATCHES: u32 = 16;
+/// Crius's penalty on a stage whose split differs from the previous stage's (the activations
+/// must be resharded between them): its communication counts 1.1 times.
+pub const RESHARD_PENALTY: f64 = 1.1;
+
+/// Stage counts a cell may have, by log2: 1, 2, 4, 8, 16.
+const STAGE_SLOTS: usize = 5;
+
+/// One stage count's partitions of a model, as stage sums.
+#[derive(Clone, Debug)]
+struct Partitions {
+    /// Equal numbers of layers per stage.
+    equal: Vec<StageAgg>,
+    /// Largest stage FLOPs minimised; `None` when it equals `equal` or there is one stage.
+    balanced: Option<Vec<StageAgg>>,
+    /// Crius's compute balance (least squares against the equal GPU quota).
+    crius: Vec<StageAgg>,
+}
+
+/// Everything about one model (global batch) on one device that does not depend on the
+/// cell: per stage count, the stage sums of the equal, the min-max balanced and Crius's
+/// partitions. Estimating all cells of a job through one planner per GPU type computes
+/// these once instead of once per cell.
+#[derive(Clone, Debug)]
+pub struct CellPlanner<'a> {
+    model: &'a LargeModel,
+    batch: u32,
+    dev: &'a Device,
+    parts: [Option<Partitions>; STAGE_SLOTS],
+}
+
+impl<'a> CellPlanner<'a> {
+    /// Precomputes the partitions of `model` for every power-of-two stage count up to
+    /// [`MAX_STAGES`] (and the model's layer count).
+    pub fn new(model: &'a LargeModel, batch: u32, dev: &'a Device) -> CellPlanner<'a> {
+        let loads = layer_loads(model, batch, dev);
+        let parts = std::array::from_fn(|k| {
+            let n = 1usize << k;
+            let equal = equal_partition(model.layers.len(), n)?;
+            let balanced = if n > 1 {
+                balanced_partition(&model.layers, n).filter(|p| *p != equal)
+            } else {
+                None
+            };
+            let crius = crius_partition(&loads, n).unwrap_or_else(|| equal.clone());
+            Some(Partitions {
+                equal: stages_of(&model.layers, &equal),
+                balanced: balanced.map(|p| stages_of(&model.layers, &p)),
+                crius: stages_of(&model.layers, &crius),
+            })
+        });
+        CellPlanner {
+            model,
+            batch,
+            dev,
+            parts,
+        }
+    }
+
+    /// Estimates `cell` in `view`; a cell whose best iteration exceeds `round_s` seconds is
+    /// infeasible.
+    pub fn estimate(&self, cell: Cell, view: View, round_s: f64) -> CellEstimate {
+        let (model, batch, dev) = (self.model, self.batch, self.dev);
+        let n = cell.stages;
+        let valid = cell.count > 0
+            && n > 0
+            && cell.count.is_multiple_of(n)
+            && cell.count.is_power_of_two()
+            && n.is_power_of_two()
+            && n as usize <= model.layers.len()
+            && n as usize <= MAX_STAGES
+            && batch > 0
+            && !(view == View::DpOnly && n > 1);
+        let parts = self
+            .parts
+            .get(n.trailing_zeros() as usize)
+            .and_then(Option::as_ref);
+        let Some(parts) = parts.filter(|_| valid) else {
+            return CellEstimate::infeasible(cell, Infeasible::Invalid);
+        };
+        let g = cell.count / n;
+        let ctx = Ctx {
+            dev,
+            batch: batch as f64,
+            links: Links {
+                per_node: cell.per_node(),
+                pipeline: dev.fabric.links(cell.nodes > 1).get(Collective::Broadcast),
+            },
+        };
+        let found = match view {
+            View::Proxy => self.proxy(&ctx, &parts.crius, g),
+            View::DpOnly => self.search(&ctx, &[&parts.equal], g, &[1], false),
+            View::Optimal => {
+                let mut tensors = [0u32; STAGE_SLOTS];
+                let mut k = 0;
+                for t in pow2_upto(g).filter(|&t| t <= model.max_tensor) {
+                    tensors[k] = t;
+                    k += 1;
+                }
+                let sets: [&[StageAgg]; 2] = [
+                    &parts.equal,
+                    parts.balanced.as_deref().unwrap_or(&parts.equal),
+                ];
+                let searched = self.search(&ctx, &sets, g, &tensors[..k], true);
+                // The optimal view's candidates include the proxy's plan, so the proxy can
+                // never beat it.
+                match (searched, self.proxy(&ctx, &parts.crius, g)) {
+                    (Ok(s), Ok(p)) if p.0 < s.0 => Ok(p),
+                    (Ok(s), _) => Ok(s),
+                    (Err(_), Ok(p)) => Ok(p),
+                    (Err(e), Err(_)) => Err(e),
+                }
+            }
+        };
+        match found {
+            Err(why) => CellEstimate::infeasible(cell, why),
+            Ok((it, _, _, _)) if it > round_s => {
+                CellEstimate::infeasible(cell, Infeasible::TooSlow)
+            }
+            Ok((it, mem, s, b)) => CellEstimate {
+                cell,
+                iteration_s: it,
+                throughput: 1.0 / it,
+                plan: Some(ParallelPlan {
+                    data: s.data,
+                    tensor: s.tensor,
+                    pipeline: n,
+                }),
+                micro_batches: b,
+                memory_bytes: mem,
+                infeasible: None,
+            },
+        }
+    }
+
+    /// The best packed cell of `count` GPUs in `view` (fewest stages on ties).
+    pub fn best_packed(&self, count: u32, view: View, round_s: f64) -> CellEstimate {
+        let gpn = self.dev.gpus_per_node;
+        let mut best = CellEstimate::infeasible(
+            Cell::new(count, 1, Locality::Packed, gpn),
+            Infeasible::OutOfMemory,
+        );
+        for stages in pow2_upto(count) {
+            let e = self.estimate(
+                Cell::new(count, stages, Locality::Packed, gpn),
+                view,
+                round_s,
+            );
+            if e.throughput > best.throughput {
+                best = e;
+            } else if best.infeasible.is_some() && e.infeasible == Some(Infeasible::TooSlow) {
+                best.infeasible = e.infeasible;
+            }
+        }
+        best
+    }
+
+    /// Full search over uniform splits with `tensors` degrees, every micro-batch count and
+    /// the partitions `sets`; with `refine`, one sweep of per-stage coordinate descent.
+    /// Returns (iteration, memory, stage 0's split, micro-batches).
+    fn search(
+        &self,
+        ctx: &Ctx<'_>,
+        sets: &[&[StageAgg]],
+        g: u32,
+        tensors: &[u32],
+        refine: bool,
+    ) -> Result<(f64, f64, Split, u32), Infeasible> {
+        let batch = self.batch;
+        let mut best: Option<(f64, f64, usize, Split, u32)> = None;
+        let mut any_valid = false;
+        let mut splits = [Split { data: 1, tensor: 1 }; MAX_STAGES];
+        for (pi, stages) in sets.iter().enumerate() {
+            if pi > 0 && std::ptr::eq(*stages, sets[0]) {
+                continue;
+            }
+            let n = stages.len();
+            for &t in tensors {
+                let d = g / t;
+                if !batch.is_multiple_of(d) {
+                    continue;
+                }
+                let s = Split { data: d, tensor: t };
+                splits[..n].fill(s);
+                for b in pow2_upto((batch / d).min(MAX_MICRO_BATCHES)) {
+                    any_valid = true;
+                    if let Some((it, mem)) = ctx.iteration(stages, &splits[..n], b) {
+                        if best.is_none_or(|x| it < x.0) {
+                            best = Some((it, mem, pi, s, b));
+                        }
+                    }
+                }
+            }
+        }
+        if !any_valid {
+            return Err(Infeasible::Invalid);
+        }
+        let Some((mut it, mut mem, pi, s, b)) = best else {
+            return Err(Infeasible::OutOfMemory);
+        };
+        let stages = sets[pi];
+        let n = stages.len();
+        if refine && n > 1 {
+            splits[..n].fill(s);
+            for j in 0..n {
+                let keep = splits[j];
+                let mut chosen = keep;
+                for &t in tensors {
+                    let cand = Split {
+                        data: g / t,
+                        tensor: t,
+                    };
+                    if cand == keep || !batch.is_multiple_of(cand.data) {
+                        continue;
+                    }
+                    splits[j] = cand;
+                    if let Some((x, m)) = ctx.iteration(stages, &splits[..n], b) {
+                        if x < it {
+                            it = x;
+                            mem = m;
+                            chosen = cand;
+                        }
+                    }
+                }
+                splits[j] = chosen;
+            }
+        }
+        Ok((it, mem, splits[0], b))
+    }
+
+    /// Crius's estimator on a fixed partition: [`PROXY_MICRO_BATCHES`] micro-batches; stage
+    /// by stage, among the (data, tensor) splits of its `g` GPUs that fit in memory, the one
+    /// with the least communication volume — tensor-parallel collectives per micro-batch plus
+    /// the gradient all-reduce spread over the micro-batches, × [`RESHARD_PENALTY`] when it
+    /// differs from the previous stage's — in Crius's order (data degree ascending, first
+    /// wins ties); then the plan's iteration time.
+    fn proxy(
+        &self,
+        ctx: &Ctx<'_>,
+        stages: &[StageAgg],
+        g: u32,
+    ) -> Result<(f64, f64, Split, u32), Infeasible> {
+        let batch = self.batch;
+        let b = proxy_micro_batches(batch, g);
+        let frac = |w: u32| (w as f64 - 1.0) / w as f64;
+        let mut splits = [Split { data: 1, tensor: 1 }; MAX_STAGES];
+        let mut any_valid = false;
+        for (j, a) in stages.iter().enumerate() {
+            let mut best: Option<(f64, Split)> = None;
+            for t in pow2_upto(g).collect::<SmallPow2>().iter().rev() {
+                let t = *t;
+                let d = g / t;
+                if t > self.model.max_tensor || !batch.is_multiple_of(d * b) {
+                    continue;
+                }
+                any_valid = true;
+                let s = Split { data: d, tensor: t };
+                match ctx.stage(a, s, b) {
+                    Some((_, _, _, mem)) if mem <= self.dev.memory_bytes => {}
+                    _ => continue,
+                }
+                let m = batch as f64 / (d * b) as f64;
+                let tp = m * (a.ar_bytes + a.a2a_bytes) * frac(t);
+                let grads = ACT * (a.params_split / t as f64 + a.params_rep) * frac(d);
+                let mut c = tp + grads / b as f64;
+                if j > 0 && splits[j - 1] != s {
+                    c *= RESHARD_PENALTY;
+                }
+                if best.is_none_or(|x| c < x.0) {
+                    best = Some((c, s));
+                }
+            }
+            match best {
+                Some((_, s)) => splits[j] = s,
+                None if any_valid => return Err(Infeasible::OutOfMemory),
+                None => return Err(Infeasible::Invalid),
+            }
+        }
+        let n = stages.len();
+        let (it, mem) = ctx
+            .iteration(stages, &splits[..n], b)
+            .ok_or(Infeasible::OutOfMemory)?;
+        Ok((it, mem, splits[0], b))
+    }
+}
+
+/// Powers of two up to 16, without a heap allocation.
+#[derive(Default)]
+struct SmallPow2 {
+    v: [u32; STAGE_SLOTS],
+    n: usize,
+}
+
+impl FromIterator<u32> for SmallPow2 {
+    fn from_iter<I: IntoIterator<Item = u32>>(it: I) -> Self {
+        let mut s = SmallPow2::default();
+        for x in it {
+            if s.n < STAGE_SLOTS {
+                s.v[s.n] = x;
+                s.n += 1;
+            }
+        }
+        s
+    }
+}
+
+impl SmallPow2 {
+    fn iter(&self) -> std::slice::Iter<'_, u32> {
+        self.v[..self.n].iter()
+    }
+}
+
+/// Crius's micro-batch count for stages of `g` GPUs: [`PROXY_MICRO_BATCHES`], halved until
+/// every data degree up to `g` splits the batch into whole micro-batches.
+pub fn proxy_micro_batches(batch: u32, g: u32) -> u32 {
+    let mut b = PROXY_MICRO_BATCHES;
+    while b > 1 && !batch.is_multiple_of(g.max(1).saturating_mul(b)) {
+        b /= 2;
+    }
+    b
+}
+
+/// Crius's per-layer computation load: the roofline time of the layer's forward over the
+/// global batch (FLOPs against weight and activation bytes) on `dev`.
+fn layer_loads(model: &LargeModel, batch: u32, dev: &Device) -> Vec<f64> {
+    let b = batch.max(1) as f64;
+    model
+        .layers
+        .iter()
+        .map(|l| {
+            dev.roofline.time(
+                b * (l.flops_split + l.flops_replicated),
+                ACT * (l.params_split + l.params_replicated) + b * l.work_bytes,
+            )
+        })
+        .collect()
+}
+
+/// Crius's stage partition into `n` contiguous stages: each layer gets a GPU fraction in
+/// proportion to its computation load, and the partition minimises the L2 gap between each
+/// stage's summed fraction and its GPU quota. A cell gives every stage the same quota, so
+/// the gap is Σ_j (F_j − 1/n)² on normalised loads (dynamic programming; first minimum
+/// kept). `None` when `n` is 0 or exceeds the layers.
+fn crius_partition(loads: &[f64], n: usize) -> Option<Vec<usize>> {
+    let l = loads.len();
+    if n == 0 || n > l {
+        return None;
+    }
+    let total: f64 = loads.iter().sum();
+    let mut pre = Vec::with_capacity(l + 1);
+    pre.push(0.0);
+    for x in loads {
+        let last = pre.last().copied().unwrap_or(0.0);
+        pre.push(
+            last + if total > 0.0 {
+                x / total
+            } else {
+                1.0 / l as f64
+            },
+        );
+    }
+    let quota = 1.0 / n as f64;
+    // cost[j * (l + 1) + i]: best gap of the first i layers in j stages; from[..]: the split.
+    let w = l + 1;
+    let mut cost = vec![f64::INFINITY; (n + 1) * w];
+    let mut from = vec![0usize; (n + 1) * w];
+    cost[0] = 0.0;
+    for j in 1..=n {
+        // Stage j ends at layer i; leave at least one layer per remaining stage.
+        for i in j..=l - (n - j) {
+            let mut best = (f64::INFINITY, 0usize);
+            for k in (j - 1)..i {
+                let prev = cost[(j - 1) * w + k];
+                if !prev.is_finite() {
+                    continue;
+                }
+                let gap = pre[i] - pre[k] - quota;
+                let c = prev + gap * gap;
+                if c < best.0 {
+                    best = (c, k);
+                }
+            }
+            cost[j * w + i] = best.0;
+            from[j * w + i] = best.1;
+        }
+    }
+    let mut ends = vec![0usize; n];
+    let mut i = l;
+    for j in (1..=n).rev() {
+        ends[j - 1] = i;
+        i = from[j * w + i];
+    }
+    Some(ends)
+}
+
 /// Estimates one cell of `model` trained with global `batch` on `dev`, in `view`; a cell
-/// whose best iteration exceeds `round_s` seconds is infeasible.
+/// whose best iteration exceeds `round_s` seconds is infeasible. (Builds a [`CellPlanner`];
+/// use one directly to estimate many cells of a job.)
 pub fn estimate_cell(
     model: &LargeModel,
     batch: u32,
@@ -719,132 +1122,13 @@ pub fn estimate_cell(
     view: View,
     round_s: f64,
 ) -> CellEstimate {
-    let n = cell.stages;
-    let valid = cell.count > 0
-        && n > 0
-        && cell.count.is_multiple_of(n)
-        && cell.count.is_power_of_two()
-        && n.is_power_of_two()
-        && n as usize <= model.layers.len()
-        && n as usize <= MAX_STAGES
-        && batch > 0
-        && !(view == View::DpOnly && n > 1);
-    if !valid {
-        return CellEstimate::infeasible(cell, Infeasible::Invalid);
-    }
-    let g = cell.count / n;
-    let per_node = cell.per_node();
-    let ctx = Ctx {
-        dev,
-        batch: batch as f64,
-        links: Links {
-            per_node,
-            pipeline: dev.fabric.links(cell.nodes > 1).get(Collective::Broadcast),
-        },
-    };
-    let tensors: Vec<u32> = match view {
-        View::Optimal => pow2_upto(g).filter(|&t| t <= model.max_tensor).collect(),
-        View::Proxy => {
-            let wide = g.min(per_node).min(model.max_tensor).max(1);
-            if wide > 1 {
-                vec![1, wide]
-            } else {
-                vec![1]
-            }
-        }
-        View::DpOnly => vec![1],
-    };
-    let mut partitions: Vec<Vec<usize>> = Vec::with_capacity(2);
-    if let Some(p) = equal_partition(model.layers.len(), n as usize) {
-        partitions.push(p);
-    }
-    if view == View::Optimal && n > 1 {
-        if let Some(p) = balanced_partition(&model.layers, n as usize) {
-            if !partitions.contains(&p) {
-                partitions.push(p);
-            }
-        }
-    }
-    let mut best: Option<(f64, f64, usize, Split, u32)> = None;
-    let mut any_valid = false;
-    let stage_sets: Vec<Vec<StageAgg>> = partitions
-        .iter()
-        .map(|p| stages_of(&model.layers, p))
-        .collect();
-    let mut splits = [Split { data: 1, tensor: 1 }; MAX_STAGES];
-    for (pi, stages) in stage_sets.iter().enumerate() {
-        for &t in &tensors {
-            let d = g / t;
-            if !batch.is_multiple_of(d) {
-                continue;
-            }
-            let s = Split { data: d, tensor: t };
-            splits[..n as usize].fill(s);
-            for b in pow2_upto((batch / d).min(MAX_MICRO_BATCHES)) {
-                any_valid = true;
-                if let Some((it, mem)) = ctx.iteration(stages, &splits[..n as usize], b) {
-                    if best.is_none_or(|x| it < x.0) {
-                        best = Some((it, mem, pi, s, b));
-                    }
-                }
-            }
-        }
-    }
-    if !any_valid {
-        return CellEstimate::infeasible(cell, Infeasible::Invalid);
-    }
-    let Some((mut it, mut mem, pi, s, b)) = best else {
-        return CellEstimate::infeasible(cell, Infeasible::OutOfMemory);
-    };
-    // Per-stage refinement (optimal view): one sweep of coordinate descent over each
-    // stage's split, keeping a change only when the iteration gets faster.
-    if view == View::Optimal && n > 1 {
-        let stages = &stage_sets[pi];
-        splits[..n as usize].fill(s);
-        for j in 0..n as usize {
-            let keep = splits[j];
-            let mut chosen = keep;
-            for &t in &tensors {
-                let cand = Split {
-                    data: g / t,
-                    tensor: t,
-                };
-                if cand == keep || !batch.is_multiple_of(cand.data) {
-                    continue;
-                }
-                splits[j] = cand;
-                if let Some((x, m)) = ctx.iteration(stages, &splits[..n as usize], b) {
-                    if x < it {
-                        it = x;
-                        mem = m;
-                        chosen = cand;
-                    }
-                }
-            }
-            splits[j] = chosen;
-        }
-    }
-    if it > round_s {
-        return CellEstimate::infeasible(cell, Infeasible::TooSlow);
-    }
-    CellEstimate {
-        cell,
-        iteration_s: it,
-        throughput: 1.0 / it,
-        plan: Some(ParallelPlan {
-            data: splits[0].data,
-            tensor: splits[0].tensor,
-            pipeline: n,
-        }),
-        micro_batches: b,
-        memory_bytes: mem,
-        infeasible: None,
-    }
+    CellPlanner::new(model, batch, dev).estimate(cell, view, round_s)
 }
 
 /// Evaluates a fixed uniform `plan` (every stage split as `plan.data` × `plan.tensor`) on
 /// `count` GPUs over `nodes` nodes: the micro-batch count and stage boundaries are tuned
-/// (both partitions, every count up to [`MAX_MICRO_BATCHES`]), the degrees are not.
+/// (equal, min-max balanced and Crius's partitions, every count up to
+/// [`MAX_MICRO_BATCHES`]), the degrees are not.
 pub fn estimate_plan(
     model: &LargeModel,
     batch: u32,
@@ -884,10 +1168,12 @@ pub fn estimate_plan(
     };
     let splits = [s; MAX_STAGES];
     let mut best: Option<(f64, f64, u32)> = None;
-    let mut partitions = Vec::with_capacity(2);
+    let mut partitions = Vec::with_capacity(3);
     partitions.extend(equal_partition(model.layers.len(), n));
     if n > 1 {
         partitions.extend(balanced_partition(&model.layers, n));
+        // The boundaries Crius's planner hands the job.
+        partitions.extend(crius_partition(&layer_loads(model, batch, dev), n));
     }
     for p in &partitions {
         let stages = stages_of(&model.layers, p);
@@ -941,20 +1227,7 @@ pub fn best_packed(
     view: View,
     round_s: f64,
 ) -> CellEstimate {
-    let mut best = CellEstimate::infeasible(
-        Cell::new(count, 1, Locality::Packed, dev.gpus_per_node),
-        Infeasible::OutOfMemory,
-    );
-    for stages in pow2_upto(count) {
-        let cell = Cell::new(count, stages, Locality::Packed, dev.gpus_per_node);
-        let e = estimate_cell(model, batch, dev, cell, view, round_s);
-        if e.throughput > best.throughput {
-            best = e;
-        } else if best.infeasible.is_some() && e.infeasible == Some(Infeasible::TooSlow) {
-            best.infeasible = e.infeasible;
-        }
-    }
-    best
+    CellPlanner::new(model, batch, dev).best_packed(count, view, round_s)
 }
 
 #[cfg(test)]
@@ -1203,6 +1476,95 @@ mod tests {
         let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let eq_loads: Vec<f64> = equal.iter().map(|s| s.flops_split).collect();
         assert!(worst(&loads) <= worst(&eq_loads));
+    }
+
+    /// Crius's partition balances roofline load, not layer counts: loads 3:1:1:1 in two
+    /// stages give the first layer a stage of its own (gap 0), where equal layers would put
+    /// two layers in each.
+    #[test]
+    fn crius_partition_by_hand() {
+        assert_eq!(crius_partition(&[3.0, 1.0, 1.0, 1.0], 2), Some(vec![1, 4]));
+        assert_eq!(crius_partition(&[1.0; 4], 2), Some(vec![2, 4]));
+        assert_eq!(
+            crius_partition(&[1.0, 1.0, 1.0, 1.0], 4),
+            Some(vec![1, 2, 3, 4])
+        );
+        assert_eq!(crius_partition(&[1.0, 2.0], 3), None);
+        assert_eq!(
+            crius_partition(&[5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 1),
+            Some(vec![6])
+        );
+    }
+
+    fn uniform_model(params: f64, tp_bytes: f64) -> LargeModel {
+        let layer = Layer {
+            params_split: params,
+            params_replicated: 0.0,
+            flops_split: 1e10,
+            flops_replicated: 0.0,
+            boundary_bytes: 1e4,
+            work_bytes: 1e4,
+            tp_bytes,
+            tp_collectives: 2,
+            tp_kind: Collective::AllReduce,
+        };
+        LargeModel {
+            name: "hand".into(),
+            family: Family::Transformer,
+            layers: vec![layer; 4],
+            max_tensor: 16,
+        }
+    }
+
+    /// The proxy's split choice on a 4-GPU, 2-stage cell (2 GPUs a stage), by hand. With
+    /// 16 micro-batches of a 256 batch, a stage of two layers (2 collectives each) moves per
+    /// micro-batch, as (data 2, tensor 1): gradients 2·(2P)·½ / 16; as (1, 2): activations
+    /// 4·T·(256/16)·½. Activation-heavy layers pick data parallelism, parameter-heavy ones
+    /// tensor parallelism — whichever moves fewer bytes, not whichever runs faster.
+    #[test]
+    fn proxy_split_follows_crius_communication_rule() {
+        let d = dev("A100-40GB", 4);
+        let cell = Cell::new(4, 2, Locality::Packed, 4);
+        // P = 1e6 params/layer: grads 2·2e6·0.5/16 = 1.25e5 B; T = 1e6 B/sample:
+        // activations 4·1e6·16·0.5 = 3.2e7 B → data parallel.
+        let act_heavy = uniform_model(1e6, 1e6);
+        // P = 1e8: grads 2·2e8·0.5/16 = 1.25e7 B; T = 1e3: 4·1e3·16·0.5 = 3.2e4 B → tensor.
+        let param_heavy = uniform_model(1e8, 1e3);
+        for (m, want) in [
+            (&act_heavy, Split { data: 2, tensor: 1 }),
+            (&param_heavy, Split { data: 1, tensor: 2 }),
+        ] {
+            let e = estimate_cell(m, 256, &d, cell, View::Proxy, 300.0);
+            assert_eq!(
+                e.plan,
+                Some(ParallelPlan {
+                    data: want.data,
+                    tensor: want.tensor,
+                    pipeline: 2
+                }),
+                "{e:?}"
+            );
+            assert_eq!(e.micro_batches, PROXY_MICRO_BATCHES);
+            // Its value is exactly that plan's iteration (equal loads: two layers a stage).
+            let ctx = Ctx {
+                dev: &d,
+                batch: 256.0,
+                links: Links {
+                    per_node: 4,
+                    pipeline: d.fabric.intra_node.broadcast,
+                },
+            };
+            let stages = stages_of(&m.layers, &[2, 4]);
+            let (it, _) = ctx.iteration(&stages, &[want; 2], 16).unwrap();
+            assert!(close(e.iteration_s, it, 1e-12), "{} vs {it}", e.iteration_s);
+            // The optimal view is at least as fast.
+            let o = estimate_cell(m, 256, &d, cell, View::Optimal, 300.0);
+            assert!(o.throughput >= e.throughput);
+        }
+        // The micro-batch count shrinks when the batch does not split 16 ways per replica.
+        assert_eq!(proxy_micro_batches(256, 16), 16);
+        assert_eq!(proxy_micro_batches(32, 16), 2);
+        assert_eq!(proxy_micro_batches(24, 4), 2);
     }
 
     fn model_strategy() -> impl Strategy<Value = LargeModel> {

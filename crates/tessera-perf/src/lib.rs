@@ -95,6 +95,8 @@ impl ThroughputModel for TraceThroughput {
 pub struct RestartCosts {
     per_model: BTreeMap<String, SimDuration>,
     default: SimDuration,
+    /// Plan (re-)tuning on top: (seconds per GPU of the new allocation, cap).
+    per_gpu: Option<(SimDuration, SimDuration)>,
 }
 
 /// Restart cost for models the table does not name.
@@ -120,6 +122,7 @@ impl Default for RestartCosts {
                 .map(|(m, s)| (m.to_string(), SimDuration::from_secs(2 * s)))
                 .collect(),
             default: DEFAULT_RESTART_COST,
+            per_gpu: None,
         }
     }
 }
@@ -130,6 +133,7 @@ impl RestartCosts {
         RestartCosts {
             per_model: BTreeMap::new(),
             default: cost,
+            per_gpu: None,
         }
     }
 
@@ -145,7 +149,24 @@ impl RestartCosts {
                 .map(|(m, c)| (m.to_ascii_lowercase(), c))
                 .collect(),
             default,
+            per_gpu: None,
         }
+    }
+
+    /// Adds plan tuning to every restart: `per_gpu` for each GPU of the new allocation, at
+    /// most `cap` (Crius: 10 s/GPU up to 40 s; a full search: 150 s/GPU up to 600 s).
+    pub fn with_per_gpu(mut self, per_gpu: SimDuration, cap: SimDuration) -> RestartCosts {
+        self.per_gpu = Some((per_gpu, cap));
+        self
+    }
+
+    /// The cost of restarting `model` on `gpus` GPUs: [`for_model`](Self::for_model)'s
+    /// checkpoint + restore plus the per-GPU tuning up to its cap.
+    pub fn for_restart(&self, model: &str, gpus: u32) -> SimDuration {
+        let tuning = self.per_gpu.map_or(SimDuration::ZERO, |(rate, cap)| {
+            SimDuration::from_micros(rate.as_micros().saturating_mul(u64::from(gpus))).min(cap)
+        });
+        self.base_for_model(model) + tuning
     }
 
     /// No restart costs at all (for hand-checked scenarios).
@@ -153,9 +174,15 @@ impl RestartCosts {
         RestartCosts::uniform(SimDuration::ZERO)
     }
 
-    /// The cost for a model: an exact match, else the longest table key that prefixes the
-    /// model name (`resnet50` → `resnet`), else the default.
+    /// The cost of restarting `model` when the GPU count is not known: checkpoint + restore,
+    /// plus the per-GPU tuning (if any) at its cap.
     pub fn for_model(&self, model: &str) -> SimDuration {
+        self.base_for_model(model) + self.per_gpu.map_or(SimDuration::ZERO, |(_, cap)| cap)
+    }
+
+    /// Checkpoint + restore for a model: an exact match, else the longest table key that
+    /// prefixes the model name (`resnet50` → `resnet`), else the default.
+    fn base_for_model(&self, model: &str) -> SimDuration {
         let model = model.to_ascii_lowercase();
         if let Some(c) = self.per_model.get(&model) {
             return *c;
@@ -220,5 +247,27 @@ mod tests {
         );
         assert_eq!(t.for_model("resnet50"), SimDuration::from_secs(9));
         assert_eq!(t.for_model("gnn"), SimDuration::from_secs(1));
+    }
+
+    /// Crius's re-tuning: 30 s checkpoint + 10 s per GPU up to 40 s; a full search: 150 s
+    /// per GPU up to 600 s. Without a GPU count, the cap is charged.
+    #[test]
+    fn per_gpu_tuning_is_charged_up_to_its_cap() {
+        let s = SimDuration::from_secs;
+        let crius = RestartCosts::uniform(s(30)).with_per_gpu(s(10), s(40));
+        let full = RestartCosts::uniform(s(30)).with_per_gpu(s(150), s(600));
+        for (gpus, c, f) in [
+            (0, 30, 30),
+            (1, 40, 180),
+            (2, 50, 330),
+            (4, 70, 630),
+            (16, 70, 630),
+        ] {
+            assert_eq!(crius.for_restart("bert-1.3b", gpus), s(c), "{gpus}");
+            assert_eq!(full.for_restart("bert-1.3b", gpus), s(f), "{gpus}");
+        }
+        assert_eq!(crius.for_model("x"), s(70));
+        assert_eq!(full.for_model("x"), s(630));
+        assert_eq!(RestartCosts::uniform(s(30)).for_restart("x", 8), s(30));
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! - [`CellThroughput`] (truth): a job runs at the optimal view of the cell its allocation
 //!   forms (GPU type, GPU count, nodes spanned). When the allocation carries a plan, the
-//!   plan's degrees are fixed and only its micro-batch count and stage boundaries are tuned;
-//!   without one, the full search picks the plan (what the baselines' 150 s/GPU search buys).
+//!   plan's degrees are fixed and only its micro-batch count and stage boundaries are tuned
+//!   (a plan that does not fit is re-planned); without one, the full search picks the plan
+//!   (what the baselines' 150 s/GPU search buys).
 //! - [`CellEstimator`] (profiler): attaches, per (GPU type of the cluster, count ∈ {1, 2, 4,
 //!   8, 16}), the proxy view's best packed cell as a shared [`ConfigEstimates`] and a
 //!   [`CriusCells`] with the proxy and DP-only views, which the Crius policies read.
@@ -18,8 +19,7 @@ use tessera_model::{
     Allocation, Cluster, GpuModelId, Knowledge, ParallelPlan, SimDuration, SimRng, TrainingJob,
 };
 use tessera_perf::cells::{
-    best_packed, estimate_cell, estimate_plan, Cell, Device, HwOptions, LargeModel, View,
-    CELL_COUNTS,
+    estimate_plan, Cell, CellPlanner, Device, HwOptions, LargeModel, View, CELL_COUNTS,
 };
 use tessera_perf::{ConfigEstimate, ConfigEstimates, Profiler, ThroughputModel, TraceThroughput};
 
@@ -100,19 +100,29 @@ impl CellThroughput {
         } else {
             1u32 << (31 - count.leading_zeros())
         };
-        match plan.filter(|p| p.devices() == usable) {
-            Some(p) => estimate_plan(model, batch, device, nodes, p, f64::INFINITY).throughput,
-            None => (0..=usable.trailing_zeros())
-                .map(|k| {
-                    let cell = Cell {
-                        count: usable,
-                        nodes: nodes.max(1),
-                        stages: 1 << k,
-                    };
-                    estimate_cell(model, batch, device, cell, View::Optimal, f64::INFINITY)
-                        .throughput
-                })
-                .fold(0.0, f64::max),
+        // A plan whose uniform degrees do not fit (the proxy may give stages different
+        // splits; an allocation carries stage 0's) is re-planned by the runtime's search.
+        let planned = plan
+            .filter(|p| p.devices() == usable)
+            .map(|p| estimate_plan(model, batch, device, nodes, p, f64::INFINITY).throughput)
+            .filter(|&r| r > 0.0);
+        match planned {
+            Some(r) => r,
+            None => {
+                let planner = CellPlanner::new(model, batch, device);
+                (0..=usable.trailing_zeros())
+                    .map(|k| {
+                        let cell = Cell {
+                            count: usable,
+                            nodes: nodes.max(1),
+                            stages: 1 << k,
+                        };
+                        planner
+                            .estimate(cell, View::Optimal, f64::INFINITY)
+                            .throughput
+                    })
+                    .fold(0.0, f64::max)
+            }
         }
     }
 }
@@ -197,11 +207,12 @@ pub fn estimates(
 ) -> ConfigEstimates {
     let mut v = Vec::with_capacity(types.len() * CELL_COUNTS.len());
     for t in types {
+        let planner = CellPlanner::new(model, batch, &t.device);
         for count in CELL_COUNTS {
             if count as u64 > t.total {
                 continue;
             }
-            let e = best_packed(model, batch, &t.device, count, view, ROUND_SECS);
+            let e = planner.best_packed(count, view, ROUND_SECS);
             v.push(ConfigEstimate {
                 gpu: t.gpu,
                 count,

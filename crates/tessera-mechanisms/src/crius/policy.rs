@@ -21,6 +21,9 @@
 //!
 //! Throughputs come from the job's [`CriusCells`] (proxy view; DP-only for `crius-dp-only`)
 //! and are normalised by the job's best configuration, so jobs of different models add up.
+//! Jobs without cells (job types of a throughput matrix such as Gavel's) use the profiler's
+//! `ConfigEstimates`: each (type, count) is a cell with the matrix throughput. A job that
+//! names no GPU type requests the type estimated fastest at its requested count.
 //! Every allocation carries the plan of its cell. A job's GPUs are always of one type.
 //!
 //! `fcfs` is the baseline: FIFO over the same rounds and placement, each job on exactly its
@@ -326,12 +329,14 @@ impl CriusPolicy {
     }
 
     fn estimates<'v>(&self, job: &'v ActiveJob) -> Option<&'v ConfigEstimates> {
-        let cells = job.knowledge.get::<CriusCells>()?;
-        Some(if self.opts.dp_only {
-            &cells.dp_only
-        } else {
-            &cells.proxy
-        })
+        match job.knowledge.get::<CriusCells>() {
+            Some(cells) if self.opts.dp_only => Some(&cells.dp_only),
+            Some(cells) => Some(&cells.proxy),
+            // No cells (a job type of a throughput matrix, e.g. Gavel's): each (type, count)
+            // the profiler measured is a cell with one (data-parallel) plan, so the proxy and
+            // DP-only views coincide.
+            None => job.knowledge.get::<ConfigEstimates>(),
+        }
     }
 
     /// The cells a queued job may take without disturbing anyone, best first (the request
@@ -652,7 +657,24 @@ fn job_ctx<'v>(
         .filter_map(|g| pool.type_index(*g))
         .collect();
     if allowed.is_empty() {
+        // No type named: every type is allowed, and the request is the requested count on
+        // the type estimated fastest for it (cluster order on ties), not whichever type
+        // happens to come first.
         allowed = (0..pool.types.len()).collect();
+        if let Some(e) = est {
+            let rate = |t: usize| {
+                e.get(pool.types[t], spec.gpus)
+                    .map_or(0.0, |x| x.throughput)
+            };
+            let mut fastest = 0;
+            for t in 1..allowed.len() {
+                if rate(t) > rate(fastest) {
+                    fastest = t;
+                }
+            }
+            allowed.swap(0, fastest);
+            allowed[1..].sort_unstable();
+        }
     }
     let requested = (allowed[0], spec.gpus);
     let best = est.and_then(|e| e.best()).map_or(1.0, |b| b.throughput);
