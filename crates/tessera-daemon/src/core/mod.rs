@@ -601,6 +601,7 @@ impl Core {
             cpu: spec.cpu,
             memory: spec.memory,
             gpu_share: None,
+            mig: None,
         })
     }
 
