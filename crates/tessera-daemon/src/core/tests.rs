@@ -743,3 +743,70 @@ fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
     h.schedule();
     assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
 }
+
+/// A job spec's `mig` field: checked against the cluster at submission (unknown profile for
+/// this GPU model, a GPU type without MIG), and honoured by a MIG policy (the job's GPU is
+/// reconfigured to an instance of exactly that profile and the job launched on it).
+#[test]
+fn mig_requests_in_job_specs_are_checked_and_honoured() {
+    use crate::backend::GresCount;
+    let mut v100 = node("v1", 2);
+    v100.gres = vec![GresCount {
+        kind: Some("v100".into()),
+        count: 2,
+    }];
+    let mut h = Harness::new(vec![node("n1", 2), v100], policy("miso-oracle", None));
+    let submit = |h: &mut Harness, extra: &str| {
+        let body = format!("name: m\ncommand: [sleep, \"60\"]\ngpus: 1\n{extra}\n");
+        let mut r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+        let out = r.pop().expect("one result");
+        h.drain();
+        out
+    };
+    // `a100` is A100-80GB here: its 3g profile is 3g.40gb.
+    for (extra, want) in [
+        (
+            "mig: nvidia.com/mig-3g.20gb",
+            "no GPU of this cluster offers nvidia.com/mig-3g.20gb (its MIG profiles: 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+        ),
+        ("mig: 3g.20gb\ngpuType: a100", "A100-80GB has no MIG profile 3g.20gb"),
+        ("mig: 5g.50gb", "unknown MIG profile 5g.50gb"),
+        ("mig: nvidia.com/mig-any\ngpuType: v100", "V100-32GB has no MIG"),
+    ] {
+        let e = submit(&mut h, extra).expect_err(extra);
+        assert_eq!((e.status, e.code), (400, "invalid_mig"), "{extra}");
+        assert!(e.message.contains(want), "{extra}: {}", e.message);
+    }
+    let job = submit(&mut h, "mig: nvidia.com/mig-3g.40gb").expect("accepted");
+    h.take_events();
+    h.schedule();
+    let events = h.take_events();
+    assert!(
+        events.contains(&Event::Reconfigure(
+            "n1".into(),
+            0,
+            Some(vec!["3g.40gb".into()])
+        )),
+        "{events:?}"
+    );
+    // Once the reconfiguration is done, the job starts on that instance.
+    for _ in 0..10 {
+        h.advance(10);
+        h.poll();
+        h.schedule();
+        if h.state(job.id) == JobState::Running {
+            break;
+        }
+    }
+    assert_eq!(h.state(job.id), JobState::Running);
+    let idx = h.core.by_id[&job.id];
+    let alloc = h.core.jobs[idx].alloc.clone().expect("placed");
+    let Some(tessera_model::GpuPart::Mig(inst)) = alloc.part() else {
+        panic!("{alloc:?}");
+    };
+    let catalog = tessera_model::GpuCatalog::builtin();
+    let geo = catalog
+        .mig_geometry(catalog.find("A100-80GB").unwrap())
+        .unwrap();
+    assert_eq!(geo.profile(inst).unwrap().name, "3g.40gb");
+}
