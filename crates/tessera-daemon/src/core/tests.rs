@@ -810,3 +810,69 @@ fn mig_requests_in_job_specs_are_checked_and_honoured() {
         .unwrap();
     assert_eq!(geo.profile(inst).unwrap().name, "3g.40gb");
 }
+
+/// Issue 9: submissions arriving one by one (separate batches, as concurrent clients do) cause
+/// one scheduling pass per coalescing interval, however deep the queue: the number of policy
+/// calls for a burst is the same with 10 and with 2,000 jobs pending.
+#[test]
+fn policy_calls_per_submission_burst_do_not_grow_with_pending() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Counting(Box<dyn tessera_sched::Policy>, Arc<AtomicUsize>);
+    impl tessera_sched::Policy for Counting {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn round_length(&self) -> Option<tessera_model::SimDuration> {
+            self.0.round_length()
+        }
+        fn schedule(
+            &mut self,
+            view: &tessera_sched::ClusterView<'_>,
+            actions: &mut Vec<tessera_sched::Action>,
+        ) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.schedule(view, actions)
+        }
+    }
+
+    let calls_for = |pending: usize| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let p = Box::new(Counting(policy("fifo", None), calls.clone()));
+        let mut h = Harness::new(vec![node("n1", 1)], p);
+        // The daemon's default (the harness schedules at every arrival otherwise).
+        h.core
+            .set_arrival_coalescing(tessera_model::SimDuration::from_micros(100_000));
+        h.submit("hold", 1, 3600);
+        h.schedule();
+        let backlog: Vec<(Option<String>, String)> = (0..pending)
+            .map(|i| {
+                (
+                    Some(TOKEN.into()),
+                    format!("name: q{i}\ncommand: [x]\ngpus: 1\n"),
+                )
+            })
+            .collect();
+        assert!(h.core.submit(h.now, backlog).iter().all(Result::is_ok));
+        h.drain();
+        h.schedule();
+        calls.store(0, Ordering::Relaxed);
+        // 300 submissions, one every millisecond, each its own batch.
+        for i in 0..300 {
+            h.now += tessera_model::SimDuration::from_micros(1_000);
+            let body = format!("name: b{i}\ncommand: [x]\ngpus: 1\n");
+            let r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+            assert!(r[0].is_ok());
+            h.drain();
+            if h.core.wants_schedule(h.now) {
+                h.schedule();
+            }
+        }
+        calls.load(Ordering::Relaxed)
+    };
+    let few = calls_for(10);
+    // 300 ms of arrivals, coalesced to one pass per 100 ms.
+    assert!((2..=4).contains(&few), "{few} passes for 300 submissions");
+    assert_eq!(calls_for(2_000), few);
+}
