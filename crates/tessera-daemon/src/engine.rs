@@ -252,6 +252,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// What the store has written since the daemon opened it (transactions, job rows).
+    pub fn store_writes(&self) -> crate::store::WriteCounts {
+        self.store.writes()
+    }
+
     /// The core this engine drives.
     pub fn core(&self) -> &Core {
         &self.core
@@ -868,5 +873,55 @@ mod tests {
         assert!(next.id > hold, "ids of finished jobs are not reused");
         e.handle(Some(BOB), Request::Cancel { id: hold }).unwrap();
         e.poll();
+    }
+
+    /// Issue 9: a burst of submissions is one transaction (group commit), and neither the
+    /// burst nor the scheduling pass after it writes more when the queue is deeper (no
+    /// per-pass store work proportional to the pending jobs).
+    #[test]
+    fn group_commit_and_pass_writes_do_not_grow_with_pending() {
+        let measure = |pending: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut c = config(dir.path());
+            c.limits.max_active_jobs_per_tenant = 100_000;
+            c.limits.max_active_jobs = 100_000;
+            let mut e = open(&c);
+            // All four GPUs held, so everything after queues.
+            let hold = e.submit_many(
+                BOB,
+                &["name: hold\ncommand: [\"sleep\", \"30\"]\ngpus: 4\n".into()],
+            )[0]
+            .as_ref()
+            .unwrap()
+            .id;
+            e.schedule();
+            let backlog: Vec<String> = (0..pending)
+                .map(|i| format!("name: q{i}\ncommand: [\"true\"]\ngpus: 1\n"))
+                .collect();
+            for chunk in backlog.chunks(500) {
+                assert!(e.submit_many(ALICE, chunk).iter().all(Result::is_ok));
+            }
+            e.schedule();
+            let before = e.store_writes();
+            let burst: Vec<String> = (0..32)
+                .map(|i| format!("name: b{i}\ncommand: [\"true\"]\ngpus: 1\n"))
+                .collect();
+            assert!(e.submit_many(ALICE, &burst).iter().all(Result::is_ok));
+            let after_burst = e.store_writes();
+            e.schedule();
+            let after_pass = e.store_writes();
+            e.handle(Some(BOB), Request::Cancel { id: hold }).unwrap();
+            e.poll();
+            (
+                after_burst.transactions - before.transactions,
+                after_burst.job_rows - before.job_rows,
+                after_pass.transactions - after_burst.transactions,
+                after_pass.job_rows - after_burst.job_rows,
+            )
+        };
+        let small = measure(10);
+        assert_eq!((small.0, small.1), (1, 32), "one transaction for the burst");
+        assert_eq!(small.3, 0, "a pass that starts nothing writes no job row");
+        assert_eq!(measure(2_000), small);
     }
 }

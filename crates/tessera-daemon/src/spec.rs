@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tessera_model::{Bytes, MilliCpu};
+use tessera_model::{Bytes, MigRequest, MilliCpu};
 
 use crate::config::{is_safe_name, MAX_CPU, MAX_MEMORY};
 use crate::error::ApiError;
@@ -25,6 +25,8 @@ pub const MAX_ENV: usize = 64;
 /// command: [python, train.py, --epochs, "10"]   # or `script: |` (exactly one)
 /// gpus: 2
 /// gpuType: a100           # GRES type or catalog name; optional = any
+/// mig: nvidia.com/mig-3g.20gb   # optional: one MIG instance of this profile, or
+///                               # nvidia.com/mig-any (the policy chooses); needs gpus: 1
 /// cpu: "8"                # optional; default GPU-proportional share
 /// memory: 32Gi            # optional; default GPU-proportional share
 /// priority: 0
@@ -59,6 +61,10 @@ pub struct JobSpec {
     /// GPU type (GRES type such as `a100` or `a100_3g.40gb`, or a catalog name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// One MIG instance: `nvidia.com/mig-3g.20gb` (exactly that profile; `3g.20gb` too) or
+    /// `nvidia.com/mig-any` (the policy chooses the slice). Needs `gpus: 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<String>,
     /// CPU for the whole job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<MilliCpu>,
@@ -336,6 +342,18 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(m) = &self.mig {
+            let m: String = m.chars().take(80).collect();
+            if let Err(e) = MigRequest::parse(&m) {
+                return bad(format!("mig: {e}"));
+            }
+            if self.gpus != 1 {
+                return bad(format!(
+                    "mig: a MIG instance is part of one GPU: needs gpus 1, got {}",
+                    self.gpus
+                ));
+            }
+        }
         if !(-1000..=1000).contains(&self.priority) {
             return bad("priority: must be within -1000..=1000".into());
         }
@@ -448,12 +466,35 @@ mod tests {
                 "gpuType",
             ),
             ("name: a\ncommand: [x]\ngpus: -1\n", "gpus"),
+            (
+                "name: a\ncommand: [x]\ngpus: 1\nmig: nvidia.com/gpu\n",
+                "mig: \"nvidia.com/gpu\" is not a MIG request",
+            ),
+            (
+                "name: a\ncommand: [x]\ngpus: 2\nmig: nvidia.com/mig-3g.20gb\n",
+                "mig: a MIG instance is part of one GPU: needs gpus 1, got 2",
+            ),
         ];
         for (text, needle) in cases {
             let e = JobSpec::parse(text).unwrap_err();
             assert_eq!(e.status, 400);
             assert!(e.message.contains(needle), "{text:?}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn mig_requests_parse_in_both_spellings() {
+        for (text, want) in [
+            ("mig: nvidia.com/mig-3g.20gb", "nvidia.com/mig-3g.20gb"),
+            ("mig: 1g.5gb", "1g.5gb"),
+            ("mig: nvidia.com/mig-any", "nvidia.com/mig-any"),
+        ] {
+            let s = JobSpec::parse(&format!("name: a\ncommand: [x]\ngpus: 1\n{text}\n")).unwrap();
+            assert_eq!(s.mig.as_deref(), Some(want));
+        }
+        let s =
+            JobSpec::parse(r#"{"name": "a", "command": ["x"], "gpus": 1, "mig": "any"}"#).unwrap();
+        assert_eq!(s.mig.as_deref(), Some("any"));
     }
 
     #[test]

@@ -228,6 +228,18 @@ pub struct Store {
     /// The exclusive lock on `<store>.lock`, held as long as the store is open (dropping the
     /// file releases it); `None` for a read-only [`Store::inspect`] handle.
     _lock: Option<std::fs::File>,
+    /// Write transactions committed and job rows written by this handle (regression tests
+    /// check group commit and that a scheduling pass writes only what changed).
+    writes: WriteCounts,
+}
+
+/// What a [`Store`] handle has written so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteCounts {
+    /// Committed [`Store::commit`] transactions.
+    pub transactions: u64,
+    /// Job rows written by them.
+    pub job_rows: u64,
 }
 
 /// The lock file beside a store: `t.db` -> `t.db.lock`.
@@ -370,7 +382,11 @@ impl Store {
                 message: e.to_string(),
             })?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(Store { conn, _lock: None })
+        Ok(Store {
+            conn,
+            _lock: None,
+            writes: WriteCounts::default(),
+        })
     }
 
     fn open_locked(path: &Path, sync: SyncMode, lock: std::fs::File) -> Result<Store, DaemonError> {
@@ -423,6 +439,7 @@ impl Store {
         Ok(Store {
             conn,
             _lock: Some(lock),
+            writes: WriteCounts::default(),
         })
     }
 
@@ -540,7 +557,14 @@ impl Store {
             crate::services::write(&tx, &batch.services, &batch.instances)?;
         }
         tx.commit()?;
+        self.writes.transactions += 1;
+        self.writes.job_rows += batch.jobs.len() as u64;
         Ok(())
+    }
+
+    /// What this handle has written so far.
+    pub fn writes(&self) -> WriteCounts {
+        self.writes
     }
 
     /// Every job, by id.

@@ -436,11 +436,90 @@ impl GpuCatalog {
         let name = self.get(id).mig.as_ref()?;
         self.mig.iter().find(|g| &g.name == name)
     }
+
+    /// Checks a job's MIG request against the GPU types it may run on (empty = any): every
+    /// listed type must be MIG-capable and, for a fixed profile, have that profile; with no
+    /// list, some MIG-capable model must have it. The error says why, naming the profiles.
+    pub fn check_mig_request(
+        &self,
+        request: &crate::MigRequest,
+        gpu_types: &[GpuModelId],
+    ) -> Result<(), String> {
+        let profile = request.profile();
+        for &id in gpu_types {
+            let name = &self.get(id).name;
+            let Some(geo) = self.mig_geometry(id) else {
+                return Err(format!("{request} asks for MIG, but {name} has no MIG"));
+            };
+            if let Some(p) = profile {
+                if geo.find_profile(p).is_none() {
+                    return Err(format!(
+                        "{name} has no MIG profile {p} (it has {})",
+                        geo.profiles
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
+        }
+        let Some(p) = profile else { return Ok(()) };
+        if !gpu_types.is_empty() {
+            return Ok(());
+        }
+        if self.mig.iter().any(|g| g.find_profile(p).is_some()) {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = self
+            .mig
+            .iter()
+            .flat_map(|g| g.profiles.iter().map(|p| p.name.as_str()))
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        Err(format!(
+            "unknown MIG profile {p} (known: {})",
+            known.join(", ")
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_requests_are_checked_against_gpu_types() {
+        let c = GpuCatalog::builtin();
+        let id = |n: &str| c.find(n).unwrap();
+        let fixed = |p: &str| crate::MigRequest::Profile(p.into());
+        assert_eq!(c.check_mig_request(&fixed("3g.20gb"), &[]), Ok(()));
+        assert_eq!(
+            c.check_mig_request(&fixed("3g.20gb"), &[id("A100-40GB")]),
+            Ok(())
+        );
+        assert_eq!(
+            c.check_mig_request(&crate::MigRequest::Any, &[id("H100-80GB")]),
+            Ok(())
+        );
+        let e = c
+            .check_mig_request(&fixed("3g.20gb"), &[id("A100-80GB")])
+            .unwrap_err();
+        assert!(
+            e.contains("A100-80GB has no MIG profile 3g.20gb") && e.contains("3g.40gb"),
+            "{e}"
+        );
+        let e = c.check_mig_request(&fixed("5g.30gb"), &[]).unwrap_err();
+        assert!(
+            e.contains("unknown MIG profile 5g.30gb") && e.contains("1g.5gb"),
+            "{e}"
+        );
+        let e = c
+            .check_mig_request(&crate::MigRequest::Any, &[id("V100-32GB")])
+            .unwrap_err();
+        assert!(e.contains("V100-32GB has no MIG"), "{e}");
+    }
 
     #[test]
     fn builtin_catalog_has_required_models() {

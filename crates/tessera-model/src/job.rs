@@ -55,6 +55,71 @@ pub struct TrainingJob {
     /// do not place quotas give the job a whole GPU. `None` = whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_share: Option<GpuShareRequest>,
+    /// One MIG instance instead of a whole GPU (`gpus` is then 1): a fixed profile or "the
+    /// scheduler chooses". `None` = a whole GPU, or whatever slice a MIG policy picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigRequest>,
+}
+
+/// A request for one MIG instance, as `nvidia.com/mig-3g.20gb` (a fixed profile) or
+/// `nvidia.com/mig-any` (the scheduler chooses the slice) spell it in specs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigRequest {
+    /// Any instance the scheduler chooses (or a whole GPU, as MIG policies decide).
+    Any,
+    /// Exactly this profile (`3g.20gb`, lower case as the catalog names it).
+    Profile(String),
+}
+
+/// The Kubernetes extended-resource prefix of MIG requests (NVIDIA's device plugin, mixed
+/// strategy).
+pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+
+impl MigRequest {
+    /// Parses `nvidia.com/mig-3g.20gb`, `nvidia.com/mig-any`, or the bare `3g.20gb` / `any`
+    /// (case-insensitive). Only the shape is checked here; whether a profile exists is the
+    /// catalog's question ([`GpuCatalog::check_mig_request`](crate::GpuCatalog::check_mig_request)).
+    pub fn parse(text: &str) -> Result<MigRequest, String> {
+        let t = text.trim();
+        let lower = t.to_ascii_lowercase();
+        let bare = lower.strip_prefix(MIG_RESOURCE_PREFIX).unwrap_or(&lower);
+        if bare == "any" {
+            return Ok(MigRequest::Any);
+        }
+        // `<c>g.<m>gb`: digits, `g.`, digits, `gb` (optionally with a `+me` media extension).
+        let ok = bare.split_once("g.").is_some_and(|(c, rest)| {
+            !c.is_empty()
+                && c.bytes().all(|b| b.is_ascii_digit())
+                && rest.len() > 2
+                && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+')
+                && rest.bytes().next().is_some_and(|b| b.is_ascii_digit())
+        });
+        if !ok {
+            return Err(format!(
+                "{t:?} is not a MIG request (expected {MIG_RESOURCE_PREFIX}<profile> such as \
+                 {MIG_RESOURCE_PREFIX}3g.20gb, or {MIG_RESOURCE_PREFIX}any)"
+            ));
+        }
+        Ok(MigRequest::Profile(bare.to_string()))
+    }
+
+    /// The fixed profile's name, if any.
+    pub fn profile(&self) -> Option<&str> {
+        match self {
+            MigRequest::Any => None,
+            MigRequest::Profile(p) => Some(p),
+        }
+    }
+}
+
+impl std::fmt::Display for MigRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MigRequest::Any => write!(f, "{MIG_RESOURCE_PREFIX}any"),
+            MigRequest::Profile(p) => write!(f, "{MIG_RESOURCE_PREFIX}{p}"),
+        }
+    }
 }
 
 /// A request for part of one GPU, as GPU-sharing traces (Alibaba GPU 2023) give it.
@@ -95,6 +160,7 @@ impl TrainingJob {
             cpu: None,
             memory: None,
             gpu_share: None,
+            mig: None,
         }
     }
 }
@@ -184,5 +250,31 @@ mod tests {
             .enumerate()
             .all(|(i, j)| j.id == JobId(i as u32)));
         assert_eq!(w.jobs()[0].reference_throughput(), 1.0);
+    }
+
+    #[test]
+    fn mig_requests_parse_in_both_spellings() {
+        let p = |s: &str| MigRequest::parse(s);
+        assert_eq!(
+            p("nvidia.com/mig-3g.20gb"),
+            Ok(MigRequest::Profile("3g.20gb".into()))
+        );
+        assert_eq!(p(" 3G.20GB "), Ok(MigRequest::Profile("3g.20gb".into())));
+        assert_eq!(p("nvidia.com/mig-any"), Ok(MigRequest::Any));
+        assert_eq!(p("ANY"), Ok(MigRequest::Any));
+        for bad in [
+            "",
+            "nvidia.com/mig-",
+            "3g",
+            "g.20gb",
+            "3g.",
+            "a100",
+            "nvidia.com/gpu",
+        ] {
+            assert!(p(bad).is_err(), "{bad:?} accepted");
+        }
+        for r in [MigRequest::Any, MigRequest::Profile("1g.5gb".into())] {
+            assert_eq!(p(&r.to_string()), Ok(r));
+        }
     }
 }

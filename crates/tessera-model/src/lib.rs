@@ -40,7 +40,7 @@ pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
 };
 pub use error::SpecError;
-pub use job::{GpuShareRequest, JobId, TrainingJob, Workload};
+pub use job::{GpuShareRequest, JobId, MigRequest, TrainingJob, Workload, MIG_RESOURCE_PREFIX};
 pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};

@@ -11,7 +11,8 @@
 use serde::Deserialize;
 use tessera_model::{
     error::locate_field, ArrivalProcess, Bytes, GpuCatalog, GpuDemand, InferenceService,
-    InstanceDemand, MilliCpu, ServiceId, SimDuration, SimTime, SpecError, TrainingJob, Workload,
+    InstanceDemand, MigRequest, MilliCpu, ServiceId, SimDuration, SimTime, SpecError, TrainingJob,
+    Workload, MIG_RESOURCE_PREFIX,
 };
 
 #[derive(Deserialize)]
@@ -47,6 +48,19 @@ struct JobSpec {
     model: String,
     #[serde(default)]
     tenant: String,
+    #[serde(default)]
+    gpu_types: Vec<String>,
+    #[serde(default)]
+    resources: Option<JobResourcesSpec>,
+}
+
+/// Kubernetes-style extended resources of a training job: `limits: {nvidia.com/mig-3g.20gb:
+/// 1}` (or `nvidia.com/mig-any: 1`, the scheduler chooses the slice).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobResourcesSpec {
+    #[serde(default)]
+    limits: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Deserialize)]
@@ -192,6 +206,8 @@ fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> 
             return Err(invalid(f("durationSeconds"), "must be positive"));
         }
         let mut job = TrainingJob::simple(i as u32, submit, j.gpus, dur);
+        job.gpu_types = gpu_types(&j.gpu_types, catalog, &f)?;
+        job.mig = job_mig(&j, &job.gpu_types, catalog, &f)?;
         job.name = j.name;
         job.model = j.model;
         job.tenant = j.tenant;
@@ -202,6 +218,76 @@ fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> 
         services.push(service(i, s, catalog)?);
     }
     Ok(Workload::with_services(jobs, services))
+}
+
+fn gpu_types(
+    names: &[String],
+    catalog: &GpuCatalog,
+    f: &dyn Fn(&str) -> String,
+) -> Result<Vec<tessera_model::GpuModelId>, SpecError> {
+    let mut ids = Vec::with_capacity(names.len());
+    for (k, name) in names.iter().enumerate() {
+        let id = catalog.find(name).ok_or_else(|| {
+            invalid(
+                f(&format!("gpuTypes[{k}]")),
+                format!("unknown GPU model {name:?}"),
+            )
+        })?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// The job's MIG request from `resources.limits`: at most one `nvidia.com/mig-…` key, count
+/// 1, on a one-GPU job, valid for the catalog and the job's GPU types.
+fn job_mig(
+    j: &JobSpec,
+    types: &[tessera_model::GpuModelId],
+    catalog: &GpuCatalog,
+    f: &dyn Fn(&str) -> String,
+) -> Result<Option<MigRequest>, SpecError> {
+    let Some(r) = &j.resources else {
+        return Ok(None);
+    };
+    let mut found: Option<MigRequest> = None;
+    for (key, &count) in &r.limits {
+        let field = f(&format!("resources.limits.{key}"));
+        if !key.to_ascii_lowercase().starts_with(MIG_RESOURCE_PREFIX) {
+            return Err(invalid(
+                field,
+                format!(
+                    "unknown resource {key:?} (accepted: {MIG_RESOURCE_PREFIX}<profile>, \
+                     {MIG_RESOURCE_PREFIX}any)"
+                ),
+            ));
+        }
+        let req = MigRequest::parse(key).map_err(|e| invalid(field.clone(), e))?;
+        if count != 1 {
+            return Err(invalid(
+                field,
+                format!("a job runs on one MIG instance: the count must be 1, got {count}"),
+            ));
+        }
+        if found.is_some() {
+            return Err(invalid(field, "give one MIG request per job"));
+        }
+        if j.gpus != 1 {
+            return Err(invalid(
+                f("gpus"),
+                format!(
+                    "a MIG instance is part of one GPU: needs gpus 1, got {}",
+                    j.gpus
+                ),
+            ));
+        }
+        catalog
+            .check_mig_request(&req, types)
+            .map_err(|e| invalid(field, e))?;
+        found = Some(req);
+    }
+    Ok(found)
 }
 
 fn service(i: usize, s: ServiceSpec, catalog: &GpuCatalog) -> Result<InferenceService, SpecError> {
@@ -276,15 +362,7 @@ fn service(i: usize, s: ServiceSpec, catalog: &GpuCatalog) -> Result<InferenceSe
             }
         }
     };
-    let mut gpu_types = Vec::with_capacity(s.gpu_types.len());
-    for (k, name) in s.gpu_types.iter().enumerate() {
-        gpu_types.push(catalog.find(name).ok_or_else(|| {
-            invalid(
-                f(&format!("gpuTypes[{k}]")),
-                format!("unknown GPU model {name:?}"),
-            )
-        })?);
-    }
+    let gpu_types = self::gpu_types(&s.gpu_types, catalog, &f)?;
     if !(s.slo_milliseconds.is_finite() && s.slo_milliseconds > 0.0) {
         return Err(invalid(f("sloMilliseconds"), "must be a positive number"));
     }

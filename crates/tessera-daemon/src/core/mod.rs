@@ -599,6 +599,10 @@ impl Core {
             })?],
             None => Vec::new(),
         };
+        let mig = match &spec.mig {
+            Some(text) => Some(self.mig_request(text, &gpu_types)?),
+            None => None,
+        };
         let duration = spec.hints.duration_seconds.unwrap_or(DEFAULT_DURATION_SECS);
         Ok(TrainingJob {
             id: tessera_model::JobId(idx as u32),
@@ -618,7 +622,46 @@ impl Core {
             cpu: spec.cpu,
             memory: spec.memory,
             gpu_share: None,
+            mig,
         })
+    }
+
+    /// A job's `mig` field, checked against this cluster: the GPU type it names (if any)
+    /// must be MIG-capable with that profile, and some node must have such GPUs.
+    fn mig_request(
+        &self,
+        text: &str,
+        gpu_types: &[tessera_model::GpuModelId],
+    ) -> Result<tessera_model::MigRequest, ApiError> {
+        let bad = |m: String| ApiError::new(400, "invalid_mig", format!("mig: {m}"));
+        let req = tessera_model::MigRequest::parse(text).map_err(bad)?;
+        let catalog = &self.map.cluster.catalog;
+        catalog.check_mig_request(&req, gpu_types).map_err(bad)?;
+        let on_some_node = self.map.cluster.nodes.iter().any(|n| {
+            (gpu_types.is_empty() || gpu_types.contains(&n.gpu))
+                && catalog
+                    .mig_geometry(n.gpu)
+                    .is_some_and(|g| req.profile().is_none_or(|p| g.find_profile(p).is_some()))
+        });
+        if !on_some_node {
+            let mut have: Vec<&str> = Vec::new();
+            for n in &self.map.cluster.nodes {
+                for p in catalog.mig_geometry(n.gpu).iter().flat_map(|g| &g.profiles) {
+                    if !have.contains(&p.name.as_str()) {
+                        have.push(&p.name);
+                    }
+                }
+            }
+            return Err(bad(format!(
+                "no GPU of this cluster offers {req} (its MIG profiles: {})",
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            )));
+        }
+        Ok(req)
     }
 
     fn push_job(&mut self, row: JobRow, spec: JobSpec, tj: TrainingJob) -> usize {

@@ -743,3 +743,136 @@ fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
     h.schedule();
     assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n2", 1))]);
 }
+
+/// A job spec's `mig` field: checked against the cluster at submission (unknown profile for
+/// this GPU model, a GPU type without MIG), and honoured by a MIG policy (the job's GPU is
+/// reconfigured to an instance of exactly that profile and the job launched on it).
+#[test]
+fn mig_requests_in_job_specs_are_checked_and_honoured() {
+    use crate::backend::GresCount;
+    let mut v100 = node("v1", 2);
+    v100.gres = vec![GresCount {
+        kind: Some("v100".into()),
+        count: 2,
+    }];
+    let mut h = Harness::new(vec![node("n1", 2), v100], policy("miso-oracle", None));
+    let submit = |h: &mut Harness, extra: &str| {
+        let body = format!("name: m\ncommand: [sleep, \"60\"]\ngpus: 1\n{extra}\n");
+        let mut r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+        let out = r.pop().expect("one result");
+        h.drain();
+        out
+    };
+    // `a100` is A100-80GB here: its 3g profile is 3g.40gb.
+    for (extra, want) in [
+        (
+            "mig: nvidia.com/mig-3g.20gb",
+            "no GPU of this cluster offers nvidia.com/mig-3g.20gb (its MIG profiles: 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+        ),
+        ("mig: 3g.20gb\ngpuType: a100", "A100-80GB has no MIG profile 3g.20gb"),
+        ("mig: 5g.50gb", "unknown MIG profile 5g.50gb"),
+        ("mig: nvidia.com/mig-any\ngpuType: v100", "V100-32GB has no MIG"),
+    ] {
+        let e = submit(&mut h, extra).expect_err(extra);
+        assert_eq!((e.status, e.code), (400, "invalid_mig"), "{extra}");
+        assert!(e.message.contains(want), "{extra}: {}", e.message);
+    }
+    let job = submit(&mut h, "mig: nvidia.com/mig-3g.40gb").expect("accepted");
+    h.take_events();
+    h.schedule();
+    let events = h.take_events();
+    assert!(
+        events.contains(&Event::Reconfigure(
+            "n1".into(),
+            0,
+            Some(vec!["3g.40gb".into()])
+        )),
+        "{events:?}"
+    );
+    // Once the reconfiguration is done, the job starts on that instance.
+    for _ in 0..10 {
+        h.advance(10);
+        h.poll();
+        h.schedule();
+        if h.state(job.id) == JobState::Running {
+            break;
+        }
+    }
+    assert_eq!(h.state(job.id), JobState::Running);
+    let idx = h.core.by_id[&job.id];
+    let alloc = h.core.jobs[idx].alloc.clone().expect("placed");
+    let Some(tessera_model::GpuPart::Mig(inst)) = alloc.part() else {
+        panic!("{alloc:?}");
+    };
+    let catalog = tessera_model::GpuCatalog::builtin();
+    let geo = catalog
+        .mig_geometry(catalog.find("A100-80GB").unwrap())
+        .unwrap();
+    assert_eq!(geo.profile(inst).unwrap().name, "3g.40gb");
+}
+
+/// Issue 9: submissions arriving one by one (separate batches, as concurrent clients do) cause
+/// one scheduling pass per coalescing interval, however deep the queue: the number of policy
+/// calls for a burst is the same with 10 and with 2,000 jobs pending.
+#[test]
+fn policy_calls_per_submission_burst_do_not_grow_with_pending() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Counting(Box<dyn tessera_sched::Policy>, Arc<AtomicUsize>);
+    impl tessera_sched::Policy for Counting {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn round_length(&self) -> Option<tessera_model::SimDuration> {
+            self.0.round_length()
+        }
+        fn schedule(
+            &mut self,
+            view: &tessera_sched::ClusterView<'_>,
+            actions: &mut Vec<tessera_sched::Action>,
+        ) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.schedule(view, actions)
+        }
+    }
+
+    let calls_for = |pending: usize| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let p = Box::new(Counting(policy("fifo", None), calls.clone()));
+        let mut h = Harness::new(vec![node("n1", 1)], p);
+        // The daemon's default (the harness schedules at every arrival otherwise).
+        h.core
+            .set_arrival_coalescing(tessera_model::SimDuration::from_micros(100_000));
+        h.submit("hold", 1, 3600);
+        h.schedule();
+        let backlog: Vec<(Option<String>, String)> = (0..pending)
+            .map(|i| {
+                (
+                    Some(TOKEN.into()),
+                    format!("name: q{i}\ncommand: [x]\ngpus: 1\n"),
+                )
+            })
+            .collect();
+        assert!(h.core.submit(h.now, backlog).iter().all(Result::is_ok));
+        h.drain();
+        h.schedule();
+        calls.store(0, Ordering::Relaxed);
+        // 300 submissions, one every millisecond, each its own batch.
+        for i in 0..300 {
+            h.now += tessera_model::SimDuration::from_micros(1_000);
+            let body = format!("name: b{i}\ncommand: [x]\ngpus: 1\n");
+            let r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+            assert!(r[0].is_ok());
+            h.drain();
+            if h.core.wants_schedule(h.now) {
+                h.schedule();
+            }
+        }
+        calls.load(Ordering::Relaxed)
+    };
+    let few = calls_for(10);
+    // 300 ms of arrivals, coalesced to one pass per 100 ms.
+    assert!((2..=4).contains(&few), "{few} passes for 300 submissions");
+    assert_eq!(calls_for(2_000), few);
+}

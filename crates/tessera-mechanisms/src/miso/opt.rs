@@ -30,6 +30,9 @@ pub struct Candidate {
     pub sizes: Vec<u8>,
     /// (size, count) pairs, largest size first.
     groups: Vec<(u8, u8)>,
+    /// Layouts of the same sizes with other profiles (a 1g.10gb for a 1g.5gb), for jobs
+    /// that ask for a fixed profile; `layout` is tried first.
+    variants: Vec<(Vec<MigInstance>, Vec<u8>)>,
 }
 
 /// Candidate layouts by number of instances (`by_k[k]`), one per distinct multiset of sizes,
@@ -61,13 +64,25 @@ impl Candidates {
                     _ => groups.push((s, 1)),
                 }
             }
-            if by_k[k].iter().any(|c| c.groups == groups) {
+            let profiles = |l: &[MigInstance]| {
+                let mut p: Vec<u8> = l.iter().map(|i| i.profile).collect();
+                p.sort_unstable();
+                p
+            };
+            if let Some(c) = by_k[k].iter_mut().find(|c| c.groups == groups) {
+                let mine = profiles(&layout);
+                if profiles(&c.layout) != mine
+                    && c.variants.iter().all(|(v, _)| profiles(v) != mine)
+                {
+                    c.variants.push((layout, sizes));
+                }
                 continue;
             }
             by_k[k].push(Candidate {
                 layout,
                 sizes,
                 groups,
+                variants: Vec::new(),
             });
         }
         for list in &mut by_k {
@@ -119,16 +134,53 @@ fn cost_of(speeds: &SliceSpeeds, size: u8, objective: Objective) -> Option<f64> 
 
 /// The best plan for these jobs (one slice each), or `None` when no layout fits them all.
 pub fn optimize(jobs: &[SliceSpeeds], cands: &Candidates, objective: Objective) -> Option<Plan> {
+    optimize_fixed(jobs, &[], cands, objective)
+}
+
+/// A job's fixed MIG profile: its index in the geometry and its compute slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedProfile {
+    /// Index in the geometry's profiles.
+    pub profile: u8,
+    /// Its compute slices.
+    pub size: u8,
+}
+
+/// Like [`optimize`], but job `j` with `fixed[j] = Some(p)` only gets an instance of exactly
+/// profile `p` (`fixed` may be shorter than `jobs`: missing entries are free). A candidate
+/// is used through its first variant that holds every fixed profile often enough; jobs of
+/// a fixed profile take those instances first, free jobs any instance of their size.
+pub fn optimize_fixed(
+    jobs: &[SliceSpeeds],
+    fixed: &[Option<FixedProfile>],
+    cands: &Candidates,
+    objective: Objective,
+) -> Option<Plan> {
     let k = jobs.len();
     if k == 0 || k > 7 {
         return None;
     }
+    let fixed_of = |j: usize| fixed.get(j).copied().flatten();
     let sizes = [7u8, 4, 3, 2, 1];
-    // cost[j][i] for sizes[i].
+    // cost[j][i] for sizes[i]; a fixed job only at its profile's size.
     let cost: Vec<[Option<f64>; 5]> = jobs
         .iter()
-        .map(|s| sizes.map(|z| cost_of(s, z, objective)))
+        .enumerate()
+        .map(|(j, s)| {
+            sizes.map(|z| match fixed_of(j) {
+                Some(f) if f.size != z => None,
+                _ => cost_of(s, z, objective),
+            })
+        })
         .collect();
+    // Fixed profiles wanted, with how many jobs want each.
+    let mut wanted: Vec<(u8, usize)> = Vec::new();
+    for f in fixed.iter().flatten() {
+        match wanted.iter_mut().find(|w| w.0 == f.profile) {
+            Some(w) => w.1 += 1,
+            None => wanted.push((f.profile, 1)),
+        }
+    }
     // Lower bound of jobs j.. : each at its own best size.
     let mut suffix = vec![0.0; k + 1];
     for j in (0..k).rev() {
@@ -145,6 +197,9 @@ pub fn optimize(jobs: &[SliceSpeeds], cands: &Candidates, objective: Objective) 
     let mut best: Option<(f64, usize, Vec<u8>)> = None;
     let mut chosen = vec![0u8; k];
     for (ci, cand) in cands.with(k).iter().enumerate() {
+        if variant_holding(cand, &wanted).is_none() {
+            continue;
+        }
         let mut left: Vec<(u8, u8)> = cand.groups.clone();
         let bound = best.as_ref().map_or(f64::INFINITY, |b| b.0);
         search(
@@ -164,19 +219,46 @@ pub fn optimize(jobs: &[SliceSpeeds], cands: &Candidates, objective: Objective) 
     }
     let (total, ci, job_sizes) = best?;
     let cand = &cands.with(k)[ci];
-    let mut used = vec![false; cand.layout.len()];
-    let mut assignment = Vec::with_capacity(k);
-    for &z in &job_sizes {
-        let slot = (0..cand.layout.len()).find(|&i| !used[i] && cand.sizes[i] == z)?;
-        used[slot] = true;
-        assignment.push(cand.layout[slot]);
+    let (layout, sizes_of) = variant_holding(cand, &wanted)?;
+    let mut used = vec![false; layout.len()];
+    let mut assignment: Vec<Option<MigInstance>> = vec![None; k];
+    // Fixed jobs first, on their exact profile; then the others by size.
+    for pass_fixed in [true, false] {
+        for (j, &z) in job_sizes.iter().enumerate() {
+            let f = fixed_of(j);
+            if f.is_some() != pass_fixed {
+                continue;
+            }
+            let slot = (0..layout.len()).find(|&i| {
+                !used[i] && sizes_of[i] == z && f.is_none_or(|f| layout[i].profile == f.profile)
+            })?;
+            used[slot] = true;
+            assignment[j] = Some(layout[slot]);
+        }
     }
+    let assignment: Vec<MigInstance> = assignment.into_iter().collect::<Option<_>>()?;
     Some(Plan {
-        layout: cand.layout.clone(),
+        layout: layout.clone(),
         assignment,
         sizes: job_sizes,
         cost: total / k as f64,
     })
+}
+
+/// The first of a candidate's layouts (its own, then its variants) with at least `n`
+/// instances of profile `p` for every `(p, n)` wanted, and its sizes.
+fn variant_holding<'c>(
+    c: &'c Candidate,
+    wanted: &[(u8, usize)],
+) -> Option<(&'c Vec<MigInstance>, &'c Vec<u8>)> {
+    let holds = |l: &[MigInstance]| {
+        wanted
+            .iter()
+            .all(|&(p, n)| l.iter().filter(|i| i.profile == p).count() >= n)
+    };
+    std::iter::once((&c.layout, &c.sizes))
+        .chain(c.variants.iter().map(|(l, z)| (l, z)))
+        .find(|(l, _)| holds(l))
 }
 
 fn size_index(z: u8) -> usize {
@@ -290,6 +372,71 @@ mod tests {
         let p = optimize(&[a(), b()], &miso, Objective::MeanSlowdown).unwrap();
         assert_eq!(p.sizes, vec![3, 3]);
         assert!((p.cost - (1.0 / 0.9 + 1.0 / 0.5) / 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn hand_checked_fixed_profiles() {
+        let geo = geo();
+        let cands = Candidates::new(&geo, LayoutSet::Generated);
+        let fix = |name: &str| {
+            let p = geo.find_profile(name).unwrap();
+            Some(FixedProfile {
+                profile: p,
+                size: geo.profiles[p as usize].compute_slices,
+            })
+        };
+        // A fixed to 2g.10gb, B free: B takes 4g (1/0.8 + 1/0.6 = 2.917; B on 3g beside A
+        // on 2g would be 1/0.8 + 1/0.5).
+        let p = optimize_fixed(
+            &[a(), b()],
+            &[fix("2g.10gb"), None],
+            &cands,
+            Objective::MeanSlowdown,
+        )
+        .unwrap();
+        assert_eq!(p.sizes, vec![2, 4]);
+        assert_eq!(geo.profile(p.assignment[0]).unwrap().name, "2g.10gb");
+        assert!((p.cost - (1.0 / 0.8 + 1.0 / 0.6) / 2.0).abs() < 1e-12);
+        // A fixed to 1g.10gb: the default 1g slice is 1g.5gb, so the plan must use a variant
+        // layout holding a 1g.10gb; with C free, C gets 4g (1/1.0) beside it.
+        let p = optimize_fixed(
+            &[a(), c()],
+            &[fix("1g.10gb"), None],
+            &cands,
+            Objective::MeanSlowdown,
+        )
+        .unwrap();
+        assert_eq!(geo.profile(p.assignment[0]).unwrap().name, "1g.10gb");
+        assert!(geo.check_layout(&p.layout).is_ok());
+        assert!(p.layout.contains(&p.assignment[0]) && p.layout.contains(&p.assignment[1]));
+        // Unconstrained, the same two jobs would not both be on 1g slices of one kind.
+        let free = optimize(&[a(), c()], &cands, Objective::MeanSlowdown).unwrap();
+        assert_ne!(free.sizes[0], 1);
+        // Alone, a fixed job gets a one-instance layout of exactly its profile.
+        let p = optimize_fixed(&[c()], &[fix("3g.20gb")], &cands, Objective::MeanSlowdown).unwrap();
+        assert_eq!(p.layout.len(), 1);
+        assert_eq!(geo.profile(p.layout[0]).unwrap().name, "3g.20gb");
+        // B cannot run in a 2g.10gb (out of memory), and two 4g.20gb do not fit one GPU.
+        assert!(
+            optimize_fixed(&[b()], &[fix("2g.10gb")], &cands, Objective::MeanSlowdown).is_none()
+        );
+        assert!(optimize_fixed(
+            &[a(), c()],
+            &[fix("4g.20gb"), fix("4g.20gb")],
+            &cands,
+            Objective::MeanSlowdown
+        )
+        .is_none());
+        // No fixed profile: exactly `optimize`.
+        assert_eq!(
+            optimize_fixed(
+                &[a(), b(), c()],
+                &[None, None],
+                &cands,
+                Objective::MeanSlowdown
+            ),
+            optimize(&[a(), b(), c()], &cands, Objective::MeanSlowdown)
+        );
     }
 
     #[test]

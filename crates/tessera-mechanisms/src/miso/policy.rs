@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use tessera_model::{
     Allocation, Bytes, DeviceAlloc, GpuMask, GpuPart, JobId, LayoutSet, MigGeometry, MigInstance,
-    MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime,
+    MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime, TrainingJob,
 };
 use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
 
-use super::opt::{optimize, Candidates, Objective};
+use super::opt::{optimize_fixed, Candidates, FixedProfile, Objective};
 use super::predict::SlicePredictor;
 use super::truth::{smallest_fit, SliceSpeeds, SliceTable};
 
@@ -78,6 +78,19 @@ impl Topology {
 
     fn geo(&self, g: usize) -> Option<&(MigGeometry, Candidates)> {
         self.geos.get(self.gpus[g].2 as usize)
+    }
+
+    /// What a job's MIG request allows on GPU `g`: `Ok(None)` any part (no request, or
+    /// `any`), `Ok(Some(p))` only instances of profile `p`, `Err(())` nothing (a fixed
+    /// profile this GPU's geometry does not have, or a GPU without MIG).
+    fn fixed_on(&self, g: usize, spec: Option<&TrainingJob>) -> Result<Option<FixedProfile>, ()> {
+        let Some(MigRequest::Profile(name)) = spec.and_then(|s| s.mig.as_ref()) else {
+            return Ok(None);
+        };
+        let geo = self.geo(g).map(|x| &x.0).ok_or(())?;
+        let profile = geo.find_profile(name).ok_or(())?;
+        let size = geo.profiles[profile as usize].compute_slices;
+        Ok(Some(FixedProfile { profile, size }))
     }
 }
 
@@ -245,14 +258,22 @@ impl Policy for StaticPartition {
                 .and_then(|(geo, _)| geo.profile(inst))
                 .map_or(0, |p| p.compute_slices)
         };
-        // The largest idle instance (ties: lowest GPU, then layout order) a filter accepts.
-        let largest_idle = |busy: &[u8], fits: &dyn Fn(u8) -> bool| {
+        // The largest idle instance (ties: lowest GPU, then layout order) a filter accepts;
+        // with a fixed profile, only instances of exactly that profile.
+        let largest_idle = |busy: &[u8], fits: &dyn Fn(u8) -> bool, spec: &TrainingJob| {
             let mut best: Option<(u8, usize, usize)> = None;
             for (g, &bits) in busy.iter().enumerate() {
                 let Some(layout) = layout_of(g) else { continue };
+                let Ok(fixed) = topo.fixed_on(g, Some(spec)) else {
+                    continue;
+                };
                 for (p, inst) in layout.iter().enumerate() {
                     let z = size(g, *inst);
-                    if bits & (1 << p) == 0 && fits(z) && best.is_none_or(|b| z > b.0) {
+                    if bits & (1 << p) == 0
+                        && fits(z)
+                        && fixed.is_none_or(|f| f.profile == inst.profile)
+                        && best.is_none_or(|b| z > b.0)
+                    {
                         best = Some((z, g, p));
                     }
                 }
@@ -266,7 +287,8 @@ impl Policy for StaticPartition {
                 continue;
             };
             let speeds = self.table.speeds_of(spec);
-            let Some((_, g, p)) = largest_idle(&busy, &|z| speeds[z as usize].is_some()) else {
+            let Some((_, g, p)) = largest_idle(&busy, &|z| speeds[z as usize].is_some(), spec)
+            else {
                 placed_all = false;
                 break;
             };
@@ -320,11 +342,17 @@ impl Policy for StaticPartition {
                 let Some(spec) = view.jobs.get(job.index()) else {
                     continue;
                 };
+                // A job that asked for a profile stays on it.
+                if matches!(spec.mig, Some(MigRequest::Profile(_))) {
+                    continue;
+                }
                 let speeds = self.table.speeds_of(spec);
                 let now_speed = speeds[z as usize].unwrap_or(0.0);
-                let Some((z1, g, p)) = largest_idle(&busy, &|c| {
-                    c > z && speeds[c as usize].is_some_and(|s| s > now_speed)
-                }) else {
+                let Some((z1, g, p)) = largest_idle(
+                    &busy,
+                    &|c| c > z && speeds[c as usize].is_some_and(|s| s > now_speed),
+                    spec,
+                ) else {
                     continue;
                 };
                 let (node, idx, _) = topo.gpus[g];
@@ -625,10 +653,47 @@ impl Miso {
         }
     }
 
-    /// Applies the optimizer's plan for the jobs of slot `g` (whole GPU for one job).
+    /// The fixed profiles of jobs on slot `g` (`Err` when one cannot run there at all).
+    fn fixed_of(
+        &self,
+        view: &ClusterView<'_>,
+        g: usize,
+        jobs: &[JobId],
+    ) -> Result<Vec<Option<FixedProfile>>, ()> {
+        let Some(topo) = self.topo.as_ref() else {
+            return Err(());
+        };
+        jobs.iter()
+            .map(|j| topo.fixed_on(g, view.jobs.get(j.index())))
+            .collect()
+    }
+
+    /// The optimizer's plan for `jobs` on slot `g` from these speeds, honouring fixed
+    /// profiles.
+    fn plan(
+        &self,
+        view: &ClusterView<'_>,
+        g: usize,
+        jobs: &[JobId],
+        speeds: &[SliceSpeeds],
+        objective: Objective,
+    ) -> Option<super::opt::Plan> {
+        let fixed = self.fixed_of(view, g, jobs).ok()?;
+        optimize_fixed(speeds, &fixed, self.candidates(g)?, objective)
+    }
+
+    /// Whether a job on slot `g` asked for a fixed profile (it never leaves it: no whole
+    /// GPU, no MPS phase).
+    fn any_fixed(&self, view: &ClusterView<'_>, g: usize) -> bool {
+        self.fixed_of(view, g, &self.slots[g].jobs)
+            .map_or(true, |f| f.iter().any(Option::is_some))
+    }
+
+    /// Applies the optimizer's plan for the jobs of slot `g` (whole GPU for one job, unless
+    /// it asked for a fixed profile).
     fn apply_plan(&mut self, view: &ClusterView<'_>, g: usize, actions: &mut Vec<Action>) -> bool {
         let jobs = self.slots[g].jobs.clone();
-        if jobs.len() == 1 {
+        if jobs.len() == 1 && !self.any_fixed(view, g) {
             self.repartition(
                 view,
                 g,
@@ -640,10 +705,7 @@ impl Miso {
             return true;
         }
         let beliefs: Vec<SliceSpeeds> = jobs.iter().map(|&j| self.belief(view, j)).collect();
-        let Some(plan) = self
-            .candidates(g)
-            .and_then(|c| optimize(&beliefs, c, self.config.objective))
-        else {
+        let Some(plan) = self.plan(view, g, &jobs, &beliefs, self.config.objective) else {
             return false;
         };
         let starts = jobs
@@ -683,6 +745,13 @@ impl Miso {
         total / jobs.len().max(1) as f64
     }
 
+    fn any_fixed_job(&self, view: &ClusterView<'_>, job: JobId) -> bool {
+        matches!(
+            view.jobs.get(job.index()).and_then(|s| s.mig.as_ref()),
+            Some(MigRequest::Profile(_))
+        )
+    }
+
     /// The slot with the fewest jobs that can take `job` now (ties: lowest GPU).
     fn eligible(&self, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
         let topo = self.topo.as_ref()?;
@@ -707,23 +776,24 @@ impl Miso {
             }
             buckets[slot.jobs.len()].push(g);
         }
-        let newcomer = self.truth(view, job);
+        let spec = view.jobs.get(job.index());
+        let wants_profile = matches!(
+            spec.and_then(|s| s.mig.as_ref()),
+            Some(MigRequest::Profile(_))
+        );
         for (k, bucket) in buckets.iter().enumerate() {
             for &g in bucket {
-                if k == 0 {
+                if k == 0 && !wants_profile {
                     return Some(g);
                 }
-                let Some(cands) = self.candidates(g) else {
-                    continue;
-                };
-                // Memory decides feasibility; speeds do not matter here.
-                let mut all: Vec<SliceSpeeds> = self.slots[g]
-                    .jobs
-                    .iter()
-                    .map(|&j| self.truth(view, j))
-                    .collect();
-                all.push(newcomer);
-                if optimize(&all, cands, Objective::MeanSlowdown).is_some() {
+                // Memory (and fixed profiles) decide feasibility; speeds do not matter here.
+                let mut jobs = self.slots[g].jobs.clone();
+                jobs.push(job);
+                let all: Vec<SliceSpeeds> = jobs.iter().map(|&j| self.truth(view, j)).collect();
+                if self
+                    .plan(view, g, &jobs, &all, Objective::MeanSlowdown)
+                    .is_some()
+                {
                     return Some(g);
                 }
             }
@@ -880,13 +950,12 @@ impl Policy for Miso {
             }
             let current = self.current_cost(view, g);
             let jobs = self.slots[g].jobs.clone();
-            let better = if jobs.len() == 1 {
+            let better = if jobs.len() == 1 && !self.any_fixed(view, g) {
                 current > 1.0 + 1e-12 || !current.is_finite()
             } else {
                 let beliefs: Vec<SliceSpeeds> =
                     jobs.iter().map(|&j| self.belief(view, j)).collect();
-                self.candidates(g)
-                    .and_then(|c| optimize(&beliefs, c, self.config.objective))
+                self.plan(view, g, &jobs, &beliefs, self.config.objective)
                     .is_some_and(|p| p.cost < current - 1e-9)
             };
             if better {
@@ -903,7 +972,7 @@ impl Policy for Miso {
             };
             self.job_gpu[job.index()] = g as u32;
             let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
-            if self.slots[g].jobs.is_empty() {
+            if self.slots[g].jobs.is_empty() && !self.any_fixed_job(view, job) {
                 self.slots[g].jobs.push(job);
                 self.slots[g].touched = Some(now);
                 actions.push(Action::Start {
@@ -913,7 +982,9 @@ impl Policy for Miso {
                 continue;
             }
             self.slots[g].jobs.push(job);
-            if self.config.oracle {
+            // A job on a fixed profile cannot leave it for an MPS phase: the GPU goes
+            // straight to the plan from what is believed now.
+            if self.config.oracle || self.any_fixed(view, g) {
                 self.apply_plan(view, g, actions);
             } else {
                 let jobs = self.slots[g].jobs.clone();

@@ -199,3 +199,126 @@ fn index_order_leaves_the_cluster_lightly_loaded() {
         q(&shuffled)
     );
 }
+
+/// The 100-job trace with some jobs asking for a fixed MIG profile (`every`-th job that fits
+/// the profile in memory, per profile) and some for `any`.
+fn with_mig_requests(profiles: &[(&str, u8, usize)]) -> tessera_model::Workload {
+    use tessera_model::MigRequest;
+    let w = workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
+    let table = miso_table();
+    let mut jobs = w.jobs().to_vec();
+    for (i, j) in jobs.iter_mut().enumerate() {
+        for &(name, size, every) in profiles {
+            if j.mig.is_none() && i % every == 0 && table.speeds_of(j)[size as usize].is_some() {
+                j.mig = Some(MigRequest::Profile(name.into()));
+            }
+        }
+        if j.mig.is_none() && i % 7 == 3 {
+            j.mig = Some(MigRequest::Any);
+        }
+    }
+    tessera_model::Workload::new(jobs)
+}
+
+#[test]
+fn fixed_profile_jobs_run_only_on_exactly_that_profile() {
+    use tessera_model::MigRequest;
+    type Requests = Vec<(&'static str, u8, usize)>;
+    let cases: [(&str, Requests); 4] = [
+        // 1g.10gb is not the profile the optimizer picks for a 1g slice by default.
+        ("miso", vec![("3g.20gb", 3, 3), ("1g.10gb", 1, 5)]),
+        ("miso-oracle", vec![("3g.20gb", 3, 3), ("1g.10gb", 1, 5)]),
+        ("static", vec![("3g.20gb", 3, 4)]),
+        ("static:4-3", vec![("4g.20gb", 4, 6), ("3g.20gb", 3, 4)]),
+    ];
+    let cluster = a100_cluster(1, 4).unwrap();
+    let geo = cluster
+        .catalog
+        .mig_geometry(cluster.nodes[0].gpu)
+        .unwrap()
+        .clone();
+    for (policy, profiles) in cases {
+        let w = with_mig_requests(&profiles);
+        let fixed = w
+            .jobs()
+            .iter()
+            .filter(|j| matches!(j.mig, Some(MigRequest::Profile(_))))
+            .count();
+        assert!(fixed >= 10, "{policy}: only {fixed} fixed jobs");
+        // Re-run with a per-event check of the fixed jobs' parts.
+        let truth = MisoTruth::new(miso_table());
+        let built = Miso
+            .build_policy(policy, &PolicyOptions::default())
+            .unwrap();
+        let config = SimConfig {
+            restart_costs: miso_restart_costs(),
+            ..SimConfig::default()
+        };
+        let mut sim = Simulation::new(&cluster, &w, &truth, built, config);
+        let mut seen_on_profile = std::collections::BTreeSet::new();
+        while sim.step().unwrap_or_else(|e| panic!("{policy}: {e}")) {
+            sim.check_invariants()
+                .unwrap_or_else(|e| panic!("{policy} at {}: {e}", sim.now()));
+            for a in sim.active() {
+                let spec = &w.jobs()[a.id.index()];
+                let (Some(MigRequest::Profile(want)), Some(alloc)) = (&spec.mig, &a.allocation)
+                else {
+                    continue;
+                };
+                match alloc.part() {
+                    Some(GpuPart::Mig(inst)) => {
+                        let got = &geo.profile(inst).unwrap().name;
+                        assert_eq!(got, want, "{policy}: job {} on {got}", spec.name);
+                        seen_on_profile.insert(a.id);
+                    }
+                    other => panic!("{policy}: job {} asked {want}, holds {other:?}", spec.name),
+                }
+            }
+        }
+        let report = sim.into_report();
+        assert_eq!(report.summary.finished, w.len(), "{policy}");
+        assert_eq!(
+            seen_on_profile.len(),
+            fixed,
+            "{policy}: some fixed job never seen running"
+        );
+    }
+    // nopart gives a fixed request a whole GPU and still finishes everything.
+    let w = with_mig_requests(&[("3g.20gb", 3, 3)]);
+    run_checked_on("nopart", 1, 4, &w);
+}
+
+#[test]
+fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
+    // A100-80GB profile names do not exist on the A100-40GB geometry: the job is never
+    // placed (strict FIFO then holds the queue) and the run ends without error.
+    use tessera_model::MigRequest;
+    let w = workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
+    let mut jobs = w.jobs().to_vec();
+    jobs[50].mig = Some(MigRequest::Profile("3g.40gb".into()));
+    let w = tessera_model::Workload::new(jobs);
+    let cluster = a100_cluster(1, 4).unwrap();
+    for policy in ["miso", "miso-oracle", "static"] {
+        let truth = MisoTruth::new(miso_table());
+        let built = Miso
+            .build_policy(policy, &PolicyOptions::default())
+            .unwrap();
+        let mut sim = Simulation::new(
+            &cluster,
+            &w,
+            &truth,
+            built,
+            SimConfig {
+                restart_costs: miso_restart_costs(),
+                ..SimConfig::default()
+            },
+        );
+        while sim.step().unwrap_or_else(|e| panic!("{policy}: {e}")) {}
+        let r = sim.into_report();
+        assert!(
+            r.summary.finished >= 50 && r.summary.finished < w.len(),
+            "{policy}: {:?}",
+            r.summary
+        );
+    }
+}

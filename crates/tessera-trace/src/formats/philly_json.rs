@@ -36,7 +36,7 @@ pub const FINISHED_STATUSES: [&str; 3] = ["Pass", "Killed", "Failed"];
 
 /// What became of one job entry.
 enum Entry {
-    Job(TrainingJob),
+    Job(Box<TrainingJob>),
     /// Did not finish, or has nothing to replay.
     Dropped,
 }
@@ -80,7 +80,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Parsed, TraceError> {
             .map_err(|e| (None, K::NotJson(e.to_string())))
             .and_then(|v| entry(&v));
         match outcome {
-            Ok(Entry::Job(job)) => parsed.jobs.push((job, line)),
+            Ok(Entry::Job(job)) => parsed.jobs.push((*job, line)),
             Ok(Entry::Dropped) => parsed.dropped += 1,
             Err((field, kind)) => {
                 let e = TraceError::at(ctx.source, line, field, kind);
@@ -186,7 +186,7 @@ fn entry(v: &Value) -> Result<Entry, Fail> {
     job.name = name;
     job.tenant = tenant;
     job.iterations = default_iterations(duration);
-    Ok(Entry::Job(job))
+    Ok(Entry::Job(Box::new(job)))
 }
 
 /// GPUs an attempt holds: the lengths of its machines' `gpus` lists.

@@ -4,13 +4,15 @@
 
 use std::io::Write;
 
-use tessera_model::{GpuCatalog, GpuShareRequest, JobId, TrainingJob, Workload};
+use tessera_model::{
+    GpuCatalog, GpuModelId, GpuShareRequest, JobId, MigRequest, TrainingJob, Workload,
+};
 
 use crate::error::{TraceError, TraceErrorKind};
 use crate::fields::{default_iterations, read_rows, Ctx, Layout, Parsed, Row};
 
 /// Every column, in the order the writer emits them.
-pub const COLUMNS: [&str; 13] = [
+pub const COLUMNS: [&str; 14] = [
     "job_id",
     "submit_s",
     "gpus",
@@ -24,6 +26,7 @@ pub const COLUMNS: [&str; 13] = [
     "cpu",
     "memory",
     "gpu_share",
+    "mig",
 ];
 
 /// Columns a Tessera trace must have.
@@ -49,6 +52,8 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
             )),
         ));
     }
+    let gpu_types = row.gpu_types("gpu_types")?;
+    let mig = mig_request(row, "mig", gpus, share.is_some(), &gpu_types)?;
     Ok(TrainingJob {
         id: JobId(0),
         name: row.text("job_id")?.to_string(),
@@ -58,13 +63,42 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
         model: row.text("model")?.to_string(),
         batch_size: row.opt_u32("batch_size")?,
         gpus,
-        gpu_types: row.gpu_types("gpu_types")?,
+        gpu_types,
         iterations,
         duration,
         cpu: row.opt_cpu("cpu")?,
         memory: row.opt_memory("memory")?,
         gpu_share: share,
+        mig,
     })
+}
+
+/// One MIG instance (`nvidia.com/mig-3g.20gb`, `3g.20gb`, `any`), only for one-GPU jobs
+/// without a `gpu_share`, checked against the catalog and the job's GPU types; empty = none.
+pub(crate) fn mig_request(
+    row: &Row<'_>,
+    name: &str,
+    gpus: u32,
+    shared: bool,
+    gpu_types: &[GpuModelId],
+) -> Result<Option<MigRequest>, TraceError> {
+    let Some(value) = row.opt(name)? else {
+        return Ok(None);
+    };
+    let invalid = |m: String| row.err(name, TraceErrorKind::Invalid(m));
+    let req = MigRequest::parse(value).map_err(invalid)?;
+    if gpus != 1 {
+        return Err(invalid(format!(
+            "a MIG instance is part of one GPU: needs gpus 1, this job asks for {gpus}"
+        )));
+    }
+    if shared {
+        return Err(invalid("give either gpu_share or mig, not both".into()));
+    }
+    row.catalog()
+        .check_mig_request(&req, gpu_types)
+        .map_err(invalid)?;
+    Ok(Some(req))
 }
 
 /// A fraction of one GPU in permille (1..=999), only for one-GPU jobs; empty = whole GPUs.
@@ -154,6 +188,7 @@ impl<'c, W: Write> TesseraCsvWriter<'c, W> {
                 &j.gpu_share
                     .map(|s| s.sm_permille.to_string())
                     .unwrap_or_default(),
+                &j.mig.as_ref().map(|m| m.to_string()).unwrap_or_default(),
             ])
             .map_err(io_error)
     }

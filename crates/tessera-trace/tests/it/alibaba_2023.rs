@@ -70,7 +70,7 @@ fn fractional_requests_survive_the_canonical_format() {
     let text = format!("{HEADER}p,1000,1024,1,125,,BE,Running,0,60,0\n");
     let t = parse_trace(&text, "p.csv", None, &c, &ReadOptions::default()).unwrap();
     let written = canonical(&t.workload);
-    assert!(written.lines().next().unwrap().ends_with(",gpu_share"));
+    assert!(written.lines().next().unwrap().ends_with(",gpu_share,mig"));
     let back = parse_trace(&written, "w.csv", None, &c, &ReadOptions::default()).unwrap();
     assert_eq!(back.workload, t.workload);
     assert_eq!(back.workload.jobs()[0].gpu_share.unwrap().sm_permille, 125);

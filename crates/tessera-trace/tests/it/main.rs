@@ -6,6 +6,7 @@ mod bad_input;
 mod common;
 mod generator;
 mod golden;
+mod mig;
 mod pai;
 mod props;
 mod services;

@@ -237,6 +237,7 @@ fn job() -> impl Strategy<Value = TrainingJob> {
                             sm_permille,
                             memory: None,
                         }),
+                    mig: None,
                 }
             },
         )
