@@ -103,7 +103,7 @@ fn builtin_reference_traces_are_listed_and_loadable() {
     let o = tessera(&["trace", "inspect", "builtin:synergy-reference-multi-3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("16000") || stdout(&o).contains("16,000"),
+        stdout(&o).contains("24000") || stdout(&o).contains("24,000"),
         "{}",
         stdout(&o)
     );

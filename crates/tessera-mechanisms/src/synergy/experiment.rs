@@ -84,6 +84,10 @@ pub struct WindowStats {
     pub avg_speedup: f64,
     /// Jobs that arrived before the run stopped.
     pub jobs_arrived: usize,
+    /// Every job of the workload had arrived before the window drained: the last window jobs
+    /// ran without the arrivals an unbounded stream (the reference's) would have added, so
+    /// the figures are not those of the reference (generate more jobs).
+    pub arrivals_ran_out: bool,
     /// Scheduling points (rounds and events).
     pub scheduling_points: u64,
     /// Wall time of the run, seconds.
@@ -177,6 +181,16 @@ fn window_stats(report: &SimReport, spec: &RunSpec, wall_s: f64) -> WindowStats 
         _ => 0.0,
     };
     let speedups: Vec<f64> = win.iter().filter_map(|j| j.speedup).collect();
+    let jobs_arrived = report
+        .jobs
+        .iter()
+        .filter(|j| {
+            !matches!(&j.outcome, JobOutcome::Unfinished { reason } if reason.starts_with("never arrived"))
+        })
+        .count();
+    let last_arrival = report.jobs.iter().map(|j| j.submit).max();
+    let arrivals_ran_out = jobs_arrived == report.jobs.len()
+        && matches!((last_arrival, last), (Some(a), Some(l)) if a < l);
     WindowStats {
         policy: report.policy.clone(),
         semantics: spec.semantics,
@@ -190,13 +204,8 @@ fn window_stats(report: &SimReport, spec: &RunSpec, wall_s: f64) -> WindowStats 
         } else {
             speedups.iter().sum::<f64>() / speedups.len() as f64
         },
-        jobs_arrived: report
-            .jobs
-            .iter()
-            .filter(|j| {
-                !matches!(&j.outcome, JobOutcome::Unfinished { reason } if reason.starts_with("never arrived"))
-            })
-            .count(),
+        jobs_arrived,
+        arrivals_ran_out,
         scheduling_points: report.summary.scheduling_points,
         wall_s,
         policy_stats: report.policy_stats.clone(),

@@ -245,17 +245,17 @@ impl Mechanism for Synergy {
             },
             BuiltinWorkload {
                 name: "synergy-reference-single-9",
-                about: "the Synergy simulator's own single-GPU workload at 9 jobs/h, seed 42 (16,000 jobs)",
+                about: "the Synergy simulator's own single-GPU workload at 9 jobs/h, seed 42 (24,000 jobs)",
                 generate: reference_single_9,
             },
             BuiltinWorkload {
                 name: "synergy-reference-multi-3",
-                about: "the Synergy simulator's own multi-GPU workload at 3 jobs/h, seed 42 (16,000 jobs)",
+                about: "the Synergy simulator's own multi-GPU workload at 3 jobs/h, seed 42 (24,000 jobs)",
                 generate: reference_multi_3,
             },
             BuiltinWorkload {
                 name: "synergy-reference-multi-4",
-                about: "the Synergy simulator's own multi-GPU workload at 4 jobs/h, seed 42 (16,000 jobs)",
+                about: "the Synergy simulator's own multi-GPU workload at 4 jobs/h, seed 42 (24,000 jobs)",
                 generate: reference_multi_4,
             },
         ]

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tessera_model::{SimDuration, Workload};
 
 use super::experiment::{reference_cluster, run_one, RunSpec, Semantics, WindowStats};
-use super::reference_workload::{ReferenceTrace, ReferenceWorkload};
+use super::reference_workload::{ReferenceTrace, ReferenceWorkload, REFERENCE_JOBS};
 use super::workload::SynergyWorkload;
 use crate::experiment::{
     run_parallel, Experiment, ExperimentArgs, ExperimentError, Figure, Param, ReproOutput,
@@ -40,7 +40,7 @@ const PARAMS: &[Param] = &[
     },
     Param { name: "sweep-trace", default: "single", help: "Trace of the sweep (c): single or multi (GPU counts)." },
     Param { name: "servers", default: "16", help: "Servers (8 GPUs each); the paper uses 16." },
-    Param { name: "jobs", default: "16000", help: "Jobs generated per workload (arrivals continue until the window drains)." },
+    Param { name: "jobs", default: "", help: "Jobs generated per workload (arrivals must continue until the window drains). Default: 16000 (synthetic), 24000 (reference)." },
     Param { name: "window-start", default: "4000", help: "First job id of the measurement window." },
     Param { name: "window-len", default: "1000", help: "Jobs in the measurement window." },
     Param { name: "profile-cost", default: "60", help: "Profiling cost in seconds (exact semantics)." },
@@ -59,7 +59,7 @@ struct SynergyArgs {
     sweep_policies: Vec<String>,
     sweep_trace: String,
     servers: u32,
-    jobs: usize,
+    jobs: Option<usize>,
     window_start: u32,
     window_len: u32,
     profile_cost: f64,
@@ -79,7 +79,7 @@ impl SynergyArgs {
             sweep_policies: a.list("sweep-policies")?,
             sweep_trace: a.parse("sweep-trace")?,
             servers: a.parse("servers")?,
-            jobs: a.parse("jobs")?,
+            jobs: a.parse_opt("jobs")?,
             window_start: a.parse("window-start")?,
             window_len: a.parse("window-len")?,
             profile_cost: a.parse("profile-cost")?,
@@ -332,7 +332,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
                 ReferenceTrace::Single
             };
             ReferenceWorkload {
-                jobs: args.jobs,
+                jobs: args.jobs.unwrap_or(REFERENCE_JOBS),
                 seed: t.seed,
                 ..ReferenceWorkload::new(trace, t.load)
             }
@@ -340,7 +340,7 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             .map_err(|e| ExperimentError::Other(format!("the reference's workload: {e}")))?
         } else {
             SynergyWorkload {
-                jobs: args.jobs,
+                jobs: args.jobs.unwrap_or(16_000),
                 jobs_per_hour: t.load,
                 multi_gpu: t.trace == "multi",
                 split: [20.0, 70.0, 10.0],
@@ -557,6 +557,27 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
         }
     }
     writeln!(out)?;
+    let ran_out: Vec<String> = entries
+        .iter()
+        .filter(|e| e.stats.arrivals_ran_out)
+        .map(|e| {
+            format!(
+                "{} ({}, {}/h, seed {})",
+                e.policy,
+                e.semantics.name(),
+                e.load,
+                e.seed
+            )
+        })
+        .collect();
+    if !ran_out.is_empty() {
+        // Not an error (a short --jobs is legitimate), but these figures are not comparable.
+        writeln!(
+            out,
+            "warning: every job had arrived before the window drained in {}: raise --jobs",
+            ran_out.join(", ")
+        )?;
+    }
     writeln!(
         out,
         "{} runs in {wall:.2} s on {threads} threads",
