@@ -248,6 +248,16 @@ pub enum Action {
         /// The instance.
         instance: InstanceId,
     },
+    /// Change a running instance's GPU quota (SM share, memory) in place on the same node
+    /// and GPUs: no restart. A backend that cannot retune in place restarts the instance.
+    RetuneInstance {
+        /// The service.
+        service: ServiceId,
+        /// The instance.
+        instance: InstanceId,
+        /// Its new allocation (same node and GPUs).
+        allocation: Allocation,
+    },
     /// Change one GPU's MIG layout (`Some`) or return it to whole-GPU mode (`None`). Only on a
     /// GPU nobody holds: preempt its holders earlier in the same batch. The GPU is
     /// unavailable for the driver's reconfiguration time.
@@ -269,14 +279,19 @@ impl Action {
             | Action::Preempt { job }
             | Action::Resize { job, .. }
             | Action::Retune { job, .. } => Some(*job),
-            Action::Reconfigure { .. } | Action::ScaleOut { .. } | Action::ScaleIn { .. } => None,
+            Action::Reconfigure { .. }
+            | Action::ScaleOut { .. }
+            | Action::ScaleIn { .. }
+            | Action::RetuneInstance { .. } => None,
         }
     }
 
     /// The service it concerns, if any.
     pub fn service(&self) -> Option<ServiceId> {
         match self {
-            Action::ScaleOut { service, .. } | Action::ScaleIn { service, .. } => Some(*service),
+            Action::ScaleOut { service, .. }
+            | Action::ScaleIn { service, .. }
+            | Action::RetuneInstance { service, .. } => Some(*service),
             _ => None,
         }
     }
@@ -291,6 +306,7 @@ impl Action {
             Action::Reconfigure { .. } => "reconfigure",
             Action::ScaleOut { .. } => "scale-out",
             Action::ScaleIn { .. } => "scale-in",
+            Action::RetuneInstance { .. } => "retune-instance",
         }
     }
 }

@@ -840,7 +840,7 @@ impl<'a> Simulation<'a> {
             return Err(self.invalid(&action, "no such service"));
         };
         let holding = match &action {
-            Action::ScaleIn { instance, .. } => {
+            Action::ScaleIn { instance, .. } | Action::RetuneInstance { instance, .. } => {
                 self.serving.instance_alloc(service, *instance).cloned()
             }
             _ => None,
@@ -876,6 +876,20 @@ impl<'a> Simulation<'a> {
                     Some((_, true)) => Ok(()),
                     None => Err(self.invalid(&action, "no such instance")),
                 }
+            }
+            (Action::RetuneInstance { instance, .. }, Some(alloc)) => {
+                // In place: the instance keeps its queue, batch in flight and readiness.
+                let Some(old) = holding else {
+                    return Err(self.invalid(&action, "no such instance"));
+                };
+                self.release(&old);
+                self.take(&alloc);
+                if !self.serving.retune(service, *instance, alloc.clone()) {
+                    return Err(self.invalid(&action, "no such instance"));
+                }
+                self.serving.refresh_shares(&self.devices, self.cluster);
+                self.instance_changed(&old)?;
+                self.instance_changed(&alloc)
             }
             _ => Err(self.invalid(&action, "validated to nothing")),
         }

@@ -536,6 +536,20 @@ impl<'a> Serving<'a> {
         Some((alloc, retiring))
     }
 
+    /// Gives a live instance a new allocation in place (validated: same node and GPUs): it
+    /// keeps its queue, its batch in flight and its readiness. False when no such instance.
+    pub(crate) fn retune(&mut self, service: ServiceId, id: InstanceId, alloc: Allocation) -> bool {
+        let Some(inst) = self
+            .runs
+            .get_mut(service.index())
+            .and_then(|r| r.instances.iter_mut().find(|i| i.id == id))
+        else {
+            return false;
+        };
+        inst.alloc = alloc;
+        true
+    }
+
     /// Recomputes every instance's effective SM share after the GPUs' holders changed.
     pub(crate) fn refresh_shares(&mut self, state: &ClusterState, cluster: &Cluster) {
         for run in &mut self.runs {
