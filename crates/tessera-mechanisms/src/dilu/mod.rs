@@ -28,6 +28,7 @@ pub mod instances;
 pub mod packing;
 pub mod profile;
 pub mod series;
+pub mod serving;
 pub mod table;
 pub mod truth;
 pub mod vertical;
