@@ -655,6 +655,9 @@ impl<'a> Serving<'a> {
             ctl: Vec::new(),
         });
         run.record_count(now);
+        if let Some(factory) = self.config.controller.clone() {
+            self.refresh_controlled(&*factory, state);
+        }
         id
     }
 

@@ -30,6 +30,8 @@ pub mod policy;
 pub mod profile;
 pub mod series;
 #[cfg(feature = "experiments")]
+mod serve_report;
+#[cfg(feature = "experiments")]
 pub mod serve_repro;
 pub mod serving;
 pub mod table;

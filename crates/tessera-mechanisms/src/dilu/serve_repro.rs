@@ -254,30 +254,3 @@ pub fn run_serving(
         sim.run(&mut ()).map_err(|e| sim_err(e.to_string()))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_policy_runs_with_invariants_after_every_step() {
-        let c = scenario_cluster().unwrap();
-        let w = scenario_workload().unwrap();
-        for p in SERVING_POLICIES {
-            let r = run_serving(&c, &w, p, 1, true).unwrap();
-            eprintln!(
-                "{p}: peak {} mean {:.2} smfrag {:.3} memfrag {:.3}",
-                r.summary.peak_active_gpus,
-                r.summary.mean_active_gpus,
-                r.summary.mean_sm_frag,
-                r.summary.mean_mem_frag
-            );
-            for s in &r.summary.services {
-                eprintln!("  {} req {} served {} dropped {} viol {:.4} rps {:.2} p99 {:.4} inst mean {:.2} peak {}", s.service, s.requests, s.served, s.dropped, s.slo_violation_rate, s.served_rps, s.p99_latency_s, s.mean_instances, s.peak_instances);
-            }
-            for j in &r.jobs {
-                eprintln!("  {} done {:.1}", j.name, j.iterations_done);
-            }
-        }
-    }
-}
