@@ -383,7 +383,6 @@ impl Experiment for DiluRepro {
             &rows,
         ));
 
-        let mut figures = figures;
         let serving_summary = match serving {
             Some((t, j, f)) => {
                 text.push('\n');

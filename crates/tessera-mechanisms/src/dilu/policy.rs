@@ -324,6 +324,7 @@ impl DiluServe {
 
     /// Plans `spec`, builds its allocation and checks it against `state` with the one
     /// validator; on success books it in the pool and in `state`.
+    #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
         view: &ClusterView<'_>,
@@ -366,9 +367,9 @@ impl DiluServe {
                 if queue.is_empty() {
                     break;
                 }
-                if !self.instances.contains_key(&i.id) {
+                if let std::collections::btree_map::Entry::Vacant(e) = self.instances.entry(i.id) {
                     if let Some(name) = queue.pop_front() {
-                        self.instances.insert(i.id, name);
+                        e.insert(name);
                     }
                 }
             }
