@@ -724,36 +724,6 @@ impl<'a> From<&'a InferenceService> for Holder<'a> {
 /// Checks that an instance allocation fits what one instance of `service` needs: one node,
 /// at least its CPU and memory, and on each GPU named a whole GPU, a MIG instance or a quota
 /// holding enough device memory in all.
-/// `new` with the devices of `old` named where it leaves them open, when it keeps `old`'s node
-/// and GPU mask (and the kind of part: whole or quota); `None` when it moves.
-fn same_instance_devices(new: &Allocation, old: &Allocation) -> Option<Allocation> {
-    let ([a], [b]) = (new.shares.as_slice(), old.shares.as_slice()) else {
-        return None;
-    };
-    let kept = a.node == b.node
-        && a.gpus == b.gpus
-        && match (a.devices, b.devices) {
-            (None, _) => true,
-            (Some(x), Some(y)) => {
-                x.gpus == y.gpus
-                    && (matches!(
-                        (x.part, y.part),
-                        (GpuPart::Whole, GpuPart::Whole)
-                            | (GpuPart::Quota { .. }, GpuPart::Quota { .. })
-                    ) || x == y)
-            }
-            (Some(_), None) => false,
-        };
-    if !kept {
-        return None;
-    }
-    let mut named = new.clone();
-    if let (Some(s), None) = (named.shares.first_mut(), a.devices) {
-        s.devices = b.devices;
-    }
-    Some(named)
-}
-
 fn check_instance(
     cluster: &Cluster,
     service: &InferenceService,
@@ -796,6 +766,40 @@ fn check_instance(
     Ok(())
 }
 
+/// True when `new` keeps `old`'s nodes, whole-GPU counts and named GPUs (a share that names
+/// no devices keeps the old ones), and each GPU stays whole or stays a quota.
+fn same_devices(new: &Allocation, old: &Allocation) -> bool {
+    new.shares.len() == old.shares.len()
+        && new.shares.iter().zip(&old.shares).all(|(a, b)| {
+            a.node == b.node
+                && a.gpus == b.gpus
+                && match (a.devices, b.devices) {
+                    (None, _) => true,
+                    (Some(x), Some(y)) => {
+                        x.gpus == y.gpus
+                            && matches!(
+                                (x.part, y.part),
+                                (GpuPart::Whole, GpuPart::Whole)
+                                    | (GpuPart::Quota { .. }, GpuPart::Quota { .. })
+                            )
+                            || x == y
+                    }
+                    (Some(_), None) => false,
+                }
+        })
+}
+
+/// `new` with the devices of `old` named where `new` leaves them implicit.
+fn name_devices(new: &Allocation, old: &Allocation) -> Allocation {
+    let mut named = new.clone();
+    for (a, b) in named.shares.iter_mut().zip(&old.shares) {
+        if a.devices.is_none() {
+            a.devices = b.devices;
+        }
+    }
+    named
+}
+
 /// Checks `action` against the holder's state (`holding` = what the job or the named
 /// instance holds now, `None` when a job is queued or a service scales out) and the cluster,
 /// and returns the allocation held afterwards with devices named (`None` for a preemption or
@@ -804,7 +808,8 @@ fn check_instance(
 ///
 /// `Resize` and `Retune` are checked as if the job's current holding were released first.
 /// A `Retune` must keep the same nodes, GPUs and whole-GPU counts (only CPU, memory and
-/// quotas change). A `ScaleOut` follows the same capacity rules as a `Start` (whole GPUs, MIG,
+/// quotas change); a `RetuneInstance` likewise for an instance (`holding` = its allocation),
+/// and the new quota must still fit one instance of the service. A `ScaleOut` follows the same capacity rules as a `Start` (whole GPUs, MIG,
 /// Σ SM requests ≤ 1000‰, Σ limits ≤ 1500‰, Σ device memory ≤ capacity) and must fit what one
 /// instance of the service needs.
 pub fn validate<'h>(
@@ -828,10 +833,14 @@ pub fn validate<'h>(
                 (Action::ScaleIn { .. }, Some(_)) => Ok(None),
                 (Action::ScaleIn { .. }, None) => refuse("no such instance"),
                 (Action::RetuneInstance { allocation, .. }, Some(old)) => {
-                    check_instance(cluster, service, allocation)?;
-                    let Some(named) = same_instance_devices(allocation, old) else {
-                        return refuse("an instance retune keeps its node and GPUs");
-                    };
+                    if !same_devices(allocation, old) {
+                        return refuse(
+                            "a retune keeps the instance's node and GPUs (scale out and in to move it)",
+                        );
+                    }
+                    let named = name_devices(allocation, old);
+                    check_instance(cluster, service, &named)?;
+                    // Checked as if the instance's current holding were released first.
                     let mut without = state.clone();
                     without.release(cluster, old);
                     without
@@ -854,41 +863,17 @@ pub fn validate<'h>(
             without.resolve(cluster, job, allocation, now).map(Some)
         }
         (Action::Retune { allocation, .. }, Some(old)) => {
-            let same_devices = allocation.shares.len() == old.shares.len()
-                && allocation.shares.iter().zip(&old.shares).all(|(a, b)| {
-                    a.node == b.node
-                        && a.gpus == b.gpus
-                        && match (a.devices, b.devices) {
-                            (None, _) => true,
-                            (Some(x), Some(y)) => {
-                                x.gpus == y.gpus
-                                    && matches!(
-                                        (x.part, y.part),
-                                        (GpuPart::Whole, GpuPart::Whole)
-                                            | (GpuPart::Quota { .. }, GpuPart::Quota { .. })
-                                    )
-                                    || x == y
-                            }
-                            (Some(_), None) => false,
-                        }
-                });
-            if !same_devices {
+            if !same_devices(allocation, old) {
                 return refuse("a retune keeps the job's nodes and GPUs (use Resize to move it)");
             }
-            // Name the same devices as before where the new allocation leaves them implicit.
-            let mut named = allocation.clone();
-            for (a, b) in named.shares.iter_mut().zip(&old.shares) {
-                if a.devices.is_none() {
-                    a.devices = b.devices;
-                }
-            }
+            let named = name_devices(allocation, old);
             let mut without = state.clone();
             without.release(cluster, old);
             without.resolve(cluster, job, &named, now).map(Some)
         }
         (Action::Reconfigure { .. }, _) => refuse("a reconfiguration concerns a GPU, not a job"),
-        (Action::ScaleOut { .. } | Action::ScaleIn { .. }, _) => {
-            refuse("a scale-out or scale-in concerns a service, not a job")
+        (Action::ScaleOut { .. } | Action::ScaleIn { .. } | Action::RetuneInstance { .. }, _) => {
+            refuse("a scale-out, scale-in or instance retune concerns a service, not a job")
         }
         (a, h) => refuse(format!(
             "{} on a job that is {}",

@@ -183,3 +183,71 @@ fn actions_must_match_the_holder() {
     thin.shares[0].cpu = MilliCpu(1);
     assert!(validate(&st, &c, &s, None, &scale_out(&s, thin), SimTime::ZERO).is_err());
 }
+
+fn with_quota(a: &Allocation, gpu: u32, req: u16, lim: u16, mem_gib: u64) -> Allocation {
+    let mut b = a.clone();
+    b.shares[0].devices = Some(DeviceAlloc {
+        gpus: GpuMask::one(gpu),
+        part: GpuPart::Quota {
+            sm_request: req,
+            sm_limit: lim,
+            memory: Bytes::from_gib(mem_gib),
+        },
+    });
+    b
+}
+
+#[test]
+fn an_instance_retunes_in_place_within_capacity() {
+    let c = cluster();
+    let mut st = ClusterState::new(&c);
+    let s = quota_service(300, 500, 10);
+    let t = SimTime::ZERO;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let a = validate(&st, &c, &s, None, &scale_out(&s, quota_alloc(&s, 0)), t)
+            .unwrap()
+            .unwrap();
+        st.take(&c, &a);
+        held.push(a);
+    }
+    let retune = |allocation: Allocation| Action::RetuneInstance {
+        service: s.id,
+        instance: InstanceId(0),
+        allocation,
+    };
+    // 300 -> 700 beside the other's 300: Σ requests 1000 ‰, allowed (its own old quota is
+    // released first).
+    let up = retune(with_quota(&held[0], 0, 700, 700, 10));
+    let new = validate(&st, &c, &s, Some(&held[0]), &up, t)
+        .unwrap()
+        .unwrap();
+    let mut after = st.clone();
+    after.release(&c, &held[0]);
+    after.take(&c, &new);
+    assert_eq!(after.gpus(NodeId(0))[0].sm_requested, 1000);
+    // 750 would make 1050 ‰ of requests: refused.
+    let over = retune(with_quota(&held[0], 0, 750, 750, 10));
+    let e = validate(&st, &c, &s, Some(&held[0]), &over, t).unwrap_err();
+    assert!(e.reason.contains("1000"), "{}", e.reason);
+    // Limits may reach 1500 ‰ (1000 + the other's 500), no more.
+    let limits = retune(with_quota(&held[0], 0, 300, 1000, 10));
+    assert!(validate(&st, &c, &s, Some(&held[0]), &limits, t).is_ok());
+    let mut third_st = st.clone();
+    third_st.take(&c, &with_quota(&held[1], 1, 100, 100, 1));
+    let e = validate(&third_st, &c, &s, Some(&held[0]), &limits, t);
+    assert!(e.is_ok(), "another GPU's quota does not count: {e:?}");
+    // Another GPU is a move, not a retune.
+    let moved = retune(with_quota(&held[0], 1, 300, 500, 10));
+    let e = validate(&st, &c, &s, Some(&held[0]), &moved, t).unwrap_err();
+    assert!(e.reason.contains("keeps"), "{}", e.reason);
+    // Less device memory than an instance needs, or memory over the GPU: refused.
+    let thin = retune(with_quota(&held[0], 0, 300, 500, 5));
+    assert!(validate(&st, &c, &s, Some(&held[0]), &thin, t).is_err());
+    let fat = retune(with_quota(&held[0], 0, 300, 500, 35));
+    assert!(validate(&st, &c, &s, Some(&held[0]), &fat, t).is_err());
+    // No such instance, or a job retuned as an instance: refused.
+    assert!(validate(&st, &c, &s, None, &up, t).is_err());
+    let job = TrainingJob::simple(0, t, 1, tessera_model::SimDuration::from_secs(1));
+    assert!(validate(&st, &c, &job, Some(&held[0]), &up, t).is_err());
+}

@@ -240,6 +240,25 @@ pub struct Simulation<'a> {
     failed_jobs: Vec<FailedJob>,
 }
 
+/// `alloc` with every quota part fixed at `sm` permille (request = limit).
+fn controlled_alloc(alloc: &Allocation, sm: u16) -> Allocation {
+    let mut a = alloc.clone();
+    for s in &mut a.shares {
+        if let Some(d) = &mut s.devices {
+            if let GpuPart::Quota {
+                sm_request,
+                sm_limit,
+                ..
+            } = &mut d.part
+            {
+                *sm_request = sm;
+                *sm_limit = sm;
+            }
+        }
+    }
+    a
+}
+
 /// Who holds an allocation, for invariant messages.
 #[derive(Debug)]
 #[allow(dead_code)] // read through Debug
@@ -446,6 +465,10 @@ impl<'a> Simulation<'a> {
             }
         }
         self.advance_clock(t);
+        if self.serving.any() && self.serving.sample_controllers(t) {
+            // A vertical-scaling controller moved training's share: re-rate quota jobs.
+            self.rerate_quota_jobs()?;
+        }
 
         let mut trigger = Trigger::default();
         while let Some(Reverse((when, _, event))) = self.heap.peek().copied() {
@@ -1030,7 +1053,7 @@ impl<'a> Simulation<'a> {
             return Err(self.invalid(&action, "no such service"));
         };
         let holding = match &action {
-            Action::ScaleIn { instance, .. } => {
+            Action::ScaleIn { instance, .. } | Action::RetuneInstance { instance, .. } => {
                 self.serving.instance_alloc(service, *instance).cloned()
             }
             _ => None,
@@ -1066,6 +1089,20 @@ impl<'a> Simulation<'a> {
                     Some((_, true)) => Ok(()),
                     None => Err(self.invalid(&action, "no such instance")),
                 }
+            }
+            (Action::RetuneInstance { instance, .. }, Some(alloc)) => {
+                // In place: the instance keeps its queue, batch in flight and readiness.
+                let Some(old) = holding else {
+                    return Err(self.invalid(&action, "no such instance"));
+                };
+                self.release(&old);
+                self.take(&alloc);
+                if !self.serving.retune(service, *instance, alloc.clone()) {
+                    return Err(self.invalid(&action, "no such instance"));
+                }
+                self.serving.refresh_shares(&self.devices, self.cluster);
+                self.instance_changed(&old)?;
+                self.instance_changed(&alloc)
             }
             _ => Err(self.invalid(&action, "validated to nothing")),
         }
@@ -1157,10 +1194,39 @@ impl<'a> Simulation<'a> {
         Ok(())
     }
 
+    /// Re-rates every running job holding a quota share (after a controller's sample).
+    fn rerate_quota_jobs(&mut self) -> Result<(), SimError> {
+        let mut quota: Vec<JobId> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|j| {
+                let pos = self.active_pos[j.index()] as usize;
+                self.active[pos]
+                    .allocation
+                    .as_ref()
+                    .is_some_and(|a| matches!(a.part(), Some(GpuPart::Quota { .. })))
+            })
+            .collect();
+        quota.sort_unstable();
+        for j in quota {
+            self.rerate(j)?;
+        }
+        Ok(())
+    }
+
     /// The truth rate of `job` on `alloc`, with its neighbours when truth depends on them.
     fn rate_of(&self, job: JobId, alloc: &Allocation) -> Result<f64, SimError> {
         let spec = &self.jobs[job.index()];
-        let rate = if self.truth.depends_on_neighbours() {
+        let controlled = self
+            .serving
+            .training_share(alloc, &self.devices)
+            .map(|sm| controlled_alloc(alloc, sm));
+        let rate = if let Some(a) = controlled {
+            // Under vertical scaling the controller decides the job's share: the truth sees
+            // it as a fixed quota of that share, neighbours already accounted for.
+            self.truth.throughput_among(spec, &a, self.cluster, &[])
+        } else if self.truth.depends_on_neighbours() {
             let neighbours: Vec<(&TrainingJob, &Allocation)> = self
                 .sharers(alloc, job)
                 .into_iter()

@@ -15,7 +15,7 @@
 //! become ready. At the end of the run every queued request is either served by a live
 //! instance or counted dropped, so `arrived = served + dropped` always holds.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
@@ -48,9 +48,42 @@ impl ServingModel for DefaultServingModel {
     }
 }
 
+/// Vertical scaling of GPUs shared under quotas (a mechanism supplies one; without it shares
+/// are static). The simulator keeps one [`GpuShareController`] per GPU that hosts a quota
+/// instance, tells it about every inference batch there, and asks it how much of the GPU
+/// co-located training may use:
+///
+/// - a batch of a quota instance runs at its request plus its part (by headroom, limit −
+///   request) of what neither the GPU's instances' requests nor training use, capped at its
+///   limit, where training uses `min(budget, 1000 − Σ instance requests)` while it is present;
+/// - training on the GPU shares, in proportion to its requests, `min(budget, 1000 − Σ
+///   requests of busy instances)`, averaged over the last second; the engine re-rates
+///   training jobs with it.
+///
+/// Services are advanced one after the other between engine instants, so on a GPU shared by
+/// instances of several services the controller sees their batches in time order per
+/// service, not across services (within one engine instant: at most a second under a policy
+/// with 1 s ticks).
+pub trait ShareController: Send + Sync + fmt::Debug {
+    /// A fresh controller for one GPU (training may use all of it).
+    fn for_gpu(&self) -> Box<dyn GpuShareController>;
+}
+
+/// One GPU's vertical-scaling state (see [`ShareController`]).
+pub trait GpuShareController: Send + fmt::Debug {
+    /// A batch of `instance` of `service` ran `period_us` µs on this GPU.
+    fn batch_done(&mut self, service: &InferenceService, instance: InstanceId, period_us: u64);
+    /// Every inference instance on this GPU has been idle for `idle_us` µs.
+    fn inference_idle(&mut self, idle_us: u64);
+    /// Permille of the GPU training may use now (0..=1000).
+    fn training_budget(&self) -> u16;
+}
+
 /// Serving settings of a run.
 #[derive(Clone, Debug)]
 pub struct ServingConfig {
+    /// Vertical scaling of quota-shared GPUs; `None` = static shares.
+    pub controller: Option<Arc<dyn ShareController>>,
     /// Batch latency truth.
     pub model: Arc<dyn ServingModel>,
     /// Seed of arrival streams (each service draws from its own stream derived from it).
@@ -64,6 +97,7 @@ pub struct ServingConfig {
 impl Default for ServingConfig {
     fn default() -> Self {
         ServingConfig {
+            controller: None,
             model: Arc::new(DefaultServingModel),
             seed: 0,
             service_queue: 100_000,
@@ -205,6 +239,75 @@ struct Instance {
     /// When the batch in flight ends, or when the instance became idle.
     busy_until: u64,
     effective_sm: u16,
+    /// When the batch in flight started.
+    batch_start: u64,
+    /// Quota request and limit per GPU, permille (0 for whole GPUs and MIG instances).
+    req: u32,
+    lim: u32,
+    /// Its GPUs' entries in [`Serving::gpu_ctl`] (empty without a controller).
+    ctl: Vec<u32>,
+}
+
+/// One quota-shared GPU under a [`ShareController`].
+struct GpuCtl {
+    ctl: Box<dyn GpuShareController>,
+    node: NodeId,
+    gpu: u32,
+    /// Σ requests and Σ headroom (limit − request) of its instances, permille.
+    inst_req: u32,
+    inst_headroom: u32,
+    /// Σ requests of the training jobs on it, permille.
+    train_req: u32,
+    /// When the last batch started on it ends (µs).
+    last_busy_end: u64,
+    /// Integrals since `since` of training's budget and of busy instances' requests
+    /// (permille·µs), integrated up to `clock`.
+    clock: u64,
+    since: u64,
+    budget_int: f64,
+    busy_int: f64,
+    /// Training's pool over the last sample, permille.
+    pool: u32,
+}
+
+impl GpuCtl {
+    fn advance(&mut self, t: u64) {
+        if t > self.clock {
+            self.budget_int +=
+                f64::from(self.ctl.training_budget().min(1000)) * (t - self.clock) as f64;
+            self.clock = t;
+        }
+    }
+}
+
+/// How often training's share under a controller is re-measured (and training re-rated).
+const SAMPLE_US: u64 = 1_000_000;
+
+/// A quota instance's share for a batch starting at `start` under the controllers of its GPUs
+/// (see [`ShareController`]).
+fn controlled_share(req: u32, lim: u32, gpus: &[u32], ctl: &mut [GpuCtl], start: u64) -> u16 {
+    let mut share = 1000u32;
+    for &g in gpus {
+        let Some(c) = ctl.get_mut(g as usize) else {
+            continue;
+        };
+        if start > c.last_busy_end {
+            c.advance(start);
+            c.ctl.inference_idle(start - c.last_busy_end);
+        }
+        let budget = u32::from(c.ctl.training_budget()).min(1000);
+        let free = 1000u32.saturating_sub(c.inst_req);
+        let train = if c.train_req > 0 { budget.min(free) } else { 0 };
+        let spare = free - train;
+        let extra = if c.inst_headroom > 0 {
+            (u64::from(spare) * u64::from(lim.saturating_sub(req)) / u64::from(c.inst_headroom))
+                as u32
+        } else {
+            0
+        };
+        share = share.min((req + extra).min(lim.max(req)));
+    }
+    share.clamp(1, 1000) as u16
 }
 
 struct ServiceRun {
@@ -282,6 +385,10 @@ pub(crate) struct Serving<'a> {
     /// Service starts and ends not yet passed, for the engine's next instant.
     boundaries: Vec<u64>,
     next_boundary: usize,
+    /// Controlled GPUs (with a [`ShareController`]), and their index by (node, GPU).
+    gpu_ctl: Vec<GpuCtl>,
+    gpu_index: BTreeMap<(u32, u32), u32>,
+    last_sample: u64,
 }
 
 impl<'a> Serving<'a> {
@@ -363,6 +470,9 @@ impl<'a> Serving<'a> {
             next_instance: 0,
             boundaries,
             next_boundary: 0,
+            gpu_ctl: Vec::new(),
+            gpu_index: BTreeMap::new(),
+            last_sample: 0,
         }
     }
 
@@ -420,8 +530,73 @@ impl<'a> Serving<'a> {
         let t = t.as_micros();
         let model = &*self.config.model;
         for (spec, run) in self.specs.iter().zip(self.runs.iter_mut()) {
-            run.advance(spec, model, t, self.config.service_queue);
+            run.advance(spec, model, t, self.config.service_queue, &mut self.gpu_ctl);
         }
+    }
+
+    /// With a controller, once a second: re-measures training's pool on every controlled
+    /// GPU over the last second; true when one changed (the engine re-rates training then).
+    pub(crate) fn sample_controllers(&mut self, now: SimTime) -> bool {
+        let t = now.as_micros();
+        if self.gpu_ctl.is_empty() || t < self.last_sample + SAMPLE_US {
+            return false;
+        }
+        self.last_sample = t;
+        let mut changed = false;
+        for c in &mut self.gpu_ctl {
+            c.advance(t);
+            if t > c.last_busy_end {
+                c.ctl.inference_idle(t - c.last_busy_end);
+            }
+            let dt = t.saturating_sub(c.since);
+            if dt == 0 {
+                continue;
+            }
+            let budget = c.budget_int / dt as f64;
+            let busy = c.busy_int / dt as f64;
+            let pool = budget.min(1000.0 - busy).clamp(0.0, 1000.0).round() as u32;
+            changed |= pool != c.pool;
+            c.pool = pool;
+            c.budget_int = 0.0;
+            c.busy_int = 0.0;
+            c.since = t;
+        }
+        changed
+    }
+
+    /// Under a controller, the SM share (permille) a training job holding the quota `alloc`
+    /// gets: on each of its GPUs its part, in proportion to requests, of training's pool
+    /// there (the whole GPU where no instance is); the smallest over its GPUs (the slowest
+    /// device paces it). `None` without a controller or for an allocation with no quota.
+    pub(crate) fn training_share(&self, alloc: &Allocation, state: &ClusterState) -> Option<u16> {
+        self.config.controller.as_ref()?;
+        let mut share: Option<u32> = None;
+        for s in &alloc.shares {
+            let Some(d) = s.devices else { continue };
+            let GpuPart::Quota { sm_request, .. } = d.part else {
+                continue;
+            };
+            let req = u32::from(sm_request);
+            for i in d.gpus.iter() {
+                let (pool, train_req) = match self.gpu_index.get(&(s.node.0, i)) {
+                    Some(&k) => {
+                        let c = &self.gpu_ctl[k as usize];
+                        (c.pool, c.train_req)
+                    }
+                    None => (
+                        1000,
+                        state
+                            .gpus(s.node)
+                            .get(i as usize)
+                            .map_or(req, |g| g.sm_requested),
+                    ),
+                };
+                let here = (u64::from(pool) * u64::from(req) / u64::from(train_req.max(req).max(1)))
+                    as u32;
+                share = Some(share.map_or(here, |x| x.min(here)));
+            }
+        }
+        share.map(|x| x.clamp(1, 1000) as u16)
     }
 
     /// Instance holdings, for the invariants and for neighbours of training jobs.
@@ -474,8 +649,15 @@ impl<'a> Serving<'a> {
             batch: Vec::new(),
             busy_until: ready_at,
             effective_sm,
+            batch_start: ready_at,
+            req: 0,
+            lim: 0,
+            ctl: Vec::new(),
         });
         run.record_count(now);
+        if let Some(factory) = self.config.controller.clone() {
+            self.refresh_controlled(&*factory, state);
+        }
         id
     }
 
@@ -536,12 +718,93 @@ impl<'a> Serving<'a> {
         Some((alloc, retiring))
     }
 
+    /// Gives a live instance a new allocation in place (validated: same node and GPUs): it
+    /// keeps its queue, its batch in flight and its readiness. False when no such instance.
+    pub(crate) fn retune(&mut self, service: ServiceId, id: InstanceId, alloc: Allocation) -> bool {
+        let Some(inst) = self
+            .runs
+            .get_mut(service.index())
+            .and_then(|r| r.instances.iter_mut().find(|i| i.id == id))
+        else {
+            return false;
+        };
+        inst.alloc = alloc;
+        true
+    }
+
     /// Recomputes every instance's effective SM share after the GPUs' holders changed.
     pub(crate) fn refresh_shares(&mut self, state: &ClusterState, cluster: &Cluster) {
         for run in &mut self.runs {
             for i in run.instances.iter_mut().chain(run.retiring.iter_mut()) {
                 i.effective_sm = effective_sm(&i.alloc, state, cluster);
             }
+        }
+        if let Some(factory) = self.config.controller.clone() {
+            self.refresh_controlled(&*factory, state);
+        }
+    }
+
+    /// Re-counts what instances and training hold on every controlled GPU, bringing GPUs
+    /// that newly host a quota instance under control.
+    fn refresh_controlled(&mut self, factory: &dyn ShareController, state: &ClusterState) {
+        for c in &mut self.gpu_ctl {
+            c.inst_req = 0;
+            c.inst_headroom = 0;
+        }
+        let since = self.last_sample;
+        for run in &mut self.runs {
+            for i in run.instances.iter_mut().chain(run.retiring.iter_mut()) {
+                i.ctl.clear();
+                i.req = 0;
+                i.lim = 0;
+                for s in &i.alloc.shares {
+                    let Some(d) = s.devices else { continue };
+                    let GpuPart::Quota {
+                        sm_request,
+                        sm_limit,
+                        ..
+                    } = d.part
+                    else {
+                        continue;
+                    };
+                    let (req, lim) = (
+                        u32::from(sm_request),
+                        u32::from(sm_limit).max(u32::from(sm_request)),
+                    );
+                    i.req = req;
+                    i.lim = lim;
+                    for g in d.gpus.iter() {
+                        let k = *self.gpu_index.entry((s.node.0, g)).or_insert_with(|| {
+                            self.gpu_ctl.push(GpuCtl {
+                                ctl: factory.for_gpu(),
+                                node: s.node,
+                                gpu: g,
+                                inst_req: 0,
+                                inst_headroom: 0,
+                                train_req: 0,
+                                last_busy_end: since,
+                                clock: since,
+                                since,
+                                budget_int: 0.0,
+                                busy_int: 0.0,
+                                pool: 1000,
+                            });
+                            (self.gpu_ctl.len() - 1) as u32
+                        });
+                        let c = &mut self.gpu_ctl[k as usize];
+                        c.inst_req += req;
+                        c.inst_headroom += lim - req;
+                        i.ctl.push(k);
+                    }
+                }
+            }
+        }
+        for c in &mut self.gpu_ctl {
+            let total = state
+                .gpus(c.node)
+                .get(c.gpu as usize)
+                .map_or(0, |g| g.sm_requested);
+            c.train_req = total.saturating_sub(c.inst_req);
         }
     }
 
@@ -626,14 +889,14 @@ impl<'a> Serving<'a> {
         let mut summaries = Vec::with_capacity(self.runs.len());
         let mut series = Vec::with_capacity(self.runs.len());
         for (spec, run) in self.specs.iter().zip(self.runs.iter_mut()) {
-            run.advance(spec, model, t, self.config.service_queue);
+            run.advance(spec, model, t, self.config.service_queue, &mut self.gpu_ctl);
             run.sync_instance_time(t.max(run.start).min(run.end.max(run.start)));
             // Hand what waits at the service to ready instances, then drain them all.
             run.spread_pending();
             run.dropped += run.pending.len() as u64;
             run.pending.clear();
             for k in 0..run.instances.len() {
-                run.drain(k, spec, model, u64::MAX);
+                run.drain(k, spec, model, u64::MAX, &mut self.gpu_ctl);
             }
             for inst in &mut run.retiring {
                 ServiceRun::drain_one(
@@ -646,6 +909,7 @@ impl<'a> Serving<'a> {
                     &mut run.hist,
                     &mut run.served,
                     &mut run.violations,
+                    &mut self.gpu_ctl,
                 );
             }
             let life = run.end.saturating_sub(run.start) as f64 / 1e6;
@@ -865,7 +1129,14 @@ impl ServiceRun {
     }
 
     /// Serves arrivals and batches up to `t` (inclusive).
-    fn advance(&mut self, spec: &InferenceService, model: &dyn ServingModel, t: u64, cap: usize) {
+    fn advance(
+        &mut self,
+        spec: &InferenceService,
+        model: &dyn ServingModel,
+        t: u64,
+        cap: usize,
+        ctl: &mut [GpuCtl],
+    ) {
         loop {
             let arrival = self.cursor.next.filter(|&a| a <= t);
             // An instance becoming ready before the next arrival takes what waits first.
@@ -879,7 +1150,7 @@ impl ServiceRun {
                 // Bring every ready instance to `r`, then spread what waits over them; all of
                 // it arrived by `r`, so batches form from it at once.
                 for k in 0..self.ready {
-                    self.drain(k, spec, model, r);
+                    self.drain(k, spec, model, r, ctl);
                 }
                 self.spread_pending();
                 continue;
@@ -902,11 +1173,11 @@ impl ServiceRun {
             }
             let k = self.rr % self.ready;
             self.rr = (k + 1) % self.ready;
-            self.drain(k, spec, model, a);
+            self.drain(k, spec, model, a, ctl);
             self.instances[k].queue.push_back(a);
         }
         for k in 0..self.instances.len() {
-            self.drain(k, spec, model, t);
+            self.drain(k, spec, model, t, ctl);
         }
         for inst in &mut self.retiring {
             Self::drain_one(
@@ -919,11 +1190,19 @@ impl ServiceRun {
                 &mut self.hist,
                 &mut self.served,
                 &mut self.violations,
+                ctl,
             );
         }
     }
 
-    fn drain(&mut self, k: usize, spec: &InferenceService, model: &dyn ServingModel, upto: u64) {
+    fn drain(
+        &mut self,
+        k: usize,
+        spec: &InferenceService,
+        model: &dyn ServingModel,
+        upto: u64,
+        ctl: &mut [GpuCtl],
+    ) {
         let Some(inst) = self.instances.get_mut(k) else {
             return;
         };
@@ -937,6 +1216,7 @@ impl ServiceRun {
             &mut self.hist,
             &mut self.served,
             &mut self.violations,
+            ctl,
         );
     }
 
@@ -954,6 +1234,7 @@ impl ServiceRun {
         hist: &mut LatencyHist,
         served: &mut u64,
         violations: &mut u64,
+        ctl: &mut [GpuCtl],
     ) {
         loop {
             if !inst.batch.is_empty() {
@@ -975,6 +1256,14 @@ impl ServiceRun {
                 b.completed += n;
                 b.violations += late;
                 inst.batch.clear();
+                let period = done.saturating_sub(inst.batch_start);
+                for &g in &inst.ctl {
+                    if let Some(c) = ctl.get_mut(g as usize) {
+                        c.advance(done);
+                        c.busy_int += f64::from(inst.req) * period as f64;
+                        c.ctl.batch_done(spec, inst.id, period);
+                    }
+                }
             }
             let Some(&first) = inst.queue.front() else {
                 return;
@@ -992,6 +1281,9 @@ impl ServiceRun {
                     _ => break,
                 }
             }
+            if !inst.ctl.is_empty() {
+                inst.effective_sm = controlled_share(inst.req, inst.lim, &inst.ctl, ctl, start);
+            }
             let secs = model.batch_latency(spec, inst.batch.len() as u32, inst.effective_sm);
             let us = if secs.is_finite() && secs > 0.0 {
                 ((secs * 1e6).ceil() as u64).max(1)
@@ -999,6 +1291,12 @@ impl ServiceRun {
                 1
             };
             inst.busy_until = start + us;
+            inst.batch_start = start;
+            for &g in &inst.ctl {
+                if let Some(c) = ctl.get_mut(g as usize) {
+                    c.last_busy_end = c.last_busy_end.max(inst.busy_until);
+                }
+            }
         }
     }
 }

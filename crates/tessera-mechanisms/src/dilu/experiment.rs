@@ -74,6 +74,26 @@ const REPRO_PARAMS: &[Param] = &[
         default: "true",
         help: "Check the per-GPU invariants after every event",
     },
+    Param {
+        name: "parts",
+        default: "a,b",
+        help: "Parts to run: a (packing replay), b (serving beside training)",
+    },
+    Param {
+        name: "serving-seeds",
+        default: "1,2,3",
+        help: "Part b: arrival seeds (mean and [min-max] over them)",
+    },
+    Param {
+        name: "serving-policies",
+        default: "dilu-exclusive,static-shares,dilu-no-vertical,dilu",
+        help: "Part b: serving policies (dilu-exclusive is the training reference)",
+    },
+    Param {
+        name: "serving-check",
+        default: "false",
+        help: "Part b: check the simulator's invariants after every step",
+    },
 ];
 
 /// Parses the policy list.
@@ -207,6 +227,25 @@ impl Experiment for DiluRepro {
         args: &ExperimentArgs,
         ctx: &RunContext<'_>,
     ) -> Result<ReproOutput, ExperimentError> {
+        let parts: Vec<String> = args.list("parts")?;
+        for p in &parts {
+            if p != "a" && p != "b" {
+                return Err(ExperimentError::param("parts", p, "a or b"));
+            }
+        }
+        let serving = if parts.iter().any(|p| p == "b") {
+            Some(super::serve_report::run(args, ctx)?)
+        } else {
+            None
+        };
+        if !parts.iter().any(|p| p == "a") {
+            let (text, summary, figures) = serving.unwrap_or_default();
+            return Ok(ReproOutput {
+                text,
+                summary: serde_json::json!({ "experiment": "dilu", "serving": summary }),
+                figures,
+            });
+        }
         let policies = policies(args)?;
         let pool = pool_spec(args)?;
         let check = args.flag("check")?;
@@ -344,9 +383,19 @@ impl Experiment for DiluRepro {
             &rows,
         ));
 
+        let serving_summary = match serving {
+            Some((t, j, f)) => {
+                text.push('\n');
+                text.push_str(&t);
+                figures.extend(f);
+                j
+            }
+            None => serde_json::Value::Null,
+        };
         let summary = serde_json::json!({
             "experiment": "dilu",
             "part": "packing",
+            "serving": serving_summary,
             "published": {
                 "claim": PUBLISHED_CLAIM,
                 "peak_active_gpus_400": PUBLISHED_PEAK_400

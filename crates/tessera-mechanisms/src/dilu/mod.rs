@@ -26,8 +26,14 @@ use crate::Mechanism;
 pub mod experiment;
 pub mod instances;
 pub mod packing;
+pub mod policy;
 pub mod profile;
 pub mod series;
+#[cfg(feature = "experiments")]
+mod serve_report;
+#[cfg(feature = "experiments")]
+pub mod serve_repro;
+pub mod serving;
 pub mod table;
 pub mod truth;
 pub mod vertical;
@@ -46,11 +52,11 @@ impl Mechanism for Dilu {
     }
 
     fn policies(&self) -> &'static [PolicyInfo] {
-        &[]
+        policy::POLICIES
     }
 
-    fn build_policy(&self, _name: &str, _options: &PolicyOptions) -> Option<Box<dyn Policy>> {
-        None
+    fn build_policy(&self, name: &str, _options: &PolicyOptions) -> Option<Box<dyn Policy>> {
+        policy::DiluServe::by_name(name).map(|p| Box::new(p) as Box<dyn Policy>)
     }
 
     #[cfg(feature = "experiments")]

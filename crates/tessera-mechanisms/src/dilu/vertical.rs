@@ -12,9 +12,13 @@
 //!   GPU; after 0.6 s with all inference idle training gets everything. Overflows of 4 or
 //!   more are taken as outliers (a cold start, a one-off stall) and ignored.
 //!
-//! Pure state machines for the serving simulator to drive; they read no clock.
+//! - [`GpuOverflow`]: the same controller for a GPU shared by several inference instances
+//!   (one introspection history each, one training budget), which `serving.rs` plugs into the
+//!   simulator's `ShareController` hook.
+//!
+//! Pure state machines; they read no clock.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Busy inference demand on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,28 +125,13 @@ impl OverflowController {
     /// An inference batch finished after `period_s` busy seconds; returns the overflow it
     /// measured (1 for the first batch), or `None` for an unusable period.
     pub fn observe_batch(&mut self, period_s: f64) -> Option<f64> {
-        if !(period_s.is_finite() && period_s > 0.0) {
-            return None;
-        }
-        if self.recent.len() == WINDOW {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(period_s);
-        let shortest = self.recent.iter().copied().fold(f64::INFINITY, f64::min);
-        let overflow = period_s / shortest;
-        if overflow >= OUTLIER {
-            return Some(overflow);
-        }
-        if overflow >= self.cut_at {
-            self.budget = (self.budget / overflow).max(FLOOR);
-            self.calm = 0;
-        } else if overflow < GROW_BELOW {
-            self.calm += 1;
-            if self.calm.is_multiple_of(GROW_EVERY) {
-                self.budget = (self.budget * GROW).min(1.0);
-            }
-        }
-        Some(overflow)
+        introspect(
+            &mut self.recent,
+            &mut self.calm,
+            &mut self.budget,
+            self.cut_at,
+            period_s,
+        )
     }
 
     /// All inference on the GPU has been idle for `idle_s` seconds.
@@ -150,6 +139,82 @@ impl OverflowController {
         if idle_s > IDLE_RELEASE_S {
             self.budget = 1.0;
             self.calm = 0;
+        }
+    }
+}
+
+/// One batch's introspection: remember its period, measure the overflow against the
+/// shortest recent period, and cut or grow `budget` by the rules above.
+fn introspect(
+    recent: &mut VecDeque<f64>,
+    calm: &mut u32,
+    budget: &mut f64,
+    cut_at: f64,
+    period_s: f64,
+) -> Option<f64> {
+    if !(period_s.is_finite() && period_s > 0.0) {
+        return None;
+    }
+    if recent.len() == WINDOW {
+        recent.pop_front();
+    }
+    recent.push_back(period_s);
+    let shortest = recent.iter().copied().fold(f64::INFINITY, f64::min);
+    let overflow = period_s / shortest;
+    if overflow >= OUTLIER {
+        return Some(overflow);
+    }
+    if overflow >= cut_at {
+        *budget = (*budget / overflow).max(FLOOR);
+        *calm = 0;
+    } else if overflow < GROW_BELOW {
+        *calm += 1;
+        if calm.is_multiple_of(GROW_EVERY) {
+            *budget = (*budget * GROW).min(1.0);
+        }
+    }
+    Some(overflow)
+}
+
+/// Training's budget on one GPU shared by several inference instances: each instance keeps
+/// its own recent periods (its "shortest recent period" is its own), any of them may cut the
+/// one budget, and calm batches of any grow it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuOverflow {
+    budget: Option<f64>,
+    instances: BTreeMap<u32, (VecDeque<f64>, u32)>,
+}
+
+impl GpuOverflow {
+    /// A GPU whose training may use all of it.
+    pub fn new() -> GpuOverflow {
+        GpuOverflow::default()
+    }
+
+    /// Training's current budget (fraction of the GPU).
+    pub fn budget(&self) -> f64 {
+        self.budget.unwrap_or(1.0)
+    }
+
+    /// A batch of `instance` (an LLM when `llm`) finished after `period_s` busy seconds;
+    /// returns the overflow it measured.
+    pub fn observe_batch(&mut self, instance: u32, llm: bool, period_s: f64) -> Option<f64> {
+        let mut budget = self.budget();
+        let (recent, calm) = self.instances.entry(instance).or_default();
+        let cut_at = if llm { CUT_AT_LLM } else { CUT_AT };
+        let out = introspect(recent, calm, &mut budget, cut_at, period_s);
+        self.budget = Some(budget);
+        out
+    }
+
+    /// All inference on the GPU has been idle for `idle_s` seconds (see
+    /// [`OverflowController::inference_idle`]).
+    pub fn inference_idle(&mut self, idle_s: f64) {
+        if idle_s > IDLE_RELEASE_S {
+            self.budget = Some(1.0);
+            for (_, calm) in self.instances.values_mut() {
+                *calm = 0;
+            }
         }
     }
 }

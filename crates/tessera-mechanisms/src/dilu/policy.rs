@@ -1,0 +1,621 @@
+//! Dilu's serving policies on the request-level simulator (DESIGN §5.4): placement of
+//! service instances and training jobs under quotas by the packing rules of [`packing`]
+//! (reused through a mirror [`Pool`] of what the policy placed), and lazy horizontal scaling.
+//!
+//! - `dilu`: Dilu's packing (admission Σ requests ≤ 1.0, Σ limits ≤ 1.5, memory; 0.6/0.4
+//!   best fit; three-tier candidates; LLM memory split; training on one node). Vertical
+//!   scaling is the simulator's `ShareController` ([`super::serving::DiluController`]);
+//!   `dilu-no-vertical` is the same policy run without it (static shares).
+//! - `static-shares`: fixed quotas (each instance books its request as request and limit: no
+//!   burst), training on whole GPUs, so inference never shares a GPU with training (no
+//!   complementary packing); horizontal scaling only.
+//! - `dilu-exclusive`: a whole GPU per instance and per training GPU, the same scaler.
+//!
+//! Every policy scales horizontally the same lazy way ([`HorizontalScaler`]) and never goes
+//! below one instance while a service is active.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tessera_model::{
+    Allocation, Bytes, DeviceAlloc, GpuDemand, GpuMask, GpuPart, InferenceService, JobId, MilliCpu,
+    NodeId, NodeShare, ServiceId, SimDuration, SimTime, TrainingJob,
+};
+use tessera_sched::{
+    validate, Action, ClusterState, ClusterView, InstanceId, JobState, Policy, PolicyInfo,
+    ServicePhase, ServiceView,
+};
+
+use super::instances::{InstanceKind, InstanceSpec};
+use super::packing::{plan, PackingPolicy, Part, Pool, PoolSpec};
+use super::profile;
+use super::serving::{is_llm, model_of, DiluServingModel};
+use super::truth::TrainingCurve;
+
+/// Samples kept by the horizontal scaler (one a second).
+pub const SAMPLES: usize = 40;
+/// Samples over capacity that trigger a scale-out.
+pub const OUT_AT: usize = 20;
+/// Samples under the capacity of one instance fewer that trigger a scale-in.
+pub const IN_AT: usize = 30;
+/// Headroom a training quota gets over its request (the artifact's workload generator draws
+/// training limits of at least request + 0.2).
+pub const TRAINING_HEADROOM: u32 = 200;
+/// Device memory per GPU of a training job that states none (our assumption).
+pub const TRAINING_MEMORY_GB: u32 = 10;
+
+/// The registered serving policies.
+pub const POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "dilu",
+        about: "Dilu serving: complementary quota packing of instances and training, lazy horizontal scaling (vertical scaling when the run has Dilu's controller, as in `repro dilu`)",
+    },
+    PolicyInfo {
+        name: "dilu-no-vertical",
+        about: "Dilu serving without vertical scaling: the same packing and horizontal scaling on static request shares",
+    },
+    PolicyInfo {
+        name: "static-shares",
+        about: "fixed quotas (request = limit) for instances, whole GPUs for training (no complementary packing), lazy horizontal scaling",
+    },
+    PolicyInfo {
+        name: "dilu-exclusive",
+        about: "a whole GPU per inference instance and per training GPU, lazy horizontal scaling",
+    },
+];
+
+/// Which placement a serving policy uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServeMode {
+    /// Dilu's quota packing (with or without the vertical controller in the run).
+    Dilu,
+    /// Fixed request quotas, training on whole GPUs.
+    StaticShares,
+    /// Whole GPUs for everything.
+    Exclusive,
+}
+
+impl ServeMode {
+    fn booking(self, kind: InstanceKind) -> PackingPolicy {
+        match (self, kind) {
+            (ServeMode::Dilu, _) => PackingPolicy::Dilu,
+            (ServeMode::StaticShares, InstanceKind::Training) | (ServeMode::Exclusive, _) => {
+                PackingPolicy::Exclusive
+            }
+            (ServeMode::StaticShares, _) => PackingPolicy::InflessR,
+        }
+    }
+}
+
+/// What the lazy scaler decides after a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// Add an instance.
+    Out,
+    /// Remove one.
+    In,
+    /// Keep the count.
+    Stay,
+}
+
+/// Dilu's lazy horizontal scaler for one service: a sample a second of the request rate,
+/// the last [`SAMPLES`] kept; out when at least [`OUT_AT`] exceed `n × capacity`, in when at
+/// least [`IN_AT`] are below `(n − 1) × capacity` and `n > 1`; the history is cleared after
+/// each decision to scale.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HorizontalScaler {
+    samples: VecDeque<f64>,
+}
+
+impl HorizontalScaler {
+    /// Records a sample (requests per second) with `n` instances of `capacity` requests per
+    /// second each and decides. A non-finite or negative sample counts as 0.
+    pub fn sample(&mut self, rate: f64, n: usize, capacity: f64) -> Scale {
+        let rate = if rate.is_finite() && rate > 0.0 {
+            rate
+        } else {
+            0.0
+        };
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(rate);
+        let n_f = n as f64;
+        let over = self.samples.iter().filter(|&&r| r > n_f * capacity).count();
+        if over >= OUT_AT {
+            self.samples.clear();
+            return Scale::Out;
+        }
+        let under = self
+            .samples
+            .iter()
+            .filter(|&&r| r < (n_f - 1.0) * capacity)
+            .count();
+        if n > 1 && under >= IN_AT {
+            self.samples.clear();
+            return Scale::In;
+        }
+        Scale::Stay
+    }
+
+    /// Forgets the history (after an action taken for another reason).
+    pub fn clear(&mut self) {
+        self.samples.clear();
+    }
+}
+
+/// A Dilu-family serving policy.
+#[derive(Debug)]
+pub struct DiluServe {
+    name: &'static str,
+    mode: ServeMode,
+    latency: Option<DiluServingModel>,
+    pool: Option<Pool>,
+    per_node: u32,
+    next_name: u64,
+    /// Pool names of live instances and running jobs.
+    instances: BTreeMap<InstanceId, String>,
+    awaiting: BTreeMap<ServiceId, VecDeque<String>>,
+    jobs: BTreeMap<JobId, String>,
+    scalers: Vec<HorizontalScaler>,
+    capacity: Vec<f64>,
+    last_sample: Option<SimTime>,
+    scale_outs: u64,
+    scale_ins: u64,
+}
+
+impl DiluServe {
+    /// A policy named `name` placing by `mode`.
+    pub fn new(name: &'static str, mode: ServeMode) -> DiluServe {
+        DiluServe {
+            name,
+            mode,
+            latency: DiluServingModel::shipped().ok(),
+            pool: None,
+            per_node: 1,
+            next_name: 0,
+            instances: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            scalers: Vec::new(),
+            capacity: Vec::new(),
+            last_sample: None,
+            scale_outs: 0,
+            scale_ins: 0,
+        }
+    }
+
+    /// The policy of a registered name.
+    pub fn by_name(name: &str) -> Option<DiluServe> {
+        let key = name.trim().to_ascii_lowercase();
+        let (n, mode) = match key.as_str() {
+            "dilu" => ("dilu", ServeMode::Dilu),
+            "dilu-no-vertical" => ("dilu-no-vertical", ServeMode::Dilu),
+            "static-shares" => ("static-shares", ServeMode::StaticShares),
+            "dilu-exclusive" => ("dilu-exclusive", ServeMode::Exclusive),
+            _ => return None,
+        };
+        Some(DiluServe::new(n, mode))
+    }
+
+    /// Requests per second one instance of `service` serves at full batches on its request.
+    fn instance_capacity(&self, s: &InferenceService) -> f64 {
+        let batch = s.max_batch.max(1);
+        let share = match (self.mode, s.instance.gpu) {
+            (ServeMode::Exclusive, _) | (_, GpuDemand::Whole) => 1.0,
+            (_, GpuDemand::Quota { sm_request, .. }) => f64::from(sm_request.max(1)) / 1000.0,
+        };
+        let latency = model_of(&s.model)
+            .and_then(|m| self.latency.as_ref()?.latency(m, batch, share))
+            .unwrap_or_else(|| {
+                s.slo.as_secs_f64() / 4.0 * (1.0 + 0.15 * f64::from(batch - 1)) / share
+            });
+        if latency > 0.0 && latency.is_finite() {
+            f64::from(batch) / latency
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    fn fresh_name(&mut self, prefix: &str) -> String {
+        self.next_name += 1;
+        format!("{prefix}-{}", self.next_name)
+    }
+
+    fn init(&mut self, view: &ClusterView<'_>) {
+        if self.pool.is_some() {
+            return;
+        }
+        let nodes = &view.cluster.nodes;
+        let per_node = nodes.iter().map(|n| n.gpus).min().unwrap_or(1).max(1);
+        let mem_gib = nodes
+            .iter()
+            .map(|n| view.cluster.catalog.get(n.gpu).memory_gib)
+            .fold(f64::INFINITY, f64::min);
+        let mem_mb = if mem_gib.is_finite() {
+            (Bytes::from_gib_f64(mem_gib).0 / 1_000_000) as u32
+        } else {
+            0
+        };
+        self.per_node = per_node;
+        self.pool = Some(Pool::new(PoolSpec {
+            gpu_memory_mb: mem_mb,
+            gpus_per_node: per_node,
+            max_nodes: Some(nodes.len() as u32),
+        }));
+        self.scalers = vec![HorizontalScaler::default(); view.services.len()];
+        self.capacity = view
+            .services
+            .iter()
+            .map(|s| self.instance_capacity(&s.spec))
+            .collect();
+    }
+
+    fn service_spec(&self, s: &InferenceService, name: String) -> InstanceSpec {
+        let (req, lim) = match s.instance.gpu {
+            GpuDemand::Quota {
+                sm_request,
+                sm_limit,
+            } => (u32::from(sm_request), u32::from(sm_limit.max(sm_request))),
+            _ => (1000, 1000),
+        };
+        InstanceSpec {
+            name,
+            service: s.name.clone(),
+            kind: if is_llm(&s.model) {
+                InstanceKind::LlmInference
+            } else {
+                InstanceKind::Inference
+            },
+            sm_request: req,
+            sm_limit: lim,
+            memory_mb: vec![mb_ceil(s.instance.gpu_memory)],
+        }
+    }
+
+    fn job_spec(job: &TrainingJob, name: String) -> InstanceSpec {
+        let req = match job.gpu_share {
+            Some(g) => u32::from(g.sm_permille).clamp(1, 1000),
+            None => training_request(job),
+        };
+        let mem = job
+            .gpu_share
+            .and_then(|g| g.memory)
+            .map_or(TRAINING_MEMORY_GB * 1000, mb_ceil);
+        InstanceSpec {
+            name,
+            service: job.name.clone(),
+            kind: InstanceKind::Training,
+            sm_request: req,
+            sm_limit: (req + TRAINING_HEADROOM).min(1000),
+            memory_mb: vec![mem; job.gpus.max(1) as usize],
+        }
+    }
+
+    /// The allocation of `parts` (one node), or `None` when they span nodes.
+    fn allocation(&self, parts: &[Part], cpu: MilliCpu, memory: Bytes) -> Option<Allocation> {
+        let first = parts.first()?;
+        let node = first.gpu / self.per_node;
+        let mut mask = GpuMask::default();
+        for p in parts {
+            if p.gpu / self.per_node != node {
+                return None;
+            }
+            mask = GpuMask(mask.0 | GpuMask::one(p.gpu % self.per_node).0);
+        }
+        let whole = parts.iter().all(|p| p.whole);
+        let part = if whole {
+            GpuPart::Whole
+        } else {
+            let mem = parts.iter().map(|p| p.memory_mb).max().unwrap_or(0);
+            GpuPart::Quota {
+                sm_request: first.request.min(1000) as u16,
+                sm_limit: first.limit.min(1000) as u16,
+                memory: Bytes(u64::from(mem) * 1_000_000),
+            }
+        };
+        Some(Allocation::new(vec![NodeShare {
+            node: NodeId(node),
+            gpus: if whole { mask.count() } else { 0 },
+            cpu,
+            memory,
+            devices: Some(DeviceAlloc { gpus: mask, part }),
+        }]))
+    }
+
+    /// Plans `spec`, builds its allocation and checks it against `state` with the one
+    /// validator; on success books it in the pool and in `state`.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        spec: &InstanceSpec,
+        cpu: MilliCpu,
+        memory: Bytes,
+        action: impl Fn(Allocation) -> Action,
+        holder: tessera_sched::Holder<'_>,
+    ) -> Option<Action> {
+        let pool = self.pool.as_ref()?;
+        let parts = plan(pool, self.mode.booking(spec.kind), spec).ok()?;
+        let alloc = self.allocation(&parts, cpu, memory)?;
+        let a = action(alloc);
+        let resolved = validate(state, view.cluster, holder, None, &a, view.now).ok()??;
+        self.pool.as_mut()?.apply(spec, &parts).ok()?;
+        state.take(view.cluster, &resolved);
+        Some(a)
+    }
+
+    /// Forgets jobs that ended and maps new instance ids to their pool names.
+    fn sync(&mut self, view: &ClusterView<'_>) {
+        let running: Vec<JobId> = self.jobs.keys().copied().collect();
+        for j in running {
+            let still = view
+                .active
+                .iter()
+                .any(|a| a.id == j && a.state == JobState::Running);
+            if !still {
+                if let (Some(name), Some(pool)) = (self.jobs.remove(&j), self.pool.as_mut()) {
+                    pool.release(&name);
+                }
+            }
+        }
+        for svc in view.services {
+            let Some(queue) = self.awaiting.get_mut(&svc.spec.id) else {
+                continue;
+            };
+            for i in &svc.instances {
+                if queue.is_empty() {
+                    break;
+                }
+                if let std::collections::btree_map::Entry::Vacant(e) = self.instances.entry(i.id) {
+                    if let Some(name) = queue.pop_front() {
+                        e.insert(name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn scale_in(&mut self, svc: &ServiceView, id: InstanceId, actions: &mut Vec<Action>) {
+        actions.push(Action::ScaleIn {
+            service: svc.spec.id,
+            instance: id,
+        });
+        if let (Some(name), Some(pool)) = (self.instances.remove(&id), self.pool.as_mut()) {
+            pool.release(&name);
+        }
+        self.scale_ins += 1;
+    }
+
+    fn scale_out(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        svc: &ServiceView,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let name = self.fresh_name(&svc.spec.name);
+        let spec = self.service_spec(&svc.spec, name.clone());
+        let id = svc.spec.id;
+        let placed = self.place(
+            view,
+            state,
+            &spec,
+            svc.spec.instance.cpu,
+            svc.spec.instance.memory,
+            |allocation| Action::ScaleOut {
+                service: id,
+                allocation,
+            },
+            (&svc.spec).into(),
+        );
+        match placed {
+            Some(a) => {
+                actions.push(a);
+                self.awaiting.entry(id).or_default().push_back(name);
+                self.scale_outs += 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Device memory in MB (1 MB = 10^6 bytes), rounded up.
+fn mb_ceil(b: Bytes) -> u32 {
+    b.0.div_ceil(1_000_000).min(u64::from(u32::MAX)) as u32
+}
+
+/// A training job's request when it states none: the training binary search on its model's
+/// curve (the smallest 5% step with ≥ 98% of full throughput), a whole GPU if that fails.
+pub fn training_request(job: &TrainingJob) -> u32 {
+    let Some(m) = model_of(&job.model) else {
+        return 1000;
+    };
+    let curve = TrainingCurve::for_model(m);
+    profile::training_search(|pct| curve.relative(f64::from(pct) / 100.0).unwrap_or(0.0))
+        .map_or(1000, |p| p.share_pct * 10)
+}
+
+/// Requests per second over the service's recent window, counting only whole seconds: at a
+/// tick on a second boundary the current second has (almost) no arrivals yet, so a window of
+/// `w` seconds covers `w − 1` full ones (with a 2 s window, the last second: Dilu's 1 s
+/// sample).
+pub fn last_seconds_rate(svc: &ServiceView, now: SimTime) -> f64 {
+    let w = (svc.window.as_micros().div_ceil(1_000_000)).max(1) as f64;
+    let since = now.saturating_since(svc.spec.start).as_secs_f64();
+    let span = since.min(w).max(1.0);
+    let arrivals = svc.load_rps * span;
+    let full = if span >= 2.0 { span - 1.0 } else { span };
+    arrivals / full
+}
+
+impl Policy for DiluServe {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn round_length(&self) -> Option<SimDuration> {
+        Some(SimDuration::from_secs(1))
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        self.init(view);
+        self.sync(view);
+        let mut state = view.state.clone();
+
+        // Training jobs, FIFO by submission.
+        let mut queued: Vec<(SimTime, JobId)> = view
+            .active
+            .iter()
+            .filter(|a| a.state == JobState::Queued)
+            .filter_map(|a| view.spec(a).map(|j| (j.submit, a.id)))
+            .collect();
+        queued.sort_unstable();
+        for (_, jid) in queued {
+            let Some(job) = view.jobs.get(jid.index()) else {
+                continue;
+            };
+            let name = self.fresh_name("job");
+            let spec = Self::job_spec(job, name.clone());
+            let gpus = job.gpus.max(1);
+            let cpu = job.cpu.unwrap_or(MilliCpu::from_cores(2 * u64::from(gpus)));
+            let memory = job.memory.unwrap_or(Bytes::from_gib(8 * u64::from(gpus)));
+            if let Some(a) = self.place(
+                view,
+                &mut state,
+                &spec,
+                cpu,
+                memory,
+                |allocation| Action::Start {
+                    job: jid,
+                    allocation,
+                },
+                job.into(),
+            ) {
+                actions.push(a);
+                self.jobs.insert(jid, name);
+            }
+        }
+
+        // Services: at least one instance while active; the lazy scaler once a second.
+        let sample = self
+            .last_sample
+            .is_none_or(|t| view.now >= t + SimDuration::from_secs(1));
+        if sample {
+            self.last_sample = Some(view.now);
+        }
+        for svc in view.services {
+            let k = svc.spec.id.index();
+            match &svc.phase {
+                ServicePhase::Pending | ServicePhase::Unschedulable { .. } => {}
+                ServicePhase::Ended => {
+                    let n = svc.instances.len();
+                    let ids: Vec<InstanceId> = svc
+                        .instances
+                        .iter()
+                        .filter(|i| i.queue_len == 0)
+                        .map(|i| i.id)
+                        .collect();
+                    for (removed, id) in ids.into_iter().enumerate() {
+                        if svc.pending > 0 && removed + 1 >= n {
+                            break;
+                        }
+                        self.scale_in(svc, id, actions);
+                    }
+                }
+                ServicePhase::Active => {
+                    let n = svc.instances.len();
+                    if n == 0 {
+                        if self.scale_out(view, &mut state, svc, actions) {
+                            if let Some(s) = self.scalers.get_mut(k) {
+                                s.clear();
+                            }
+                        }
+                        continue;
+                    }
+                    if !sample {
+                        continue;
+                    }
+                    let cap = self.capacity.get(k).copied().unwrap_or(f64::INFINITY);
+                    let rate = last_seconds_rate(svc, view.now);
+                    let Some(scaler) = self.scalers.get_mut(k) else {
+                        continue;
+                    };
+                    match scaler.sample(rate, n, cap) {
+                        Scale::Out => {
+                            self.scale_out(view, &mut state, svc, actions);
+                        }
+                        Scale::In if n > 1 => {
+                            if let Some(last) = svc.instances.last() {
+                                self.scale_in(svc, last.id, actions);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        vec![
+            ("scale_outs".into(), self.scale_outs as f64),
+            ("scale_ins".into(), self.scale_ins as f64),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_rule_scales_out_at_20_of_40_and_in_at_30_of_40() {
+        let mut s = HorizontalScaler::default();
+        // 19 samples over 2 × 10: no decision; the 20th scales out and clears.
+        for _ in 0..19 {
+            assert_eq!(s.sample(25.0, 2, 10.0), Scale::Stay);
+        }
+        assert_eq!(s.sample(25.0, 2, 10.0), Scale::Out);
+        // Interleaved over and under: 19 over among 38 samples stay, the 20th over scales out.
+        for i in 0..38 {
+            let r = if i % 2 == 0 { 35.0 } else { 15.0 };
+            assert_eq!(s.sample(r, 3, 10.0), Scale::Stay, "sample {i}");
+        }
+        assert_eq!(s.sample(35.0, 3, 10.0), Scale::Out, "20 over of 39");
+        // Scale in needs 30 samples under (n − 1) × capacity.
+        for _ in 0..29 {
+            assert_eq!(s.sample(5.0, 2, 10.0), Scale::Stay);
+        }
+        assert_eq!(s.sample(5.0, 2, 10.0), Scale::In);
+        // Never below one instance: with n = 1 nothing is ever under 0 × capacity.
+        for _ in 0..100 {
+            assert_eq!(s.sample(0.0, 1, 10.0), Scale::Stay);
+        }
+        // Old samples fall out of the window: 10 over, then 40 calm, then 19 over: stay.
+        let mut s = HorizontalScaler::default();
+        for _ in 0..10 {
+            s.sample(50.0, 1, 10.0);
+        }
+        for _ in 0..40 {
+            s.sample(5.0, 1, 10.0);
+        }
+        for _ in 0..19 {
+            assert_eq!(s.sample(50.0, 1, 10.0), Scale::Stay);
+        }
+        assert_eq!(s.sample(f64::NAN, 1, 10.0), Scale::Stay);
+    }
+
+    #[test]
+    fn training_requests_come_from_the_search() {
+        let mut job = TrainingJob::simple(0, SimTime::ZERO, 2, SimDuration::from_secs(10));
+        job.model = "resnet152".into();
+        let r = training_request(&job);
+        let c = TrainingCurve::for_model(super::super::table::DiluModel::Resnet152);
+        assert!(c.relative(f64::from(r) / 1000.0).unwrap() >= 0.98);
+        assert!(c.relative(f64::from(r - 50) / 1000.0).unwrap() < 0.98);
+        job.model = "unknown".into();
+        assert_eq!(training_request(&job), 1000);
+    }
+}
