@@ -46,8 +46,9 @@ pub const PUBLISHED: &str = "Crius paper: average JCT up to -48.9%, cluster thro
 const ARTIFACT_VS: &[(&str, f64, u32)] =
     &[("fcfs", 1.74, 74), ("gavel", 1.36, 50), ("sia", 1.17, 12)];
 
-// gavel and sia are left out of the default: at 1,900 jobs their per-round LP/ILP takes more
-// than 100 s per seed each on this project's 2-core machine, against the repro's 60 s budget.
+// gavel and sia are left out of the default: with their LP over job classes and ILP over
+// job groups one seed takes about 2 s (gavel) and 20 s (sia) of CPU alone, but the whole
+// repro with both was not shown under the 60 s budget (see BENCHMARKS.md).
 // `--policies ...,gavel,sia` adds them.
 const POLICIES: &str =
     "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-dp-only,elastic";
