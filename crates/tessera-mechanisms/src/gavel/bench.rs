@@ -150,9 +150,9 @@ impl Experiment for GavelBench {
                     events_per_s: None,
                     detail: format!(
                         "{actions} starts{}{}{}{}",
-                        stat("lp_solve_s_max"),
+                        stat("lp_solve_ms_max"),
                         stat("lp_failures"),
-                        stat("ilp_solve_s_max"),
+                        stat("ilp_solve_ms_max"),
                         stat("ilp_time_limit_hits"),
                     ),
                     command: format!("tessera bench gavel --jobs {jobs} --seed {seed}"),

@@ -26,6 +26,7 @@ pub mod elastic;
 pub mod matrix;
 pub mod policy;
 pub mod sia;
+pub mod solve;
 
 pub use matrix::{GavelMatrix, GavelThroughput, JobTypeKey, MatrixError, MatrixProfiler};
 pub use policy::{GavelPolicy, Objective};

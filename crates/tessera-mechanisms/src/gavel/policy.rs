@@ -24,22 +24,24 @@
 //! arriving jobs only take free GPUs.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use good_lp::{
-    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel,
-    WithTimeLimit,
-};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
 use tessera_model::{JobId, SimDuration, SimTime};
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Ledger, Policy};
 
 use super::common::{cluster_types, place_on, throughput_on, type_of, GpuType};
+use super::solve::SolveTimes;
 
 /// Gavel's round length.
 pub const GAVEL_ROUND: SimDuration = SimDuration::from_secs(360);
 
-/// Time limit of one LP solve, seconds.
+/// Wall-clock guard of one LP solve, seconds. Over job classes the LP has a few hundred
+/// variables and never comes near it; a solve that hits it counts as a failure.
 pub const GAVEL_LP_TIME_LIMIT_S: f64 = 10.0;
+
+/// Weight of the sum of normalised throughputs next to the max-min objective.
+const SUM_WEIGHT: f64 = 1e-3;
 
 /// What the allocation LP optimises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,28 +56,28 @@ pub enum Objective {
 type Fractions = Vec<f64>;
 
 /// Counters for `stats()`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LpStats {
     /// LPs solved.
     pub solves: u64,
-    /// LPs that failed or hit the time limit (the previous shares were kept, new jobs got
-    /// an equal share).
+    /// LPs that failed or hit the time guard (the previous shares were kept, new jobs
+    /// waited for the work-conserving fill).
     pub failures: u64,
-    /// Σ solve seconds.
-    pub total_s: f64,
-    /// Longest solve, seconds.
-    pub max_s: f64,
+    /// Wall time of every solve.
+    pub times: SolveTimes,
     /// Jobs in the largest LP.
     pub max_jobs: u64,
+    /// Rows (job classes) in the largest LP.
+    pub max_classes: u64,
 }
 
 impl LpStats {
-    pub(crate) fn record(&mut self, secs: f64, jobs: usize, ok: bool) {
+    pub(crate) fn record(&mut self, secs: f64, jobs: usize, classes: usize, ok: bool) {
         self.solves += 1;
         self.failures += u64::from(!ok);
-        self.total_s += secs;
-        self.max_s = self.max_s.max(secs);
+        self.times.record(secs);
         self.max_jobs = self.max_jobs.max(jobs as u64);
+        self.max_classes = self.max_classes.max(classes as u64);
     }
 }
 
@@ -113,8 +115,8 @@ impl GavelPolicy {
     }
 
     /// Solve statistics so far.
-    pub fn lp_stats(&self) -> LpStats {
-        self.stats
+    pub fn lp_stats(&self) -> &LpStats {
+        &self.stats
     }
 
     /// Brings per-type service up to `now` and forgets finished jobs.
@@ -142,6 +144,11 @@ impl GavelPolicy {
         self.received = live;
     }
 
+    /// Solves the LP again when the job set changed since the last solve. Called at round
+    /// boundaries only: Gavel recomputes its allocation at the start of the round after jobs
+    /// arrived or left (between rounds nothing is realised from it but the fill of free
+    /// GPUs), and one solve per round instead of one per arrival or completion keeps the
+    /// 1,900-job replay in seconds.
     fn resolve_if_needed(&mut self, view: &ClusterView<'_>, types: &[GpuType]) {
         let mut ids: Vec<JobId> = view.active.iter().map(|j| j.id).collect();
         ids.sort_unstable();
@@ -149,12 +156,12 @@ impl GavelPolicy {
             return;
         }
         self.solved_for = ids;
-        let problem = AllocationProblem::build(view, types);
+        let problem = AllocationProblem::build(view, types, true);
         let started = Instant::now();
         let solved = problem.solve(self.objective, self.time_limit_s);
         let secs = started.elapsed().as_secs_f64();
         self.stats
-            .record(secs, problem.jobs.len(), solved.is_some());
+            .record(secs, problem.jobs(), problem.rows.len(), solved.is_some());
         match solved {
             Some(shares) => self.shares = shares,
             None => {
@@ -166,15 +173,36 @@ impl GavelPolicy {
     }
 }
 
-/// One LP instance: jobs with at least one usable type.
+/// One row of the allocation LP: a class of jobs with the same GPU count and the same
+/// throughput on every type (so the same equal-share throughput). Gavel solves over such
+/// classes: jobs of a class are interchangeable, and averaging any optimal allocation over
+/// a class's members is feasible and no worse for either objective (both are linear in the
+/// members' normalised throughputs, and max-min's minimum can only rise), so an optimum
+/// that gives every member the same fractions exists and the class LP finds it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LpRow {
+    pub(crate) gpus: u32,
+    /// Throughput per type at `gpus` (0 = unusable).
+    pub(crate) thr: Vec<f64>,
+    /// Throughput under an equal, capacity-proportional share of the usable types.
+    pub(crate) eq: f64,
+    /// Jobs of the class, by id.
+    pub(crate) members: Vec<JobId>,
+}
+
+/// One LP instance: jobs with at least one usable type, grouped into classes or not.
+#[derive(Clone, Debug)]
 pub(crate) struct AllocationProblem {
-    /// (job, gpus, throughput per type, equal-share throughput).
-    jobs: Vec<(JobId, u32, Vec<f64>, f64)>,
-    capacity: Vec<f64>,
+    pub(crate) rows: Vec<LpRow>,
+    pub(crate) capacity: Vec<f64>,
 }
 
 impl AllocationProblem {
-    pub(crate) fn build(view: &ClusterView<'_>, types: &[GpuType]) -> AllocationProblem {
+    pub(crate) fn build(
+        view: &ClusterView<'_>,
+        types: &[GpuType],
+        group: bool,
+    ) -> AllocationProblem {
         let mut jobs = Vec::new();
         for job in view.active {
             let Some(spec) = view.spec(job) else { continue };
@@ -188,102 +216,148 @@ impl AllocationProblem {
                     }
                 })
                 .collect();
+            jobs.push((job.id, spec.gpus, thr));
+        }
+        let capacity: Vec<f64> = types.iter().map(|t| t.capacity as f64).collect();
+        AllocationProblem::from_jobs(jobs, capacity, group)
+    }
+
+    /// The LP over `jobs` (id, GPUs, throughput per type): one row per job, or per class of
+    /// identical jobs when `group`. Jobs that can use no type are left out.
+    pub(crate) fn from_jobs(
+        jobs: Vec<(JobId, u32, Vec<f64>)>,
+        capacity: Vec<f64>,
+        group: bool,
+    ) -> AllocationProblem {
+        let mut rows: Vec<LpRow> = Vec::new();
+        // Exact grouping key: GPU count and the bit patterns of the throughputs. A BTreeMap,
+        // so row order (and with it the solver's path) depends on the jobs only.
+        let mut index: BTreeMap<(u32, Vec<u64>), usize> = BTreeMap::new();
+        for (id, gpus, thr) in jobs {
             // Equal share: time on each usable type in proportion to its size.
-            let usable: f64 = types
+            let usable: f64 = capacity
                 .iter()
                 .zip(&thr)
                 .filter(|(_, &v)| v > 0.0)
-                .map(|(t, _)| t.capacity as f64)
+                .map(|(c, _)| *c)
                 .sum();
             if usable <= 0.0 {
                 continue;
             }
-            let eq: f64 = types
+            if group {
+                let key = (gpus, thr.iter().map(|v| v.to_bits()).collect());
+                if let Some(&r) = index.get(&key) {
+                    rows[r].members.push(id);
+                    continue;
+                }
+                index.insert(key, rows.len());
+            }
+            let eq: f64 = capacity
                 .iter()
                 .zip(&thr)
-                .map(|(t, &v)| v * t.capacity as f64 / usable)
+                .map(|(c, &v)| v * c / usable)
                 .sum();
-            jobs.push((job.id, spec.gpus, thr, eq));
+            rows.push(LpRow {
+                gpus,
+                thr,
+                eq,
+                members: vec![id],
+            });
         }
-        AllocationProblem {
-            jobs,
-            capacity: types.iter().map(|t| t.capacity as f64).collect(),
-        }
+        AllocationProblem { rows, capacity }
     }
 
+    /// Jobs over all rows.
+    pub(crate) fn jobs(&self) -> usize {
+        self.rows.iter().map(|r| r.members.len()).sum()
+    }
+
+    /// Per-row fractions (a member's time on each type), or `None` when the solver failed
+    /// or hit the time guard.
+    pub(crate) fn solve_rows(
+        &self,
+        objective: Objective,
+        time_limit_s: f64,
+    ) -> Option<Vec<Fractions>> {
+        if self.rows.is_empty() {
+            return Some(Vec::new());
+        }
+        let mut lp = Problem::new(OptimizationDirection::Maximize);
+        let z =
+            (objective == Objective::MaxMinFairness).then(|| lp.add_var(1.0, (0.0, f64::INFINITY)));
+        let x: Vec<Vec<Option<Variable>>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                // Weight of one normalised-throughput unit of this row in the objective.
+                let n = r.members.len() as f64;
+                let w = match objective {
+                    Objective::MaxMinFairness => SUM_WEIGHT * n,
+                    Objective::MaxSumThroughput => n,
+                };
+                r.thr
+                    .iter()
+                    .map(|&v| (v > 0.0).then(|| lp.add_var(w * v / r.eq, (0.0, 1.0))))
+                    .collect()
+            })
+            .collect();
+        for xs in &x {
+            let sum: Vec<(Variable, f64)> = xs.iter().flatten().map(|&v| (v, 1.0)).collect();
+            lp.add_constraint(sum, ComparisonOp::Le, 1.0);
+        }
+        for (t, cap) in self.capacity.iter().enumerate() {
+            let used: Vec<(Variable, f64)> = self
+                .rows
+                .iter()
+                .zip(&x)
+                .filter_map(|(r, xs)| {
+                    xs[t].map(|v| (v, r.members.len() as f64 * f64::from(r.gpus)))
+                })
+                .collect();
+            if !used.is_empty() {
+                lp.add_constraint(used, ComparisonOp::Le, *cap);
+            }
+        }
+        if let Some(z) = z {
+            for (r, xs) in self.rows.iter().zip(&x) {
+                let mut e: Vec<(Variable, f64)> = xs
+                    .iter()
+                    .zip(&r.thr)
+                    .filter_map(|(v, &t)| v.map(|v| (v, t / r.eq)))
+                    .collect();
+                e.push((z, -1.0));
+                lp.add_constraint(e, ComparisonOp::Ge, 0.0);
+            }
+        }
+        let mut options = SolveOptions::default();
+        options.time_limit = Some(Duration::from_secs_f64(time_limit_s.max(0.001)));
+        let sol = lp.solve_with(options).ok()?.into_solution().ok()?;
+        if sol.status() != microlp::SolutionStatus::Optimal {
+            return None;
+        }
+        Some(
+            x.iter()
+                .map(|xs| {
+                    xs.iter()
+                        .map(|v| v.map_or(0.0, |v| sol.var_value(v).clamp(0.0, 1.0)))
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Fractions per job.
     pub(crate) fn solve(
         &self,
         objective: Objective,
         time_limit_s: f64,
     ) -> Option<BTreeMap<JobId, Fractions>> {
-        if self.jobs.is_empty() {
-            return Some(BTreeMap::new());
-        }
-        let mut vars = ProblemVariables::new();
-        let x: Vec<Vec<Option<good_lp::Variable>>> = self
-            .jobs
-            .iter()
-            .map(|(_, _, thr, _)| {
-                thr.iter()
-                    .map(|&v| (v > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
-                    .collect()
-            })
-            .collect();
-        let z = vars.add(variable().min(0.0));
-        let normalised: Vec<Expression> = self
-            .jobs
-            .iter()
-            .zip(&x)
-            .map(|((_, _, thr, eq), xs)| {
-                let mut e = Expression::from(0.0);
-                for (v, &t) in xs.iter().zip(thr) {
-                    if let Some(v) = v {
-                        e += (t / eq) * *v;
-                    }
-                }
-                e
-            })
-            .collect();
-        let total: Expression = normalised.iter().cloned().sum();
-        let goal = match objective {
-            Objective::MaxMinFairness => Expression::from(z) + 1e-3 * total,
-            Objective::MaxSumThroughput => total,
-        };
-        let mut model = vars
-            .maximise(goal)
-            .using(microlp)
-            .with_time_limit(time_limit_s.max(0.001));
-        for xs in &x {
-            let sum: Expression = xs.iter().flatten().map(|&v| Expression::from(v)).sum();
-            model = model.with(constraint!(sum <= 1.0));
-        }
-        for (t, cap) in self.capacity.iter().enumerate() {
-            let mut used = Expression::from(0.0);
-            for ((_, gpus, _, _), xs) in self.jobs.iter().zip(&x) {
-                if let Some(v) = xs[t] {
-                    used += f64::from(*gpus) * v;
-                }
-            }
-            model = model.with(constraint!(used <= *cap));
-        }
-        if objective == Objective::MaxMinFairness {
-            for n in &normalised {
-                model = model.with(constraint!(n.clone() >= z));
-            }
-        }
-        let sol = model.solve().ok()?;
+        let rows = self.solve_rows(objective, time_limit_s)?;
         Some(
-            self.jobs
+            self.rows
                 .iter()
-                .zip(&x)
-                .map(|((id, _, _, _), xs)| {
-                    (
-                        *id,
-                        xs.iter()
-                            .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
-                            .collect(),
-                    )
-                })
+                .zip(rows)
+                .flat_map(|(r, f)| r.members.iter().map(move |&id| (id, f.clone())))
                 .collect(),
         )
     }
@@ -301,7 +375,9 @@ impl Policy for GavelPolicy {
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let types = cluster_types(view.cluster);
         self.account(view, &types);
-        self.resolve_if_needed(view, &types);
+        if view.trigger.round {
+            self.resolve_if_needed(view, &types);
+        }
 
         // Candidates (priority, job position, type index), highest priority first.
         let mut candidates: Vec<(f64, usize, usize)> = Vec::new();
@@ -339,14 +415,15 @@ impl Policy for GavelPolicy {
     }
 
     fn stats(&self) -> Vec<(String, f64)> {
-        let s = self.stats;
-        vec![
+        let s = &self.stats;
+        let mut out = vec![
             ("lp_solves".into(), s.solves as f64),
             ("lp_failures".into(), s.failures as f64),
-            ("lp_solve_s_total".into(), s.total_s),
-            ("lp_solve_s_max".into(), s.max_s),
-            ("lp_jobs_max".into(), s.max_jobs as f64),
-        ]
+        ];
+        out.extend(s.times.stats("lp"));
+        out.push(("lp_jobs_max".into(), s.max_jobs as f64));
+        out.push(("lp_classes_max".into(), s.max_classes as f64));
+        out
     }
 }
 
@@ -394,7 +471,8 @@ fn realise(
             left[t] -= g;
         }
     }
-    // Work conservation: leftover GPUs to waiting jobs, first come, fastest type first.
+    // Work conservation: leftover GPUs to waiting jobs, first come; a running job stays on
+    // its type when that has room (no restart), others take their fastest type with room.
     let mut waiting: Vec<usize> = (0..n).filter(|&p| chosen[p].is_none()).collect();
     waiting.sort_by_key(|&p| {
         (
@@ -406,6 +484,11 @@ fn realise(
         let job = &view.active[pos];
         let Some(spec) = view.spec(job) else { continue };
         let g = i64::from(spec.gpus);
+        if let Some(t) = current[pos].filter(|&t| left[t] >= g) {
+            chosen[pos] = Some(t);
+            left[t] -= g;
+            continue;
+        }
         let mut best: Option<(f64, usize)> = None;
         for (t, ty) in types.iter().enumerate() {
             if left[t] < g {
@@ -509,18 +592,12 @@ mod tests {
     use super::*;
 
     fn problem(jobs: Vec<(u32, Vec<f64>)>, capacity: Vec<f64>) -> AllocationProblem {
-        let total: f64 = capacity.iter().sum();
-        AllocationProblem {
-            jobs: jobs
-                .into_iter()
-                .enumerate()
-                .map(|(i, (gpus, thr))| {
-                    let eq = thr.iter().zip(&capacity).map(|(t, c)| t * c / total).sum();
-                    (JobId(i as u32), gpus, thr, eq)
-                })
-                .collect(),
-            capacity,
-        }
+        let jobs = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (gpus, thr))| (JobId(i as u32), gpus, thr))
+            .collect();
+        AllocationProblem::from_jobs(jobs, capacity, false)
     }
 
     #[test]
@@ -568,5 +645,204 @@ mod tests {
         for f in fair.values() {
             assert!((f[0] - 2.0 / 3.0).abs() < 1e-6, "{fair:?}");
         }
+    }
+
+    /// Objective value of per-job fractions, and whether they fit every constraint.
+    fn evaluate(
+        p: &AllocationProblem,
+        x: &BTreeMap<JobId, Fractions>,
+        objective: Objective,
+    ) -> (f64, bool) {
+        let mut norms = Vec::new();
+        let mut used = vec![0.0; p.capacity.len()];
+        let mut ok = true;
+        for r in &p.rows {
+            for id in &r.members {
+                let f = &x[id];
+                ok &= f.iter().sum::<f64>() <= 1.0 + 1e-6;
+                ok &= f.iter().zip(&r.thr).all(|(&v, &t)| t > 0.0 || v == 0.0);
+                for (u, &v) in used.iter_mut().zip(f) {
+                    *u += v * f64::from(r.gpus);
+                }
+                norms.push(f.iter().zip(&r.thr).map(|(v, t)| v * t).sum::<f64>() / r.eq);
+            }
+        }
+        ok &= used.iter().zip(&p.capacity).all(|(u, c)| *u <= c + 1e-6);
+        let sum: f64 = norms.iter().sum();
+        let value = match objective {
+            Objective::MaxMinFairness => {
+                norms.iter().copied().fold(f64::INFINITY, f64::min) + SUM_WEIGHT * sum
+            }
+            Objective::MaxSumThroughput => sum,
+        };
+        (value, ok)
+    }
+
+    #[test]
+    fn classes_group_identical_jobs_only() {
+        let jobs = vec![
+            (JobId(0), 1, vec![1.0, 2.0]),
+            (JobId(1), 1, vec![1.0, 2.0]),
+            (JobId(2), 2, vec![1.0, 2.0]),
+            (JobId(3), 1, vec![1.0, 2.5]),
+            (JobId(4), 1, vec![1.0, 2.0]),
+            (JobId(5), 1, vec![0.0, 0.0]),
+        ];
+        let p = AllocationProblem::from_jobs(jobs, vec![2.0, 2.0], true);
+        let members: Vec<Vec<u32>> = p
+            .rows
+            .iter()
+            .map(|r| r.members.iter().map(|j| j.0).collect())
+            .collect();
+        // Job 5 can run nowhere and is left out.
+        assert_eq!(members, [vec![0, 1, 4], vec![2], vec![3]]);
+        assert_eq!(p.jobs(), 5);
+    }
+
+    #[test]
+    fn class_lp_gives_the_per_job_allocation_on_a_hand_case() {
+        // Three jobs 4x faster on type 1 and three 4x faster on type 0, on 3 + 3 GPUs: the
+        // unique optimum of both objectives runs every job on its fast type full time.
+        let mut jobs = Vec::new();
+        for i in 0..6 {
+            let thr = if i < 3 {
+                vec![1.0, 4.0]
+            } else {
+                vec![4.0, 1.0]
+            };
+            jobs.push((JobId(i), 1, thr));
+        }
+        for objective in [Objective::MaxMinFairness, Objective::MaxSumThroughput] {
+            let per_job = AllocationProblem::from_jobs(jobs.clone(), vec![3.0, 3.0], false);
+            let classes = AllocationProblem::from_jobs(jobs.clone(), vec![3.0, 3.0], true);
+            assert_eq!((per_job.rows.len(), classes.rows.len()), (6, 2));
+            let a = per_job.solve(objective, 5.0).unwrap();
+            let b = classes.solve(objective, 5.0).unwrap();
+            for (id, f) in &a {
+                let g = &b[id];
+                let fast = if id.0 < 3 { 1 } else { 0 };
+                for x in [f, g] {
+                    assert!(
+                        (x[fast] - 1.0).abs() < 1e-6 && x[1 - fast].abs() < 1e-6,
+                        "{objective:?} job {id:?}: per job {f:?}, classes {g:?}"
+                    );
+                }
+            }
+            let (va, _) = evaluate(&per_job, &a, objective);
+            let (vb, _) = evaluate(&per_job, &b, objective);
+            assert!((va - vb).abs() < 1e-9, "{va} vs {vb}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// The class LP reaches the per-job LP's optimum, and its allocation (each member the
+        /// class's fractions) is feasible for the per-job LP.
+        #[test]
+        fn class_lp_matches_the_per_job_lp(
+            kinds in proptest::collection::vec(
+                (0usize..3, proptest::collection::vec(0u32..6, 3), 1usize..4), 1..5),
+            caps in proptest::collection::vec(1u32..9, 3),
+        ) {
+            let mut jobs = Vec::new();
+            for (g, thr, copies) in &kinds {
+                let gpus = [1u32, 2, 4][*g];
+                let thr: Vec<f64> = thr.iter().map(|&v| f64::from(v)).collect();
+                for _ in 0..*copies {
+                    jobs.push((JobId(jobs.len() as u32), gpus, thr.clone()));
+                }
+            }
+            let capacity: Vec<f64> = caps.iter().map(|&c| f64::from(c)).collect();
+            for objective in [Objective::MaxMinFairness, Objective::MaxSumThroughput] {
+                let per_job = AllocationProblem::from_jobs(jobs.clone(), capacity.clone(), false);
+                let classes = AllocationProblem::from_jobs(jobs.clone(), capacity.clone(), true);
+                let a = per_job.solve(objective, 5.0).unwrap();
+                let b = classes.solve(objective, 5.0).unwrap();
+                let (va, oka) = evaluate(&per_job, &a, objective);
+                let (vb, okb) = evaluate(&per_job, &b, objective);
+                proptest::prop_assert!(oka && okb);
+                proptest::prop_assert!(
+                    (va - vb).abs() <= 1e-6 * va.abs().max(1.0),
+                    "{:?}: per job {} vs classes {}", objective, va, vb
+                );
+            }
+        }
+    }
+
+    /// A job held on the slow type K80 while V100 is free: a round that gives it no share
+    /// slot (the LP has not run) must keep it where it is, not restart it on the faster type.
+    #[test]
+    fn a_running_job_without_a_slot_keeps_its_type() {
+        use tessera_model::{Cluster, GpuCatalog, NodeId, SimDuration, TrainingJob};
+        use tessera_perf::{ConfigEstimate, ConfigEstimates};
+        use tessera_sched::{ActiveJob, ClusterState, Trigger};
+
+        let cluster =
+            Cluster::from_yaml(&super::super::gavel_108_yaml(), &GpuCatalog::builtin()).unwrap();
+        let types = cluster_types(&cluster);
+        let job = TrainingJob::simple(0, SimTime::ZERO, 2, SimDuration::from_secs(3600));
+        let estimates: Vec<ConfigEstimate> = types
+            .iter()
+            .zip([1.0, 2.0, 4.0])
+            .map(|(t, thr)| ConfigEstimate {
+                gpu: t.id,
+                count: 2,
+                throughput: thr,
+                plan: None,
+            })
+            .collect();
+        let free0: Vec<_> = (0..cluster.nodes.len())
+            .map(|n| cluster.capacity(NodeId(n as u32)))
+            .collect();
+        let mut active = ActiveJob {
+            knowledge: tessera_model::Knowledge::of(ConfigEstimates::new(estimates)),
+            ..ActiveJob::arrived(&job)
+        };
+        let mut ledger = Ledger::new(&cluster, &free0);
+        let on_k80 = place_on(&mut ledger, &active, &job, types[0].id, 2).unwrap();
+        active.state = JobState::Running;
+        active.allocation = Some(on_k80.clone());
+        let mut state = ClusterState::new(&cluster);
+        state.take(&cluster, &on_k80);
+        let mut free = free0.clone();
+        for share in &on_k80.shares {
+            free[share.node.index()].gpus -= share.gpus;
+        }
+        let jobs = vec![job];
+        let active = vec![active];
+        let view = ClusterView {
+            now: SimTime::from_secs(360),
+            trigger: Trigger {
+                round: true,
+                ..Trigger::default()
+            },
+            cluster: &cluster,
+            free: &free,
+            state: &state,
+            jobs: &jobs,
+            active: &active,
+            services: &[],
+        };
+        let mut actions = Vec::new();
+        realise(&view, &types, &[], true, &mut actions);
+        assert!(actions.is_empty(), "{actions:?}");
+        // A queued job in the same position takes the fastest type.
+        let queued = vec![ActiveJob {
+            state: JobState::Queued,
+            allocation: None,
+            ..active[0].clone()
+        }];
+        let view = ClusterView {
+            active: &queued,
+            free: &free0,
+            state: &ClusterState::new(&cluster),
+            ..view
+        };
+        realise(&view, &types, &[], true, &mut actions);
+        let [Action::Start { allocation, .. }] = actions.as_slice() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(type_of(&cluster, allocation), Some(types[2].id));
     }
 }

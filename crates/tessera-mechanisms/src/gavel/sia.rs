@@ -13,32 +13,48 @@
 //! its goodput scaled by `1 − 30 s / 600 s` (a checkpoint-restore over a ten-round horizon).
 //! Counts range over the job's estimated feasible counts up to twice its request.
 //!
-//! The ILP is warm-started with a greedy solution (first come, the fitting configuration
-//! with the most value per GPU), solved with microlp under a time limit (default 1 s) and a
-//! 1% MIP gap; the
-//! time, and whether the limit was hit, are in `stats()`. Goodputs do not change while a job
-//! runs (no statistical-efficiency term), so a round whose job set is the one of the last
+//! **Scale.** The ILP is solved over *groups*, not jobs: jobs whose candidate configurations
+//! and values are identical (same model, request and allowed types, same held configuration)
+//! share one general-integer variable per configuration, `n[g][c] ∈ [0, |g|]`, with
+//! `Σ_c n[g][c] ≤ |g|`: the same optimum as the per-job ILP, without its symmetry. Each job's
+//! configurations are first pruned by dominance (on one type, a configuration with more GPUs
+//! and no more value than another is never needed). On the Crius repro's 1,900 jobs this
+//! turns thousands of binaries into a few hundred integers.
+//!
+//! The ILP is warm-started with a greedy solution (running jobs keep what they hold, then
+//! first come, the fitting configuration with the most value per GPU) and solved with microlp
+//! under a **branch-and-bound node cap** (default 200 nodes; deterministic: the same inputs
+//! give the same incumbent) and a 1% MIP gap; a wall-clock guard (1 s) backs it up. When a
+//! limit stops the search the incumbent is used (never worse than the warm start). Solve
+//! times (mean / p99 / max) and limit hits are in `stats()`. Goodputs do not change while a
+//! job runs (no statistical-efficiency term), so a round whose job set is the one of the last
 //! solve keeps the placement instead of solving the same ILP again. Between rounds arriving
 //! jobs only take free GPUs.
 
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-use good_lp::{
-    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolutionStatus,
-    SolverModel, WithInitialSolution, WithMipGap, WithTimeLimit,
+use microlp::{
+    ComparisonOp, OptimizationDirection, Problem, SolveOptions, SolveOutcome, TerminationReason,
+    Variable,
 };
-use tessera_model::SimDuration;
+use tessera_model::{JobId, SimDuration};
 use tessera_sched::{Action, ClusterView, Policy};
 
 use super::common::{cluster_types, counts_on, throughput_on, type_of, GpuType};
 use super::policy::apply_configs;
+use super::solve::SolveTimes;
 
 /// Sia's round length.
 pub const SIA_ROUND: SimDuration = SimDuration::from_secs(60);
 /// The fairness exponent.
 pub const SIA_P: f64 = -0.5;
-/// Default solver time limit, seconds.
+/// Default branch-and-bound node cap of one solve (the root relaxation is not a node).
+pub const SIA_NODE_LIMIT: u64 = 200;
+/// Default wall-clock guard of one solve, seconds.
 pub const SIA_TIME_LIMIT_S: f64 = 1.0;
+/// Relative MIP gap at which a solve may stop.
+pub const SIA_MIP_GAP: f64 = 0.01;
 /// Goodput factor of a configuration that would restart a running job.
 pub const SIA_RESTART_FACTOR: f64 = 1.0 - 30.0 / 600.0;
 
@@ -53,30 +69,55 @@ pub(crate) struct Config {
 }
 
 /// Solve counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct IlpStats {
     /// Rounds solved.
     pub solves: u64,
-    /// Solves stopped by the time limit (best solution found so far used).
+    /// Solves stopped by the node cap (incumbent used).
+    pub node_limit_hits: u64,
+    /// Solves stopped by the wall-clock guard (incumbent used).
     pub time_limit_hits: u64,
     /// Solves that failed (the greedy warm start used).
     pub failures: u64,
-    /// Σ solve seconds.
-    pub total_s: f64,
-    /// Longest solve, seconds.
-    pub max_s: f64,
-    /// Binary variables of the largest ILP.
+    /// Wall time of every solve (building included).
+    pub times: SolveTimes,
+    /// Integer variables of the largest ILP.
     pub max_vars: u64,
+    /// Groups (rows of identical jobs) of the largest ILP.
+    pub max_groups: u64,
+    /// Branch-and-bound nodes of the largest search.
+    pub max_nodes: u64,
 }
 
 /// The Sia policy.
 #[derive(Debug)]
 pub struct SiaPolicy {
     round: SimDuration,
-    time_limit_s: f64,
+    limits: IlpLimits,
     stats: IlpStats,
     /// Active jobs (sorted) at the last solve.
-    solved_for: Vec<tessera_model::JobId>,
+    solved_for: Vec<JobId>,
+}
+
+/// Limits of one ILP solve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IlpLimits {
+    /// Branch-and-bound nodes (deterministic).
+    pub nodes: u64,
+    /// Wall-clock guard, seconds.
+    pub time_s: f64,
+    /// Relative MIP gap.
+    pub mip_gap: f64,
+}
+
+impl Default for IlpLimits {
+    fn default() -> Self {
+        IlpLimits {
+            nodes: SIA_NODE_LIMIT,
+            time_s: SIA_TIME_LIMIT_S,
+            mip_gap: SIA_MIP_GAP,
+        }
+    }
 }
 
 impl SiaPolicy {
@@ -84,25 +125,32 @@ impl SiaPolicy {
     pub fn new(round: Option<SimDuration>) -> SiaPolicy {
         SiaPolicy {
             round: round.unwrap_or(SIA_ROUND),
-            time_limit_s: SIA_TIME_LIMIT_S,
+            limits: IlpLimits::default(),
             stats: IlpStats::default(),
             solved_for: Vec::new(),
         }
     }
 
-    /// A different solver time limit.
+    /// A different wall-clock guard.
     pub fn with_time_limit(mut self, secs: f64) -> SiaPolicy {
-        self.time_limit_s = secs;
+        self.limits.time_s = secs;
+        self
+    }
+
+    /// A different node cap.
+    pub fn with_node_limit(mut self, nodes: u64) -> SiaPolicy {
+        self.limits.nodes = nodes;
         self
     }
 
     /// Solve statistics so far.
-    pub fn ilp_stats(&self) -> IlpStats {
-        self.stats
+    pub fn ilp_stats(&self) -> &IlpStats {
+        &self.stats
     }
 }
 
-/// Candidate configurations per active job (empty when it can run nowhere).
+/// Candidate configurations per active job (empty when it can run nowhere), pruned by
+/// dominance.
 pub(crate) fn configs(
     view: &ClusterView<'_>,
     types: &[GpuType],
@@ -129,7 +177,8 @@ pub(crate) fn configs(
                 }
             }
             let slowest = raw.iter().map(|r| r.2).fold(f64::INFINITY, f64::min);
-            raw.into_iter()
+            let all: Vec<Config> = raw
+                .into_iter()
                 .map(|(t, count, thr)| {
                     let mut g = thr / slowest;
                     if held[pos].is_some_and(|h| h != (t, count)) {
@@ -141,8 +190,24 @@ pub(crate) fn configs(
                         value: 2.0 - g.max(1e-9).powf(SIA_P),
                     }
                 })
-                .collect()
+                .collect();
+            prune(all)
         })
+        .collect()
+}
+
+/// Drops configurations dominated on their own type: more GPUs and no more value than
+/// another configuration of that type. Any solution using one can switch to the dominating
+/// configuration, keep its value and free GPUs, so the ILP's optimum is unchanged.
+pub(crate) fn prune(configs: Vec<Config>) -> Vec<Config> {
+    configs
+        .iter()
+        .filter(|c| {
+            !configs
+                .iter()
+                .any(|o| o.t == c.t && o.count < c.count && o.value >= c.value)
+        })
+        .copied()
         .collect()
 }
 
@@ -180,123 +245,194 @@ pub(crate) fn greedy(
     pick
 }
 
-/// Outcome of one ILP.
-pub(crate) struct IlpOutcome {
-    pub(crate) pick: Vec<Option<usize>>,
-    pub(crate) secs: f64,
-    pub(crate) hit_limit: bool,
-    pub(crate) failed: bool,
-    pub(crate) vars: usize,
+/// Jobs with identical candidate lists (configurations and values), by first member.
+pub(crate) struct Group {
+    /// The shared candidate list.
+    pub(crate) configs: Vec<Config>,
+    /// Positions (in `configs`' indexing) of the members, in the order given.
+    pub(crate) members: Vec<usize>,
 }
 
-/// Solves the configuration ILP, warm-started from `start`.
+/// Groups the jobs of `order` (jobs without candidates are left out); with `group` false
+/// every job is its own group (the per-job ILP).
+pub(crate) fn groups(configs: &[Vec<Config>], order: &[usize], group: bool) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    let mut index: BTreeMap<Vec<(usize, u32, u64)>, usize> = BTreeMap::new();
+    for &pos in order {
+        let cs = &configs[pos];
+        if cs.is_empty() {
+            continue;
+        }
+        if group {
+            let key: Vec<(usize, u32, u64)> = cs
+                .iter()
+                .map(|c| (c.t, c.count, c.value.to_bits()))
+                .collect();
+            if let Some(&g) = index.get(&key) {
+                out[g].members.push(pos);
+                continue;
+            }
+            index.insert(key, out.len());
+        }
+        out.push(Group {
+            configs: cs.clone(),
+            members: vec![pos],
+        });
+    }
+    out
+}
+
+/// Outcome of one ILP.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IlpOutcome {
+    /// Chosen configuration index per job.
+    pub(crate) pick: Vec<Option<usize>>,
+    pub(crate) secs: f64,
+    pub(crate) node_limit_hit: bool,
+    pub(crate) time_limit_hit: bool,
+    pub(crate) failed: bool,
+    /// Integer variables.
+    pub(crate) vars: usize,
+    pub(crate) groups: usize,
+    /// Branch-and-bound nodes solved.
+    pub(crate) nodes: u64,
+}
+
+/// Solves the configuration ILP over `groups`, warm-started from the per-job `start`.
+/// `held` says which configuration index each job holds now (it keeps it when its group's
+/// counts allow).
 pub(crate) fn solve_ilp(
     configs: &[Vec<Config>],
+    groups: &[Group],
     capacity: &[u64],
     start: &[Option<usize>],
-    time_limit_s: f64,
+    held: &[Option<usize>],
+    limits: IlpLimits,
 ) -> IlpOutcome {
     let started = Instant::now();
-    let mut vars = ProblemVariables::new();
-    let y: Vec<Vec<good_lp::Variable>> = configs
-        .iter()
-        .map(|cs| cs.iter().map(|_| vars.add(variable().binary())).collect())
-        .collect();
-    let nvars: usize = y.iter().map(Vec::len).sum();
-    if nvars == 0 {
-        return IlpOutcome {
-            pick: vec![None; configs.len()],
-            secs: 0.0,
-            hit_limit: false,
-            failed: false,
-            vars: 0,
-        };
+    let vars: usize = groups.iter().map(|g| g.configs.len()).sum();
+    let mut out = IlpOutcome {
+        pick: start.to_vec(),
+        secs: 0.0,
+        node_limit_hit: false,
+        time_limit_hit: false,
+        failed: false,
+        vars,
+        groups: groups.len(),
+        nodes: 0,
+    };
+    if vars == 0 {
+        out.pick = vec![None; configs.len()];
+        return out;
     }
-    let mut objective = Expression::from(0.0);
-    for (cs, ys) in configs.iter().zip(&y) {
-        for (c, &v) in cs.iter().zip(ys) {
-            objective += c.value * v;
-        }
-    }
-    let initial: Vec<(good_lp::Variable, f64)> = y
+    let mut ilp = Problem::new(OptimizationDirection::Maximize);
+    let n: Vec<Vec<Variable>> = groups
         .iter()
-        .zip(start)
-        .flat_map(|(ys, s)| {
-            ys.iter()
-                .enumerate()
-                .map(move |(k, &v)| (v, if *s == Some(k) { 1.0 } else { 0.0 }))
+        .map(|g| {
+            let size = i32::try_from(g.members.len()).unwrap_or(i32::MAX);
+            g.configs
+                .iter()
+                .map(|c| ilp.add_integer_var(c.value, (0, size)))
+                .collect()
         })
         .collect();
-    let model = vars
-        .maximise(objective)
-        .using(microlp)
-        .with_time_limit(time_limit_s.max(0.001))
-        .with_initial_solution(initial);
-    let mut model = match model.with_mip_gap(0.01) {
-        Ok(m) => m,
-        Err(_) => {
-            return IlpOutcome {
-                pick: start.to_vec(),
-                secs: started.elapsed().as_secs_f64(),
-                hit_limit: false,
-                failed: true,
-                vars: nvars,
-            }
+    for (g, ns) in groups.iter().zip(&n) {
+        if ns.len() > 1 {
+            let sum: Vec<(Variable, f64)> = ns.iter().map(|&v| (v, 1.0)).collect();
+            ilp.add_constraint(sum, ComparisonOp::Le, g.members.len() as f64);
         }
-    };
-    for ys in &y {
-        let sum: Expression = ys.iter().map(|&v| Expression::from(v)).sum();
-        model = model.with(constraint!(sum <= 1.0));
     }
     for (t, cap) in capacity.iter().enumerate() {
-        let mut used = Expression::from(0.0);
-        for (cs, ys) in configs.iter().zip(&y) {
-            for (c, &v) in cs.iter().zip(ys) {
-                if c.t == t {
-                    used += f64::from(c.count) * v;
+        let used: Vec<(Variable, f64)> = groups
+            .iter()
+            .zip(&n)
+            .flat_map(|(g, ns)| {
+                g.configs
+                    .iter()
+                    .zip(ns)
+                    .filter(|(c, _)| c.t == t)
+                    .map(|(c, &v)| (v, f64::from(c.count)))
+            })
+            .collect();
+        if !used.is_empty() {
+            ilp.add_constraint(used, ComparisonOp::Le, *cap as f64);
+        }
+    }
+    let warm: Vec<(Variable, f64)> = groups
+        .iter()
+        .zip(&n)
+        .flat_map(|(g, ns)| {
+            ns.iter().enumerate().map(move |(k, &v)| {
+                let count = g.members.iter().filter(|&&p| start[p] == Some(k)).count();
+                (v, count as f64)
+            })
+        })
+        .collect();
+    let mut options = SolveOptions::default();
+    options.time_limit = Some(Duration::from_secs_f64(limits.time_s.max(0.001)));
+    options.node_limit = Some(limits.nodes);
+    options.mip_gap = limits.mip_gap;
+    options.warm_start = Some(warm);
+    let solved = ilp.solve_with(options);
+    out.secs = started.elapsed().as_secs_f64();
+    let sol = match solved {
+        Ok(SolveOutcome::Solution(sol)) => sol,
+        Ok(SolveOutcome::Interrupted(i)) => {
+            out.nodes = i.stats().nodes_solved;
+            out.node_limit_hit = i.termination_reason() == TerminationReason::NodeLimit;
+            out.time_limit_hit = i.termination_reason() == TerminationReason::TimeLimit;
+            return out;
+        }
+        Err(_) => {
+            out.failed = true;
+            return out;
+        }
+    };
+    out.nodes = sol.stats().nodes_solved;
+    out.node_limit_hit = sol.termination_reason() == TerminationReason::NodeLimit;
+    out.time_limit_hit = sol.termination_reason() == TerminationReason::TimeLimit;
+    // Hand each group's counts to its members: those holding a configuration keep it while
+    // its count lasts, the rest take what is left, best value first, first come first.
+    let mut pick: Vec<Option<usize>> = vec![None; configs.len()];
+    for (g, ns) in groups.iter().zip(&n) {
+        let mut left: Vec<u64> = ns
+            .iter()
+            .map(|&v| sol.var_value(v).round().max(0.0) as u64)
+            .collect();
+        for &p in &g.members {
+            if let Some(k) = held[p] {
+                if left.get(k).is_some_and(|&l| l > 0) {
+                    left[k] -= 1;
+                    pick[p] = Some(k);
                 }
             }
         }
-        model = model.with(constraint!(used <= *cap as f64));
-    }
-    let solved = model.solve();
-    let secs = started.elapsed().as_secs_f64();
-    match solved {
-        Ok(sol) => {
-            let hit_limit = matches!(sol.status(), SolutionStatus::TimeLimit);
-            let pick: Vec<Option<usize>> = y
-                .iter()
-                .map(|ys| ys.iter().position(|&v| sol.value(v) > 0.5))
-                .collect();
-            // A solve stopped by the time limit may return an incumbent worse than the warm
-            // start (or, defensively, one over capacity): keep the better feasible one.
-            let pick = if feasible(configs, capacity, &pick)
-                && value(configs, &pick) >= value(configs, start) - 1e-9
-            {
-                pick
-            } else {
-                start.to_vec()
-            };
-            IlpOutcome {
-                pick,
-                secs,
-                hit_limit,
-                failed: false,
-                vars: nvars,
+        let mut by_value: Vec<usize> = (0..g.configs.len()).collect();
+        by_value.sort_by(|&a, &b| {
+            g.configs[b]
+                .value
+                .total_cmp(&g.configs[a].value)
+                .then(a.cmp(&b))
+        });
+        for &p in &g.members {
+            if pick[p].is_some() {
+                continue;
+            }
+            if let Some(&k) = by_value.iter().find(|&&k| left[k] > 0) {
+                left[k] -= 1;
+                pick[p] = Some(k);
             }
         }
-        Err(_) => IlpOutcome {
-            pick: start.to_vec(),
-            secs,
-            hit_limit: secs >= time_limit_s,
-            failed: true,
-            vars: nvars,
-        },
     }
+    // Defensive: keep the warm start unless the solver's answer fits and is no worse.
+    if feasible(configs, capacity, &pick) && value(configs, &pick) >= value(configs, start) - 1e-9 {
+        out.pick = pick;
+    }
+    out
 }
 
 /// Objective value of a choice.
-fn value(configs: &[Vec<Config>], pick: &[Option<usize>]) -> f64 {
+pub(crate) fn value(configs: &[Vec<Config>], pick: &[Option<usize>]) -> f64 {
     configs
         .iter()
         .zip(pick)
@@ -306,7 +442,7 @@ fn value(configs: &[Vec<Config>], pick: &[Option<usize>]) -> f64 {
 }
 
 /// Whether a choice fits every type's capacity.
-fn feasible(configs: &[Vec<Config>], capacity: &[u64], pick: &[Option<usize>]) -> bool {
+pub(crate) fn feasible(configs: &[Vec<Config>], capacity: &[u64], pick: &[Option<usize>]) -> bool {
     let mut used = vec![0u64; capacity.len()];
     for (cs, k) in configs.iter().zip(pick) {
         if let Some(c) = k.and_then(|k| cs.get(k)) {
@@ -376,6 +512,7 @@ impl Policy for SiaPolicy {
                     }
                 }
             }
+            let kept = start.clone();
             let waiting: Vec<usize> = order
                 .iter()
                 .copied()
@@ -387,14 +524,17 @@ impl Policy for SiaPolicy {
                     *s = f;
                 }
             }
-            let out = solve_ilp(&configs, &capacity, &start, self.time_limit_s);
+            let groups = groups(&configs, &order, true);
+            let out = solve_ilp(&configs, &groups, &capacity, &start, &kept, self.limits);
             let s = &mut self.stats;
             s.solves += 1;
-            s.time_limit_hits += u64::from(out.hit_limit);
+            s.node_limit_hits += u64::from(out.node_limit_hit);
+            s.time_limit_hits += u64::from(out.time_limit_hit);
             s.failures += u64::from(out.failed);
-            s.total_s += out.secs;
-            s.max_s = s.max_s.max(out.secs);
+            s.times.record(out.secs);
             s.max_vars = s.max_vars.max(out.vars as u64);
+            s.max_groups = s.max_groups.max(out.groups as u64);
+            s.max_nodes = s.max_nodes.max(out.nodes);
             out.pick
                 .iter()
                 .enumerate()
@@ -424,15 +564,18 @@ impl Policy for SiaPolicy {
     }
 
     fn stats(&self) -> Vec<(String, f64)> {
-        let s = self.stats;
-        vec![
+        let s = &self.stats;
+        let mut out = vec![
             ("ilp_solves".into(), s.solves as f64),
+            ("ilp_node_limit_hits".into(), s.node_limit_hits as f64),
             ("ilp_time_limit_hits".into(), s.time_limit_hits as f64),
             ("ilp_failures".into(), s.failures as f64),
-            ("ilp_solve_s_total".into(), s.total_s),
-            ("ilp_solve_s_max".into(), s.max_s),
-            ("ilp_vars_max".into(), s.max_vars as f64),
-        ]
+        ];
+        out.extend(s.times.stats("ilp"));
+        out.push(("ilp_vars_max".into(), s.max_vars as f64));
+        out.push(("ilp_groups_max".into(), s.max_groups as f64));
+        out.push(("ilp_nodes_max".into(), s.max_nodes as f64));
+        out
     }
 }
 
@@ -444,6 +587,14 @@ mod tests {
         Config { t, count, value }
     }
 
+    fn unlimited() -> IlpLimits {
+        IlpLimits {
+            nodes: u64::MAX,
+            time_s: 60.0,
+            mip_gap: 0.0,
+        }
+    }
+
     #[test]
     fn ilp_beats_the_greedy_start_and_respects_capacity() {
         // Two GPUs of one type. Greedy (value per GPU) gives job 0 one GPU (1.0) and job 1,
@@ -452,13 +603,137 @@ mod tests {
         let mut left = vec![2];
         let start = greedy(&[0, 1], &configs, &mut left);
         assert_eq!(start, [Some(0), None]);
-        let out = solve_ilp(&configs, &[2], &start, 5.0);
-        assert!(!out.failed && !out.hit_limit);
+        let g = groups(&configs, &[0, 1], true);
+        let out = solve_ilp(&configs, &g, &[2], &start, &[None, None], unlimited());
+        assert!(!out.failed && !out.node_limit_hit && !out.time_limit_hit);
         assert_eq!(out.pick, [Some(1), None]);
         assert_eq!(out.vars, 3);
         assert!((value(&configs, &out.pick) - 1.9).abs() < 1e-12);
         assert!(feasible(&configs, &[2], &out.pick));
         assert!(!feasible(&configs, &[2], &[Some(1), Some(0)]));
+    }
+
+    #[test]
+    fn dominated_configurations_are_pruned() {
+        // On type 0, 4 GPUs are worth no more than 2; on type 1 more GPUs are worth more.
+        let kept = prune(vec![
+            c(0, 1, 1.0),
+            c(0, 2, 1.3),
+            c(0, 4, 1.3),
+            c(1, 1, 1.1),
+            c(1, 2, 1.2),
+        ]);
+        assert_eq!(
+            kept,
+            [c(0, 1, 1.0), c(0, 2, 1.3), c(1, 1, 1.1), c(1, 2, 1.2)]
+        );
+    }
+
+    #[test]
+    fn identical_jobs_share_a_group_and_holders_keep_their_configuration() {
+        // Three identical waiting jobs and one holding config 1 (its values differ).
+        let same = vec![c(0, 1, 1.0), c(1, 1, 1.3)];
+        let holder = vec![c(0, 1, 0.98), c(1, 1, 1.4)];
+        let configs = vec![same.clone(), holder, same.clone(), same];
+        let g = groups(&configs, &[0, 1, 2, 3], true);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].members, [0, 2, 3]);
+        assert_eq!(g[1].members, [1]);
+        // One GPU of each type: the holder keeps type 1, the first waiting job gets type 0.
+        let held = [None, Some(1), None, None];
+        let out = solve_ilp(&configs, &g, &[1, 1], &held, &held, unlimited());
+        assert_eq!(out.pick, [Some(0), Some(1), None, None]);
+    }
+
+    /// Many one-GPU jobs of four kinds whose best configurations overlap, on a tight
+    /// cluster: the search needs branching, so a node cap of 1 stops it.
+    fn contended() -> (Vec<Vec<Config>>, Vec<u64>) {
+        let mut configs = Vec::new();
+        for i in 0..40u32 {
+            let k = f64::from(i % 4);
+            configs.push(vec![
+                c(0, 1, 1.0 + 0.01 * k),
+                c(0, 2, 1.2 + 0.013 * k),
+                c(1, 1, 1.1 - 0.02 * k),
+                c(1, 4, 1.35 + 0.007 * k),
+                c(2, 2, 1.25 - 0.011 * k),
+            ]);
+        }
+        (configs, vec![7, 9, 5])
+    }
+
+    #[test]
+    fn node_cap_is_honoured_and_the_incumbent_is_no_worse_than_the_warm_start() {
+        let (configs, capacity) = contended();
+        let order: Vec<usize> = (0..configs.len()).collect();
+        let mut left: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
+        let start = greedy(&order, &configs, &mut left);
+        let held = vec![None; configs.len()];
+        let g = groups(&configs, &order, true);
+        let full = solve_ilp(&configs, &g, &capacity, &start, &held, unlimited());
+        assert!(
+            !full.node_limit_hit && full.nodes > 1,
+            "{} nodes",
+            full.nodes
+        );
+        for cap in [0, 1, 3] {
+            let limits = IlpLimits {
+                nodes: cap,
+                ..unlimited()
+            };
+            let out = solve_ilp(&configs, &g, &capacity, &start, &held, limits);
+            assert!(out.node_limit_hit, "cap {cap}");
+            assert!(out.nodes <= cap, "cap {cap}: {} nodes", out.nodes);
+            assert!(feasible(&configs, &capacity, &out.pick));
+            let v = value(&configs, &out.pick);
+            assert!(v >= value(&configs, &start) - 1e-9);
+            assert!(v <= value(&configs, &full.pick) + 1e-9);
+            // Deterministic: the same inputs give the same incumbent.
+            assert_eq!(
+                out,
+                IlpOutcome {
+                    secs: out.secs,
+                    ..solve_ilp(&configs, &g, &capacity, &start, &held, limits)
+                }
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+
+        /// Grouping identical jobs keeps the per-job ILP's optimum.
+        #[test]
+        fn grouped_ilp_has_the_per_job_optimum(
+            kinds in proptest::collection::vec(
+                (proptest::collection::vec((0usize..2, 0usize..3, 0u32..100), 1..4), 1usize..5),
+                1..4),
+            caps in proptest::collection::vec(0u64..7, 2),
+        ) {
+            let mut configs = Vec::new();
+            for (cs, copies) in &kinds {
+                let mut list: Vec<Config> = cs
+                    .iter()
+                    .map(|&(t, k, v)| c(t, [1u32, 2, 4][k], 1.0 + f64::from(v) / 100.0))
+                    .collect();
+                list.sort_by_key(|c| (c.t, c.count));
+                list.dedup_by_key(|c| (c.t, c.count));
+                for _ in 0..*copies {
+                    configs.push(list.clone());
+                }
+            }
+            let order: Vec<usize> = (0..configs.len()).collect();
+            let none = vec![None; configs.len()];
+            let per_job = groups(&configs, &order, false);
+            let grouped = groups(&configs, &order, true);
+            proptest::prop_assert!(grouped.len() <= kinds.len());
+            let a = solve_ilp(&configs, &per_job, &caps, &none, &none, unlimited());
+            let b = solve_ilp(&configs, &grouped, &caps, &none, &none, unlimited());
+            proptest::prop_assert!(feasible(&configs, &caps, &a.pick));
+            proptest::prop_assert!(feasible(&configs, &caps, &b.pick));
+            let (va, vb) = (value(&configs, &a.pick), value(&configs, &b.pick));
+            proptest::prop_assert!((va - vb).abs() < 1e-6, "per job {} vs grouped {}", va, vb);
+        }
     }
 
     #[test]
