@@ -5,6 +5,13 @@
 //! (event-driven). Pinned before the engine changed (commit d4a6832): the sum of JCTs in
 //! integer µs, the makespan in µs, preemptions, events, and a digest of every job's
 //! (first start, finish, preemptions), all exact.
+//!
+//! Re-pinned once on purpose (issue 11, part 2): attained service became exact (integer
+//! GPU·µs) and progress is folded only when a job's rate changes, so that LAS need not bring
+//! running jobs up to date; ties between equal services break differently. Only LAS on 512
+//! GPUs moved: Σ JCT -0.006% (avg 22209.549 → 22208.152 s), makespan +1 s, preemptions
+//! 1,840 → 1,802, events 20,275 → 20,237. FIFO and SRTF everywhere, and LAS on 2,048 GPUs,
+//! did not move.
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, Workload};
 use tessera_perf::TraceThroughput;
@@ -81,18 +88,20 @@ fn fingerprint(r: &SimReport) -> (u64, u64, u64, u64, u64) {
     )
 }
 
-fn check(name: &str, r: &SimReport, pinned: (u64, u64, u64, u64, u64), avg_jct_s: f64) {
+/// The differences from the pins, one line each (every policy is run before any fails).
+fn check(name: &str, r: &SimReport, pinned: (u64, u64, u64, u64, u64), avg_jct_s: f64) -> String {
     assert_eq!(
         r.summary.finished, r.summary.jobs,
         "{name}: every job finishes"
     );
     let got = fingerprint(r);
-    assert_eq!(
-        (got, r.summary.avg_jct_s.to_bits()),
-        (pinned, avg_jct_s.to_bits()),
-        "{name}: got {got:?} avg {:?}, pinned {pinned:?} avg {avg_jct_s:?}",
+    if (got, r.summary.avg_jct_s.to_bits()) == (pinned, avg_jct_s.to_bits()) {
+        return String::new();
+    }
+    format!(
+        "{name}: got {got:?} avg {:?}, pinned {pinned:?} avg {avg_jct_s:?}\n",
         r.summary.avg_jct_s
-    );
+    )
 }
 
 /// 1,500 jobs at 1,500 jobs/h on 512 GPUs: FIFO queues for 51 minutes on average.
@@ -103,13 +112,15 @@ fn philly_shaped_on_512_gpus_is_unchanged() {
     let fifo = run(&c, &w, "fifo", None);
     let las = run(&c, &w, "las", Some(300));
     let srtf = run(&c, &w, "srtf", None);
+    let mut moved = String::new();
     for (name, r, pin) in [
         ("fifo", &fifo, PIN_512[0]),
         ("las", &las, PIN_512[1]),
         ("srtf", &srtf, PIN_512[2]),
     ] {
-        check(name, r, pin.0, pin.1);
+        moved.push_str(&check(name, r, pin.0, pin.1));
     }
+    assert!(moved.is_empty(), "{moved}");
 }
 
 /// 2,000 jobs at 6,000 jobs/h on 2,048 GPUs: jobs queue and the preemptive orders preempt.
@@ -120,13 +131,15 @@ fn philly_shaped_on_2048_gpus_is_unchanged() {
     let fifo = run(&c, &w, "fifo", None);
     let las = run(&c, &w, "las", Some(300));
     let srtf = run(&c, &w, "srtf", None);
+    let mut moved = String::new();
     for (name, r, pin) in [
         ("fifo", &fifo, PIN_2048[0]),
         ("las", &las, PIN_2048[1]),
         ("srtf", &srtf, PIN_2048[2]),
     ] {
-        check(name, r, pin.0, pin.1);
+        moved.push_str(&check(name, r, pin.0, pin.1));
     }
+    assert!(moved.is_empty(), "{moved}");
 }
 
 type Pin = ((u64, u64, u64, u64, u64), f64);
@@ -139,13 +152,13 @@ const PIN_512: [Pin; 3] = [
     ),
     (
         (
-            33314322885484,
-            4630751000000,
-            1840,
-            20275,
-            15449781887194635018,
+            33312228179083,
+            4630752000000,
+            1802,
+            20237,
+            17225155928048628205,
         ),
-        22209.54859032266,
+        22208.152119388666,
     ),
     (
         (

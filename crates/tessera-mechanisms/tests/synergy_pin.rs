@@ -10,6 +10,10 @@ use tessera_mechanisms::experiment::{experiments, ExperimentArgs, RunContext};
 /// reference) in both engines, which changes every run lasting over 1,000 h (SRTF
 /// proportional, LAS at 4 jobs/h); under the reference semantics SRTF ranks a job TUNE
 /// switched to fair share at speed-up 1 and TUNE demotes as the reference does (SRTF+TUNE).
+/// Changed on purpose again (issue 11, part 2): attained service is exact (integer GPU·µs)
+/// and progress is folded only when a job's rate changes, so ties between equal services
+/// break differently; only LAS at 4 jobs/h on the exact engine moved (las+proportional
+/// 116409.44 → 116571.28 s, +0.14%; las+tune 79504.13 → 79501.56 s, -0.003%).
 const PINNED: &[(&str, f64, &str, &str, f64)] = &[
     ("a", 9.0, "fifo+proportional", "exact", 214631.56734500002),
     ("a", 9.0, "fifo+greedy", "exact", 53714.11618197701),
@@ -19,8 +23,8 @@ const PINNED: &[(&str, f64, &str, &str, f64)] = &[
     ("a", 9.0, "srtf+tune", "exact", 54707.28875321501),
     ("b", 3.0, "las+proportional", "exact", 62671.408425002),
     ("b", 3.0, "las+tune", "exact", 55603.09858070203),
-    ("b", 4.0, "las+proportional", "exact", 116409.43890101797),
-    ("b", 4.0, "las+tune", "exact", 79504.13350432602),
+    ("b", 4.0, "las+proportional", "exact", 116571.27995901501),
+    ("b", 4.0, "las+tune", "exact", 79501.55796411003),
     ("a", 9.0, "fifo+proportional", "synergy", 220642.916),
     ("a", 9.0, "fifo+greedy", "synergy", 65997.116),
     ("a", 9.0, "fifo+tune", "synergy", 56686.616),
@@ -43,6 +47,7 @@ fn repro_synergy_default_seed_is_unchanged() {
     let out = exp.run(&args, &RunContext::quiet(2)).unwrap();
     let entries = out.summary["entries"].as_array().unwrap();
     assert_eq!(entries.len(), PINNED.len());
+    let mut moved = Vec::new();
     for &(part, load, policy, semantics, avg) in PINNED {
         let e = entries
             .iter()
@@ -54,9 +59,11 @@ fn repro_synergy_default_seed_is_unchanged() {
             })
             .unwrap_or_else(|| panic!("no entry {part} {load} {policy} {semantics}"));
         let got = e["avg_jct_s"].as_f64().unwrap();
-        assert!(
-            (got - avg).abs() <= 1e-6 * avg,
-            "{part} {policy} at {load} ({semantics}): avg JCT {got} s, pinned {avg} s"
-        );
+        if (got - avg).abs() > 1e-6 * avg {
+            moved.push(format!(
+                "{part} {policy} at {load} ({semantics}): avg JCT {got:?} s, pinned {avg:?} s"
+            ));
+        }
     }
+    assert!(moved.is_empty(), "moved:\n{}", moved.join("\n"));
 }

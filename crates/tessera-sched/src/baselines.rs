@@ -22,13 +22,15 @@
 //! ranked once when it enters the queue, not at every scheduling point. The queue is split by
 //! GPU count, so that filling visits only jobs that can fit in what is free. The decisions
 //! are the same as ranking `view.active` from scratch (FTF, whose key moves with time, always
-//! does).
+//! does). LAS also keeps its running jobs (see `LasRunning`): their attained service is
+//! computed from when they started, so the driver need not bring them up to date, and a
+//! re-plan ranks only the running jobs a queued job might displace.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tessera_model::{JobId, SimDuration, TrainingJob};
+use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
 
-use crate::placement::Ledger;
+use crate::placement::{IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
 
@@ -112,44 +114,50 @@ impl JobOrder {
         }
     }
 
-    /// The key of a queued job when it does not change while the job waits (everything but
-    /// FTF); equal to [`key`](Self::key) at any later instant until the job starts.
-    fn queued_key(self, job: &ActiveJob) -> Option<f64> {
+    /// What breaks ties of [`key`](Self::key) before submission time: LAS's exact attained
+    /// service (GPU·µs; `key` is the same service in seconds, which it orders the same way
+    /// but may round two values together), 0 for the others.
+    pub fn exact_key(self, job: &ActiveJob) -> u64 {
         match self {
-            JobOrder::Fifo => Some(0.0),
-            JobOrder::Srtf => Some(job.remaining_secs_estimate()),
-            JobOrder::Las => Some(job.attained_gpu_secs),
+            JobOrder::Las => job.attained_gpu_us,
+            _ => 0,
+        }
+    }
+
+    /// The key of a queued job when it does not change while the job waits (everything but
+    /// FTF), as an integer ordered as (`key`, `exact_key`) are; equal at any later instant
+    /// until the job starts.
+    fn queued_key(self, job: &ActiveJob) -> Option<u64> {
+        match self {
             JobOrder::Ftf => None,
+            _ => Some(self.live_key(job)),
+        }
+    }
+
+    /// [`queued_key`](Self::queued_key) of a job as of the view it is read from (running or
+    /// not; FTF's moves with time and is not ranked this way).
+    fn live_key(self, job: &ActiveJob) -> u64 {
+        match self {
+            JobOrder::Fifo | JobOrder::Ftf => ordered_bits(0.0),
+            JobOrder::Srtf => ordered_bits(job.remaining_secs_estimate()),
+            // Exact, and in the simulator `attained_gpu_secs` is this divided by 10⁶.
+            JobOrder::Las => job.attained_gpu_us,
         }
     }
 }
 
-/// An `f64` ordered by `total_cmp`, as the ranking sorts.
-#[derive(Clone, Copy, Debug)]
-struct Key(f64);
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.total_cmp(&other.0).is_eq()
+/// An `f64` as a `u64` whose order is `f64::total_cmp`'s.
+fn ordered_bits(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
     }
 }
 
-impl Eq for Key {}
-
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Key {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-/// A queued job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
-type Rank = (Key, u64, u32);
+/// A job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
+type Rank = (u64, u64, u32);
 
 /// Queued jobs by GPU count, each bucket in rank order.
 #[derive(Debug, Default)]
@@ -165,7 +173,7 @@ impl Queue {
             return;
         };
         self.remove(job.id);
-        let rank = (Key(key), spec.submit.as_micros(), job.id.0);
+        let rank = (key, spec.submit.as_micros(), job.id.0);
         self.buckets.entry(spec.gpus).or_default().insert(rank);
         let i = job.id.index();
         if self.entries.len() <= i {
@@ -189,6 +197,140 @@ impl Queue {
     /// GPUs of the smallest queued job, if any.
     fn smallest(&self) -> Option<u64> {
         self.buckets.keys().next().map(|&g| g as u64)
+    }
+}
+
+/// LAS's running jobs, kept between calls so that a re-plan brings no job's progress up to
+/// date. A running job's attained service at an instant t after it resumes at r (past any
+/// checkpoint restore) is a + g·(t − r), with a its service when it started and g the GPUs it
+/// holds: among jobs holding the same number of GPUs, the order by a − g·r is their order by
+/// attained service at every later instant, so each GPU count keeps one set ordered once.
+#[derive(Debug, Default)]
+struct LasRunning {
+    /// Jobs past their restore, by GPUs held: (a − g·r, submit µs, id).
+    groups: BTreeMap<u32, BTreeSet<(i128, u64, u32)>>,
+    /// Jobs still restoring, whose service stays a until r: (r, id).
+    restoring: BTreeSet<(u64, u32)>,
+    /// Each running job, by job index.
+    jobs: Vec<Option<LasJob>>,
+    /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
+    asked: u64,
+}
+
+#[derive(Debug)]
+struct LasJob {
+    /// Attained service when it started, GPU·µs.
+    attained: u64,
+    /// GPUs held (the rate its service grows at, per µs).
+    held: u32,
+    /// When its service starts growing, µs.
+    resumes: u64,
+    /// GPUs its spec asks for.
+    asked: u32,
+    submit: u64,
+    allocation: Allocation,
+    restoring: bool,
+}
+
+impl LasJob {
+    fn offset(&self) -> i128 {
+        self.attained as i128 - self.held as i128 * self.resumes as i128
+    }
+
+    /// Attained service at `t` µs.
+    fn key(&self, t: u64) -> u64 {
+        let grown = self.held as u64 * t.saturating_sub(self.resumes);
+        self.attained.saturating_add(grown)
+    }
+}
+
+impl LasRunning {
+    fn start(&mut self, job: &ActiveJob, spec: &TrainingJob) {
+        self.stop(job.id);
+        let Some(allocation) = job.allocation.clone() else {
+            return;
+        };
+        let i = job.id.index();
+        if self.jobs.len() <= i {
+            self.jobs.resize_with(i + 1, || None);
+        }
+        let resumes = job.resumes_at.map_or(0, |r| r.as_micros());
+        self.restoring.insert((resumes, job.id.0));
+        self.asked += spec.gpus as u64;
+        self.jobs[i] = Some(LasJob {
+            attained: job.attained_gpu_us,
+            held: allocation.gpus(),
+            resumes,
+            asked: spec.gpus,
+            submit: spec.submit.as_micros(),
+            allocation,
+            restoring: true,
+        });
+    }
+
+    fn stop(&mut self, job: JobId) {
+        let Some(e) = self.jobs.get_mut(job.index()).and_then(Option::take) else {
+            return;
+        };
+        self.asked -= e.asked as u64;
+        if e.restoring {
+            self.restoring.remove(&(e.resumes, job.0));
+        } else if let Some(group) = self.groups.get_mut(&e.held) {
+            group.remove(&(e.offset(), e.submit, job.0));
+            if group.is_empty() {
+                self.groups.remove(&e.held);
+            }
+        }
+    }
+
+    /// Moves the jobs whose restore is over by `t` µs into their GPU-count sets.
+    fn settle(&mut self, t: u64) {
+        while let Some(&(r, id)) = self.restoring.first() {
+            if r > t {
+                break;
+            }
+            self.restoring.pop_first();
+            if let Some(e) = self.jobs.get_mut(id as usize).and_then(Option::as_mut) {
+                e.restoring = false;
+                self.groups
+                    .entry(e.held)
+                    .or_default()
+                    .insert((e.offset(), e.submit, id));
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<&LasJob> {
+        self.jobs.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
+    /// GPUs asked), in rank order, into `out`.
+    fn ranked_after(&self, after: Option<Rank>, t: u64, out: &mut Vec<(Rank, u32)>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        out.clear();
+        for (&g, group) in &self.groups {
+            let from = match after {
+                // key = offset + g·t, so rank > (k, s, i) ⇔ (offset, submit, id) >
+                // (k − g·t, s, i).
+                Some((k, sub, id)) => Excluded((k as i128 - g as i128 * t as i128, sub, id)),
+                None => Unbounded,
+            };
+            for &(offset, submit, id) in group.range((from, Unbounded)) {
+                let key = u64::try_from(offset + g as i128 * t as i128).unwrap_or(u64::MAX);
+                let asked = self.get(id).map_or(u32::MAX, |e| e.asked);
+                out.push(((key, submit, id), asked));
+            }
+        }
+        for &(_, id) in &self.restoring {
+            if let Some(e) = self.get(id) {
+                let rank = (e.key(t), e.submit, id);
+                if after.is_none_or(|a| rank > a) {
+                    out.push((rank, e.asked));
+                }
+            }
+        }
+        out.sort_unstable();
     }
 }
 
@@ -238,11 +380,15 @@ pub struct OrderedPolicy {
     order: JobOrder,
     round: Option<SimDuration>,
     /// Reused between calls so that scheduling allocates nothing in the steady state.
-    ranked: Vec<(f64, u64, u32, usize)>,
+    ranked: Vec<(f64, u64, u64, u32, usize)>,
     /// The queued jobs, kept between calls when the driver reports changes.
     queue: Option<Queue>,
     /// Re-plan scratch, by job index: selected this round (cleared after each re-plan).
     picked: Vec<bool>,
+    /// LAS's running jobs, kept between calls when the driver reports changes.
+    las: Option<LasRunning>,
+    /// Re-plan scratch: running jobs ranked after the first queued job that may displace one.
+    tail: Vec<(Rank, u32)>,
 }
 
 impl OrderedPolicy {
@@ -254,6 +400,8 @@ impl OrderedPolicy {
             ranked: Vec::new(),
             queue: None,
             picked: Vec::new(),
+            las: None,
+            tail: Vec::new(),
         }
     }
 
@@ -265,7 +413,7 @@ impl OrderedPolicy {
         if free == 0 || queue.smallest().is_none_or(|g| g > free) {
             return;
         }
-        let mut ledger = Ledger::from_state(view.cluster, view.state);
+        let mut ledger = IndexedLedger::new(view.cluster, view.state);
         let mut free = ledger.free_gpus();
         let mut heads = bucket_heads(queue, free);
         while free > 0 {
@@ -286,7 +434,8 @@ impl OrderedPolicy {
         }
     }
 
-    /// Ranks `view.active` into `self.ranked` as (key, submit, id, index), best first.
+    /// Ranks `view.active` into `self.ranked` as (key, exact key, submit, id, index), best
+    /// first.
     fn rank(&mut self, view: &ClusterView<'_>, only_queued: bool) {
         self.ranked.clear();
         for (i, job) in view.active.iter().enumerate() {
@@ -295,11 +444,20 @@ impl OrderedPolicy {
             }
             let Some(spec) = view.spec(job) else { continue };
             let key = self.order.key(view, job, spec);
-            self.ranked
-                .push((key, spec.submit.as_micros(), job.id.0, i));
+            self.ranked.push((
+                key,
+                self.order.exact_key(job),
+                spec.submit.as_micros(),
+                job.id.0,
+                i,
+            ));
         }
-        self.ranked
-            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        self.ranked.sort_unstable_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.3.cmp(&b.3))
+        });
     }
 
     fn fill(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
@@ -308,7 +466,7 @@ impl OrderedPolicy {
             return;
         }
         self.rank(view, true);
-        for &(_, _, _, i) in &self.ranked {
+        for &(_, _, _, _, i) in &self.ranked {
             if ledger.free_gpus() == 0 {
                 break;
             }
@@ -338,12 +496,12 @@ impl OrderedPolicy {
                 continue;
             }
             let Some(spec) = view.spec(job) else { continue };
-            let key = self.order.key(view, job, spec);
+            let key = self.order.live_key(job);
             self.ranked
-                .push((key, spec.submit.as_micros(), job.id.0, i));
+                .push((0.0, key, spec.submit.as_micros(), job.id.0, i));
         }
         self.ranked
-            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            .sort_unstable_by_key(|&(_, key, submit, id, _)| (key, submit, id));
         if self.picked.len() < view.jobs.len() {
             self.picked.resize(view.jobs.len(), false);
         }
@@ -355,7 +513,7 @@ impl OrderedPolicy {
         let mut heads = bucket_heads(&queue, budget);
         let mut next_running = 0;
         loop {
-            while let Some(&(_, _, id, _)) = self.ranked.get(next_running) {
+            while let Some(&(_, _, _, id, _)) = self.ranked.get(next_running) {
                 let g = view
                     .jobs
                     .get(id as usize)
@@ -368,7 +526,7 @@ impl OrderedPolicy {
             let running_head = self
                 .ranked
                 .get(next_running)
-                .map(|&(k, sub, id, _)| (Key(k), sub, id));
+                .map(|&(_, k, sub, id, _)| (k, sub, id));
             let queued = best_head(&heads, budget);
             let take_running = match (running_head, queued) {
                 (Some(r), Some(q)) => r < heads[q].2.unwrap_or(r),
@@ -394,8 +552,8 @@ impl OrderedPolicy {
         }
 
         // 2. Release what unselected running jobs hold.
-        let mut ledger = Ledger::from_state(view.cluster, view.state);
-        for &(_, _, id, i) in &self.ranked {
+        let mut ledger = IndexedLedger::new(view.cluster, view.state);
+        for &(_, _, _, id, i) in &self.ranked {
             if let (false, Some(a)) = (self.picked[id as usize], &view.active[i].allocation) {
                 ledger.release(a);
             }
@@ -409,7 +567,7 @@ impl OrderedPolicy {
         }
         // 4. Unselected running jobs keep their GPUs where still free; the rest are preempted.
         let mut preempt = Vec::new();
-        for &(_, _, id, i) in &self.ranked {
+        for &(_, _, _, id, i) in &self.ranked {
             let job = &view.active[i];
             if let (false, Some(a)) = (self.picked[id as usize], &job.allocation) {
                 if !ledger.reserve(a) {
@@ -438,7 +596,7 @@ impl OrderedPolicy {
             }
         }
 
-        for &(_, _, id, _) in &self.ranked {
+        for &(_, _, _, id, _) in &self.ranked {
             self.picked[id as usize] = false;
         }
         for id in picked_queued {
@@ -447,12 +605,157 @@ impl OrderedPolicy {
         self.queue = Some(queue);
     }
 
+    /// LAS's re-plan over the tracked queue and running jobs: the same five steps and the
+    /// same decisions as [`replan_tracked`](Self::replan_tracked), without bringing any
+    /// running job up to date or ranking all of them.
+    ///
+    /// Selection walks running and queued jobs in rank order, taking each that fits in what
+    /// is left of the GPU capacity. While the queued jobs taken so far fit in the capacity the
+    /// running ones leave (the slack), every running job is sure to be taken wherever it
+    /// ranks, so only queued jobs are visited. From the first queued job that does not fit the
+    /// slack on, the walk is done exactly, over the running jobs ranked after it.
+    fn replan_las(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let (Some(queue), Some(mut run)) = (self.queue.take(), self.las.take()) else {
+            return;
+        };
+        let t = view.now.as_micros();
+        run.settle(t);
+        if self.picked.len() < view.jobs.len() {
+            self.picked.resize(view.jobs.len(), false);
+        }
+        let (capacity, _, _) = view.cluster.totals();
+        let asked = run.asked as i128;
+        let mut slack = capacity as i128 - asked;
+        let mut picked_queued: Vec<u32> = Vec::new();
+        let mut unpicked: Vec<u32> = Vec::new();
+        let mut heads = bucket_heads(&queue, capacity);
+        // Where the exact walk starts: after this rank (from the top for `Some(None)`).
+        let mut exact_after: Option<Option<Rank>> = None;
+        if slack < 0 {
+            exact_after = Some(None);
+        } else {
+            // The capacity left by what was taken so far bounds every later budget.
+            while let Some(q) = best_head(&heads, u64::try_from(slack + asked).unwrap_or(0)) {
+                let (g, _, head) = heads[q];
+                if g as i128 > slack {
+                    exact_after = Some(head);
+                    break;
+                }
+                let Some((_, _, id)) = advance(&mut heads[q]) else {
+                    break;
+                };
+                slack -= g as i128;
+                self.picked[id as usize] = true;
+                picked_queued.push(id);
+            }
+        }
+        if let Some(after) = exact_after {
+            let mut tail = std::mem::take(&mut self.tail);
+            run.ranked_after(after, t, &mut tail);
+            let tail_asked: i128 = tail.iter().map(|&(_, g)| g as i128).sum();
+            let mut left = tail_asked;
+            let mut budget = u64::try_from(slack + tail_asked).unwrap_or(0);
+            let mut next = 0;
+            loop {
+                while let Some(&((_, _, id), g)) = tail.get(next) {
+                    if g as u64 <= budget {
+                        break;
+                    }
+                    unpicked.push(id);
+                    left -= g as i128;
+                    next += 1;
+                }
+                let queued = best_head(&heads, budget);
+                let running = tail.get(next).copied();
+                if queued.is_none() && left <= budget as i128 {
+                    break; // every running job left fits: all are taken
+                }
+                let take_running = match (running, queued) {
+                    (Some((r, _)), Some(q)) => heads[q].2.is_none_or(|h| r < h),
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                if take_running {
+                    let g = running.map_or(0, |(_, g)| g as u64);
+                    budget -= g;
+                    left -= g as i128;
+                    next += 1;
+                } else {
+                    let Some((_, _, id)) = queued.and_then(|q| advance(&mut heads[q])) else {
+                        break;
+                    };
+                    let Some(spec) = view.jobs.get(id as usize) else {
+                        continue;
+                    };
+                    budget -= spec.gpus as u64;
+                    self.picked[id as usize] = true;
+                    picked_queued.push(id);
+                }
+            }
+            self.tail = tail;
+        }
+
+        if picked_queued.is_empty() && unpicked.is_empty() {
+            // Nothing selected changes hands: what is left is the backfill, a plain fill.
+            self.fill_tracked(&queue, view, actions);
+        } else {
+            // 2. Release what unselected running jobs hold.
+            let mut ledger = IndexedLedger::new(view.cluster, view.state);
+            for e in unpicked.iter().filter_map(|&id| run.get(id)) {
+                ledger.release(&e.allocation);
+            }
+            // 3. Start the selected queued jobs in priority order.
+            for &id in &picked_queued {
+                let job = JobId(id);
+                if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                    actions.push(Action::Start { job, allocation });
+                }
+            }
+            // 4. Unselected running jobs keep their GPUs where still free; the rest are
+            //    preempted (first, so that the starts that needed their GPUs are valid).
+            let mut preempt = Vec::new();
+            for &id in &unpicked {
+                if let Some(e) = run.get(id) {
+                    if !ledger.reserve(&e.allocation) {
+                        preempt.push(Action::Preempt { job: JobId(id) });
+                    }
+                }
+            }
+            actions.splice(0..0, preempt);
+            // 5. Backfill with unselected queued jobs in priority order.
+            let mut free = ledger.free_gpus();
+            let mut heads = bucket_heads(&queue, free);
+            while free > 0 {
+                let Some(q) = best_head(&heads, free) else {
+                    break;
+                };
+                let Some((_, _, id)) = advance(&mut heads[q]) else {
+                    break;
+                };
+                if self.picked[id as usize] {
+                    continue;
+                }
+                let job = JobId(id);
+                if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                    actions.push(Action::Start { job, allocation });
+                    free = ledger.free_gpus();
+                }
+            }
+        }
+        for id in picked_queued {
+            self.picked[id as usize] = false;
+        }
+        self.queue = Some(queue);
+        self.las = Some(run);
+    }
+
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         self.rank(view, false);
         let (total_gpus, _, _) = view.cluster.totals();
         let mut budget = total_gpus;
         let mut selected = vec![false; self.ranked.len()];
-        for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
+        for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
             let Some(spec) = view.spec(&view.active[i]) else {
                 continue;
             };
@@ -463,7 +766,7 @@ impl OrderedPolicy {
         }
 
         let mut ledger = Ledger::new(view.cluster, view.free);
-        for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
+        for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
             if let (false, Some(a)) = (selected[r], &view.active[i].allocation) {
                 ledger.release(a);
             }
@@ -478,12 +781,12 @@ impl OrderedPolicy {
                 });
             }
         };
-        for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
+        for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
             if selected[r] && view.active[i].state == JobState::Queued {
                 start(&mut ledger, i, actions);
             }
         }
-        for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
+        for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
             let job = &view.active[i];
             if let (false, Some(a)) = (selected[r], &job.allocation) {
                 if !ledger.reserve(a) {
@@ -493,7 +796,7 @@ impl OrderedPolicy {
         }
         // Preemptions go first so that the starts that needed their resources are valid.
         actions.splice(0..0, preempt);
-        for (r, &(_, _, _, i)) in self.ranked.iter().enumerate() {
+        for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
             if !selected[r] && view.active[i].state == JobState::Queued {
                 if ledger.free_gpus() == 0 {
                     break;
@@ -515,7 +818,9 @@ impl Policy for OrderedPolicy {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
-        if replan_now && self.queue.is_some() {
+        if replan_now && self.las.is_some() {
+            self.replan_las(view, actions);
+        } else if replan_now && self.queue.is_some() {
             self.replan_tracked(view, actions);
         } else if replan_now {
             self.replan(view, actions);
@@ -531,25 +836,40 @@ impl Policy for OrderedPolicy {
             return false;
         }
         self.queue = Some(Queue::default());
+        if self.order == JobOrder::Las {
+            self.las = Some(LasRunning::default());
+        }
         true
     }
 
     fn observe(&mut self, change: JobChange<'_>) {
         let Some(queue) = &mut self.queue else { return };
         match change {
-            JobChange::Arrived(job, spec) | JobChange::Preempted(job, spec) => {
+            JobChange::Arrived(job, spec) => queue.insert(self.order, job, spec),
+            JobChange::Preempted(job, spec) => {
+                if let Some(run) = &mut self.las {
+                    run.stop(job.id);
+                }
                 queue.insert(self.order, job, spec)
             }
-            JobChange::Started(job) | JobChange::Ended(job) => queue.remove(job),
+            JobChange::Started(job, spec) => {
+                queue.remove(job.id);
+                if let Some(run) = &mut self.las {
+                    run.start(job, spec);
+                }
+            }
+            JobChange::Ended(job) => {
+                queue.remove(job);
+                if let Some(run) = &mut self.las {
+                    run.stop(job);
+                }
+            }
         }
     }
 
-    /// FIFO never reads progress. The preemptive orders read running jobs' progress only
-    /// when they re-plan, but keep it synced at every scheduling point: attained service and
-    /// remaining work are floating-point sums over the intervals between syncs, and summing
-    /// over other intervals would break exact ties differently (pinned by
-    /// `tessera-mechanisms/tests/engine_pin.rs`).
-    fn reads_running_progress(&self, _trigger: &Trigger) -> bool {
-        self.order.preemptive()
+    /// FIFO never reads progress, nor does LAS over its tracked running jobs (it computes
+    /// their attained service itself). The other preemptive orders read it when they re-plan.
+    fn reads_running_progress(&self, trigger: &Trigger) -> bool {
+        self.order.preemptive() && self.las.is_none() && (self.round.is_none() || trigger.round)
     }
 }

@@ -24,7 +24,7 @@ pub mod policy;
 pub mod state;
 pub mod view;
 
-pub use placement::Ledger;
+pub use placement::{IndexedLedger, Ledger};
 pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{

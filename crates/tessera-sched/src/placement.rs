@@ -11,6 +11,8 @@ use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
 };
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::state::ClusterState;
 
 /// Free resources per node, updated as a policy tentatively starts and stops jobs.
@@ -155,6 +157,239 @@ impl<'c> Ledger<'c> {
         (needed == 0).then_some(Allocation::new(shares))
     }
 }
+
+/// A [`Ledger`] over a [`ClusterState`] that copies nothing per node: it keeps only the
+/// nodes it changes and finds nodes through the state's index of nodes by free GPUs
+/// ([`ClusterState::free_index`]). It places, reserves and releases exactly as
+/// `Ledger::from_state` of the same state does (same nodes, same order of preference), in
+/// time that grows with GPUs per node and nodes changed rather than with the cluster.
+#[derive(Clone, Debug)]
+pub struct IndexedLedger<'c> {
+    cluster: &'c Cluster,
+    state: &'c ClusterState,
+    /// Free resources of the nodes changed so far, by node.
+    changed: BTreeMap<u32, Resources>,
+    group_free_gpus: Vec<u64>,
+    /// The state describes this cluster (else every lookup scans, as a `Ledger` does).
+    indexed: bool,
+}
+
+impl<'c> IndexedLedger<'c> {
+    /// A ledger starting from what `state` has free.
+    pub fn new(cluster: &'c Cluster, state: &'c ClusterState) -> IndexedLedger<'c> {
+        let indexed = state.group_free_gpus().len() == cluster.groups.len()
+            && state.free().len() == cluster.nodes.len();
+        let group_free_gpus = if indexed {
+            state.group_free_gpus().to_vec()
+        } else {
+            let mut sums = vec![0u64; cluster.groups.len()];
+            for (node, f) in cluster.nodes.iter().zip(state.free()) {
+                if let Some(sum) = sums.get_mut(node.group as usize) {
+                    *sum += f.gpus as u64;
+                }
+            }
+            sums
+        };
+        IndexedLedger {
+            cluster,
+            state,
+            changed: BTreeMap::new(),
+            group_free_gpus,
+            indexed,
+        }
+    }
+
+    /// Free resources of one node.
+    pub fn free_of(&self, node: usize) -> Resources {
+        match self.changed.get(&(node as u32)) {
+            Some(f) => *f,
+            None => self.state.free().get(node).copied().unwrap_or_default(),
+        }
+    }
+
+    /// Free GPUs in the whole cluster.
+    pub fn free_gpus(&self) -> u64 {
+        self.group_free_gpus.iter().sum()
+    }
+
+    fn group_of(&self, node: usize) -> Option<usize> {
+        self.cluster.nodes.get(node).map(|n| n.group as usize)
+    }
+
+    /// Returns an allocation's resources to the ledger.
+    pub fn release(&mut self, alloc: &Allocation) {
+        for s in &alloc.shares {
+            let n = s.node.index();
+            let Some(g) = self.group_of(n) else { continue };
+            let mut f = self.free_of(n);
+            f.add(&s.resources());
+            self.changed.insert(n as u32, f);
+            if let Some(sum) = self.group_free_gpus.get_mut(g) {
+                *sum += s.gpus as u64;
+            }
+        }
+    }
+
+    /// Takes an allocation's resources if all of them are free; returns false (and changes
+    /// nothing) otherwise.
+    pub fn reserve(&mut self, alloc: &Allocation) -> bool {
+        let fits = alloc.nodes_distinct()
+            && alloc.shares.iter().all(|s| {
+                s.node.index() < self.cluster.nodes.len()
+                    && self.free_of(s.node.index()).fits(&s.resources())
+            });
+        if !fits {
+            return false;
+        }
+        for s in &alloc.shares {
+            let n = s.node.index();
+            let mut f = self.free_of(n);
+            f.sub(&s.resources());
+            self.changed.insert(n as u32, f);
+            if let Some(sum) = self
+                .group_of(n)
+                .and_then(|g| self.group_free_gpus.get_mut(g))
+            {
+                *sum -= s.gpus as u64;
+            }
+        }
+        true
+    }
+
+    /// [`Ledger::place`]: the same allocation, found through the index.
+    pub fn place(&mut self, job: &TrainingJob) -> Option<Allocation> {
+        if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
+            return None;
+        }
+        let alloc = self
+            .cluster
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(gi, g)| {
+                (job.gpu_types.is_empty() || job.gpu_types.contains(&g.gpu))
+                    && self.group_free_gpus[*gi] >= job.gpus as u64
+            })
+            .find_map(|(gi, g)| self.place_in_group(job, gi, g))?;
+        let reserved = self.reserve(&alloc);
+        debug_assert!(reserved, "placement found must be reservable");
+        Some(alloc)
+    }
+
+    /// The lowest-numbered node of the group whose free resources fit `wanted`.
+    fn first_fit(&self, gi: usize, group: &NodeGroup, wanted: &Resources) -> Option<u32> {
+        let nodes = group.first_node..group.first_node + group.count;
+        if !self.indexed {
+            return nodes
+                .into_iter()
+                .find(|&n| self.free_of(n as usize).fits(wanted));
+        }
+        // Changed nodes are few: the first of them that fits.
+        let mut best = self
+            .changed
+            .range(nodes)
+            .find(|(_, f)| f.fits(wanted))
+            .map(|(&n, _)| n);
+        // Unchanged ones, per free-GPU count of at least what is wanted: the lowest that fits.
+        let index = self.state.free_index(gi);
+        let free = self.state.free();
+        let mut v = wanted.gpus.max(1);
+        while let Some(&(fv, _)) = index.range((v, 0)..).next() {
+            for &(_, n) in index.range((fv, 0)..=(fv, u32::MAX)) {
+                if best.is_some_and(|b| n >= b) {
+                    break;
+                }
+                if !self.changed.contains_key(&n)
+                    && free.get(n as usize).is_some_and(|f| f.fits(wanted))
+                {
+                    best = Some(n);
+                    break;
+                }
+            }
+            let Some(next) = fv.checked_add(1) else { break };
+            v = next;
+        }
+        best
+    }
+
+    fn place_in_group(
+        &self,
+        job: &TrainingJob,
+        gi: usize,
+        group: &NodeGroup,
+    ) -> Option<Allocation> {
+        let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
+        if let Some(n) = self.first_fit(gi, group, &share.resources()) {
+            return Some(Allocation {
+                plan: None,
+                shares: vec![NodeShare {
+                    node: NodeId(n),
+                    ..share
+                }],
+            });
+        }
+        // Several nodes: emptiest first (then lowest-numbered), as `Ledger` orders them,
+        // level by level of free GPUs so that the walk stops once the job is placed.
+        let nodes = group.first_node..group.first_node + group.count;
+        let all: Vec<(u32, u32)>;
+        let (index, dirty): (&FreeIndex, Vec<(u32, u32)>) = if self.indexed {
+            let dirty = self
+                .changed
+                .range(nodes)
+                .filter(|(_, f)| f.gpus > 0)
+                .map(|(&n, f)| (f.gpus, n))
+                .collect();
+            (self.state.free_index(gi), dirty)
+        } else {
+            all = nodes
+                .map(|n| (self.free_of(n as usize).gpus, n))
+                .filter(|&(g, _)| g > 0)
+                .collect();
+            (&EMPTY_INDEX, all)
+        };
+        let mut shares = Vec::new();
+        let mut needed = job.gpus;
+        let mut level: Vec<u32> = Vec::new();
+        let mut upper = u32::MAX;
+        while needed > 0 {
+            let clean = index.range(..(upper, 0)).next_back().map(|e| e.0);
+            let changed = dirty.iter().map(|d| d.0).filter(|&g| g < upper).max();
+            let Some(v) = clean.max(changed) else { break };
+            level.clear();
+            level.extend(
+                index
+                    .range((v, 0)..=(v, u32::MAX))
+                    .map(|&(_, n)| n)
+                    .filter(|n| !self.changed.contains_key(n)),
+            );
+            level.extend(dirty.iter().filter(|d| d.0 == v).map(|d| d.1));
+            level.sort_unstable();
+            for &n in &level {
+                if needed == 0 {
+                    break;
+                }
+                let f = self.free_of(n as usize);
+                // As many of the job's GPUs as the node can carry with their CPU and memory.
+                let most = needed.min(f.gpus);
+                if let Some(share) = (1..=most)
+                    .rev()
+                    .map(|k| proportional_share(job, group, NodeId(n), k))
+                    .find(|s| f.fits(&s.resources()))
+                {
+                    needed -= share.gpus;
+                    shares.push(share);
+                }
+            }
+            upper = v;
+        }
+        (needed == 0).then_some(Allocation::new(shares))
+    }
+}
+
+/// Nodes with whole-free GPUs, as (free GPUs, node).
+type FreeIndex = BTreeSet<(u32, u32)>;
+
+static EMPTY_INDEX: FreeIndex = BTreeSet::new();
 
 /// The CPU and memory that come with `gpus` GPUs of `job` on a node of `group`: the job's
 /// explicit request split by GPUs, or the node's capacity split by GPUs.

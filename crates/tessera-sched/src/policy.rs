@@ -14,8 +14,9 @@ pub enum JobChange<'a> {
     /// The job became visible to the policy (arrived, and profiled if profiling is on); it
     /// is queued.
     Arrived(&'a ActiveJob, &'a TrainingJob),
-    /// The job started on an allocation.
-    Started(JobId),
+    /// The job started on an allocation (its state, allocation, attained service and
+    /// `resumes_at` current as of now).
+    Started(&'a ActiveJob, &'a TrainingJob),
     /// The job was preempted: it is queued again, its progress current as of now.
     Preempted(&'a ActiveJob, &'a TrainingJob),
     /// The job left the active set (it finished).

@@ -13,10 +13,12 @@
 //! the simulator injects, [`ClusterState::set_down`]) leaves the free pool and takes no new
 //! holder until it is marked up again; drivers evict its holders before marking it down.
 
+use std::collections::BTreeSet;
 use tessera_model::{
     Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuModelId, GpuPart, InferenceService,
     MigInstance, NodeId, NodeShare, Resources, SimTime, TrainingJob,
 };
+
 use thiserror::Error;
 
 use crate::view::Action;
@@ -62,6 +64,17 @@ impl GpuState {
     }
 }
 
+/// Nodes with whole-free GPUs per group, as (free GPUs, node).
+fn index_of(free: &[Resources], node_group: &[u32], groups: usize) -> Vec<BTreeSet<(u32, u32)>> {
+    let mut index = vec![BTreeSet::new(); groups];
+    for (n, (f, &g)) in free.iter().zip(node_group).enumerate() {
+        if let (true, Some(set)) = (f.gpus > 0, index.get_mut(g as usize)) {
+            set.insert((f.gpus, n as u32));
+        }
+    }
+    index
+}
+
 /// An action a driver refuses, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{reason}")]
@@ -86,6 +99,10 @@ pub struct ClusterState {
     /// Σ `free[n].gpus` per node group, and each node's group, kept alike.
     group_free_gpus: Vec<u64>,
     node_group: Vec<u32>,
+    /// The nodes with whole-free GPUs, per node group, as (free GPUs, node): placement finds
+    /// the first node with at least k free GPUs, or the emptiest nodes, without scanning
+    /// the group (see [`IndexedLedger`](crate::placement::IndexedLedger)).
+    free_index: Vec<BTreeSet<(u32, u32)>>,
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
@@ -112,9 +129,11 @@ impl ClusterState {
                 *sum += f.gpus as u64;
             }
         }
+        let free_index = index_of(&free, &node_group, cluster.groups.len());
         ClusterState {
             free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
             group_free_gpus,
+            free_index,
             node_group,
             free,
             gpus: vec![GpuState::default(); total as usize],
@@ -145,14 +164,27 @@ impl ClusterState {
             change(f);
             let after = f.gpus as u64;
             self.free_gpus = self.free_gpus - before + after;
-            if let Some(sum) = self
-                .node_group
-                .get(node.index())
-                .and_then(|&g| self.group_free_gpus.get_mut(g as usize))
-            {
+            let group = self.node_group.get(node.index()).map(|&g| g as usize);
+            if let Some(sum) = group.and_then(|g| self.group_free_gpus.get_mut(g)) {
                 *sum = *sum - before + after;
             }
+            if let (true, Some(index)) = (
+                before != after,
+                group.and_then(|g| self.free_index.get_mut(g)),
+            ) {
+                index.remove(&(before as u32, node.0));
+                if after > 0 {
+                    index.insert((after as u32, node.0));
+                }
+            }
         }
+    }
+
+    /// The nodes of node group `group` with whole-free GPUs, as (free GPUs, node), in that
+    /// order; empty for no such group.
+    pub fn free_index(&self, group: usize) -> &BTreeSet<(u32, u32)> {
+        static EMPTY: BTreeSet<(u32, u32)> = BTreeSet::new();
+        self.free_index.get(group).unwrap_or(&EMPTY)
     }
 
     /// The GPUs of a node.
@@ -584,6 +616,9 @@ impl ClusterState {
                 "free GPUs per group counted {:?}, node by node {by_group:?}",
                 self.group_free_gpus
             ));
+        }
+        if index_of(&self.free, &self.node_group, self.free_index.len()) != self.free_index {
+            return Err("the index of nodes by free GPUs differs from the nodes".to_string());
         }
         let mut rebuilt = ClusterState::new(cluster);
         // Carry layouts and readiness over: they are not holdings.

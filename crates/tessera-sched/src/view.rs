@@ -27,6 +27,14 @@ pub struct ActiveJob {
     pub allocation: Option<Allocation>,
     /// GPU-seconds of service received so far (LAS, fairness).
     pub attained_gpu_secs: f64,
+    /// The same service exactly, in GPU·µs, where the driver counts it so (the simulator;
+    /// 0 elsewhere): an integer does not depend on how often it was brought up to date, so
+    /// policies break ties of `attained_gpu_secs` with it.
+    pub attained_gpu_us: u64,
+    /// While running: when the job makes progress again after a restart's checkpoint
+    /// restore (its start when there is none). From then on its attained service grows by
+    /// the GPUs it holds per µs, so a policy can compute it at any later instant.
+    pub resumes_at: Option<SimTime>,
     /// Iterations still to do.
     pub remaining_iters: f64,
     /// The scheduler's estimate of iterations per second on the requested allocation.
@@ -51,6 +59,8 @@ impl ActiveJob {
             state: JobState::Queued,
             allocation: None,
             attained_gpu_secs: 0.0,
+            attained_gpu_us: 0,
+            resumes_at: None,
             remaining_iters: job.iterations as f64,
             throughput_estimate: job.reference_throughput(),
             first_start: None,

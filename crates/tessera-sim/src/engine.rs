@@ -153,8 +153,9 @@ struct Progressing {
     version: u32,
     gpus_held: u32,
     gpu_secs: f64,
-    /// GPU-seconds of progress (held minus restoring): the attained service policies see.
-    served_gpu_secs: f64,
+    /// GPU·µs of progress (held minus restoring): the attained service policies see. An
+    /// integer, so that its value at an instant does not depend on when it was folded.
+    served_gpu_us: u64,
     record_outcome: Option<JobOutcome>,
     first_start: Option<SimTime>,
     finish: Option<SimTime>,
@@ -309,7 +310,7 @@ impl<'a> Simulation<'a> {
             version: 0,
             gpus_held: 0,
             gpu_secs: 0.0,
-            served_gpu_secs: 0.0,
+            served_gpu_us: 0,
             record_outcome: None,
             first_start: None,
             finish: None,
@@ -817,14 +818,16 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Brings a running job's progress and attained service up to `self.now`.
+    /// Folds a running job's progress and attained service up to `self.now`. Called only
+    /// where its rate or allocation changes (start, stop, re-rating, end), so that the values
+    /// at an instant do not depend on how many scheduling points came between changes.
     fn sync(&mut self, job: JobId) {
         let now = self.now;
         let st = &mut self.state[job.index()];
         let total = st.total;
         let held = now.saturating_since(st.synced_at).as_secs_f64();
         let working_from = st.synced_at.max(st.resumes_at);
-        let worked = now.saturating_since(working_from).as_secs_f64();
+        let worked = now.saturating_since(working_from);
         if st.ckpt_every > 0 && st.rate > 0.0 && now > working_from {
             // The latest checkpoint (every `ckpt_every` of working time after the restore)
             // within this stretch of constant rate, if any.
@@ -836,12 +839,12 @@ impl<'a> Simulation<'a> {
                 st.safe_at = last;
             }
         }
-        st.done = (st.done + st.rate * worked).min(total);
+        st.done = (st.done + st.rate * worked.as_secs_f64()).min(total);
         st.gpu_secs += st.gpus_held as f64 * held;
         // Attained service counts the time the job made progress, not the time spent
         // restoring from a checkpoint: otherwise a preemptive policy with rounds shorter than
         // the restore time livelocks (each job is preempted before it ever resumes).
-        st.served_gpu_secs += st.gpus_held as f64 * worked;
+        st.served_gpu_us += st.gpus_held as u64 * worked.as_micros();
         if st.gpus_held > 0 {
             st.held_secs += held;
             st.integ.0 += st.cur.0 * held;
@@ -849,10 +852,27 @@ impl<'a> Simulation<'a> {
             st.integ.2 += st.cur.2 * held;
         }
         st.synced_at = now;
+        let (served, done) = (st.served_gpu_us, st.done);
+        self.show_progress(job, served, total - done);
+    }
+
+    /// Shows a running job's progress as of `self.now` in `active` without folding it (the
+    /// same arithmetic as [`sync`](Self::sync) from the last fold), for a policy that reads it.
+    fn refresh(&mut self, job: JobId) {
+        let now = self.now;
+        let st = &self.state[job.index()];
+        let worked = now.saturating_since(st.synced_at.max(st.resumes_at));
+        let done = (st.done + st.rate * worked.as_secs_f64()).min(st.total);
+        let served = st.served_gpu_us + st.gpus_held as u64 * worked.as_micros();
+        self.show_progress(job, served, st.total - done);
+    }
+
+    fn show_progress(&mut self, job: JobId, served_gpu_us: u64, remaining: f64) {
         if let Some(&pos) = self.active_pos.get(job.index()) {
             if let Some(a) = self.active.get_mut(pos as usize) {
-                a.attained_gpu_secs = st.served_gpu_secs;
-                a.remaining_iters = total - st.done;
+                a.attained_gpu_us = served_gpu_us;
+                a.attained_gpu_secs = served_gpu_us as f64 / 1e6;
+                a.remaining_iters = remaining;
             }
         }
     }
@@ -920,7 +940,7 @@ impl<'a> Simulation<'a> {
         // changes or another call reads it (per-event work stays off the running set).
         if self.policy.reads_running_progress(&trigger) {
             for i in 0..self.running.len() {
-                self.sync(self.running[i]);
+                self.refresh(self.running[i]);
             }
         }
         let mut actions = std::mem::take(&mut self.actions);
@@ -1016,6 +1036,7 @@ impl<'a> Simulation<'a> {
             (Action::Preempt { .. }, _) => {
                 let old = self.stop(job, pos);
                 self.active[pos].state = JobState::Queued;
+                self.active[pos].resumes_at = None;
                 self.mark_stopped(job);
                 if self.tracking {
                     self.policy.observe(JobChange::Preempted(
@@ -1359,7 +1380,9 @@ impl<'a> Simulation<'a> {
         let rate = self.rate_of(job, &alloc)?;
         let spec = &self.jobs[job.index()];
         let cost = if restart {
-            self.config.restart_costs.for_model(&spec.model)
+            self.config
+                .restart_costs
+                .for_restart(&spec.model, alloc.gpus())
         } else {
             SimDuration::ZERO
         };
@@ -1389,13 +1412,22 @@ impl<'a> Simulation<'a> {
         let remaining = (spec.iterations as f64 - st.done).max(0.0);
         let finish = st.resumes_at + SimDuration::from_secs_f64_ceil(remaining / rate);
         let version = st.version;
+        let served = st.served_gpu_us;
+        let remaining = spec.iterations as f64 - st.done;
+        let resumes_at = st.resumes_at;
         let a = &mut self.active[pos];
         a.state = JobState::Running;
         a.allocation = Some(alloc);
         a.first_start.get_or_insert(now);
+        a.resumes_at = Some(resumes_at);
+        a.attained_gpu_us = served;
+        a.attained_gpu_secs = served as f64 / 1e6;
+        a.remaining_iters = remaining;
         self.mark_running(job);
         if self.tracking {
-            self.policy.observe(JobChange::Started(job));
+            let jobs = self.jobs;
+            self.policy
+                .observe(JobChange::Started(&self.active[pos], &jobs[job.index()]));
         }
         self.seq += 1;
         self.heap.push(Reverse((

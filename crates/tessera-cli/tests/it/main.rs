@@ -697,7 +697,10 @@ fn the_default_run_shows_policies_that_differ() {
     assert!(p[0]["gpu_util"].as_f64().unwrap() > 0.5, "{doc}");
     // Issue 11: the engine's fast paths change no decision. Pinned before they landed
     // (commit d4a6832): (avg JCT, p99 JCT, makespan, avg queue, GPU util, preemptions), as
-    // serde_json reads them back.
+    // serde_json reads them back. Re-pinned once on purpose (issue 11, part 2): attained
+    // service became exact (integer GPU·µs) and progress is folded only when a job's rate
+    // changes, which breaks ties between equal services differently; las+proportional moved
+    // by -0.0004% (avg JCT), las+tune by +0.02%; fifo, srtf, las and ftf did not move.
     let pinned: [(f64, f64, f64, f64, f64, u64); 6] = [
         (
             113320.58021166672,
@@ -732,22 +735,23 @@ fn the_default_run_shows_policies_that_differ() {
             11729,
         ),
         (
-            82739.61062670499,
-            643941.133,
-            1021179.887,
+            82739.2640733583,
+            644055.100001,
+            1021389.887,
             128.6737266666667,
-            0.6961145673514076,
-            14221,
+            0.6959381413984392,
+            14173,
         ),
         (
-            75727.72712509168,
-            634199.512236,
-            1001953.237001,
-            125.77811737833332,
-            0.6827348869965087,
-            18057,
+            75742.49262364666,
+            633692.013236,
+            1002008.447,
+            125.53812405333336,
+            0.6827178442624965,
+            18081,
         ),
     ];
+    let mut moved = String::new();
     for (x, pin) in p.iter().zip(pinned) {
         let got = (
             x["avg_jct_s"].as_f64().unwrap(),
@@ -757,8 +761,11 @@ fn the_default_run_shows_policies_that_differ() {
             x["gpu_util"].as_f64().unwrap(),
             x["preemptions"].as_u64().unwrap(),
         );
-        assert_eq!(got, pin, "{}", x["policy"]);
+        if got != pin {
+            moved += &format!("{}: got {got:?}, pinned {pin:?}\n", x["policy"]);
+        }
     }
+    assert!(moved.is_empty(), "{moved}");
 }
 
 #[test]

@@ -1,0 +1,83 @@
+//! The indexed ledger (issue 11) places, reserves and releases exactly as the copying
+//! `Ledger` does: random clusters (several node groups and shapes), random occupancy taken
+//! through `ClusterState` (so its index is the one drivers keep), then the same random
+//! sequence of placements (with and without explicit CPU requests) and releases on both.
+
+use proptest::prelude::*;
+use tessera_model::{
+    Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob,
+};
+use tessera_sched::{ClusterState, IndexedLedger, Ledger};
+
+fn cluster(groups: &[(u32, u32)]) -> Cluster {
+    let node_groups = groups
+        .iter()
+        .enumerate()
+        .map(
+            |(i, &(count, per_node))| tessera_model::cluster::NodeGroupSpec {
+                name: format!("g{i}"),
+                count,
+                gpu: ["V100-32GB", "A100-40GB"][i % 2].to_string(),
+                gpus_per_node: per_node,
+                cpus: MilliCpu::from_cores(6 * per_node as u64),
+                memory: Bytes::from_gib(64 * per_node as u64),
+                rack: None,
+            },
+        )
+        .collect();
+    let spec = ClusterSpec {
+        api_version: "tessera/v1".into(),
+        kind: "Cluster".into(),
+        metadata: None,
+        spec: tessera_model::cluster::ClusterBody { node_groups },
+    };
+    Cluster::from_spec(&spec, &GpuCatalog::builtin()).unwrap()
+}
+
+fn job(id: u32, gpus: u32, cpu_cores: Option<u64>) -> TrainingJob {
+    let mut j = TrainingJob::simple(id, SimTime::ZERO, gpus, SimDuration::from_secs(60));
+    j.cpu = cpu_cores.map(MilliCpu::from_cores);
+    j
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn indexed_ledger_places_as_the_ledger(
+        groups in prop::collection::vec((1u32..12, prop::sample::select(vec![1u32, 2, 4, 8])), 1..4),
+        occupy in prop::collection::vec((prop::sample::select(vec![1u32, 1, 2, 3, 4, 8, 16]), prop::option::of(1u64..30)), 0..40),
+        ops in prop::collection::vec((prop::sample::select(vec![1u32, 1, 2, 4, 5, 8, 12, 16, 32]), prop::option::of(1u64..40), any::<bool>()), 1..40),
+    ) {
+        let c = cluster(&groups);
+        // Occupancy through the state, as a driver takes allocations.
+        let mut state = ClusterState::new(&c);
+        for (i, &(gpus, cpu)) in occupy.iter().enumerate() {
+            let mut l = Ledger::from_state(&c, &state);
+            let j = job(i as u32, gpus, cpu);
+            if let Some(a) = l.place(&j) {
+                let a = state.resolve(&c, &j, &a, SimTime::ZERO).unwrap();
+                state.take(&c, &a);
+            }
+        }
+        let mut plain = Ledger::from_state(&c, &state);
+        let mut indexed = IndexedLedger::new(&c, &state);
+        let mut placed = Vec::new();
+        for (k, &(gpus, cpu, release)) in ops.iter().enumerate() {
+            if release && !placed.is_empty() {
+                let a = placed.remove(k % placed.len());
+                plain.release(&a);
+                indexed.release(&a);
+            } else {
+                let j = job(1000 + k as u32, gpus, cpu);
+                let a = plain.place(&j);
+                prop_assert_eq!(&a, &indexed.place(&j));
+                placed.extend(a);
+            }
+            prop_assert_eq!(plain.free_gpus(), indexed.free_gpus());
+            for n in 0..c.nodes.len() {
+                prop_assert_eq!(plain.free()[n], indexed.free_of(n));
+            }
+        }
+    }
+}
