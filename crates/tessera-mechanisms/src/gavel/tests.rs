@@ -211,3 +211,40 @@ mod lp {
         }
     }
 }
+
+/// The Crius repro at reduced scale (one seed, 300 jobs at 90 jobs/h): Crius's average JCT
+/// is below Gavel's and Sia's, and the report compares Crius with each baseline.
+#[cfg(feature = "experiments")]
+#[test]
+fn crius_repro_at_reduced_scale_orders_crius_before_gavel_and_sia() {
+    use crate::crius::repro::CriusRepro;
+    use crate::experiment::{Experiment, ExperimentArgs, RunContext};
+
+    let args = ExperimentArgs::new(
+        CriusRepro.params(),
+        [
+            ("seeds", "1"),
+            ("jobs", "300"),
+            ("load", "90"),
+            ("policies", "fcfs,crius,gavel,sia"),
+        ],
+    )
+    .unwrap();
+    let out = CriusRepro.run(&args, &RunContext::quiet(2)).unwrap();
+    let p = &out.summary["policies"];
+    let jct = |i: usize| p[i]["avg_jct_h"].as_f64().unwrap();
+    assert_eq!(p[2]["policy"], "gavel");
+    assert_eq!(p[3]["policy"], "sia");
+    assert!(jct(1) < jct(2), "crius {} h vs gavel {} h", jct(1), jct(2));
+    assert!(jct(1) < jct(3), "crius {} h vs sia {} h", jct(1), jct(3));
+    assert_eq!(out.summary["crius_vs"].as_array().map(Vec::len), Some(3));
+    assert!(out.text.contains("crius vs gavel: avg throughput"));
+    // Solve times are reported per run.
+    let runs = out.summary["runs"].as_array().unwrap();
+    assert!(runs
+        .iter()
+        .any(|r| r["policy_stats"]["lp_solve_ms_p99"].is_number()));
+    assert!(runs
+        .iter()
+        .any(|r| r["policy_stats"]["ilp_solve_ms_max"].is_number()));
+}
