@@ -250,7 +250,8 @@ impl Policy for StaticPartition {
         let layout_of = |g: usize| -> Option<&Vec<MigInstance>> {
             let (n, i, _) = topo.gpus[g];
             gpu_state(view, n, i)
-                .filter(|s| s.ready_at <= view.now)
+                // A failed GPU takes no holder until it is back.
+                .filter(|s| s.ready_at <= view.now && !s.down)
                 .and_then(|s| s.mig.as_ref())
         };
         let size = |g: usize, inst: MigInstance| -> u8 {
@@ -412,7 +413,7 @@ impl Policy for MpsOnly {
             .iter()
             .map(|&(n, i, _)| {
                 gpu_state(view, n, i)
-                    .filter(|s| s.ready_at <= view.now && !s.whole && s.mig.is_none())
+                    .filter(|s| s.ready_at <= view.now && !s.whole && s.mig.is_none() && !s.down)
                     .map_or((u32::MAX, Bytes(0)), |s| (s.quota_holders, s.memory_used))
             })
             .collect();

@@ -322,3 +322,45 @@ fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
         );
     }
 }
+
+/// `static` and `mps` never place on a failed GPU: with GPUs of the node failing and coming
+/// back mid-run, the engine refuses nothing, invariants hold after every event and every job
+/// finishes. (Before the fix both proposed slices on the down GPU and the run stopped.)
+#[test]
+fn static_and_mps_skip_failed_gpus() {
+    let cluster = a100_cluster(1, 4).unwrap();
+    let node = &cluster.nodes[0].name;
+    let spec = tessera_sim::FailureSpec::parse_yaml(
+        &format!(
+            "kind: Failures\ncheckpoint_interval: 5m\nevents:\n  - {{ time: 600, node: {node}, gpu: 0, duration: 40m }}\n  - {{ time: 1200, node: {node}, gpu: 2, duration: 1h }}\n  - {{ time: 5000, node: {node}, duration: 10m }}\n"
+        ),
+        &cluster,
+    )
+    .unwrap();
+    let spec = std::sync::Arc::new(spec);
+    let workload =
+        workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
+    let truth = MisoTruth::new(miso_table());
+    for policy in ["static", "mps"] {
+        let built = Miso
+            .build_policy(policy, &PolicyOptions::default())
+            .unwrap();
+        let config = SimConfig {
+            restart_costs: miso_restart_costs(),
+            failures: Some(spec.clone()),
+            ..SimConfig::default()
+        };
+        let mut sim = Simulation::new(&cluster, &workload, &truth, built, config);
+        let mut steps = 0;
+        while sim.step().unwrap_or_else(|e| panic!("{policy}: {e}")) {
+            steps += 1;
+            sim.check_invariants()
+                .unwrap_or_else(|e| panic!("{policy} at {}: {e}", sim.now()));
+            assert!(steps < 1_000_000, "{policy}: no end");
+        }
+        let report = sim.into_report();
+        assert_eq!(report.summary.finished, workload.len(), "{policy}");
+        let failures = report.summary.failures.as_ref().expect("failures reported");
+        assert!(failures.failures >= 3, "{policy}: {failures:?}");
+    }
+}
