@@ -754,6 +754,46 @@ impl Miso {
     }
 
     /// The slot with the fewest jobs that can take `job` now (ties: lowest GPU).
+    /// Failures: the engine requeues the jobs of a GPU that goes down, so its slot forgets
+    /// them (they queue again, FIFO by submission) and starts over once the GPU is back; a
+    /// job found queued on a settled slot was evicted the same way and is forgotten too.
+    /// Without this the policy kept them promised to a GPU they no longer held, and they
+    /// never ran again.
+    fn forget_failed(&mut self, view: &ClusterView<'_>) {
+        let Some(topo) = self.topo.as_ref() else {
+            return;
+        };
+        for (g, slot) in self.slots.iter_mut().enumerate() {
+            if slot.jobs.is_empty() && !matches!(slot.phase, Phase::Pending { .. }) {
+                continue;
+            }
+            let (node, idx, _) = topo.gpus[g];
+            let down = gpu_state(view, node, idx).is_none_or(|s| s.down);
+            let settled = matches!(slot.phase, Phase::Steady | Phase::Mps { .. });
+            let seen = &self.seen;
+            let job_gpu = &mut self.job_gpu;
+            let before = slot.jobs.len();
+            slot.jobs.retain(|&j| {
+                let queued = active_pos(view, seen, j)
+                    .is_some_and(|p| view.active[p].state == JobState::Queued);
+                let keep = !(down || (settled && queued));
+                if !keep {
+                    if let Some(g) = job_gpu.get_mut(j.index()) {
+                        *g = NONE;
+                    }
+                }
+                keep
+            });
+            if down {
+                slot.phase = Phase::Steady;
+                slot.last_checkpoint = None;
+            }
+            if slot.jobs.len() != before || down {
+                slot.dirty = true;
+            }
+        }
+    }
+
     fn eligible(&self, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
         let topo = self.topo.as_ref()?;
         let mut buckets: [Vec<usize>; 7] = Default::default();
@@ -772,7 +812,7 @@ impl Miso {
             let Some(s) = gpu_state(view, n, i) else {
                 continue;
             };
-            if s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
+            if s.down || s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
                 continue;
             }
             buckets[slot.jobs.len()].push(g);
@@ -852,9 +892,12 @@ impl Policy for Miso {
         // One pass over the active jobs: where each is, and the FIFO queue of jobs not yet
         // promised to a GPU. `seen` is never cleared: an entry is valid only while it points
         // back at its job (see `active_pos`).
-        let mut queue: Vec<(SimTime, JobId)> = Vec::new();
         for (i, a) in view.active.iter().enumerate() {
             self.seen[a.id.index()] = i as u32;
+        }
+        self.forget_failed(view);
+        let mut queue: Vec<(SimTime, JobId)> = Vec::new();
+        for a in view.active.iter() {
             if a.state == JobState::Queued && self.job_gpu[a.id.index()] == NONE {
                 if let Some(spec) = view.spec(a) {
                     queue.push((spec.submit, a.id));
@@ -882,7 +925,7 @@ impl Policy for Miso {
                 continue;
             };
             let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
-            let ready = gpu_state(view, node, idx).is_some_and(|s| s.ready_at <= now);
+            let ready = gpu_state(view, node, idx).is_some_and(|s| s.ready_at <= now && !s.down);
             if *issued >= now || !ready {
                 continue;
             }
@@ -933,8 +976,11 @@ impl Policy for Miso {
             {
                 continue;
             }
-            self.slots[g].dirty = false;
             let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
+            if gpu_state(view, node, idx).is_none_or(|s| s.down) {
+                continue; // stays dirty: tidied once the GPU is back
+            }
+            self.slots[g].dirty = false;
             if self.slots[g].jobs.is_empty() {
                 if gpu_state(view, node, idx).is_some_and(|s| s.mig.is_some() && s.is_idle()) {
                     self.slots[g].touched = Some(now);

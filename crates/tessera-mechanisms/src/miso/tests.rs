@@ -323,11 +323,13 @@ fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
     }
 }
 
-/// `static` and `mps` never place on a failed GPU: with GPUs of the node failing and coming
-/// back mid-run, the engine refuses nothing, invariants hold after every event and every job
-/// finishes. (Before the fix both proposed slices on the down GPU and the run stopped.)
+/// Every MIG policy copes with failed GPUs: with GPUs of the node failing and coming back
+/// mid-run, the engine refuses nothing, invariants hold after every event and every job
+/// finishes. (Before the fixes `static` and `mps` proposed slices on the down GPU, and `miso`
+/// and `miso-oracle` re-partitioned it and kept its evicted jobs promised to it: the run
+/// stopped.)
 #[test]
-fn static_and_mps_skip_failed_gpus() {
+fn mig_policies_skip_failed_gpus() {
     let cluster = a100_cluster(1, 4).unwrap();
     let node = &cluster.nodes[0].name;
     let spec = tessera_sim::FailureSpec::parse_yaml(
@@ -341,7 +343,7 @@ fn static_and_mps_skip_failed_gpus() {
     let workload =
         workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
     let truth = MisoTruth::new(miso_table());
-    for policy in ["static", "mps"] {
+    for policy in ["static", "mps", "miso", "miso-oracle"] {
         let built = Miso
             .build_policy(policy, &PolicyOptions::default())
             .unwrap();
