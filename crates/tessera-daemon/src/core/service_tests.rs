@@ -837,3 +837,298 @@ fn instances_report_their_load_with_their_own_token_and_the_policy_scales_on_it(
     assert_eq!(core.instances().len(), 2);
     assert!(core.refused().is_empty(), "{:?}", core.refused());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Dilu's policies in real mode (issue 13 item 9): the registry's `dilu` drives instances and
+// training jobs with the same code as in the simulator; its vertical scaling reaches the
+// processes as `RetuneInstance`.
+
+/// A process that prints every quota version its SDK throttle sees.
+const FOLLOWER: &str = r#"
+import time
+import tessera_sdk as t
+th = t.Throttle(refresh_interval=0, sleep=lambda s: None)
+seen = None
+deadline = time.time() + 120
+while time.time() < deadline:
+    q = th.current()
+    if q is not None and q.version != seen:
+        seen = q.version
+        print(f"quota v{q.version} request={q.sm_request_permille} limit={q.sm_limit_permille}", flush=True)
+    time.sleep(0.02)
+"#;
+
+/// Carries out the core's commands with the local backend (a retune declined as Slurm
+/// declines it when `decline`), keeping each instance's latest `TESSERA_TOKEN`.
+fn drive_tokens(
+    core: &mut Core,
+    backend: &mut LocalBackend,
+    now: SimTime,
+    decline: bool,
+    tokens: &mut std::collections::BTreeMap<i64, String>,
+) {
+    use crate::backend::Backend;
+    while let Some(c) = core.poll_command() {
+        match c {
+            super::Command::Launch(l) => {
+                if let Some((_, t)) = l.env.iter().find(|(k, _)| k == "TESSERA_TOKEN") {
+                    tokens.insert(-l.job_id, t.clone());
+                }
+                let r = backend.submit(&l);
+                core.handle_launched(now, l.job_id, l.attempt, r);
+            }
+            super::Command::Retune(r) => {
+                let res = if decline {
+                    Err(crate::error::BackendError::Declined {
+                        action: "retune",
+                        backend: "slurm",
+                    })
+                } else {
+                    backend.retune(&r)
+                };
+                core.handle_retuned(now, r.job_id, r.attempt, res);
+            }
+            super::Command::Stop { run, preempt } => {
+                let h = crate::backend::Handle(run.handle.clone());
+                let r = if preempt {
+                    backend.preempt(&h)
+                } else {
+                    backend.cancel(&h)
+                };
+                core.handle_stopped(run, r);
+            }
+            super::Command::Poll(hs) | super::Command::Verify(hs) => {
+                let s = backend.poll(&hs).expect("poll");
+                core.handle_statuses(now, s);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every live instance reports `rps` requests per second and `queue` waiting, with its own
+/// token, as the SDK's `report_load` does.
+fn report_all(
+    core: &mut Core,
+    tokens: &std::collections::BTreeMap<i64, String>,
+    rps: f64,
+    queue: u32,
+) {
+    for (service, instance, _, _) in core.instances() {
+        let Some(token) = tokens.get(&instance) else {
+            continue;
+        };
+        let report = crate::services::LoadReport {
+            queue_length: queue,
+            in_flight: queue.min(4),
+            requests_per_second: rps,
+            ..Default::default()
+        };
+        let req = Request::InstanceLoad {
+            service,
+            instance,
+            report,
+        };
+        core.handle_request(SimTime::ZERO, Some(token), req)
+            .expect("load accepted");
+    }
+}
+
+/// The SM request instance `id` holds now.
+fn sm_request_of(core: &mut Core, id: i64) -> Option<u16> {
+    let v = get(core, 1);
+    let i = v.instances.iter().find(|i| i.id == id)?;
+    let json = serde_json::to_value(&i.allocation[0].devices).ok()?;
+    json["part"]["smRequest"].as_u64().map(|x| x as u16)
+}
+
+#[test]
+fn under_dilu_an_overloaded_instance_gets_a_larger_quota_in_place_scales_out_and_gives_both_back() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut backend = local_backend(work.path(), None);
+    let policy = super::testkit::policy("dilu", None);
+    let mut core = core_with(&[node("n1", 1)], policy, SimTime::ZERO);
+    let env = serde_json::json!({"PYTHONPATH": sdk_path().display().to_string()});
+    submit(&mut core, &body(&["python3", "-u", "-c", FOLLOWER], env)).expect("accepted");
+    let mut tokens = std::collections::BTreeMap::new();
+    let at = SimTime::from_secs;
+    core.schedule(at(0));
+    drive_tokens(&mut core, &mut backend, at(0), false, &mut tokens);
+    assert_eq!(core.instances().len(), 1, "{:?}", core.refused());
+    let log1 = work.path().join("tessera-test-i1-1/output.log");
+    wait_file(&log1, "the first quota", |t| {
+        t.contains("quota v1 request=300 limit=500")
+    });
+
+    // Sustained overload: after 3 samples its request goes to its limit (500‰, the GPU is
+    // its own), in place; after 20 of 40 a second instance joins it on the same GPU.
+    let mut raised_at = None;
+    for s in 1..=22 {
+        report_all(&mut core, &tokens, 1000.0, 50);
+        core.schedule(at(s));
+        drive_tokens(&mut core, &mut backend, at(s), false, &mut tokens);
+        assert!(core.refused().is_empty(), "{:?}", core.refused());
+        core.check_device_invariants().expect("invariants");
+        if raised_at.is_none() && sm_request_of(&mut core, 1) == Some(500) {
+            raised_at = Some(s);
+        }
+    }
+    assert_eq!(raised_at, Some(3), "raised at the third overloaded sample");
+    wait_file(&log1, "the raised quota", |t| {
+        t.contains("quota v2 request=500 limit=500")
+    });
+    let live = core.instances();
+    assert_eq!(live.len(), 2, "scaled out: {live:?}");
+    assert!(live.iter().all(|i| i.2 == 1), "no restart: {live:?}");
+    let gpu = &core.device_state().gpus(tessera_model::NodeId(0))[0];
+    assert_eq!(gpu.quota_holders, 2);
+    assert!(gpu.sm_requested <= 1000 && gpu.sm_limits <= 1500);
+
+    // Idle: both give their raise back after 5 samples, and after 30 of 40 the second
+    // instance goes.
+    for s in 23..=60 {
+        report_all(&mut core, &tokens, 0.0, 0);
+        core.schedule(at(s));
+        drive_tokens(&mut core, &mut backend, at(s), false, &mut tokens);
+        assert!(core.refused().is_empty(), "{:?}", core.refused());
+        core.check_device_invariants().expect("invariants");
+    }
+    let text = wait_file(&log1, "the quota given back", |t| {
+        t.contains("quota v3 request=300 limit=500")
+    });
+    assert!(!text.contains("quota v4"), "{text}");
+    assert_eq!(core.instances().len(), 1, "scaled back in");
+    assert_eq!(sm_request_of(&mut core, 1), Some(300));
+    let gpu = &core.device_state().gpus(tessera_model::NodeId(0))[0];
+    assert_eq!((gpu.quota_holders, gpu.sm_requested), (1, 300));
+    assert_eq!(core.metrics().retunes.get("restart"), None);
+    // Raised once and given back once; the second instance, overloaded for only 2 samples,
+    // was never raised.
+    assert_eq!(core.metrics().retunes.get("in_place"), Some(&2));
+    assert_eq!(
+        core.instances()[0].2,
+        1,
+        "the first instance was never restarted"
+    );
+    retire_and_stop(&mut core, &mut backend, &mut tokens);
+}
+
+/// Retires service 1 and carries out the stops of its instances.
+fn retire_and_stop(
+    core: &mut Core,
+    backend: &mut LocalBackend,
+    tokens: &mut std::collections::BTreeMap<i64, String>,
+) {
+    let r = core.handle_request(SimTime::ZERO, Some(TOKEN), Request::RetireService { id: 1 });
+    assert!(r.is_ok());
+    drive_tokens(core, backend, SimTime::from_secs(1000), false, tokens);
+    assert!(core.instances().is_empty());
+}
+
+#[test]
+fn under_dilu_a_backend_that_declines_the_retune_restarts_the_instance_with_the_raise() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut backend = local_backend(work.path(), None);
+    let policy = super::testkit::policy("dilu", None);
+    let mut core = core_with(&[node("n1", 1)], policy, SimTime::ZERO);
+    let mark = work.path().join("mark");
+    let script =
+        r#"echo "$TESSERA_ATTEMPT $(cat "$TESSERA_QUOTA_FILE")" >> "$MARK"; exec sleep 300"#;
+    let env = serde_json::json!({"MARK": mark.display().to_string()});
+    submit(&mut core, &body(&["sh", "-c", script], env)).expect("accepted");
+    let mut tokens = std::collections::BTreeMap::new();
+    let at = SimTime::from_secs;
+    core.schedule(at(0));
+    drive_tokens(&mut core, &mut backend, at(0), true, &mut tokens);
+    wait_file(&mark, "the first attempt", |t| t.lines().count() == 1);
+    for s in 1..=3 {
+        report_all(&mut core, &tokens, 1000.0, 50);
+        core.schedule(at(s));
+        drive_tokens(&mut core, &mut backend, at(s), true, &mut tokens);
+    }
+    assert_eq!(core.metrics().retunes.get("restart"), Some(&1));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&mark)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "no second attempt");
+        std::thread::sleep(Duration::from_millis(25));
+        core.poll_runs(at(3));
+        drive_tokens(&mut core, &mut backend, at(3), true, &mut tokens);
+    }
+    let text = std::fs::read_to_string(&mark).expect("mark");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("1 ") && lines[0].contains("\"smRequestPermille\":300"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("2 ") && lines[1].contains("\"smRequestPermille\":500"),
+        "{text}"
+    );
+    assert_eq!(
+        core.instance_restarts(),
+        0,
+        "a retune restart is not a crash"
+    );
+    core.check_device_invariants().expect("invariants");
+    retire_and_stop(&mut core, &mut backend, &mut tokens);
+}
+
+/// Training jobs and instances under the registry's serving policies: Dilu packs them onto
+/// one GPU under quotas; static-shares keeps them apart (training whole); neither needs a
+/// line in the daemon naming them.
+#[test]
+fn dilu_packs_a_training_job_and_an_instance_on_one_gpu_and_static_shares_does_not() {
+    for (name, shared) in [
+        ("dilu", true),
+        ("dilu-no-vertical", true),
+        ("static-shares", false),
+    ] {
+        let policy = super::testkit::policy(name, None);
+        let mut core = core_with(&[node("n1", 2)], policy, SimTime::ZERO);
+        let job = serde_json::json!({
+            "name": "train",
+            "command": ["true"],
+            "gpus": 1,
+            "hints": {"model": "resnet152"},
+        })
+        .to_string();
+        let r = core.submit(SimTime::ZERO, vec![(Some(TOKEN.into()), job)]);
+        assert!(r[0].is_ok(), "{r:?}");
+        submit(&mut core, &body(&["true"], serde_json::json!({}))).expect("accepted");
+        let mut next = 0;
+        core.schedule(SimTime::ZERO);
+        drive_collecting_tokens(&mut core, SimTime::ZERO, &mut next);
+        assert!(core.refused().is_empty(), "{name}: {:?}", core.refused());
+        assert_eq!(core.instances().len(), 1, "{name}");
+        core.check_device_invariants().expect("invariants");
+        let gpus = core.device_state().gpus(tessera_model::NodeId(0));
+        let mut spec = tessera_model::TrainingJob::simple(
+            0,
+            SimTime::ZERO,
+            1,
+            tessera_model::SimDuration::from_secs(1),
+        );
+        spec.model = "resnet152".into();
+        let train = tessera_mechanisms::dilu::policy::training_request(&spec);
+        if shared {
+            assert_eq!(
+                (gpus[0].quota_holders, gpus[0].sm_requested),
+                (2, train + 300),
+                "{name}"
+            );
+            assert!(gpus[1].is_idle(), "{name}");
+        } else {
+            assert!(gpus[0].whole, "{name}");
+            assert_eq!(
+                (gpus[1].quota_holders, gpus[1].sm_requested),
+                (1, 300),
+                "{name}"
+            );
+        }
+    }
+}

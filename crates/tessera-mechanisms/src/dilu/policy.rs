@@ -4,8 +4,12 @@
 //!
 //! - `dilu`: Dilu's packing (admission Σ requests ≤ 1.0, Σ limits ≤ 1.5, memory; 0.6/0.4
 //!   best fit; three-tier candidates; LLM memory split; training on one node). Vertical
-//!   scaling is the simulator's `ShareController` ([`super::serving::DiluController`]);
-//!   `dilu-no-vertical` is the same policy run without it (static shares).
+//!   scaling has two parts: per batch, the simulator's `ShareController`
+//!   ([`super::serving::DiluController`]); per second, in the policy itself and so in every
+//!   driver (the daemon has no per-batch events), an instance under sustained overload gets
+//!   a larger SM request by `RetuneInstance` and gives it back when idle
+//!   ([`super::vertical::QuotaScaler`]). `dilu-no-vertical` is the same policy without
+//!   either (static shares).
 //! - `static-shares`: fixed quotas (each instance books its request as request and limit: no
 //!   burst), training on whole GPUs, so inference never shares a GPU with training (no
 //!   complementary packing); horizontal scaling only.
@@ -13,6 +17,12 @@
 //!
 //! Every policy scales horizontally the same lazy way ([`HorizontalScaler`]) and never goes
 //! below one instance while a service is active.
+//!
+//! The policy mirrors what it placed in a packing [`Pool`]; at each call it reconciles the
+//! mirror with the view, so it also works where services arrive over time, instances go
+//! without its asking (a retired service, a failed GPU, a launch the backend refused) or it
+//! starts with holders it did not place (a daemon restart): those are adopted from their
+//! allocations.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -30,6 +40,7 @@ use super::packing::{plan, PackingPolicy, Part, Pool, PoolSpec};
 use super::profile;
 use super::serving::{is_llm, model_of, DiluServingModel};
 use super::truth::TrainingCurve;
+use super::vertical::{quota_sample, raised_request, QuotaMove, QuotaScaler};
 
 /// Samples kept by the horizontal scaler (one a second).
 pub const SAMPLES: usize = 40;
@@ -161,6 +172,11 @@ pub struct DiluServe {
     last_sample: Option<SimTime>,
     scale_outs: u64,
     scale_ins: u64,
+    /// Retunes instance quotas from their load (`dilu`).
+    vertical: bool,
+    quota: BTreeMap<InstanceId, QuotaScaler>,
+    raises: u64,
+    lowers: u64,
 }
 
 impl DiluServe {
@@ -181,6 +197,10 @@ impl DiluServe {
             last_sample: None,
             scale_outs: 0,
             scale_ins: 0,
+            vertical: false,
+            quota: BTreeMap::new(),
+            raises: 0,
+            lowers: 0,
         }
     }
 
@@ -194,16 +214,25 @@ impl DiluServe {
             "dilu-exclusive" => ("dilu-exclusive", ServeMode::Exclusive),
             _ => return None,
         };
-        Some(DiluServe::new(n, mode))
+        let mut p = DiluServe::new(n, mode);
+        p.vertical = n == "dilu";
+        Some(p)
     }
 
     /// Requests per second one instance of `service` serves at full batches on its request.
     fn instance_capacity(&self, s: &InferenceService) -> f64 {
-        let batch = s.max_batch.max(1);
         let share = match (self.mode, s.instance.gpu) {
-            (ServeMode::Exclusive, _) | (_, GpuDemand::Whole) => 1.0,
-            (_, GpuDemand::Quota { sm_request, .. }) => f64::from(sm_request.max(1)) / 1000.0,
+            (ServeMode::Exclusive, _) | (_, GpuDemand::Whole) => 1000,
+            (_, GpuDemand::Quota { sm_request, .. }) => u32::from(sm_request),
         };
+        self.served_at(s, share)
+    }
+
+    /// Requests per second one instance of `s` serves at full batches on `permille` of a
+    /// GPU.
+    fn served_at(&self, s: &InferenceService, permille: u32) -> f64 {
+        let batch = s.max_batch.max(1);
+        let share = f64::from(permille.clamp(1, 1000)) / 1000.0;
         let latency = model_of(&s.model)
             .and_then(|m| self.latency.as_ref()?.latency(m, batch, share))
             .unwrap_or_else(|| {
@@ -242,12 +271,67 @@ impl DiluServe {
             gpus_per_node: per_node,
             max_nodes: Some(nodes.len() as u32),
         }));
-        self.scalers = vec![HorizontalScaler::default(); view.services.len()];
-        self.capacity = view
-            .services
-            .iter()
-            .map(|s| self.instance_capacity(&s.spec))
-            .collect();
+    }
+
+    /// A scaler and a capacity for every service in the view (services may arrive after the
+    /// first call, as in the daemon).
+    fn track_services(&mut self, view: &ClusterView<'_>) {
+        while self.scalers.len() < view.services.len() {
+            let cap = self.instance_capacity(&view.services[self.scalers.len()].spec);
+            self.capacity.push(cap);
+            self.scalers.push(HorizontalScaler::default());
+        }
+    }
+
+    /// The pool parts of what `alloc` holds (GPUs numbered node × GPUs per node + index).
+    fn parts_of(&self, alloc: &Allocation) -> Vec<Part> {
+        let mut parts = Vec::new();
+        for s in &alloc.shares {
+            let Some(d) = s.devices else { continue };
+            for g in d.gpus.iter().filter(|&g| g < self.per_node) {
+                let gpu = s.node.0 * self.per_node + g;
+                parts.push(match d.part {
+                    GpuPart::Quota {
+                        sm_request,
+                        sm_limit,
+                        memory,
+                    } => Part {
+                        gpu,
+                        request: u32::from(sm_request),
+                        limit: u32::from(sm_limit),
+                        memory_mb: mb_ceil(memory),
+                        whole: false,
+                    },
+                    // Whole GPUs and MIG instances: nobody else joins.
+                    _ => Part {
+                        gpu,
+                        request: 1000,
+                        limit: 1000,
+                        memory_mb: 0,
+                        whole: true,
+                    },
+                });
+            }
+        }
+        parts
+    }
+
+    /// Books a holder the policy did not place (a daemon restart) under a fresh name;
+    /// `None` when it does not fit the mirror.
+    fn adopt(&mut self, service: &str, kind: InstanceKind, alloc: &Allocation) -> Option<String> {
+        let parts = self.parts_of(alloc);
+        let first = parts.first()?;
+        let name = self.fresh_name("adopted");
+        let spec = InstanceSpec {
+            name: name.clone(),
+            service: service.to_string(),
+            kind,
+            sm_request: first.request,
+            sm_limit: first.limit,
+            memory_mb: parts.iter().map(|p| p.memory_mb).collect(),
+        };
+        self.pool.as_mut()?.apply(&spec, &parts).ok()?;
+        Some(name)
     }
 
     fn service_spec(&self, s: &InferenceService, name: String) -> InstanceSpec {
@@ -374,6 +458,212 @@ impl DiluServe {
                 }
             }
         }
+        // Scale-outs the driver did not carry out (refused): their bookings go.
+        let refused: Vec<String> = std::mem::take(&mut self.awaiting)
+            .into_values()
+            .flatten()
+            .collect();
+        for name in refused {
+            if let Some(pool) = self.pool.as_mut() {
+                pool.release(&name);
+            }
+        }
+        // Instances gone without a scale-in of ours (a retired service, a failed GPU, a
+        // launch the backend gave up on): free their bookings.
+        let live: std::collections::BTreeSet<InstanceId> = view
+            .services
+            .iter()
+            .flat_map(|s| s.instances.iter().map(|i| i.id))
+            .collect();
+        let gone: Vec<InstanceId> = self
+            .instances
+            .keys()
+            .filter(|id| !live.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.quota.remove(&id);
+            if let (Some(name), Some(pool)) = (self.instances.remove(&id), self.pool.as_mut()) {
+                pool.release(&name);
+            }
+        }
+        self.quota.retain(|id, _| live.contains(id));
+        // Holders we did not place (a daemon restart): adopted from their allocations.
+        for svc in view.services {
+            for i in &svc.instances {
+                if self.instances.contains_key(&i.id) {
+                    continue;
+                }
+                let kind = if is_llm(&svc.spec.model) {
+                    InstanceKind::LlmInference
+                } else {
+                    InstanceKind::Inference
+                };
+                if let Some(name) = self.adopt(&svc.spec.name, kind, &i.allocation) {
+                    self.instances.insert(i.id, name);
+                }
+            }
+        }
+        for a in view.active {
+            if a.state != JobState::Running || self.jobs.contains_key(&a.id) {
+                continue;
+            }
+            let (Some(alloc), Some(job)) = (&a.allocation, view.spec(a)) else {
+                continue;
+            };
+            if let Some(name) = self.adopt(&job.name, InstanceKind::Training, alloc) {
+                self.jobs.insert(a.id, name);
+            }
+        }
+    }
+
+    /// Vertical scaling at a sample: each single-GPU quota instance of an active service
+    /// reads one second of its load (the service's rate split over its instances, its own
+    /// queue); sustained overload raises its SM request toward its limit within what the
+    /// GPU's other requests leave, sustained idleness gives it back to the service's request.
+    /// Each retune is checked with the one validator and booked in `state` and the mirror.
+    fn vertical_scaling(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        actions: &mut Vec<Action>,
+    ) {
+        for svc in view.services {
+            if !matches!(svc.phase, ServicePhase::Active) || svc.instances.is_empty() {
+                continue;
+            }
+            let GpuDemand::Quota { sm_request, .. } = svc.spec.instance.gpu else {
+                continue;
+            };
+            let base = u32::from(sm_request);
+            let rate = last_seconds_rate(svc, view.now) / svc.instances.len() as f64;
+            let served_base = self.served_at(&svc.spec, base);
+            for inst in &svc.instances {
+                // Scaled in at this call, or not ours to move.
+                if !self.instances.contains_key(&inst.id) {
+                    continue;
+                }
+                let Some(GpuPart::Quota {
+                    sm_request: cur,
+                    sm_limit,
+                    ..
+                }) = inst.allocation.part()
+                else {
+                    continue;
+                };
+                let (cur, limit) = (u32::from(cur), u32::from(sm_limit));
+                // One GPU only: an LLM's memory split keeps its packing-time quota.
+                let Some(share) = inst.allocation.shares.first() else {
+                    continue;
+                };
+                let Some(gpu) = share.devices.filter(|d| d.gpus.count() == 1) else {
+                    continue;
+                };
+                if inst.allocation.shares.len() != 1 {
+                    continue;
+                }
+                let served_now = self.served_at(&svc.spec, cur);
+                let sample = quota_sample(
+                    rate,
+                    served_now,
+                    served_base,
+                    inst.queue_len,
+                    svc.spec.max_batch,
+                );
+                let decision = self
+                    .quota
+                    .entry(inst.id)
+                    .or_default()
+                    .sample(sample, cur > base);
+                let to = match decision {
+                    QuotaMove::Raise => {
+                        let others = gpu
+                            .gpus
+                            .iter()
+                            .next()
+                            .and_then(|g| state.gpus(share.node).get(g as usize))
+                            .map_or(1000, |g| g.sm_requested.saturating_sub(cur));
+                        let overflow = if served_now > 0.0 {
+                            rate / served_now
+                        } else {
+                            f64::INFINITY
+                        };
+                        raised_request(cur, limit, overflow, 1000u32.saturating_sub(others))
+                    }
+                    QuotaMove::Lower => (cur > base).then_some(base),
+                    QuotaMove::Stay => None,
+                };
+                let Some(to) = to else { continue };
+                if self.retune(view, state, svc, inst, to, actions) {
+                    if to > cur {
+                        self.raises += 1;
+                    } else {
+                        self.lowers += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Retunes `inst` to SM request `to` (same GPU, limit and memory) if the validator
+    /// accepts it on `state`; books it there and in the mirror.
+    fn retune(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        svc: &ServiceView,
+        inst: &tessera_sched::InstanceView,
+        to: u32,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let mut alloc = inst.allocation.clone();
+        for s in &mut alloc.shares {
+            if let Some(d) = s.devices.as_mut() {
+                if let GpuPart::Quota { sm_request, .. } = &mut d.part {
+                    *sm_request = to.min(1000) as u16;
+                }
+            }
+        }
+        let a = Action::RetuneInstance {
+            service: svc.spec.id,
+            instance: inst.id,
+            allocation: alloc,
+        };
+        let holder: tessera_sched::Holder<'_> = (&svc.spec).into();
+        let Ok(Some(resolved)) = validate(
+            state,
+            view.cluster,
+            holder,
+            Some(&inst.allocation),
+            &a,
+            view.now,
+        ) else {
+            return false;
+        };
+        // The mirror follows: the old booking out, the new one in (the old one back if the
+        // mirror disagrees, which leaves the action unissued).
+        let Some(name) = self.instances.get(&inst.id).cloned() else {
+            return false;
+        };
+        let new_parts = self.parts_of(&resolved);
+        let old_parts = self.parts_of(&inst.allocation);
+        let spec = self.service_spec(&svc.spec, name.clone());
+        let Some(pool) = self.pool.as_mut() else {
+            return false;
+        };
+        pool.release(&name);
+        let with = |parts: &[Part]| InstanceSpec {
+            sm_request: parts.first().map_or(spec.sm_request, |p| p.request),
+            ..spec.clone()
+        };
+        if pool.apply(&with(&new_parts), &new_parts).is_err() {
+            let _ = pool.apply(&with(&old_parts), &old_parts);
+            return false;
+        }
+        state.release(view.cluster, &inst.allocation);
+        state.take(view.cluster, &resolved);
+        actions.push(a);
+        true
     }
 
     fn scale_in(&mut self, svc: &ServiceView, id: InstanceId, actions: &mut Vec<Action>) {
@@ -461,6 +751,7 @@ impl Policy for DiluServe {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         self.init(view);
+        self.track_services(view);
         self.sync(view);
         let mut state = view.state.clone();
 
@@ -556,13 +847,21 @@ impl Policy for DiluServe {
                 }
             }
         }
+        if sample && self.vertical {
+            self.vertical_scaling(view, &mut state, actions);
+        }
     }
 
     fn stats(&self) -> Vec<(String, f64)> {
-        vec![
+        let mut s = vec![
             ("scale_outs".into(), self.scale_outs as f64),
             ("scale_ins".into(), self.scale_ins as f64),
-        ]
+        ];
+        if self.vertical {
+            s.push(("quota_raises".into(), self.raises as f64));
+            s.push(("quota_lowers".into(), self.lowers as f64));
+        }
+        s
     }
 }
 
@@ -617,5 +916,141 @@ mod tests {
         assert!(c.relative(f64::from(r - 50) / 1000.0).unwrap() < 0.98);
         job.model = "unknown".into();
         assert_eq!(training_request(&job), 1000);
+    }
+
+    /// Delegates to `dilu` and records the quotas of its `RetuneInstance` actions.
+    #[cfg(feature = "experiments")]
+    struct Recorder {
+        inner: DiluServe,
+        retunes: std::sync::Arc<std::sync::Mutex<Vec<(SimTime, u16)>>>,
+    }
+
+    #[cfg(feature = "experiments")]
+    impl Policy for Recorder {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn round_length(&self) -> Option<SimDuration> {
+            self.inner.round_length()
+        }
+        fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+            let from = actions.len();
+            self.inner.schedule(view, actions);
+            for a in &actions[from..] {
+                if let Action::RetuneInstance { allocation, .. } = a {
+                    if let Some(GpuPart::Quota { sm_request, .. }) = allocation.part() {
+                        self.retunes.lock().unwrap().push((view.now, sm_request));
+                    }
+                }
+            }
+            self.inner
+                .pool
+                .as_ref()
+                .unwrap()
+                .check_invariants()
+                .unwrap();
+        }
+        fn stats(&self) -> Vec<(String, f64)> {
+            self.inner.stats()
+        }
+    }
+
+    /// BERT-base (300/500‰, batch 4) beside a training job of request 600‰ on one GPU:
+    /// 8 s at twice what 300‰ serves, then nothing. The instance is raised once, to 400‰:
+    /// 300 × 2 = 600 wants more than its limit 500, and the training job's 600‰ leave 400
+    /// (co-located requests stay guaranteed); after 5 idle seconds it gets 300‰ back.
+    /// Device invariants hold after every event, the mirror's after every call.
+    #[cfg(feature = "experiments")]
+    #[test]
+    fn dilu_raises_an_overloaded_instance_within_the_gpu_and_gives_it_back() {
+        use std::sync::Arc;
+        use tessera_model::{ArrivalProcess, Cluster, GpuShareRequest, Workload};
+        use tessera_sim::{ServingConfig, SimConfig, Simulation};
+
+        let mut svc = InferenceService::simple("bert", SimTime::ZERO, SimTime::from_secs(30), 0.0);
+        svc.model = "bert-base".into();
+        svc.max_batch = 4;
+        svc.slo = SimDuration::from_micros(50_000);
+        svc.cold_start = SimDuration::ZERO;
+        svc.instance.gpu = GpuDemand::Quota {
+            sm_request: 300,
+            sm_limit: 500,
+        };
+        svc.instance.gpu_memory = Bytes::from_gib(2);
+        let p = DiluServe::by_name("dilu").unwrap();
+        let rate = 2.0 * p.served_at(&svc, 300);
+        assert!(rate.is_finite() && rate > 10.0, "{rate}");
+        let mut rates = vec![rate; 8];
+        rates.extend(vec![0.0; 22]);
+        svc.arrivals = ArrivalProcess::RateSeries { rates };
+        let mut job = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(1000));
+        job.model = "resnet152".into();
+        job.gpu_share = Some(GpuShareRequest {
+            sm_permille: 600,
+            memory: Some(Bytes::from_gib(10)),
+        });
+        let w = Workload::with_services(vec![job], vec![svc]);
+        let cluster = Cluster::homogeneous(
+            "A100-40GB",
+            1,
+            1,
+            MilliCpu::from_cores(16),
+            Bytes::from_gib(64),
+        )
+        .unwrap();
+        let retunes = Arc::default();
+        let policy = Recorder {
+            inner: p,
+            retunes: Arc::clone(&retunes),
+        };
+        let config = SimConfig {
+            time_limit: Some(SimTime::from_secs(30)),
+            serving: ServingConfig {
+                model: Arc::new(DiluServingModel::shipped().unwrap()),
+                window: SimDuration::from_secs(2),
+                ..ServingConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        let truth = super::super::serving::DiluTruth;
+        let mut sim = Simulation::new(&cluster, &w, &truth, Box::new(policy), config);
+        while sim.step().unwrap() {
+            sim.check_invariants().unwrap();
+        }
+        let report = sim.into_report();
+        let seen = retunes.lock().unwrap().clone();
+        let quotas: Vec<u16> = seen.iter().map(|r| r.1).collect();
+        assert_eq!(quotas, vec![400, 300], "{seen:?}");
+        assert!(
+            seen[0].0 <= SimTime::from_secs(8),
+            "raised during the load: {seen:?}"
+        );
+        assert!(
+            seen[1].0 > SimTime::from_secs(12),
+            "given back after 5 idle s: {seen:?}"
+        );
+        let stat = |k: &str| report.policy_stats.iter().find(|s| s.0 == k).map(|s| s.1);
+        assert_eq!(
+            (stat("quota_raises"), stat("quota_lowers")),
+            (Some(1.0), Some(1.0))
+        );
+        let s = &report.summary.services[0];
+        assert_eq!(s.requests, s.served + s.dropped);
+    }
+
+    #[test]
+    fn only_dilu_retunes_quotas() {
+        for (name, vertical) in [
+            ("dilu", true),
+            ("dilu-no-vertical", false),
+            ("static-shares", false),
+            ("dilu-exclusive", false),
+        ] {
+            assert_eq!(
+                DiluServe::by_name(name).unwrap().vertical,
+                vertical,
+                "{name}"
+            );
+        }
     }
 }

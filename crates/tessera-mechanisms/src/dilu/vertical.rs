@@ -16,6 +16,10 @@
 //!   (one introspection history each, one training budget), which `serving.rs` plugs into the
 //!   simulator's `ShareController` hook.
 //!
+//! - [`QuotaScaler`], [`quota_sample`], [`raised_request`]: the same idea at the granularity a
+//!   real driver sees (a load sample a second): an instance under sustained overload gets a
+//!   larger SM request (`RetuneInstance`, in place), and gives it back when idle.
+//!
 //! Pure state machines; they read no clock.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -219,6 +223,111 @@ impl GpuOverflow {
     }
 }
 
+/// Samples (one a second) a [`QuotaScaler`] keeps.
+pub const QUOTA_SAMPLES: usize = 5;
+/// Overloaded samples among the last [`QUOTA_SAMPLES`] that raise an instance's request.
+pub const RAISE_AT: usize = 3;
+/// Idle samples among the last [`QUOTA_SAMPLES`] that give a raise back (all of them).
+pub const LOWER_AT: usize = 5;
+/// A rate below this fraction of what the instance's base request serves, with nothing
+/// queued, is idle.
+pub const IDLE_BELOW: f64 = 0.5;
+
+/// What one second of an instance's load says about its quota.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaSample {
+    /// More demand than its current request serves (or a backlog beyond one full batch).
+    Overloaded,
+    /// Little demand and nothing queued: a raise is not needed.
+    Idle,
+    /// Neither.
+    Steady,
+}
+
+/// What a [`QuotaScaler`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaMove {
+    /// Raise the request (toward the limit).
+    Raise,
+    /// Give the raise back (to the base request).
+    Lower,
+    /// Keep it.
+    Stay,
+}
+
+/// Vertical scaling at the granularity a real driver sees (seconds, not batches): the
+/// daemon has no per-batch events, so sustained overload or idleness of one instance, read
+/// from its load reports once a second, moves its *quota* (an in-place `RetuneInstance`)
+/// instead of a per-batch share. Raise after [`RAISE_AT`] overloaded samples of the last
+/// [`QUOTA_SAMPLES`], give back after [`LOWER_AT`] idle ones; the history is cleared after
+/// each move, as the horizontal scaler's is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuotaScaler {
+    samples: VecDeque<QuotaSample>,
+}
+
+impl QuotaScaler {
+    /// Records a sample of an instance whose request is above its base (`raised`) or not,
+    /// and decides.
+    pub fn sample(&mut self, s: QuotaSample, raised: bool) -> QuotaMove {
+        if self.samples.len() == QUOTA_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(s);
+        let count = |k: QuotaSample| self.samples.iter().filter(|&&x| x == k).count();
+        let decision = if count(QuotaSample::Overloaded) >= RAISE_AT {
+            QuotaMove::Raise
+        } else if raised && count(QuotaSample::Idle) >= LOWER_AT {
+            QuotaMove::Lower
+        } else {
+            QuotaMove::Stay
+        };
+        if decision != QuotaMove::Stay {
+            self.samples.clear();
+        }
+        decision
+    }
+}
+
+/// Classifies one second of an instance's load: `rate` requests/s it receives, `served_now`
+/// requests/s its current request serves, `served_base` what its base request serves,
+/// `queued` requests waiting and `max_batch`.
+pub fn quota_sample(
+    rate: f64,
+    served_now: f64,
+    served_base: f64,
+    queued: u32,
+    max_batch: u32,
+) -> QuotaSample {
+    let rate = if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        0.0
+    };
+    if queued > max_batch.max(1) || rate > served_now {
+        QuotaSample::Overloaded
+    } else if queued == 0 && rate < IDLE_BELOW * served_base {
+        QuotaSample::Idle
+    } else {
+        QuotaSample::Steady
+    }
+}
+
+/// The request (permille) an overloaded instance is raised to: its current request times
+/// the overflow (demand / what the current request serves), at least ×[`GROW`], at most its
+/// `limit` and what the GPU's other requests leave (`room` = 1000 − Σ other requests), so
+/// co-located requests stay guaranteed. `None` when that is no raise.
+pub fn raised_request(current: u32, limit: u32, overflow: f64, room: u32) -> Option<u32> {
+    let factor = if overflow.is_finite() {
+        overflow.max(GROW)
+    } else {
+        GROW
+    };
+    let want = (f64::from(current.max(1)) * factor).ceil().min(1000.0) as u32;
+    let to = want.min(limit).min(room);
+    (to > current).then_some(to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +407,56 @@ mod tests {
         assert!((l.budget() - 1.0 / 1.4).abs() < 1e-12);
         assert_eq!(l.observe_batch(f64::NAN), None);
         assert_eq!(l.observe_batch(-1.0), None);
+    }
+
+    #[test]
+    fn the_quota_scaler_raises_after_3_of_5_and_gives_back_after_5_idle() {
+        use QuotaSample::*;
+        let mut q = QuotaScaler::default();
+        assert_eq!(q.sample(Overloaded, false), QuotaMove::Stay);
+        assert_eq!(q.sample(Steady, false), QuotaMove::Stay);
+        assert_eq!(q.sample(Overloaded, false), QuotaMove::Stay);
+        assert_eq!(q.sample(Overloaded, false), QuotaMove::Raise, "3 of 4");
+        // Cleared: two more overloaded samples are not enough.
+        assert_eq!(q.sample(Overloaded, true), QuotaMove::Stay);
+        assert_eq!(q.sample(Overloaded, true), QuotaMove::Stay);
+        // Overloaded samples fall out of the 5-sample window.
+        for _ in 0..3 {
+            assert_eq!(q.sample(Steady, true), QuotaMove::Stay);
+        }
+        for _ in 0..4 {
+            assert_eq!(q.sample(Idle, true), QuotaMove::Stay);
+        }
+        assert_eq!(q.sample(Idle, true), QuotaMove::Lower, "5 idle of 5");
+        // Nothing to give back at the base request.
+        for _ in 0..20 {
+            assert_eq!(q.sample(Idle, false), QuotaMove::Stay);
+        }
+    }
+
+    #[test]
+    fn load_samples_and_raised_requests_by_hand() {
+        // 30 req/s against 25 served at the current request: overloaded; a backlog beyond a
+        // full batch of 8 too; 10 req/s under half of the 25 the base serves, nothing queued:
+        // idle; 20 req/s: steady; a queue keeps it from idle.
+        assert_eq!(
+            quota_sample(30.0, 25.0, 25.0, 0, 8),
+            QuotaSample::Overloaded
+        );
+        assert_eq!(quota_sample(1.0, 25.0, 25.0, 9, 8), QuotaSample::Overloaded);
+        assert_eq!(quota_sample(10.0, 25.0, 25.0, 0, 8), QuotaSample::Idle);
+        assert_eq!(quota_sample(20.0, 25.0, 25.0, 0, 8), QuotaSample::Steady);
+        assert_eq!(quota_sample(10.0, 25.0, 25.0, 3, 8), QuotaSample::Steady);
+        assert_eq!(quota_sample(f64::NAN, 25.0, 25.0, 0, 8), QuotaSample::Idle);
+        // 300‰ at 1.2× overflow: at least ×1.3 → 390.
+        assert_eq!(raised_request(300, 500, 1.2, 1000), Some(390));
+        // At 2× it wants 600, capped by its limit 500 ...
+        assert_eq!(raised_request(300, 500, 2.0, 1000), Some(500));
+        // ... and by what the GPU's other requests leave (1000 − 550 = 450).
+        assert_eq!(raised_request(300, 500, 2.0, 450), Some(450));
+        // No room, or already at the limit: no raise.
+        assert_eq!(raised_request(300, 500, 2.0, 300), None);
+        assert_eq!(raised_request(500, 500, 2.0, 1000), None);
+        assert_eq!(raised_request(300, 500, f64::INFINITY, 1000), Some(390));
     }
 }
