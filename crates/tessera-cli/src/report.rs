@@ -18,6 +18,10 @@ pub struct PolicySummary {
     /// absent for policies without any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_stats: Vec<(String, f64)>,
+    /// What the policy's mechanism plugged into the simulator (its serving setup); absent
+    /// for policies without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
 }
 
 impl PolicySummary {
@@ -27,6 +31,7 @@ impl PolicySummary {
             summary: report.summary.clone(),
             wall_s,
             policy_stats: report.policy_stats.clone(),
+            setup: None,
         }
     }
 }

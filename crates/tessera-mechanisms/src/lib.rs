@@ -232,6 +232,80 @@ pub trait Mechanism: Sync {
     fn replay_formats(&self) -> &'static [experiment::ReplayFormat] {
         &[]
     }
+    /// What the simulator needs to run its policy `policy` (serving truth, share controller,
+    /// training truth), so that every driver (`simulate`, `repro`, sweeps) runs it alike;
+    /// `None` when the name is not one of its policies or it needs nothing beyond the run's
+    /// settings; `Some(Err)` when its setup cannot be built (e.g. a bad shipped table).
+    #[cfg(feature = "experiments")]
+    fn serving_setup(&self, _policy: &str) -> Option<Result<ServingSetup, String>> {
+        None
+    }
+}
+
+/// What a mechanism plugs into the simulator for one of its policies
+/// ([`Mechanism::serving_setup`]).
+#[cfg(feature = "experiments")]
+#[derive(Clone)]
+pub struct ServingSetup {
+    /// One line saying what it sets, for reports.
+    pub about: &'static str,
+    /// Batch latency truth of the services.
+    pub model: Arc<dyn tessera_sim::ServingModel>,
+    /// Vertical scaling of quota-shared GPUs; `None` = static shares.
+    pub controller: Option<Arc<dyn tessera_sim::serving::ShareController>>,
+    /// Training truth under the policy's placements (e.g. neighbour-aware quotas); a driver
+    /// uses it unless the user named a truth model; `None` = the run's.
+    pub truth: Option<Arc<dyn ThroughputModel>>,
+    /// Window of the recent load figures the policy reads; `None` = the simulator's.
+    pub window: Option<tessera_model::SimDuration>,
+    /// The run measures the services' lifetime: it stops when the last service ends
+    /// (training still running then is reported unfinished). Ignored without services.
+    pub until_services_end: bool,
+}
+
+#[cfg(feature = "experiments")]
+impl std::fmt::Debug for ServingSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingSetup")
+            .field("about", &self.about)
+            .field("model", &self.model)
+            .field("controller", &self.controller)
+            .field("truth", &self.truth.is_some())
+            .field("window", &self.window)
+            .field("until_services_end", &self.until_services_end)
+            .finish()
+    }
+}
+
+#[cfg(feature = "experiments")]
+impl ServingSetup {
+    /// Sets a run's serving settings (arrivals seeded by `seed`) and, for a workload with
+    /// services and `until_services_end`, its time limit (the earlier of the given one and
+    /// the last service's end). The truth is the caller's to pick ([`ServingSetup::truth`]).
+    pub fn apply(
+        &self,
+        config: &mut tessera_sim::SimConfig,
+        workload: &tessera_model::Workload,
+        seed: u64,
+    ) {
+        config.serving.model = Arc::clone(&self.model);
+        config.serving.controller = self.controller.clone();
+        config.serving.seed = seed;
+        if let Some(w) = self.window {
+            config.serving.window = w;
+        }
+        let end = workload.services().iter().map(|s| s.end).max();
+        if let (true, Some(end)) = (self.until_services_end, end) {
+            config.time_limit = Some(config.time_limit.map_or(end, |t| t.min(end)));
+        }
+    }
+}
+
+/// The setup the mechanism owning `policy` gives it ([`Mechanism::serving_setup`]); `None`
+/// for a policy without one (or an unknown name).
+#[cfg(feature = "experiments")]
+pub fn serving_setup(policy: &str) -> Option<Result<ServingSetup, String>> {
+    MECHANISMS.iter().find_map(|m| m.serving_setup(policy))
 }
 
 /// Every policy of every mechanism, with the mechanism that owns it.

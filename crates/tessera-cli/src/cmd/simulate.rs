@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
-    build_policy, build_truth, did_you_mean, mechanism_of_policy, truths, Truth, TruthOptions,
-    EXACT_ENGINE,
+    build_policy, build_truth, did_you_mean, mechanism_of_policy, serving_setup, truths,
+    ServingSetup, Truth, TruthOptions, EXACT_ENGINE,
 };
 use tessera_model::{Cluster, SimDuration, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
@@ -36,6 +36,11 @@ pub struct Engine {
     pub semantics: Option<&'static EngineInfo>,
     /// Engine settings (the profiler is taken from `truth`).
     pub config: SimConfig,
+    /// The user named the truth model (`--perf` other than `auto`): it wins over a
+    /// policy's serving setup's.
+    pub truth_given: bool,
+    /// Seed of a serving setup's arrivals (`--seed`).
+    pub seed: u64,
 }
 
 fn trace_truth() -> Truth {
@@ -79,11 +84,13 @@ fn warn_many_rounds(workload: &Workload, round: SimDuration) -> bool {
     rounds > MANY_ROUNDS
 }
 
-/// One policy to run: its registry name and options.
+/// One policy to run: its registry name and options, and what its mechanism plugs into the
+/// simulator for it ([`tessera_mechanisms::serving_setup`]; `None`: the run's settings).
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
     pub name: String,
     pub options: PolicyOptions,
+    pub setup: Option<ServingSetup>,
 }
 
 /// Resolves `--semantics`: `exact` or a registered engine.
@@ -191,6 +198,11 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
                 "truth: {} tables, {} semantics{profiling}",
                 e.perf, e.semantics
             )?;
+        }
+        for p in &doc.policies {
+            if let Some(setup) = &p.setup {
+                writeln!(out, "{}: {setup}", p.policy)?;
+            }
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
@@ -310,7 +322,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     } else {
         args.policies.clone()
     };
-    let runs: Vec<PolicyRun> = names
+    let mut runs: Vec<PolicyRun> = names
         .into_iter()
         .map(|name| PolicyRun {
             name,
@@ -318,11 +330,15 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
                 round,
                 seed: args.seed,
             },
+            setup: None,
         })
         .collect();
-    // Fail on an unknown name before any run starts.
-    for r in &runs {
+    // Fail on an unknown name (or a setup that cannot be built) before any run starts.
+    for r in &mut runs {
         build_policy(&r.name, &r.options).with_context(|| "--policy".to_string())?;
+        r.setup = serving_setup(&r.name)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--policy {}: its serving setup: {e}", r.name))?;
     }
     let profile_cost =
         SimDuration::checked_from_secs_f64(args.profile_cost).context("--profile-cost")?;
@@ -356,10 +372,20 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     if config.failures.is_some() && semantics.is_some() {
         bail!("failure injection (--failures, --mtbf) runs on the exact engine only: drop --semantics");
     }
+    if let (Some(e), Some(r)) = (semantics, runs.iter().find(|r| r.setup.is_some())) {
+        bail!(
+            "--policy {} runs on the request-level serving simulator of the exact engine, not \
+             --semantics {}: drop --semantics or the policy",
+            r.name,
+            e.name
+        );
+    }
     let engine = Engine {
         truth,
         semantics,
         config,
+        truth_given: !args.perf.eq_ignore_ascii_case("auto"),
+        seed: args.seed,
     };
     let threads = args
         .threads
@@ -368,7 +394,11 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
 
     let summaries: Vec<PolicySummary> = results
         .iter()
-        .map(|(r, wall)| PolicySummary::new(r, *wall))
+        .zip(&runs)
+        .map(|((r, wall), run)| PolicySummary {
+            setup: run.setup.as_ref().map(|s| s.about.to_string()),
+            ..PolicySummary::new(r, *wall)
+        })
         .collect();
     // Reported when it is not the default (trace truth, exact engine), so the default
     // summary stays free of fields no one asked for.
@@ -505,9 +535,24 @@ pub fn run_policies_with(
         |spec| -> Result<(SimReport, f64)> {
             let policy = build_policy(&spec.name, &spec.options)?;
             let started = Instant::now();
-            let report = match engine.semantics {
-                Some(e) => (e.run)(cluster, workload, truth, policy, &engine.config),
-                None => {
+            let report = match (engine.semantics, &spec.setup) {
+                (Some(e), _) => (e.run)(cluster, workload, truth, policy, &engine.config),
+                (None, Some(setup)) => {
+                    // The policy's own serving truth and settings: the same as its
+                    // mechanism's experiments use.
+                    let mut config = engine.config.clone();
+                    setup.apply(&mut config, workload, engine.seed);
+                    let truth = match (&setup.truth, engine.truth_given) {
+                        (Some(t), false) => {
+                            config.profiler = None;
+                            t.as_ref()
+                        }
+                        _ => truth,
+                    };
+                    let mut bar = bars.bar(&spec.name, workload.len());
+                    Simulation::new(cluster, workload, truth, policy, config).run(&mut bar)
+                }
+                (None, None) => {
                     let mut bar = bars.bar(&spec.name, workload.len());
                     Simulation::new(cluster, workload, truth, policy, engine.config.clone())
                         .run(&mut bar)
@@ -524,7 +569,164 @@ pub fn run_policies_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use tessera_model::{SimTime, TrainingJob};
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let argv = ["tessera", "simulate"].iter().chain(extra).copied();
+        match crate::args::Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(crate::args::Command::Simulate(a)) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn data(name: &str) -> String {
+        format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap()
+    }
+
+    /// "Same policy code in every driver": `simulate` on part (b)'s built-ins gives exactly
+    /// the figures `repro dilu --parts b` computes for the same seed, every field of the
+    /// summary (device activity, per-service violations, served RPS, p99) and the policy's
+    /// counters.
+    #[test]
+    fn dilu_policies_in_simulate_match_the_repro_exactly() {
+        use tessera_mechanisms::dilu::serve_repro::{
+            run_serving, scenario_cluster, scenario_workload,
+        };
+        let policies = [
+            "dilu-exclusive",
+            "static-shares",
+            "dilu-no-vertical",
+            "dilu",
+        ];
+        let mut argv = vec![
+            "--cluster",
+            "builtin:dilu-4x4",
+            "--trace",
+            "builtin:dilu-serving",
+            "--seed",
+            "2",
+        ];
+        for p in policies {
+            argv.extend(["--policy", p]);
+        }
+        let got = execute(&args(&argv)).unwrap();
+        let (cluster, workload) = (scenario_cluster().unwrap(), scenario_workload().unwrap());
+        assert_eq!(got.reports.len(), 4);
+        for ((p, report), summary) in policies.iter().zip(&got.reports).zip(&got.doc.policies) {
+            let want = run_serving(&cluster, &workload, p, 2, false).unwrap();
+            assert_eq!(report.policy, *p);
+            assert_eq!(json(&report.summary), json(&want.summary), "{p}");
+            assert_eq!(report.policy_stats, want.policy_stats, "{p}");
+            assert!(summary.setup.is_some(), "{p}");
+            // The run served requests and stopped with the services (training unfinished).
+            assert!(report.summary.services.iter().all(|s| s.served > 0), "{p}");
+            assert_eq!(report.summary.unfinished, 4, "{p}");
+        }
+        // Vertical scaling is what separates dilu from dilu-no-vertical.
+        assert_ne!(json(&got.reports[2].summary), json(&got.reports[3].summary));
+        // Another seed draws other arrivals (LLaMA2's Poisson stream).
+        let other = execute(&args(&[
+            "--cluster",
+            "builtin:dilu-4x4",
+            "--trace",
+            "builtin:dilu-serving",
+            "--seed",
+            "3",
+            "--policy",
+            "dilu",
+        ]))
+        .unwrap();
+        assert_ne!(
+            json(&other.reports[0].summary),
+            json(&got.reports[3].summary)
+        );
+    }
+
+    /// A policy without a serving setup runs as before: trace truth, the default serving
+    /// model, no controller, no time limit, arrivals seeded 0; a Dilu policy in the same
+    /// run changes nothing for it.
+    #[test]
+    fn policies_without_a_setup_are_unchanged() {
+        let catalog = tessera_model::GpuCatalog::builtin();
+        let cluster = load_cluster(&data("four_gpus.yaml"), &catalog).unwrap();
+        let trace = load_trace(&data("services.yaml"), None, &catalog, false, 1).unwrap();
+        let policy = build_policy("serve-exclusive", &PolicyOptions::default()).unwrap();
+        let config = SimConfig {
+            profile_seed: 1,
+            ..SimConfig::default()
+        };
+        let want = Simulation::new(&cluster, &trace.workload, &TraceThroughput, policy, config)
+            .run(&mut ())
+            .unwrap();
+        let alone = execute(&args(&[
+            "--cluster",
+            &data("four_gpus.yaml"),
+            "--trace",
+            &data("services.yaml"),
+            "--policy",
+            "serve-exclusive",
+        ]))
+        .unwrap();
+        let mixed = execute(&args(&[
+            "--cluster",
+            &data("four_gpus.yaml"),
+            "--trace",
+            &data("services.yaml"),
+            "--policy",
+            "serve-exclusive",
+            "--policy",
+            "dilu",
+        ]))
+        .unwrap();
+        for got in [&alone, &mixed] {
+            assert_eq!(json(&got.reports[0].summary), json(&want.summary));
+            assert_eq!(got.doc.policies[0].setup, None);
+            assert!(json(&got.doc.policies[0]).get("setup").is_none());
+        }
+        // The training job (120 s) outlives the services (60 s): only dilu's setup stops at
+        // the services' end.
+        assert_eq!(mixed.reports[0].summary.unfinished, 0);
+        assert_eq!(mixed.reports[1].summary.unfinished, 1);
+        assert!(mixed.doc.policies[1].setup.is_some());
+    }
+
+    #[test]
+    fn a_setup_refuses_another_engine_and_names_the_policy() {
+        let err = execute(&args(&[
+            "--cluster",
+            "builtin:dilu-4x4",
+            "--trace",
+            "builtin:dilu-serving",
+            "--policy",
+            "dilu",
+            "--semantics",
+            "synergy",
+        ]))
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert!(
+            err.contains("--policy dilu") && err.contains("drop --semantics"),
+            "{err}"
+        );
+        let err = execute(&args(&[
+            "--cluster",
+            "builtin:dilu-4x4",
+            "--trace",
+            "builtin:dilu-serving",
+            "--policy",
+            "dilu-no-vertcal",
+        ]))
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert!(err.contains("did you mean \"dilu-no-vertical\""), "{err}");
+    }
 
     #[test]
     fn many_rounds_are_warned_about() {

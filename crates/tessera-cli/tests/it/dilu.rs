@@ -146,3 +146,136 @@ fn simulate_replays_a_packing_workload_through_the_registry() {
         stderr(&o)
     );
 }
+
+/// Issue 13 item 8 for serving: part (b)'s built-ins under the four serving policies print
+/// the serving table and write the per-policy and per-service contract; each Dilu policy
+/// names its serving setup.
+#[test]
+fn simulate_runs_dilu_serving_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let policies = [
+        "dilu-exclusive",
+        "static-shares",
+        "dilu-no-vertical",
+        "dilu",
+    ];
+    let mut argv = vec![
+        "simulate",
+        "--cluster",
+        "builtin:dilu-4x4",
+        "--trace",
+        "builtin:dilu-serving",
+        "--no-plots",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    for p in policies {
+        argv.extend(["--policy", p]);
+    }
+    let o = tessera(&argv);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("SLO viol.")
+            && text.contains("llama2-poisson")
+            && text.contains("vertical scaling"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let entries = v["policies"].as_array().unwrap();
+    assert_eq!(entries.len(), 4);
+    for (p, e) in policies.iter().zip(entries) {
+        assert_eq!(e["policy"], *p);
+        assert!(e["setup"].is_string(), "{e}");
+        for k in [
+            "peak_active_gpus",
+            "mean_active_gpus",
+            "mean_sm_frag",
+            "mean_mem_frag",
+        ] {
+            assert!(e[k].is_number(), "{p}: {k} missing");
+        }
+        let services = e["services"].as_array().unwrap();
+        assert_eq!(services.len(), 3, "{p}");
+        for s in services {
+            for k in ["slo_violation_rate", "served_rps", "p99_latency_s"] {
+                assert!(s[k].is_number(), "{p}: {k} missing in {s}");
+            }
+            assert!(s["served"].as_u64().unwrap() > 0, "{p}: {s}");
+        }
+        // At most the 16 GPUs of the cluster.
+        assert!(e["peak_active_gpus"].as_u64().unwrap() <= 16, "{p}");
+    }
+    // Exclusive holds a whole GPU per instance and per training GPU: never fragmented.
+    assert_eq!(entries[0]["mean_sm_frag"].as_f64(), Some(0.0));
+    assert!(out.join("instances.csv").exists());
+}
+
+/// Bad combinations fail with the reason: a serving setup under another engine, a serving
+/// policy name that does not exist.
+#[test]
+fn simulate_dilu_rejects_bad_combinations_clearly() {
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        "builtin:dilu-4x4",
+        "--trace",
+        "builtin:dilu-serving",
+        "--policy",
+        "dilu",
+        "--semantics",
+        "synergy",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("drop --semantics"), "{}", stderr(&o));
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        "builtin:dilu-4x4",
+        "--trace",
+        "builtin:dilu-serving",
+        "--policy",
+        "dilu-vertical",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("dilu-vertical"), "{}", stderr(&o));
+}
+
+/// Issue 13 item 8 on a shipped packing workload: `simulate --trace-format dilu-instances`
+/// gives the packing replay's peaks (N=400: exclusive 386, dilu 263, as `repro dilu`).
+#[test]
+fn simulate_replays_the_shipped_instances_400() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tessera-mechanisms/data/dilu/instances-400.csv");
+    let o = tessera(&[
+        "simulate",
+        "--trace-format",
+        "dilu-instances",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "exclusive",
+        "--policy",
+        "dilu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let peaks: Vec<(String, u64)> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["policy"].as_str().unwrap().to_string(),
+                p["peak_active_gpus"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        peaks,
+        [("exclusive".to_string(), 386), ("dilu".to_string(), 263)]
+    );
+}

@@ -2,7 +2,7 @@
 //! quotas (SM request / limit / memory), resourcing-complementary packing, introspective
 //! profiling and 2D co-scaling.
 //!
-//! This module holds the parts that do not need services in the core:
+//! The packing half:
 //! - [`table`]: inference batch latency vs (batch, share), from the authors' measurements;
 //! - [`truth`]: training throughput vs share with a saturation knee;
 //! - [`vertical`]: effective shares on a GPU and the overflow controller (vertical scaling),
@@ -14,13 +14,14 @@
 //! - [`packing`]: the pure placement and admission rules of Exclusive, INFless-l, INFless-r
 //!   and Dilu, and the packing replay (`tessera repro dilu`, `tessera bench dilu`).
 //!
-//! The serving policies (request-level simulation, vertical and horizontal scaling) build on
-//! the same rules once the core has inference services; until then the mechanism registers
-//! no scheduling policy.
+//! The serving half builds on the same rules: [`serving`] (latency tables, quota training
+//! truth, the vertical scaler behind the simulator's hook), [`policy`] (the serving policies,
+//! horizontal scaling) and [`setup`], what every driver plugs into the simulator for those
+//! policies (`Mechanism::serving_setup`) with part (b)'s cluster and workload as built-ins.
 
 use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
 
-use crate::Mechanism;
+use crate::{BuiltinCluster, BuiltinWorkload, Mechanism};
 
 #[cfg(feature = "experiments")]
 pub mod experiment;
@@ -34,6 +35,7 @@ mod serve_report;
 #[cfg(feature = "experiments")]
 pub mod serve_repro;
 pub mod serving;
+pub mod setup;
 pub mod table;
 pub mod truth;
 pub mod vertical;
@@ -57,6 +59,19 @@ impl Mechanism for Dilu {
 
     fn build_policy(&self, name: &str, _options: &PolicyOptions) -> Option<Box<dyn Policy>> {
         policy::DiluServe::by_name(name).map(|p| Box::new(p) as Box<dyn Policy>)
+    }
+
+    fn clusters(&self) -> &'static [BuiltinCluster] {
+        &[setup::CLUSTER]
+    }
+
+    fn workloads(&self) -> &'static [BuiltinWorkload] {
+        setup::workloads()
+    }
+
+    #[cfg(feature = "experiments")]
+    fn serving_setup(&self, policy: &str) -> Option<Result<crate::ServingSetup, String>> {
+        setup::serving_setup(policy).map(|r| r.map_err(|e| e.to_string()))
     }
 
     #[cfg(feature = "experiments")]

@@ -21,13 +21,13 @@ use tessera_model::{
     ArrivalProcess, Bytes, Cluster, GpuDemand, GpuShareRequest, InferenceService, MilliCpu,
     SimDuration, SimTime, TrainingJob, Workload,
 };
-use tessera_sim::{ServingConfig, SimConfig, SimReport, Simulation};
+use tessera_sim::{SimConfig, SimReport, Simulation};
 use thiserror::Error;
 
 use super::policy::{training_request, DiluServe, TRAINING_HEADROOM};
 use super::profile::{self, ProfileError};
 use super::series::{RateSeries, SeriesError};
-use super::serving::{DiluController, DiluServingModel, DiluTruth};
+use super::serving::DiluTruth;
 use super::table::{DiluModel, TableError};
 
 /// The policies of part (b), in report order.
@@ -206,8 +206,8 @@ pub fn scenario_workload() -> Result<Workload, ScenarioError> {
     Ok(Workload::with_services(jobs, services))
 }
 
-/// Runs one policy of part (b) with `seed` (arrivals); `vertical` plugs Dilu's controller
-/// in; `check` checks the simulator's invariants after every step.
+/// Runs one policy of part (b) with `seed` (arrivals) on the policy's serving setup
+/// ([`super::setup::serving_setup`]: Dilu's controller for `dilu`); `check` checks the simulator's invariants after every step.
 pub fn run_serving(
     cluster: &Cluster,
     workload: &Workload,
@@ -217,33 +217,20 @@ pub fn run_serving(
 ) -> Result<SimReport, ScenarioError> {
     let p = DiluServe::by_name(policy)
         .ok_or_else(|| ScenarioError::UnknownPolicy(policy.to_string()))?;
-    let vertical = policy == "dilu";
-    let end = workload
-        .services()
-        .iter()
-        .map(|s| s.end)
-        .max()
-        .unwrap_or(SimTime::ZERO);
-    let config = SimConfig {
-        time_limit: Some(end),
+    // The setup `tessera simulate` uses too: one code path for both drivers.
+    let setup = super::setup::serving_setup(policy)
+        .ok_or_else(|| ScenarioError::UnknownPolicy(policy.to_string()))??;
+    let mut config = SimConfig {
         record_timeseries: false,
-        serving: ServingConfig {
-            controller: vertical.then(|| {
-                Arc::new(DiluController) as Arc<dyn tessera_sim::serving::ShareController>
-            }),
-            model: Arc::new(DiluServingModel::shipped()?),
-            seed,
-            // A 2 s window: at each 1 s tick the policy reads the last whole second.
-            window: SimDuration::from_secs(2),
-            ..ServingConfig::default()
-        },
         ..SimConfig::default()
     };
+    setup.apply(&mut config, workload, seed);
+    let truth = setup.truth.clone().unwrap_or_else(|| Arc::new(DiluTruth));
     let sim_err = |reason: String| ScenarioError::Sim {
         policy: policy.to_string(),
         reason,
     };
-    let mut sim = Simulation::new(cluster, workload, &DiluTruth, Box::new(p), config);
+    let mut sim = Simulation::new(cluster, workload, truth.as_ref(), Box::new(p), config);
     if check {
         while sim.step().map_err(|e| sim_err(e.to_string()))? {
             sim.check_invariants().map_err(sim_err)?;
