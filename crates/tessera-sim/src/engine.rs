@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   arrivals (trace cursor) ─┐
-//!   completions (heap)  ─────┼─► next instant t ─► apply every event at t ─► sync progress
+//!   completions (set)   ─────┼─► next instant t ─► apply every event at t ─► sync progress
 //!   round ticks (policy) ────┘                                               │
 //!        ▲                                                                   ▼
 //!        └──── reschedule completions ◄── validate + apply actions ◄── Policy::schedule(view)
