@@ -2,19 +2,23 @@
 //!
 //! ```text
 //!   arrivals (trace cursor) ─┐
-//!   completions (heap)  ─────┼─► next instant t ─► apply every event at t ─► sync progress
+//!   completions (set)   ─────┼─► next instant t ─► apply every event at t ─► sync progress
 //!   round ticks (policy) ────┘                                               │
 //!        ▲                                                                   ▼
 //!        └──── reschedule completions ◄── validate + apply actions ◄── Policy::schedule(view)
 //! ```
 //!
 //! Time is [`SimTime`] (integer µs). Events at the same instant are all applied before the
-//! policy is called once; completion events carry a version stamp, so a completion made stale
-//! by a preemption or resize is skipped. Equal-time completions come out in the order they
-//! were scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
+//! policy is called once. Each running job's completion sits in one slot (`due`) and in an
+//! ordered set of live completions, so a preemption, resize or re-rating removes it instead of
+//! leaving a stale entry in a heap that every later pop pays for; the instant it would have
+//! fired at is kept in [`StaleInstants`], where the engine still steps, so that the run (its
+//! event count and the float integrals split at every instant) is what it was when stale
+//! completions were popped and skipped. Equal-time events come out in the order they were
+//! scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use tessera_model::{
@@ -123,14 +127,8 @@ impl Progress for () {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Completion {
-        job: JobId,
-        version: u32,
-    },
     /// Profiling of a job ended: it becomes visible to the policy.
-    ProfileDone {
-        job: JobId,
-    },
+    ProfileDone { job: JobId },
     /// A wake-up the policy asked for.
     Wakeup,
     /// A GPU finished reconfiguring.
@@ -149,8 +147,9 @@ struct Progressing {
     /// Progress starts only after a restart's checkpoint/restore.
     resumes_at: SimTime,
     done: f64,
-    /// Bumped on every allocation change; stale completions carry an older version.
-    version: u32,
+    /// The pending completion, (when, sequence), also in `Simulation::completions`; replaced
+    /// on every allocation or rate change.
+    due: Option<(SimTime, u64)>,
     gpus_held: u32,
     gpu_secs: f64,
     /// GPU·µs of progress (held minus restoring): the attained service policies see. An
@@ -188,7 +187,12 @@ pub struct Simulation<'a> {
 
     now: SimTime,
     seq: u64,
+    /// Events other than completions.
     heap: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
+    /// Live completions: (when, sequence, job index), ordered as the heap orders events.
+    completions: BTreeSet<(SimTime, u64, u32)>,
+    /// Instants of completions cancelled before they fired.
+    stale: StaleInstants,
     next_arrival: usize,
     round: Option<SimDuration>,
     next_round: Option<SimTime>,
@@ -307,7 +311,7 @@ impl<'a> Simulation<'a> {
             synced_at: SimTime::ZERO,
             resumes_at: SimTime::ZERO,
             done: 0.0,
-            version: 0,
+            due: None,
             gpus_held: 0,
             gpu_secs: 0.0,
             served_gpu_us: 0,
@@ -375,6 +379,8 @@ impl<'a> Simulation<'a> {
             now: SimTime::ZERO,
             seq: 0,
             heap: BinaryHeap::new(),
+            completions: BTreeSet::new(),
+            stale: StaleInstants::default(),
             next_arrival: 0,
             round,
             next_round: None,
@@ -472,18 +478,42 @@ impl<'a> Simulation<'a> {
         }
 
         let mut trigger = Trigger::default();
-        while let Some(Reverse((when, _, event))) = self.heap.peek().copied() {
+        loop {
+            // Completions and other events merged in (time, sequence) order.
+            let completion = self.completions.first().copied();
+            let other = self
+                .heap
+                .peek()
+                .map(|Reverse((when, seq, _))| (*when, *seq));
+            let take_completion = match (completion, other) {
+                (Some((ct, cs, _)), Some(o)) => (ct, cs) < o,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_completion {
+                let Some((when, _, job)) = completion else {
+                    break;
+                };
+                if when != t {
+                    break;
+                }
+                self.completions.pop_first();
+                self.events += 1;
+                if self.complete(JobId(job))? {
+                    trigger.completion = true;
+                }
+                continue;
+            }
+            let Some(Reverse((when, _, event))) = self.heap.peek().copied() else {
+                break;
+            };
             if when != t {
                 break;
             }
             self.heap.pop();
             self.events += 1;
             match event {
-                Event::Completion { job, version } => {
-                    if self.complete(job, version)? {
-                        trigger.completion = true;
-                    }
-                }
                 Event::Wakeup => {
                     if self.wakeup == Some(t) {
                         self.wakeup = None;
@@ -502,6 +532,9 @@ impl<'a> Simulation<'a> {
                 }
             }
         }
+        // Cancelled completions due now were popped and skipped here before they left the heap:
+        // they still count as events.
+        self.events += self.stale.pop_at(t);
         if self.injector.is_some() && self.apply_failures(t)? {
             // Capacity left or came back and jobs were requeued: like a completion, the
             // policy re-plans.
@@ -562,14 +595,24 @@ impl<'a> Simulation<'a> {
     }
 
     fn next_instant(&self) -> Option<SimTime> {
-        let completion = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        let event = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        let completion = self.completions.first().map(|&(t, _, _)| t);
+        let stale = self.stale.peek();
         let arrival = self.jobs.get(self.next_arrival).map(|j| j.submit);
         let service = self.serving.peek_boundary();
         let retirement = self.serving.next_retirement().filter(|&r| r > self.now);
-        [completion, arrival, self.next_round, service, retirement]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            event,
+            completion,
+            stale,
+            arrival,
+            self.next_round,
+            service,
+            retirement,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next instant, failures included. With nothing but failures left, they matter only
@@ -877,10 +920,11 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn complete(&mut self, job: JobId, version: u32) -> Result<bool, SimError> {
+    fn complete(&mut self, job: JobId) -> Result<bool, SimError> {
+        self.state[job.index()].due = None;
         let pos = self.active_pos[job.index()];
-        if pos == NOT_ACTIVE || self.state[job.index()].version != version {
-            return Ok(false); // stale: the job was preempted or resized since
+        if pos == NOT_ACTIVE {
+            return Ok(false); // not reachable: ending a job cancels its completion
         }
         self.sync(job);
         let total = self.jobs[job.index()].iterations as f64;
@@ -1202,16 +1246,9 @@ impl<'a> Simulation<'a> {
             return Ok(());
         }
         st.rate = rate;
-        st.version = st.version.wrapping_add(1);
         let remaining = (spec.iterations as f64 - st.done).max(0.0);
         let finish = st.resumes_at.max(now) + SimDuration::from_secs_f64_ceil(remaining / rate);
-        let version = st.version;
-        self.seq += 1;
-        self.heap.push(Reverse((
-            finish,
-            self.seq,
-            Event::Completion { job, version },
-        )));
+        self.schedule_completion(job, finish);
         Ok(())
     }
 
@@ -1363,9 +1400,9 @@ impl<'a> Simulation<'a> {
         let st = &mut self.state[job.index()];
         st.rate = 0.0;
         st.gpus_held = 0;
-        st.version = st.version.wrapping_add(1);
         st.preemptions += 1;
         self.active[pos].preemptions = st.preemptions;
+        self.cancel_completion(job);
         alloc
     }
 
@@ -1408,10 +1445,8 @@ impl<'a> Simulation<'a> {
         st.gpus_held = alloc.gpus();
         st.ever_started = true;
         st.first_start.get_or_insert(now);
-        st.version = st.version.wrapping_add(1);
         let remaining = (spec.iterations as f64 - st.done).max(0.0);
         let finish = st.resumes_at + SimDuration::from_secs_f64_ceil(remaining / rate);
-        let version = st.version;
         let served = st.served_gpu_us;
         let remaining = spec.iterations as f64 - st.done;
         let resumes_at = st.resumes_at;
@@ -1429,17 +1464,28 @@ impl<'a> Simulation<'a> {
             self.policy
                 .observe(JobChange::Started(&self.active[pos], &jobs[job.index()]));
         }
-        self.seq += 1;
-        self.heap.push(Reverse((
-            finish,
-            self.seq,
-            Event::Completion { job, version },
-        )));
+        self.schedule_completion(job, finish);
         if self.truth.depends_on_neighbours() {
             let held = self.active[pos].allocation.clone().unwrap_or_default();
             self.rerate_neighbours(&held, job)?;
         }
         Ok(())
+    }
+
+    /// Sets `job`'s completion at `at`, replacing (cancelling) any pending one.
+    fn schedule_completion(&mut self, job: JobId, at: SimTime) {
+        self.cancel_completion(job);
+        self.seq += 1;
+        self.state[job.index()].due = Some((at, self.seq));
+        self.completions.insert((at, self.seq, job.0));
+    }
+
+    /// Removes `job`'s pending completion, if any; its instant stays an instant of the run.
+    fn cancel_completion(&mut self, job: JobId) {
+        if let Some((at, seq)) = self.state[job.index()].due.take() {
+            self.completions.remove(&(at, seq, job.0));
+            self.stale.push(at);
+        }
     }
 
     fn record_sample(&mut self) {
@@ -1514,6 +1560,22 @@ impl<'a> Simulation<'a> {
                 "{running} jobs run but {} are tracked as running",
                 self.running.len()
             ));
+        }
+        // Exactly one live completion per running job, and none for any other.
+        if self.completions.len() != self.running.len() {
+            return Err(format!(
+                "{} live completions for {} running jobs",
+                self.completions.len(),
+                self.running.len()
+            ));
+        }
+        for &j in &self.running {
+            let due = self.state[j.index()].due;
+            if !due.is_some_and(|(at, seq)| self.completions.contains(&(at, seq, j.0))) {
+                return Err(format!(
+                    "running job {j:?} has no live completion ({due:?})"
+                ));
+            }
         }
         holdings.extend(
             self.serving
@@ -1663,4 +1725,125 @@ fn shares_gpus(a: &Allocation, b: &Allocation) -> bool {
                 && matches!((x.devices, y.devices), (Some(p), Some(q)) if !p.gpus.is_disjoint(q.gpus))
         })
     })
+}
+
+/// The instants of cancelled completions, a monotone radix heap: the engine steps at each (as
+/// it did when they were stale heap entries popped and skipped) at O(1) amortized cost per
+/// instant instead of a pop from a heap holding all of them. Keys are never below the last
+/// instant taken out (a completion is never due before the current instant).
+#[derive(Debug)]
+struct StaleInstants {
+    /// The last instant taken out (0 before any).
+    last: u64,
+    /// The smallest key held.
+    min: Option<u64>,
+    /// Bucket 0 holds keys equal to `last`; bucket i > 0 the keys whose highest bit differing
+    /// from `last` is bit i − 1 (so every key of a bucket is below every key of a later one).
+    buckets: [Vec<u64>; 65],
+}
+
+impl Default for StaleInstants {
+    fn default() -> Self {
+        StaleInstants {
+            last: 0,
+            min: None,
+            buckets: std::array::from_fn(|_| Vec::new()),
+        }
+    }
+}
+
+impl StaleInstants {
+    fn bucket(&self, key: u64) -> usize {
+        (u64::BITS - (key ^ self.last).leading_zeros()) as usize
+    }
+
+    fn push(&mut self, at: SimTime) {
+        let key = at.as_micros().max(self.last);
+        let b = self.bucket(key);
+        self.buckets[b].push(key);
+        self.min = Some(self.min.map_or(key, |m| m.min(key)));
+    }
+
+    /// The earliest instant held.
+    fn peek(&self) -> Option<SimTime> {
+        self.min.map(SimTime::from_micros)
+    }
+
+    /// Takes out every instant equal to `t`; returns how many there were.
+    fn pop_at(&mut self, t: SimTime) -> u64 {
+        let t = t.as_micros();
+        if self.min != Some(t) {
+            return 0;
+        }
+        if self.last != t {
+            // Re-bucket the first non-empty bucket (it holds the minimum) around the new
+            // `last`: its keys all land in lower buckets, those equal to `t` in bucket 0.
+            if let Some(i) = (1..self.buckets.len()).find(|&i| !self.buckets[i].is_empty()) {
+                self.last = t;
+                let mut keys = std::mem::take(&mut self.buckets[i]);
+                for k in keys.drain(..) {
+                    let b = self.bucket(k);
+                    self.buckets[b].push(k);
+                }
+                self.buckets[i] = keys;
+            }
+        }
+        let n = self.buckets[0].len() as u64;
+        self.buckets[0].clear();
+        self.min = self
+            .buckets
+            .iter()
+            .find(|b| !b.is_empty())
+            .and_then(|b| b.iter().copied().min());
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The radix heap gives the instants a binary heap of the same pushes gives, with
+        /// their multiplicities, when keys are never below the instant last taken out (as
+        /// completions are never due before now).
+        #[test]
+        fn stale_instants_pop_in_order(ops in prop::collection::vec((0u64..3, 0u64..5_000), 1..300)) {
+            let mut radix = StaleInstants::default();
+            let mut reference: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+            let mut now = 0u64;
+            for (op, delta) in ops {
+                if op < 2 {
+                    // A completion due at or after now (deltas of 0 make ties).
+                    let at = now + if op == 0 { delta % 3 } else { delta * 977 };
+                    radix.push(SimTime::from_micros(at));
+                    reference.push(Reverse(at));
+                } else {
+                    // Step to the next instant, as the engine does, and take out what is due.
+                    let next = reference.peek().map(|r| r.0);
+                    prop_assert_eq!(radix.peek().map(|t| t.as_micros()), next);
+                    let Some(t) = next else { continue };
+                    now = t;
+                    let mut due = 0;
+                    while reference.peek().is_some_and(|r| r.0 == t) {
+                        reference.pop();
+                        due += 1;
+                    }
+                    prop_assert_eq!(radix.pop_at(SimTime::from_micros(t)), due);
+                    prop_assert_eq!(radix.pop_at(SimTime::from_micros(t)), 0);
+                }
+            }
+            while let Some(Reverse(t)) = reference.peek().copied() {
+                prop_assert_eq!(radix.peek(), Some(SimTime::from_micros(t)));
+                let mut due = 0;
+                while reference.peek().is_some_and(|r| r.0 == t) {
+                    reference.pop();
+                    due += 1;
+                }
+                prop_assert_eq!(radix.pop_at(SimTime::from_micros(t)), due);
+            }
+            prop_assert_eq!(radix.peek(), None);
+        }
+    }
 }
