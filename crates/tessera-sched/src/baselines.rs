@@ -374,6 +374,30 @@ fn advance(head: &mut Head<'_>) -> Option<Rank> {
     taken
 }
 
+/// What [`IndexedLedger::place`] reads of a job: two jobs of one shape get the same answer
+/// from the same ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape<'a> {
+    gpus: u32,
+    gpu_types: &'a [tessera_model::GpuModelId],
+    cpu: Option<tessera_model::MilliCpu>,
+    memory: Option<tessera_model::Bytes>,
+}
+
+impl<'a> Shape<'a> {
+    fn of(spec: &'a TrainingJob) -> Shape<'a> {
+        Shape {
+            gpus: spec.gpus,
+            gpu_types: &spec.gpu_types,
+            cpu: spec.cpu,
+            memory: spec.memory,
+        }
+    }
+}
+
+/// Failed shapes remembered per fill (the list is scanned per job: kept short).
+const MAX_FAILED_SHAPES: usize = 16;
+
 /// A baseline policy: one [`JobOrder`] over the shared start/preempt mechanism.
 #[derive(Debug)]
 pub struct OrderedPolicy {
@@ -416,6 +440,11 @@ impl OrderedPolicy {
         let mut ledger = IndexedLedger::new(view.cluster, view.state);
         let mut free = ledger.free_gpus();
         let mut heads = bucket_heads(queue, free);
+        // Shapes that found no placement in this pass. What is free only shrinks while
+        // filling and a placement depends on nothing but the shape, so a later job of a
+        // failed shape fails too: skipping it decides the same and costs a comparison
+        // instead of a placement attempt (a deep queue of jobs that cannot fit yet).
+        let mut failed: Vec<Shape<'_>> = Vec::new();
         while free > 0 {
             let Some(b) = best_head(&heads, free) else {
                 break;
@@ -427,9 +456,15 @@ impl OrderedPolicy {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
+            let shape = Shape::of(spec);
+            if failed.contains(&shape) {
+                continue;
+            }
             if let Some(allocation) = ledger.place(spec) {
                 actions.push(Action::Start { job, allocation });
                 free = ledger.free_gpus();
+            } else if failed.len() < MAX_FAILED_SHAPES {
+                failed.push(shape);
             }
         }
     }

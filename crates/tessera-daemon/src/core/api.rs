@@ -722,6 +722,7 @@ impl Core {
                 "rates must be finite and non-negative",
             ));
         }
+        self.touch(idx);
         let job = &mut self.jobs[idx];
         if job.row.state.is_terminal() {
             return Err(ApiError::conflict(format!(

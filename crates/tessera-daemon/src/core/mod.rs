@@ -39,7 +39,9 @@ use tessera_model::{
     Allocation, Bytes, GpuPart, MigInstance, MilliCpu, NodeId, ParallelPlan, Resources,
     SimDuration, SimTime, TrainingJob,
 };
-use tessera_sched::{validate, Action, ActiveJob, ClusterState, ClusterView, Policy, Trigger};
+use tessera_sched::{
+    validate, Action, ActiveJob, ClusterState, ClusterView, JobChange, Policy, Trigger,
+};
 
 use crate::backend::{
     mps_pinned_mem_limit, mps_thread_percentage, Handle, InventoryNode, Launch, NodeHealth,
@@ -205,7 +207,14 @@ struct Job {
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
+    /// GPU-service received, GPU·µs, accrued exactly at scheduling points (the row's
+    /// `attained_gpu_secs` is this over 10⁶): tracking policies (LAS) compute it from the
+    /// start of an allocation, which only an integer count matches exactly.
+    attained_us: u64,
 }
+
+/// `active_pos` of a job the policy does not see.
+const NOT_VISIBLE: u32 = u32::MAX;
 
 /// The sans-IO scheduling core (see the [module docs](self)).
 pub struct Core {
@@ -257,7 +266,29 @@ pub struct Core {
     retry_at: Option<SimTime>,
     /// A one-off scheduling point the policy asked for ([`Policy::wakeup`]).
     wakeup: Option<SimTime>,
+    /// What the policy sees as `view.active`, kept between scheduling points: only jobs that
+    /// changed (`dirty`) and running jobs (their attained service) are brought up to date at
+    /// each point, so a pass costs O(changes + running), not O(pending). In no particular
+    /// order (removal swaps the last entry in), as the simulator keeps its own.
     active_buf: Vec<ActiveJob>,
+    /// Each job's position in `active_buf`, by index ([`NOT_VISIBLE`] when absent).
+    active_pos: Vec<u32>,
+    /// Jobs changed since the last scheduling point, in the order they first changed.
+    dirty: Vec<usize>,
+    /// Whether a job is in `dirty`, by index.
+    is_dirty: Vec<bool>,
+    /// Jobs holding an allocation (starting or running): what accrues service and is polled.
+    holding: BTreeSet<usize>,
+    /// The policy keeps its own queue and is told every change of `active_buf`
+    /// ([`Policy::track_jobs`]), as in the simulator.
+    tracking: bool,
+    /// Entries of `view.active` brought up to date from changed jobs at the last scheduling
+    /// point (tests count it: it must not grow with the queue).
+    pub(crate) last_synced: usize,
+    /// Tests: the first scheduling point whose kept `view.active` differed from the one
+    /// rebuilt from every job, with both.
+    #[cfg(test)]
+    pub(crate) view_mismatch: Option<String>,
     actions: Vec<Action>,
     commands: VecDeque<Command>,
     pending: WriteBatch,
@@ -298,7 +329,7 @@ impl Core {
     pub fn new(
         settings: CoreSettings,
         map: ClusterMap,
-        policy: Box<dyn Policy>,
+        mut policy: Box<dyn Policy>,
         tenants: Vec<(String, String, bool)>,
         new_token: TokenSource,
         now: SimTime,
@@ -317,7 +348,8 @@ impl Core {
             })
             .collect();
         let reported_health = map.logical.iter().map(|l| l.health).collect();
-        Core {
+        let tracking = policy.track_jobs();
+        let mut core = Core {
             settings,
             next_round: policy.round_length().map(|r| now + r),
             policy,
@@ -358,6 +390,14 @@ impl Core {
             retry_at: None,
             wakeup: None,
             active_buf: Vec::new(),
+            active_pos: Vec::new(),
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
+            holding: BTreeSet::new(),
+            tracking,
+            last_synced: 0,
+            #[cfg(test)]
+            view_mismatch: None,
             actions: Vec::new(),
             commands: VecDeque::new(),
             pending: WriteBatch::default(),
@@ -365,6 +405,36 @@ impl Core {
             to_archive: Vec::new(),
             archived_counts: BTreeMap::new(),
             services: services::Services::default(),
+        };
+        for i in 0..core.map.logical.len() {
+            if core.map.logical[i].health != NodeHealth::Up {
+                core.mask_node(i, true);
+            }
+        }
+        core
+    }
+
+    /// Marks every GPU of logical node `i` down (or up again) in the device state the policy
+    /// reads (`view.state`), so that policies placing from it (the baselines' tracked queue,
+    /// device-level mechanisms) see no free GPU on a node that is down or draining, exactly
+    /// as the simulator masks a failed node. GPUs still held stay held until released.
+    fn mask_node(&mut self, i: usize, down: bool) {
+        let node = NodeId(i as u32);
+        let gpus = self.devices.gpus(node).len() as u32;
+        for g in 0..gpus {
+            self.devices.set_down(node, g, down);
+        }
+    }
+
+    /// Notes that job `idx` changed in a way the policy may see; it is brought up to date in
+    /// `view.active` (and reported to a tracking policy) at the next scheduling point.
+    fn touch(&mut self, idx: usize) {
+        if self.is_dirty.len() <= idx {
+            self.is_dirty.resize(idx + 1, false);
+        }
+        if !self.is_dirty[idx] {
+            self.is_dirty[idx] = true;
+            self.dirty.push(idx);
         }
     }
 
@@ -416,6 +486,12 @@ impl Core {
             let Some(job) = self.jobs.pop() else { break };
             self.specs.pop();
             self.by_id.remove(&job.row.id);
+            self.holding.remove(&idx);
+            self.hide(idx);
+            if self.is_dirty.get(idx).copied().unwrap_or(false) {
+                self.is_dirty[idx] = false;
+                self.dirty.retain(|&i| i != idx);
+            }
             if self.active.remove(&idx) {
                 if let Some(n) = self.active_per_tenant.get_mut(&job.row.tenant) {
                     *n = n.saturating_sub(1);
@@ -684,6 +760,8 @@ impl Core {
         if let Some(t) = &row.job_token_sha256 {
             self.job_tokens.insert(t.clone(), idx);
         }
+        // Service already attained, as recorded (exact to the µs it was written from).
+        let attained_us = (row.attained_gpu_secs.max(0.0) * 1e6).round() as u64;
         self.jobs.push(Job {
             row,
             spec,
@@ -692,8 +770,10 @@ impl Core {
             lost_runs: 0,
             held: false,
             archived: false,
+            attained_us,
         });
         self.specs.push(tj);
+        self.touch(idx);
         idx
     }
 
@@ -830,6 +910,7 @@ impl Core {
                 });
                 match &mut job.alloc {
                     Some(a) => {
+                        self.holding.insert(idx);
                         for s in &a.shares {
                             sub(&mut self.free[s.node.index()], &s.resources());
                         }
@@ -876,7 +957,9 @@ impl Core {
     // Transitions
 
     fn transition(&mut self, idx: usize, to: JobState, now_us: u64, detail: &str) {
+        self.touch(idx);
         let job = &mut self.jobs[idx];
+        job.row.attained_gpu_secs = job.attained_us as f64 / 1e6;
         let from = job.row.state;
         if (from == JobState::Pending) != (to == JobState::Pending) {
             let n = self
@@ -915,6 +998,8 @@ impl Core {
 
     /// Returns a job's allocation to the free pool.
     fn release(&mut self, idx: usize) {
+        self.touch(idx);
+        self.holding.remove(&idx);
         if let Some(a) = self.jobs[idx].alloc.take() {
             self.devices.release(&self.map.cluster, &a);
             for s in &a.shares {
@@ -982,7 +1067,7 @@ impl Core {
             });
         }
         let mut watched: Vec<Handle> = self
-            .active
+            .holding
             .iter()
             .filter_map(|&idx| self.jobs[idx].row.handle.clone().map(Handle))
             .collect();
@@ -1050,6 +1135,7 @@ impl Core {
                     self.lost(idx, &format!("its node failed: {reason}"), now);
                     if self.jobs[idx].row.state == JobState::Pending {
                         self.jobs[idx].held = true;
+                        self.touch(idx);
                         if self.awaiting_inventory.is_empty() {
                             self.commands.push_back(Command::Inventory);
                         }
@@ -1108,10 +1194,11 @@ impl Core {
 
     /// The last status of a run stopped because its node went down.
     fn verified(&mut self, idx: usize, status: &RunStatus, now: u64) {
-        let job = &mut self.jobs[idx];
-        if !job.held || job.row.state != JobState::Pending {
+        if !self.jobs[idx].held || self.jobs[idx].row.state != JobState::Pending {
             return;
         }
+        self.touch(idx);
+        let job = &mut self.jobs[idx];
         job.held = false;
         match status {
             RunStatus::Completed => {
@@ -1175,6 +1262,7 @@ impl Core {
     fn release_awaiting_inventory(&mut self) {
         for idx in std::mem::take(&mut self.awaiting_inventory) {
             self.jobs[idx].held = false;
+            self.touch(idx);
             self.trigger.completion = true;
         }
     }
@@ -1207,6 +1295,8 @@ impl Core {
     fn apply_health(&mut self, now: SimTime) {
         let mut changed = false;
         let mut went_down = Vec::new();
+        // (logical node, now up): applied to the device state once the loop is done.
+        let mut masks: Vec<(usize, bool)> = Vec::new();
         for (i, l) in self.map.logical.iter_mut().enumerate() {
             let health = self
                 .health_overrides
@@ -1220,8 +1310,12 @@ impl Core {
                 went_down.push(l.node.clone());
             }
             tracing::info!(node = %l.node, ?health, "node health changed");
+            let was_up = l.health == NodeHealth::Up;
             l.health = health;
             changed = true;
+            if was_up != (health == NodeHealth::Up) {
+                masks.push((i, !was_up));
+            }
             let full = self.map.cluster.capacity(tessera_model::NodeId(i as u32));
             let cap = if health == NodeHealth::Up {
                 full
@@ -1247,6 +1341,9 @@ impl Core {
             } else {
                 Resources::default()
             };
+        }
+        for (i, up) in masks {
+            self.mask_node(i, !up);
         }
         if changed {
             self.trigger.completion = true;
@@ -1327,51 +1424,151 @@ impl Core {
             || self.services.timer.is_some_and(|t| now >= t)
     }
 
+    /// Brings the attained service of every job holding an allocation up to `now` (exact
+    /// GPU·µs), and its `view.active` entry with it. O(jobs holding), never O(pending).
     fn accrue(&mut self, now: SimTime) {
-        let dt = now.saturating_since(self.last_accrual).as_secs_f64();
+        let dt = now.saturating_since(self.last_accrual).as_micros();
         self.last_accrual = now;
-        if dt <= 0.0 {
-            return;
-        }
-        for &idx in &self.active {
+        for &idx in &self.holding {
             let job = &mut self.jobs[idx];
             if let Some(a) = &job.alloc {
-                job.row.attained_gpu_secs += a.gpus() as f64 * dt;
+                job.attained_us = job
+                    .attained_us
+                    .saturating_add((a.gpus() as u64).saturating_mul(dt));
+                job.row.attained_gpu_secs = job.attained_us as f64 / 1e6;
+            }
+            if let Some(e) = self
+                .active_pos
+                .get(idx)
+                .and_then(|&p| self.active_buf.get_mut(p as usize))
+            {
+                e.attained_gpu_us = job.attained_us;
+                e.attained_gpu_secs = job.row.attained_gpu_secs;
+                // Grows from now at the GPUs held per µs (what a tracking LAS computes).
+                e.resumes_at = Some(now);
             }
         }
     }
 
-    fn build_active(&mut self) {
-        self.active_buf.clear();
-        for &idx in &self.active {
-            let job = &self.jobs[idx];
-            if job.held {
-                continue;
-            }
-            let spec = &self.specs[idx];
-            let running = job.row.state != JobState::Pending;
-            let done = job.row.progress_iters as f64;
-            let throughput = job
-                .row
-                .iters_per_sec
-                .filter(|v| *v > 0.0)
-                .unwrap_or_else(|| spec.reference_throughput());
-            self.active_buf.push(ActiveJob {
-                state: if running {
-                    tessera_sched::JobState::Running
-                } else {
-                    tessera_sched::JobState::Queued
-                },
-                allocation: if running { job.alloc.clone() } else { None },
-                attained_gpu_secs: job.row.attained_gpu_secs,
-                remaining_iters: (spec.iterations as f64 - done).max(0.0),
-                throughput_estimate: throughput,
-                first_start: job.row.start_us.map(SimTime::from_micros),
-                preemptions: job.row.preemptions,
-                // The daemon does not profile jobs (yet): policies treat them as insensitive.
-                ..ActiveJob::arrived(spec)
-            });
+    /// What the policy sees of job `idx` now, `None` when it sees nothing (finished,
+    /// archived, or held after a node failure).
+    fn active_entry(&self, idx: usize, now: SimTime) -> Option<ActiveJob> {
+        let job = self.jobs.get(idx)?;
+        if job.held || job.archived || job.row.state.is_terminal() {
+            return None;
         }
+        let spec = self.specs.get(idx)?;
+        let running = job.row.state != JobState::Pending;
+        let done = job.row.progress_iters as f64;
+        let throughput = job
+            .row
+            .iters_per_sec
+            .filter(|v| *v > 0.0)
+            .unwrap_or_else(|| spec.reference_throughput());
+        Some(ActiveJob {
+            state: if running {
+                tessera_sched::JobState::Running
+            } else {
+                tessera_sched::JobState::Queued
+            },
+            allocation: if running { job.alloc.clone() } else { None },
+            attained_gpu_secs: job.attained_us as f64 / 1e6,
+            attained_gpu_us: job.attained_us,
+            resumes_at: running.then_some(now),
+            remaining_iters: (spec.iterations as f64 - done).max(0.0),
+            throughput_estimate: throughput,
+            first_start: job.row.start_us.map(SimTime::from_micros),
+            preemptions: job.row.preemptions,
+            // The daemon does not profile jobs (yet): policies treat them as insensitive.
+            ..ActiveJob::arrived(spec)
+        })
+    }
+
+    /// Removes job `idx` from `view.active` (if there), reporting it to a tracking policy.
+    fn hide(&mut self, idx: usize) {
+        let Some(pos) = self
+            .active_pos
+            .get(idx)
+            .copied()
+            .filter(|&p| p != NOT_VISIBLE)
+        else {
+            return;
+        };
+        self.active_pos[idx] = NOT_VISIBLE;
+        let gone = self.active_buf.swap_remove(pos as usize);
+        if let Some(moved) = self.active_buf.get(pos as usize) {
+            self.active_pos[moved.id.index()] = pos;
+        }
+        if self.tracking {
+            self.policy.observe(JobChange::Ended(gone.id));
+        }
+    }
+
+    /// Brings `view.active` up to date with the jobs changed since the last scheduling point
+    /// and tells a tracking policy what changed, in the order the jobs first changed.
+    fn sync_active(&mut self, now: SimTime) {
+        let dirty = std::mem::take(&mut self.dirty);
+        self.last_synced = dirty.len();
+        for &idx in &dirty {
+            if let Some(d) = self.is_dirty.get_mut(idx) {
+                *d = false;
+            }
+            let Some(entry) = self.active_entry(idx, now) else {
+                self.hide(idx);
+                continue;
+            };
+            if self.active_pos.len() <= idx {
+                self.active_pos.resize(idx + 1, NOT_VISIBLE);
+            }
+            let pos = self.active_pos[idx];
+            let change = if pos == NOT_VISIBLE {
+                self.active_pos[idx] = self.active_buf.len() as u32;
+                self.active_buf.push(entry);
+                Some(self.active_buf.len() - 1)
+            } else {
+                let old = &mut self.active_buf[pos as usize];
+                let before = (old.state, old.allocation.clone(), old.remaining_iters);
+                let moved = before
+                    != (entry.state, entry.allocation.clone(), entry.remaining_iters)
+                    || old.throughput_estimate != entry.throughput_estimate
+                    || old.attained_gpu_us != entry.attained_gpu_us;
+                *old = entry;
+                moved.then_some(pos as usize)
+            };
+            if let (true, Some(p)) = (self.tracking, change) {
+                let job = &self.active_buf[p];
+                let spec = &self.specs[idx];
+                let c = match job.state {
+                    tessera_sched::JobState::Running => JobChange::Started(job, spec),
+                    // A queued job seen for the first time arrives; one seen before (it was
+                    // running, or its progress moved its key) goes back in the queue.
+                    tessera_sched::JobState::Queued if pos == NOT_VISIBLE => {
+                        JobChange::Arrived(job, spec)
+                    }
+                    tessera_sched::JobState::Queued => JobChange::Preempted(job, spec),
+                };
+                self.policy.observe(c);
+            }
+        }
+        self.dirty = dirty;
+        self.dirty.clear();
+    }
+
+    /// `view.active` rebuilt from scratch (the reference the incremental one is tested
+    /// against), sorted by job id.
+    #[cfg(test)]
+    pub(crate) fn full_active(&self, now: SimTime) -> Vec<ActiveJob> {
+        (0..self.jobs.len())
+            .filter_map(|i| self.active_entry(i, now))
+            .collect()
+    }
+
+    /// The incremental `view.active` as of the last scheduling point, sorted by job id.
+    #[cfg(test)]
+    pub(crate) fn kept_active(&self) -> Vec<ActiveJob> {
+        let mut v = self.active_buf.clone();
+        v.sort_by_key(|j| j.id);
+        v
     }
 
     /// One scheduling point: [`decide`](Self::decide), then [`apply`](Self::apply).
@@ -1408,7 +1605,14 @@ impl Core {
             trigger.wakeup = true;
         }
         self.accrue(now);
-        self.build_active();
+        self.sync_active(now);
+        #[cfg(test)]
+        if self.view_mismatch.is_none() {
+            let (kept, full) = (self.kept_active(), self.full_active(now));
+            if kept != full {
+                self.view_mismatch = Some(format!("at {now:?}: kept {kept:?}, rebuilt {full:?}"));
+            }
+        }
         self.build_service_views(now);
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
@@ -1713,6 +1917,8 @@ impl Core {
 
     /// Records that job `idx` holds `alloc` (resolved: devices named).
     fn hold(&mut self, idx: usize, alloc: Allocation) {
+        self.touch(idx);
+        self.holding.insert(idx);
         self.devices.take(&self.map.cluster, &alloc);
         for s in &alloc.shares {
             sub(&mut self.free[s.node.index()], &s.resources());
