@@ -90,6 +90,16 @@ const REPRO_PARAMS: &[Param] = &[
         help: "Part b: serving policies (dilu-exclusive is the training reference)",
     },
     Param {
+        name: "load-scale",
+        default: "1,2,4",
+        help: "Part b: multiply every arrival rate by each of these (1 = the paper's load); one table per scale",
+    },
+    Param {
+        name: "serving-memory",
+        default: "artifact",
+        help: "Part b: device memory of instances and training: artifact (the authors' deployment scripts) or small (our earlier assumption, never binding)",
+    },
+    Param {
         name: "serving-check",
         default: "false",
         help: "Part b: check the simulator's invariants after every step",
@@ -233,23 +243,26 @@ impl Experiment for DiluRepro {
                 return Err(ExperimentError::param("parts", p, "a or b"));
             }
         }
+        // Part (a)'s parameters are checked before part (b) runs (it takes seconds).
+        let part_a = if parts.iter().any(|p| p == "a") {
+            Some((policies(args)?, pool_spec(args)?, workloads(args)?))
+        } else {
+            None
+        };
         let serving = if parts.iter().any(|p| p == "b") {
             Some(super::serve_report::run(args, ctx)?)
         } else {
             None
         };
-        if !parts.iter().any(|p| p == "a") {
+        let Some((policies, pool, loads)) = part_a else {
             let (text, summary, figures) = serving.unwrap_or_default();
             return Ok(ReproOutput {
                 text,
                 summary: serde_json::json!({ "experiment": "dilu", "serving": summary }),
                 figures,
             });
-        }
-        let policies = policies(args)?;
-        let pool = pool_spec(args)?;
+        };
         let check = args.flag("check")?;
-        let loads = workloads(args)?;
         let reports = run_packing(&loads, &policies, pool, check, ctx)?;
 
         let mut text = String::new();
@@ -665,6 +678,19 @@ mod tests {
             ("trace", "/nonexistent/instances.txt"),
         ] {
             let args = ExperimentArgs::new(REPRO_PARAMS, [(name, value)]).unwrap();
+            let e = DiluRepro.run(&args, &ctx).err();
+            assert!(
+                matches!(e, Some(ExperimentError::Param { .. })),
+                "{name} {value}: {e:?}"
+            );
+        }
+        for (name, value) in [
+            ("load-scale", "0"),
+            ("load-scale", "-2"),
+            ("serving-memory", "huge"),
+            ("serving-seeds", ""),
+        ] {
+            let args = ExperimentArgs::new(REPRO_PARAMS, [("parts", "b"), (name, value)]).unwrap();
             let e = DiluRepro.run(&args, &ctx).err();
             assert!(
                 matches!(e, Some(ExperimentError::Param { .. })),
