@@ -411,7 +411,14 @@ impl Policy for GavelPolicy {
                 .then(view.active[a.1].id.cmp(&view.active[b.1].id))
                 .then(a.2.cmp(&b.2))
         });
-        realise(view, &types, &candidates, view.trigger.round, actions);
+        realise(
+            view,
+            &types,
+            &candidates,
+            view.trigger.round,
+            self.round,
+            actions,
+        );
     }
 
     fn stats(&self) -> Vec<(String, f64)> {
@@ -435,6 +442,7 @@ fn realise(
     types: &[GpuType],
     candidates: &[(f64, usize, usize)],
     replan: bool,
+    lease: SimDuration,
     actions: &mut Vec<Action>,
 ) {
     let n = view.active.len();
@@ -451,9 +459,14 @@ fn realise(
                 .and_then(|g| types.iter().position(|t| t.id == g))
         })
         .collect();
-    if !replan {
-        // Running jobs keep what they hold.
-        for (pos, job) in view.active.iter().enumerate() {
+    for (pos, job) in view.active.iter().enumerate() {
+        // Between rounds running jobs keep what they hold. On a round, so do those that
+        // have not yet made progress for one lease since their last (re)start ended its
+        // restore: every restart then buys at least a round of progress. Without it, a
+        // restart cost longer than a round (the Crius repro charges up to 630 s against
+        // 360 s rounds) lets the time sharing rotate jobs that never progress.
+        let leased = job.resumes_at.is_some_and(|r| view.now < r + lease);
+        if !replan || leased {
             if let (Some(t), Some(a)) = (current[pos], job.allocation.as_ref()) {
                 chosen[pos] = Some(t);
                 left[t] -= i64::from(a.gpus());
@@ -825,8 +838,31 @@ mod tests {
             services: &[],
         };
         let mut actions = Vec::new();
-        realise(&view, &types, &[], true, &mut actions);
+        realise(&view, &types, &[], true, GAVEL_ROUND, &mut actions);
         assert!(actions.is_empty(), "{actions:?}");
+        // A slot on V100: taken once the job has progressed for a lease since its restore,
+        // not before.
+        let slot = [(1.0, 0, 2)];
+        for (resumed, moves) in [(300, false), (0, true)] {
+            let leased = vec![ActiveJob {
+                resumes_at: Some(SimTime::from_secs(resumed)),
+                ..active[0].clone()
+            }];
+            let view = ClusterView {
+                active: &leased,
+                ..view
+            };
+            let mut actions = Vec::new();
+            realise(&view, &types, &slot, true, GAVEL_ROUND, &mut actions);
+            if moves {
+                let [Action::Resize { allocation, .. }] = actions.as_slice() else {
+                    panic!("{actions:?}");
+                };
+                assert_eq!(type_of(&cluster, allocation), Some(types[2].id));
+            } else {
+                assert!(actions.is_empty(), "resumed at {resumed} s: {actions:?}");
+            }
+        }
         // A queued job in the same position takes the fastest type.
         let queued = vec![ActiveJob {
             state: JobState::Queued,
@@ -839,7 +875,7 @@ mod tests {
             state: &ClusterState::new(&cluster),
             ..view
         };
-        realise(&view, &types, &[], true, &mut actions);
+        realise(&view, &types, &[], true, GAVEL_ROUND, &mut actions);
         let [Action::Start { allocation, .. }] = actions.as_slice() else {
             panic!("{actions:?}");
         };

@@ -21,11 +21,19 @@
 //! and no more value than another is never needed). On the Crius repro's 1,900 jobs this
 //! turns thousands of binaries into a few hundred integers.
 //!
-//! The ILP is warm-started with a greedy solution (running jobs keep what they hold, then
-//! first come, the fitting configuration with the most value per GPU) and solved with microlp
-//! under a **branch-and-bound node cap** (default 200 nodes; deterministic: the same inputs
-//! give the same incumbent) and a 1% MIP gap; a wall-clock guard (1 s) backs it up. When a
-//! limit stops the search the incumbent is used (never worse than the warm start). Solve
+//! A greedy solution is the fallback and the bar (running jobs keep what they hold, then
+//! first come, the fitting configuration with the most value per GPU). **By default (node cap
+//! 0) the ILP's LP relaxation is solved once and rounded** ([`round_relaxation`]: counts
+//! rounded down, then the fractional configurations and the greedy fill on what is left);
+//! the result is used when it is worth at least the greedy solution. This is an
+//! approximation: a basic optimum of the relaxation has at most one fractional count per
+//! row (4 types + the groups), so the rounding loses at most a few configurations' value
+//! against the ILP (proptest `rounded_relaxation_is_near_the_ilp_optimum`; effect on the
+//! repro's figures in docs/crius.md). With a node cap > 0 ([`SiaPolicy::with_node_limit`])
+//! the ILP itself is solved with microlp's branch and bound, warm-started with the greedy
+//! solution, under that **node cap** (deterministic: the same inputs give the same
+//! incumbent) and a 1% MIP gap. A wall-clock guard (1 s) backs both up. When a limit stops
+//! the search the incumbent is used (never worse than the greedy solution). Solve
 //! times (mean / p99 / max) and limit hits are in `stats()`. Goodputs do not change while a
 //! job runs (no statistical-efficiency term), so a round whose job set is the one of the last
 //! solve keeps the placement instead of solving the same ILP again. Between rounds arriving
@@ -49,8 +57,10 @@ use super::solve::SolveTimes;
 pub const SIA_ROUND: SimDuration = SimDuration::from_secs(60);
 /// The fairness exponent.
 pub const SIA_P: f64 = -0.5;
-/// Default branch-and-bound node cap of one solve (the root relaxation is not a node).
-pub const SIA_NODE_LIMIT: u64 = 200;
+/// Default branch-and-bound node cap of one solve (the root relaxation is not a node). 0:
+/// no branch and bound, the LP relaxation is rounded (the default since the full Crius
+/// repro, where the solves were most of Sia's run time; see docs/crius.md).
+pub const SIA_NODE_LIMIT: u64 = 0;
 /// Default wall-clock guard of one solve, seconds.
 pub const SIA_TIME_LIMIT_S: f64 = 1.0;
 /// Relative MIP gap at which a solve may stop.
@@ -75,6 +85,8 @@ pub struct IlpStats {
     pub solves: u64,
     /// Solves stopped by the node cap (incumbent used).
     pub node_limit_hits: u64,
+    /// Solves that rounded the LP relaxation (node cap 0) instead of branching.
+    pub relaxed: u64,
     /// Solves stopped by the wall-clock guard (incumbent used).
     pub time_limit_hits: u64,
     /// Solves that failed (the greedy warm start used).
@@ -296,6 +308,8 @@ pub(crate) struct IlpOutcome {
     pub(crate) groups: usize,
     /// Branch-and-bound nodes solved.
     pub(crate) nodes: u64,
+    /// The LP relaxation was solved and rounded (node cap 0), no branch and bound.
+    pub(crate) relaxed: bool,
 }
 
 /// Solves the configuration ILP over `groups`, warm-started from the per-job `start`.
@@ -320,11 +334,14 @@ pub(crate) fn solve_ilp(
         vars,
         groups: groups.len(),
         nodes: 0,
+        relaxed: false,
     };
     if vars == 0 {
         out.pick = vec![None; configs.len()];
         return out;
     }
+    // Node cap 0: the LP relaxation only, rounded (see `round_relaxation`).
+    let relaxed = limits.nodes == 0;
     let mut ilp = Problem::new(OptimizationDirection::Maximize);
     let n: Vec<Vec<Variable>> = groups
         .iter()
@@ -332,7 +349,13 @@ pub(crate) fn solve_ilp(
             let size = i32::try_from(g.members.len()).unwrap_or(i32::MAX);
             g.configs
                 .iter()
-                .map(|c| ilp.add_integer_var(c.value, (0, size)))
+                .map(|c| {
+                    if relaxed {
+                        ilp.add_var(c.value, (0.0, f64::from(size)))
+                    } else {
+                        ilp.add_integer_var(c.value, (0, size))
+                    }
+                })
                 .collect()
         })
         .collect();
@@ -370,10 +393,31 @@ pub(crate) fn solve_ilp(
         .collect();
     let mut options = SolveOptions::default();
     options.time_limit = Some(Duration::from_secs_f64(limits.time_s.max(0.001)));
-    options.node_limit = Some(limits.nodes);
-    options.mip_gap = limits.mip_gap;
-    options.warm_start = Some(warm);
+    if !relaxed {
+        options.node_limit = Some(limits.nodes);
+        options.mip_gap = limits.mip_gap;
+        options.warm_start = Some(warm);
+    }
     let solved = ilp.solve_with(options);
+    if relaxed {
+        out.relaxed = true;
+        match solved {
+            Ok(SolveOutcome::Solution(sol)) => {
+                let values: Vec<Vec<f64>> = n
+                    .iter()
+                    .map(|ns| ns.iter().map(|&v| sol.var_value(v).max(0.0)).collect())
+                    .collect();
+                let pick = round_relaxation(configs, groups, capacity, &values, held);
+                if value(configs, &pick) >= value(configs, start) - 1e-9 {
+                    out.pick = pick;
+                }
+            }
+            Ok(SolveOutcome::Interrupted(_)) => out.time_limit_hit = true,
+            Err(_) => out.failed = true,
+        }
+        out.secs = started.elapsed().as_secs_f64();
+        return out;
+    }
     out.secs = started.elapsed().as_secs_f64();
     let sol = match solved {
         Ok(SolveOutcome::Solution(sol)) => sol,
@@ -391,14 +435,33 @@ pub(crate) fn solve_ilp(
     out.nodes = sol.stats().nodes_solved;
     out.node_limit_hit = sol.termination_reason() == TerminationReason::NodeLimit;
     out.time_limit_hit = sol.termination_reason() == TerminationReason::TimeLimit;
-    // Hand each group's counts to its members: those holding a configuration keep it while
-    // its count lasts, the rest take what is left, best value first, first come first.
-    let mut pick: Vec<Option<usize>> = vec![None; configs.len()];
-    for (g, ns) in groups.iter().zip(&n) {
-        let mut left: Vec<u64> = ns
-            .iter()
-            .map(|&v| sol.var_value(v).round().max(0.0) as u64)
-            .collect();
+    let counts: Vec<Vec<u64>> = n
+        .iter()
+        .map(|ns| {
+            ns.iter()
+                .map(|&v| sol.var_value(v).round().max(0.0) as u64)
+                .collect()
+        })
+        .collect();
+    let pick = hand_out(configs.len(), groups, counts, held);
+    // Defensive: keep the warm start unless the solver's answer fits and is no worse.
+    if feasible(configs, capacity, &pick) && value(configs, &pick) >= value(configs, start) - 1e-9 {
+        out.pick = pick;
+    }
+    out
+}
+
+/// Hands each group's configuration counts to its members: those holding a configuration
+/// keep it while its count lasts, the rest take what is left, best value first, first come
+/// first.
+fn hand_out(
+    jobs: usize,
+    groups: &[Group],
+    counts: Vec<Vec<u64>>,
+    held: &[Option<usize>],
+) -> Vec<Option<usize>> {
+    let mut pick: Vec<Option<usize>> = vec![None; jobs];
+    for (g, mut left) in groups.iter().zip(counts) {
         for &p in &g.members {
             if let Some(k) = held[p] {
                 if left.get(k).is_some_and(|&l| l > 0) {
@@ -424,11 +487,78 @@ pub(crate) fn solve_ilp(
             }
         }
     }
-    // Defensive: keep the warm start unless the solver's answer fits and is no worse.
-    if feasible(configs, capacity, &pick) && value(configs, &pick) >= value(configs, start) - 1e-9 {
-        out.pick = pick;
+    pick
+}
+
+/// Rounds the LP relaxation's counts `values[g][c]` to a feasible choice: every count rounded
+/// down (which keeps every capacity and group row), then the members left without a
+/// configuration, first come first, take their group's fractional configurations (largest
+/// fraction first) while their type has room, and finally the greedy fill (value per GPU)
+/// on what is left. A basic optimum of the relaxation has at most one fractional count per
+/// row (types + groups), so rounding down loses at most that many configurations' value
+/// before the fill wins some back.
+pub(crate) fn round_relaxation(
+    configs: &[Vec<Config>],
+    groups: &[Group],
+    capacity: &[u64],
+    values: &[Vec<f64>],
+    held: &[Option<usize>],
+) -> Vec<Option<usize>> {
+    let counts: Vec<Vec<u64>> = values
+        .iter()
+        .map(|vs| {
+            vs.iter()
+                .map(|&v| (v + 1e-7).floor().max(0.0) as u64)
+                .collect()
+        })
+        .collect();
+    let mut pick = hand_out(configs.len(), groups, counts, held);
+    let mut left: Vec<i64> = capacity
+        .iter()
+        .map(|&c| i64::try_from(c).unwrap_or(i64::MAX))
+        .collect();
+    for (cs, k) in configs.iter().zip(&pick) {
+        if let Some(c) = k.and_then(|k| cs.get(k)) {
+            left[c.t] -= i64::from(c.count);
+        }
     }
-    out
+    for (g, vs) in groups.iter().zip(values) {
+        // Fractional configurations of the group, largest fraction first.
+        let mut frac: Vec<(f64, usize)> = vs
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| (v - (v + 1e-7).floor(), k))
+            .filter(|&(f, _)| f > 1e-6)
+            .collect();
+        frac.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &p in &g.members {
+            if pick[p].is_some() {
+                continue;
+            }
+            if let Some(&(_, k)) = frac.iter().find(|&&(_, k)| {
+                let c = g.configs[k];
+                left[c.t] >= i64::from(c.count)
+            }) {
+                let c = g.configs[k];
+                left[c.t] -= i64::from(c.count);
+                pick[p] = Some(k);
+            }
+        }
+    }
+    // Position order (the driver's active list), so the fill does not depend on grouping.
+    let mut waiting: Vec<usize> = groups
+        .iter()
+        .flat_map(|g| g.members.iter().copied())
+        .filter(|&p| pick[p].is_none())
+        .collect();
+    waiting.sort_unstable();
+    let filled = greedy(&waiting, configs, &mut left);
+    for (p, f) in pick.iter_mut().zip(filled) {
+        if p.is_none() {
+            *p = f;
+        }
+    }
+    pick
 }
 
 /// Objective value of a choice.
@@ -529,6 +659,7 @@ impl Policy for SiaPolicy {
             let s = &mut self.stats;
             s.solves += 1;
             s.node_limit_hits += u64::from(out.node_limit_hit);
+            s.relaxed += u64::from(out.relaxed);
             s.time_limit_hits += u64::from(out.time_limit_hit);
             s.failures += u64::from(out.failed);
             s.times.record(out.secs);
@@ -568,6 +699,7 @@ impl Policy for SiaPolicy {
         let mut out = vec![
             ("ilp_solves".into(), s.solves as f64),
             ("ilp_node_limit_hits".into(), s.node_limit_hits as f64),
+            ("ilp_relaxed_solves".into(), s.relaxed as f64),
             ("ilp_time_limit_hits".into(), s.time_limit_hits as f64),
             ("ilp_failures".into(), s.failures as f64),
         ];
@@ -676,7 +808,7 @@ mod tests {
             "{} nodes",
             full.nodes
         );
-        for cap in [0, 1, 3] {
+        for cap in [1, 3] {
             let limits = IlpLimits {
                 nodes: cap,
                 ..unlimited()
@@ -699,8 +831,78 @@ mod tests {
         }
     }
 
+    #[test]
+    fn node_cap_zero_rounds_the_relaxation_without_branching() {
+        let (configs, capacity) = contended();
+        let order: Vec<usize> = (0..configs.len()).collect();
+        let mut left: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
+        let start = greedy(&order, &configs, &mut left);
+        let held = vec![None; configs.len()];
+        let g = groups(&configs, &order, true);
+        let full = solve_ilp(&configs, &g, &capacity, &start, &held, unlimited());
+        let limits = IlpLimits {
+            nodes: 0,
+            ..unlimited()
+        };
+        let out = solve_ilp(&configs, &g, &capacity, &start, &held, limits);
+        assert!(out.relaxed && !out.node_limit_hit && !out.failed);
+        assert_eq!(out.nodes, 0);
+        assert!(feasible(&configs, &capacity, &out.pick));
+        let (v, best) = (value(&configs, &out.pick), value(&configs, &full.pick));
+        assert!(v >= value(&configs, &start) - 1e-9);
+        assert!(v <= best + 1e-9);
+        // 21 GPUs, 40 jobs: nearly the optimum (within one configuration per row).
+        assert!(
+            v >= best - 1.5 * (capacity.len() + g.len()) as f64,
+            "{v} vs {best}"
+        );
+        assert_eq!(
+            out,
+            IlpOutcome {
+                secs: out.secs,
+                ..solve_ilp(&configs, &g, &capacity, &start, &held, limits)
+            }
+        );
+        assert_eq!(SiaPolicy::new(None).limits.nodes, 0, "the default rounds");
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+
+        /// The rounded relaxation is feasible, no better than the ILP optimum and within one
+        /// configuration's value per LP row (types + groups) of it.
+        #[test]
+        fn rounded_relaxation_is_near_the_ilp_optimum(
+            kinds in proptest::collection::vec(
+                (proptest::collection::vec((0usize..2, 0usize..3, 0u32..100), 1..4), 1usize..6),
+                1..5),
+            caps in proptest::collection::vec(0u64..9, 2),
+        ) {
+            let mut configs = Vec::new();
+            for (cs, copies) in &kinds {
+                let mut list: Vec<Config> = cs
+                    .iter()
+                    .map(|&(t, k, v)| c(t, [1u32, 2, 4][k], 1.0 + f64::from(v) / 100.0))
+                    .collect();
+                list.sort_by_key(|c| (c.t, c.count));
+                list.dedup_by_key(|c| (c.t, c.count));
+                for _ in 0..*copies {
+                    configs.push(list.clone());
+                }
+            }
+            let order: Vec<usize> = (0..configs.len()).collect();
+            let none = vec![None; configs.len()];
+            let g = groups(&configs, &order, true);
+            let ilp = solve_ilp(&configs, &g, &caps, &none, &none, unlimited());
+            let relaxed = IlpLimits { nodes: 0, ..unlimited() };
+            let r = solve_ilp(&configs, &g, &caps, &none, &none, relaxed);
+            proptest::prop_assert!(r.relaxed && !r.failed);
+            proptest::prop_assert!(feasible(&configs, &caps, &r.pick));
+            let (vi, vr) = (value(&configs, &ilp.pick), value(&configs, &r.pick));
+            // Values are at most 2 per configuration.
+            let slack = 2.0 * (caps.len() + g.len()) as f64;
+            proptest::prop_assert!(vr <= vi + 1e-6 && vr >= vi - slack, "ilp {} rounded {}", vi, vr);
+        }
 
         /// Grouping identical jobs keeps the per-job ILP's optimum.
         #[test]
