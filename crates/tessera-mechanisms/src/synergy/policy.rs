@@ -575,8 +575,7 @@ impl Tracked {
     /// Merges this call's new keys into `hot` (dropping stale entries), and `hot` into
     /// `cold` once it has grown to a fraction of it.
     fn rebuild(&mut self) {
-        self.fresh
-            .sort_unstable_by(|a, b| (a.hi, a.lo).cmp(&(b.hi, b.lo)));
+        self.fresh.sort_unstable_by_key(|e| (e.hi, e.lo));
         let ver = &self.ver;
         self.hot.retain(|e| Self::valid(ver, e));
         merge_into(&mut self.buf, &self.hot, &self.fresh);
