@@ -26,6 +26,8 @@
 //! carrying its per-GPU slice of CPU and memory.
 
 use std::borrow::Cow;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::perf::{gb_to_bytes, SensitivityEstimate, SynergyProfiles};
 use tessera_model::{
@@ -38,7 +40,7 @@ use tessera_model::JobId;
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::placement::proportional_share;
 use tessera_sched::Policy;
-use tessera_sched::{Action, ActiveJob, ClusterView, JobState};
+use tessera_sched::{Action, ActiveJob, ClusterView, JobChange, JobState};
 
 /// A job not run for this long is moved to the front (the reference's starvation guard).
 pub const STARVATION: SimDuration = SimDuration::from_secs(1000 * 3600);
@@ -448,6 +450,221 @@ impl LazyRanking {
     }
 }
 
+/// One job's place in the tracked ranking: its rank and the version of its key.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    hi: u128,
+    lo: u128,
+    gpus: u32,
+    /// Valid while equal to the job's current version (bumped at every re-key and at its end).
+    ver: u32,
+}
+
+impl Entry {
+    fn id(&self) -> usize {
+        self.lo as u32 as usize
+    }
+
+    fn before(&self, b: &Entry) -> bool {
+        (self.hi, self.lo) < (b.hi, b.lo)
+    }
+}
+
+/// The ranking kept between calls when the driver reports every change: a large sorted
+/// `cold` list rebuilt rarely, a small sorted `hot` list of the keys changed since, and
+/// per job the version of its one valid entry. A call re-keys only the jobs that changed
+/// and walks both lists merged, so that its cost follows what changed and how far the walk
+/// goes, not the length of the queue. The order is the same total order as a full sort.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// Per job id: its index in `view.active` as mirrored from the reported changes
+    /// (`u32::MAX` = not active); verified before every use.
+    pos: Vec<u32>,
+    /// The active jobs in the driver's order as mirrored: arrivals appended, an ended job
+    /// swap-removed (the reference engine's order).
+    order: Vec<JobId>,
+    /// Per job id: the version of its valid entry.
+    ver: Vec<u32>,
+    /// Jobs whose key may have changed since the last call (duplicates allowed).
+    dirty: Vec<JobId>,
+    /// Jobs switched to fair share at this call and at the previous one.
+    fair_last: Vec<JobId>,
+    fair_before: Vec<JobId>,
+    /// Per job id: the call that last re-keyed it (dedups `dirty`).
+    stamp: Vec<u64>,
+    call: u64,
+    cold: Vec<Entry>,
+    /// Entries of `cold` before this are all stale.
+    cold_start: usize,
+    hot: Vec<Entry>,
+    /// This call's new keys, then a merge buffer.
+    fresh: Vec<Entry>,
+    buf: Vec<Entry>,
+    /// The walk's cursors into `cold` and `hot`, valid while `walking`.
+    ci: usize,
+    hi: usize,
+    walking: bool,
+    /// (deadline µs, job id) of the starvation guard for jobs not yet starved, earliest
+    /// first; a deadline may be early (the job ran since), never late.
+    deadlines: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl Tracked {
+    fn arrive(&mut self, id: JobId) {
+        let i = id.index();
+        if self.pos.len() <= i {
+            self.pos.resize(i + 1, u32::MAX);
+        }
+        self.pos[i] = self.order.len() as u32;
+        self.order.push(id);
+    }
+
+    fn end(&mut self, id: JobId) {
+        let i = id.index();
+        if let Some(v) = self.ver.get_mut(i) {
+            *v = v.wrapping_add(1);
+        }
+        let Some(p) = self.pos.get_mut(i) else { return };
+        let at = std::mem::replace(p, u32::MAX) as usize;
+        if at < self.order.len() && self.order[at] == id {
+            self.order.swap_remove(at);
+            if let Some(moved) = self.order.get(at) {
+                self.pos[moved.index()] = at as u32;
+            }
+        }
+    }
+
+    /// `id`'s index in `view.active`: the mirrored one if the view agrees, else found by
+    /// re-mirroring the whole view (a driver keeping another order; never the reference
+    /// engine).
+    fn find(&mut self, view: &ClusterView<'_>, id: JobId) -> Option<usize> {
+        let p = *self.pos.get(id.index())? as usize;
+        if view.active.get(p).is_some_and(|a| a.id == id) {
+            return Some(p);
+        }
+        if p == u32::MAX as usize {
+            return None;
+        }
+        self.order.clear();
+        for (k, a) in view.active.iter().enumerate() {
+            if self.pos.len() <= a.id.index() {
+                self.pos.resize(a.id.index() + 1, u32::MAX);
+            }
+            self.pos[a.id.index()] = k as u32;
+            self.order.push(a.id);
+        }
+        let p = self.pos[id.index()] as usize;
+        view.active.get(p).is_some_and(|a| a.id == id).then_some(p)
+    }
+
+    /// Forgets the ranking (every active job is re-keyed at the next call).
+    fn reset(&mut self) {
+        self.cold.clear();
+        self.cold_start = 0;
+        self.hot.clear();
+        self.walking = false;
+        let order = std::mem::take(&mut self.order);
+        self.dirty.extend_from_slice(&order);
+        self.order = order;
+    }
+
+    fn valid(ver: &[u32], e: &Entry) -> bool {
+        ver.get(e.id()) == Some(&e.ver)
+    }
+
+    /// Merges this call's new keys into `hot` (dropping stale entries), and `hot` into
+    /// `cold` once it has grown to a fraction of it.
+    fn rebuild(&mut self) {
+        self.fresh.sort_unstable_by_key(|e| (e.hi, e.lo));
+        let ver = &self.ver;
+        self.hot.retain(|e| Self::valid(ver, e));
+        merge_into(&mut self.buf, &self.hot, &self.fresh);
+        std::mem::swap(&mut self.hot, &mut self.buf);
+        let cold_live = self.cold.len() - self.cold_start;
+        if self.hot.len() > 64 + cold_live / 8 {
+            let ver = &self.ver;
+            let mut cold = std::mem::take(&mut self.cold);
+            cold.drain(..self.cold_start);
+            cold.retain(|e| Self::valid(ver, e));
+            merge_into(&mut self.buf, &cold, &self.hot);
+            std::mem::swap(&mut self.cold, &mut self.buf);
+            self.cold_start = 0;
+            self.hot.clear();
+            cold.clear();
+            self.buf = cold;
+        }
+    }
+
+    fn start_walk(&mut self) {
+        while self
+            .cold
+            .get(self.cold_start)
+            .is_some_and(|e| !Self::valid(&self.ver, e))
+        {
+            self.cold_start += 1;
+        }
+        self.ci = self.cold_start;
+        self.hi = 0;
+        self.walking = true;
+    }
+
+    fn pop(&mut self, view: &ClusterView<'_>) -> Option<Ranked> {
+        loop {
+            while self
+                .cold
+                .get(self.ci)
+                .is_some_and(|e| !Self::valid(&self.ver, e))
+            {
+                self.ci += 1;
+            }
+            let e = match (self.cold.get(self.ci), self.hot.get(self.hi)) {
+                (Some(c), Some(h)) if h.before(c) => {
+                    self.hi += 1;
+                    *h
+                }
+                (Some(c), _) => {
+                    self.ci += 1;
+                    *c
+                }
+                (None, Some(h)) => {
+                    self.hi += 1;
+                    *h
+                }
+                (None, None) => return None,
+            };
+            // Every valid entry is of an active job (`end` invalidates), so `find` fails
+            // only if the driver's view lost it.
+            let Some(idx) = self.find(view, JobId(e.id() as u32)) else {
+                continue;
+            };
+            return Some(Ranked {
+                hi: e.hi,
+                lo: e.lo,
+                gpus: e.gpus,
+                idx,
+            });
+        }
+    }
+}
+
+/// `out` = the sorted merge of sorted `a` and `b`.
+fn merge_into(out: &mut Vec<Entry>, a: &[Entry], b: &[Entry]) {
+    out.clear();
+    out.reserve(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if b[j].before(&a[i]) {
+            out.push(b[j]);
+            j += 1;
+        } else {
+            out.push(a[i]);
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+}
+
 /// What the policy keeps per job id.
 #[derive(Clone, Copy, Debug)]
 struct JobMeta {
@@ -523,6 +740,9 @@ pub struct SynergyPolicy {
     last_replan: u64,
     /// The current call's time, µs.
     now: u64,
+    /// The persistent ranking kept when the driver reports every change of the active set
+    /// ([`Policy::track_jobs`]; reference semantics only).
+    tracked: Option<Box<Tracked>>,
 }
 
 impl SynergyPolicy {
@@ -553,6 +773,7 @@ impl SynergyPolicy {
             reference: false,
             last_replan: u64::MAX,
             now: 0,
+            tracked: None,
         }
     }
 
@@ -571,11 +792,105 @@ impl SynergyPolicy {
         if let Some(m) = self.meta.get_mut(job.index()) {
             m.fair_at = self.now;
         }
+        if let Some(t) = self.tracked.as_mut() {
+            t.fair_last.push(job);
+        }
     }
 
     /// Statistics of OPT's solves so far.
     pub fn opt_stats(&self) -> &OptStats {
         &self.opt
+    }
+
+    /// Records what the policy keeps of a job the first time it sees it; true if it did.
+    fn see(&mut self, view: &ClusterView<'_>, job: &ActiveJob, spec: &TrainingJob) -> bool {
+        let id = job.id.index();
+        if self.meta.len() <= id {
+            self.meta.resize(id + 1, JobMeta::UNSEEN);
+        }
+        if self.meta[id].submit != u64::MAX {
+            return false;
+        }
+        let m = &mut self.meta[id];
+        m.submit = spec.submit.as_micros();
+        m.iterations = spec.iterations;
+        m.gpus = spec.gpus;
+        let typed = Typed::of(view.cluster, job);
+        m.speedup = typed.speedup;
+        if self.typed.len() <= id {
+            self.typed.resize(id + 1, None);
+        }
+        self.typed[id] = Some(typed);
+        if self.reference {
+            // The model's own iteration time, so that remaining times equal the
+            // reference's products bit for bit (ties between models are common).
+            m.iter_s = SynergyProfiles::builtin()
+                .iter_time(&spec.model)
+                .filter(|t| *t > 0.0)
+                .unwrap_or_else(|| spec.duration.as_secs_f64() / spec.iterations.max(1) as f64);
+        }
+        if let Some(t) = self.tracked.as_mut() {
+            t.deadlines.push(Reverse((
+                m.submit.saturating_add(STARVATION.as_micros()),
+                job.id.0,
+            )));
+        }
+        true
+    }
+
+    /// A seen job's rank at this call (its index in `view.active` is `idx`).
+    fn rank_of(&self, view: &ClusterView<'_>, job: &ActiveJob, idx: usize) -> Ranked {
+        let meta = self.meta[job.id.index()];
+        // The reference divides by the speed-up the job had at the end of the previous
+        // round: 1 if TUNE switched it to its proportional share then.
+        let fair_last_round =
+            self.reference && self.last_replan != u64::MAX && meta.fair_at == self.last_replan;
+        let remaining = || {
+            let rank_speedup = if fair_last_round {
+                1.0
+            } else {
+                match self.mechanism {
+                    Allocator::Proportional => 1.0,
+                    _ => meta.speedup,
+                }
+            };
+            if self.reference {
+                meta.iter_s * job.remaining_iters / rank_speedup
+            } else {
+                job.remaining_secs_estimate() / rank_speedup
+            }
+        };
+        let key = match self.order {
+            JobOrder::Fifo => 0.0,
+            JobOrder::Srtf => remaining(),
+            JobOrder::Las => job.attained_gpu_secs,
+            JobOrder::Ftf => {
+                let ideal = if job.throughput_estimate > 0.0 {
+                    meta.iterations as f64 / job.throughput_estimate
+                } else {
+                    f64::INFINITY
+                };
+                let in_system = view
+                    .now
+                    .saturating_since(SimTime::from_micros(meta.submit))
+                    .as_secs_f64();
+                -((in_system + remaining()) / ideal.max(1e-9))
+            }
+        };
+        // FIFO ignores the guard, as the reference does (it sorts by arrival only).
+        let starved = !matches!(self.order, JobOrder::Fifo) && meta.starved;
+        Ranked::new(starved, key, meta.submit, job.id.0, meta.gpus, idx)
+    }
+
+    /// When the starvation guard last saw `meta` run, µs: a job last placed at t ran until
+    /// its lease ended at t + round (the reference stamps "last executed" at the lease end).
+    fn last_ran(&self, meta: &JobMeta) -> u64 {
+        if meta.last_run == u64::MAX {
+            meta.submit
+        } else {
+            meta.last_run
+                .saturating_add(self.round.map_or(0, |r| r.as_micros()))
+        }
     }
 
     /// Ranks the active jobs (only the queued ones unless re-planning). When re-planning,
@@ -588,11 +903,6 @@ impl SynergyPolicy {
         let only_queued = replan.is_none();
         let mut ledger = replan;
         let now = view.now.as_micros();
-        let (order, mechanism) = (self.order, self.mechanism);
-        // A job last placed at t ran until its lease ended at t + round (the reference stamps
-        // "last executed" at the lease end).
-        let lease = self.round.map_or(0, |r| r.as_micros());
-        let (reference, last_replan) = (self.reference, self.last_replan);
         for (idx, job) in view.active.iter().enumerate() {
             if let (Some(l), Some(a)) = (ledger.as_deref_mut(), &job.allocation) {
                 l.release(a);
@@ -602,91 +912,118 @@ impl SynergyPolicy {
                 continue;
             }
             let Some(spec) = view.spec(job) else { continue };
-            let id = job.id.index();
-            if self.meta.len() <= id {
-                self.meta.resize(id + 1, JobMeta::UNSEEN);
-            }
-            if self.meta[id].submit == u64::MAX {
-                let m = &mut self.meta[id];
-                m.submit = spec.submit.as_micros();
-                m.iterations = spec.iterations;
-                m.gpus = spec.gpus;
-                let typed = Typed::of(view.cluster, job);
-                m.speedup = typed.speedup;
-                if self.typed.len() <= id {
-                    self.typed.resize(id + 1, None);
-                }
-                self.typed[id] = Some(typed);
-                if reference {
-                    // The model's own iteration time, so that remaining times equal the
-                    // reference's products bit for bit (ties between models are common).
-                    m.iter_s = SynergyProfiles::builtin()
-                        .iter_time(&spec.model)
-                        .filter(|t| *t > 0.0)
-                        .unwrap_or_else(|| {
-                            spec.duration.as_secs_f64() / spec.iterations.max(1) as f64
-                        });
-                }
-            }
-            let meta = self.meta[id];
-            // The reference divides by the speed-up the job had at the end of the previous
-            // round: 1 if TUNE switched it to its proportional share then.
-            let fair_last_round =
-                reference && last_replan != u64::MAX && meta.fair_at == last_replan;
-            let remaining = || {
-                let rank_speedup = if fair_last_round {
-                    1.0
-                } else {
-                    match mechanism {
-                        Allocator::Proportional => 1.0,
-                        _ => meta.speedup,
-                    }
-                };
-                if reference {
-                    meta.iter_s * job.remaining_iters / rank_speedup
-                } else {
-                    job.remaining_secs_estimate() / rank_speedup
-                }
-            };
-            let key = match order {
-                JobOrder::Fifo => 0.0,
-                JobOrder::Srtf => remaining(),
-                JobOrder::Las => job.attained_gpu_secs,
-                JobOrder::Ftf => {
-                    let ideal = if job.throughput_estimate > 0.0 {
-                        meta.iterations as f64 / job.throughput_estimate
-                    } else {
-                        f64::INFINITY
-                    };
-                    let in_system = view
-                        .now
-                        .saturating_since(SimTime::from_micros(meta.submit))
-                        .as_secs_f64();
-                    -((in_system + remaining()) / ideal.max(1e-9))
-                }
-            };
-            // FIFO ignores the guard, as the reference does (it sorts by arrival only).
-            let starved = !matches!(order, JobOrder::Fifo) && meta.starved;
+            self.see(view, job, spec);
+            ranked.items.push(self.rank_of(view, job, idx));
             // The guard, as the reference applies it: checked after ranking (so it takes
             // effect from the next ranking), and once set never cleared.
-            let last = if meta.last_run == u64::MAX {
-                meta.submit
-            } else {
-                meta.last_run.saturating_add(lease)
-            };
-            if now.saturating_sub(last) > STARVATION.as_micros() {
+            let id = job.id.index();
+            if !self.meta[id].starved
+                && now.saturating_sub(self.last_ran(&self.meta[id])) > STARVATION.as_micros()
+            {
                 self.meta[id].starved = true;
+                if let Some(t) = self.tracked.as_mut() {
+                    t.dirty.push(job.id);
+                }
             }
-            ranked.items.push(Ranked::new(
-                starved,
-                key,
-                meta.submit,
-                job.id.0,
-                meta.gpus,
-                idx,
-            ));
         }
         self.ranked = ranked;
+    }
+
+    /// The tracked counterpart of [`Self::rank`] at a re-plan: re-keys only the jobs whose
+    /// rank may have changed since the last call (they arrived, ran, were switched to or
+    /// back from fair share, or starved), then applies the starvation guard through its
+    /// deadlines. Returns false if the driver's view does not match what it reported (the
+    /// caller then ranks in full).
+    fn rank_tracked(&mut self, view: &ClusterView<'_>) -> bool {
+        let Some(mut t) = self.tracked.take() else {
+            return false;
+        };
+        t.call += 1;
+        // Switched to fair share at the last call (ranked at speed-up 1 now) or at the one
+        // before (back to their speed-up now).
+        let mut dirty = std::mem::take(&mut t.dirty);
+        dirty.append(&mut t.fair_before);
+        dirty.extend_from_slice(&t.fair_last);
+        std::mem::swap(&mut t.fair_before, &mut t.fair_last);
+        t.fresh.clear();
+        let mut ok = true;
+        for &id in &dirty {
+            let i = id.index();
+            if t.stamp.len() <= i {
+                t.stamp.resize(i + 1, 0);
+            }
+            if t.stamp[i] == t.call {
+                continue;
+            }
+            t.stamp[i] = t.call;
+            let Some(idx) = t.find(view, id) else {
+                if t.pos.get(i).is_some_and(|&p| p != u32::MAX) {
+                    ok = false; // reported active, not in the view
+                }
+                continue;
+            };
+            let job = &view.active[idx];
+            let Some(spec) = view.spec(job) else { continue };
+            if self.see(view, job, spec) {
+                let submit = self.meta[i].submit;
+                t.deadlines.push(Reverse((
+                    submit.saturating_add(STARVATION.as_micros()),
+                    id.0,
+                )));
+            }
+            let r = self.rank_of(view, job, idx);
+            if t.ver.len() <= i {
+                t.ver.resize(i + 1, 0);
+            }
+            t.ver[i] = t.ver[i].wrapping_add(1);
+            t.fresh.push(Entry {
+                hi: r.hi,
+                lo: r.lo,
+                gpus: r.gpus,
+                ver: t.ver[i],
+            });
+        }
+        dirty.clear();
+        t.dirty = dirty;
+        if !ok || view.active.len() != t.order.len() {
+            t.reset();
+            self.tracked = Some(t);
+            return false;
+        }
+        t.rebuild();
+        // The guard: a job whose deadline (last run + 1,000 h) passed before now starves
+        // from the next call on. Checked after ranking, before this call's placements.
+        let now = view.now.as_micros();
+        while let Some(&Reverse((d, id))) = t.deadlines.peek() {
+            if d >= now {
+                break;
+            }
+            t.deadlines.pop();
+            let i = id as usize;
+            if t.pos.get(i).is_none_or(|&p| p == u32::MAX) || self.meta[i].starved {
+                continue; // ended, or already starved
+            }
+            let last = self.last_ran(&self.meta[i]);
+            if now.saturating_sub(last) > STARVATION.as_micros() {
+                self.meta[i].starved = true;
+                t.dirty.push(JobId(id));
+            } else {
+                t.deadlines
+                    .push(Reverse((last.saturating_add(STARVATION.as_micros()), id)));
+            }
+        }
+        t.start_walk();
+        self.tracked = Some(t);
+        true
+    }
+
+    /// The next job of this call's ranking, best first (`hint`: how many more the walk
+    /// expects to take).
+    fn pop_ranked(&mut self, view: &ClusterView<'_>, hint: usize) -> Option<Ranked> {
+        match self.tracked.as_mut() {
+            Some(t) if t.walking => t.pop(view),
+            _ => self.ranked.pop(hint),
+        }
     }
 
     /// What the job's estimate says, as taken when the ranking first saw it.
@@ -792,7 +1129,15 @@ impl SynergyPolicy {
         };
         let mut plan: Vec<Placed<'v>> =
             Vec::with_capacity(view.active.len().min(can_place as usize));
-        self.rank(view, replan.then_some(&mut ledger));
+        let tracked = replan && self.rank_tracked(view);
+        if !tracked {
+            if let Some(t) = self.tracked.as_mut() {
+                t.walking = false;
+            }
+            self.rank(view, replan.then_some(&mut ledger));
+        } else {
+            self.holding.clear();
+        }
         let gpus_of = |idx: usize| view.spec(&view.active[idx]).map_or(0, |s| s.gpus as u64);
         // The reference's LAS and every OPT take the prefix of ranked jobs whose GPUs fit;
         // FIFO/SRTF/FTF walk the whole list (backfill). Either way the walk pops the ranking
@@ -802,7 +1147,7 @@ impl SynergyPolicy {
             while ledger.free_gpus() > 0 {
                 // every job needs at least one GPU
                 let hint = ledger.free_gpus() as usize;
-                let Some(r) = self.ranked.pop(hint) else {
+                let Some(r) = self.pop_ranked(view, hint) else {
                     break;
                 };
                 let g = r.gpus as u64;
@@ -817,7 +1162,7 @@ impl SynergyPolicy {
         chosen.clear();
         let mut budget = ledger.free_gpus();
         while budget > 0 {
-            let Some(r) = self.ranked.pop(budget as usize) else {
+            let Some(r) = self.pop_ranked(view, budget as usize) else {
                 break;
             };
             let g = r.gpus as u64;
@@ -1260,6 +1605,30 @@ impl Policy for SynergyPolicy {
 
     fn use_reference_semantics(&mut self) {
         self.reference = true;
+    }
+
+    /// Under the reference semantics every round re-plans from scratch, yet few jobs change
+    /// rank between rounds (300 s leases): told every change, the policy keeps its ranking
+    /// and re-keys only those. FTF's key moves with time for every job: it ranks in full.
+    fn track_jobs(&mut self) -> bool {
+        let track = self.reference && self.order != JobOrder::Ftf;
+        self.tracked = track.then(Box::default);
+        track
+    }
+
+    fn observe(&mut self, change: JobChange<'_>) {
+        let Some(t) = self.tracked.as_mut() else {
+            return;
+        };
+        match change {
+            JobChange::Arrived(job, _) => {
+                t.arrive(job.id);
+                t.dirty.push(job.id);
+            }
+            JobChange::Preempted(job, _) => t.dirty.push(job.id),
+            JobChange::Started(..) => {}
+            JobChange::Ended(id) => t.end(id),
+        }
     }
 
     fn stats(&self) -> Vec<(String, f64)> {

@@ -15,11 +15,11 @@
 //! The cap of jobs demanding more than one server is a property of the demand, applied by
 //! [`tessera_perf::synergy::ReferenceProfiler`] and [`tessera_perf::synergy::ReferenceSpeedup`].
 
-use tessera_model::GpuPart;
+use tessera_model::{Allocation, DeviceAlloc, GpuMask, GpuPart, Resources, TrainingJob};
 use tessera_model::{Cluster, JobId, Knowledge, SimDuration, SimRng, SimTime, Workload};
 use tessera_perf::ThroughputModel;
 use tessera_sched::{
-    validate, Action, ActiveJob, ClusterState, ClusterView, JobState, Policy, Trigger,
+    Action, ActiveJob, ClusterState, ClusterView, JobChange, JobState, Policy, Trigger,
 };
 
 use tessera_sim::metrics::{JobOutcome, JobRecord, RunTotals, SimReport, Summary};
@@ -36,9 +36,156 @@ struct JobState2 {
     finish: Option<SimTime>,
     outcome: Option<JobOutcome>,
     preemptions: u32,
-    last_round_ran: bool,
+    /// The last round (1-based count) in which the job ran; 0 = never.
+    ran_round: u64,
     held_secs: f64,
     integ: (f64, f64, f64),
+    /// The shares the job was last rated on and its rate there: a truth model is a pure
+    /// function of the job and its allocation, and most jobs hold the same allocation round
+    /// after round (300 s leases), so the engine rates it once per change.
+    rated_on: Option<Allocation>,
+    rate: f64,
+}
+
+/// Free resources and whole GPUs per node while a round's placements are checked. This
+/// engine models whole GPUs that never fail or reconfigure and starts every round from an
+/// empty cluster, so this is all [`tessera_sched::validate`] checks of a start here, with the
+/// same outcome (a share without devices gets the lowest-numbered free GPUs), at a fraction
+/// of its cost: no free-node index kept up to date at every take, no copy of it per round.
+struct RoundLedger {
+    free: Vec<Resources>,
+    /// Per node: the free GPUs.
+    mask: Vec<u64>,
+    empty_free: Vec<Resources>,
+    empty_mask: Vec<u64>,
+    /// The devices named for the allocation being taken, per share.
+    named: Vec<DeviceAlloc>,
+}
+
+impl RoundLedger {
+    fn new(cluster: &Cluster, empty: &ClusterState) -> RoundLedger {
+        let empty_free = empty.free().to_vec();
+        let empty_mask: Vec<u64> = cluster
+            .nodes
+            .iter()
+            .map(|n| match n.gpus {
+                0 => 0,
+                g if g >= 64 => u64::MAX,
+                g => (1u64 << g) - 1,
+            })
+            .collect();
+        RoundLedger {
+            free: empty_free.clone(),
+            mask: empty_mask.clone(),
+            empty_free,
+            empty_mask,
+            named: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.free.copy_from_slice(&self.empty_free);
+        self.mask.copy_from_slice(&self.empty_mask);
+    }
+
+    /// Checks that `job` can take `alloc` now (whole GPUs), takes it and returns it with
+    /// its devices named; the reason otherwise (nothing taken).
+    fn take(
+        &mut self,
+        cluster: &Cluster,
+        job: &TrainingJob,
+        resolved: &mut Allocation,
+    ) -> Result<(), String> {
+        if resolved.shares.is_empty() || resolved.devices() == 0 {
+            return Err("allocation holds no GPUs".into());
+        }
+        if !resolved.nodes_distinct() {
+            return Err("a node appears twice".into());
+        }
+        // Devices are named into a buffer and written back only once every share passed,
+        // so that a refused allocation is reported as the policy sent it.
+        self.named.clear();
+        for s in &resolved.shares {
+            let n = s.node.index();
+            let Some(node) = cluster.nodes.get(n) else {
+                return Err(format!("no node {}", s.node.0));
+            };
+            if !job.gpu_types.is_empty() && !job.gpu_types.contains(&node.gpu) {
+                return Err(format!(
+                    "node {} has a GPU model the holder does not allow",
+                    node.name
+                ));
+            }
+            let (Some(free), Some(&mask)) = (self.free.get(n), self.mask.get(n)) else {
+                return Err(format!("no node {}", s.node.0));
+            };
+            if !free.fits(&s.resources()) {
+                return Err(format!("over-allocates node {}", node.name));
+            }
+            let gpus = match s.devices {
+                None => {
+                    // The lowest-numbered free GPUs.
+                    let (mut left, mut picked) = (mask, 0u64);
+                    for _ in 0..s.gpus {
+                        let low = left & left.wrapping_neg();
+                        picked |= low;
+                        left ^= low;
+                    }
+                    if picked.count_ones() < s.gpus {
+                        return Err(format!(
+                            "node {}: {} whole GPUs asked, {} free and ready",
+                            node.name,
+                            s.gpus,
+                            picked.count_ones()
+                        ));
+                    }
+                    picked
+                }
+                Some(d) => {
+                    if d.gpus.count() != s.gpus {
+                        return Err(format!(
+                            "{} whole GPUs counted but {} named",
+                            s.gpus,
+                            d.gpus.count()
+                        ));
+                    }
+                    if d.gpus.0 & !mask != 0 {
+                        return Err(format!(
+                            "GPU {:?} of {} is not free or does not exist",
+                            d.gpus, node.name
+                        ));
+                    }
+                    d.gpus.0
+                }
+            };
+            self.named.push(DeviceAlloc {
+                gpus: GpuMask(gpus),
+                part: GpuPart::Whole,
+            });
+        }
+        // Nodes are distinct: taking share by share after checking them all is one take.
+        for (s, d) in resolved.shares.iter_mut().zip(&self.named) {
+            s.devices = Some(*d);
+            let n = s.node.index();
+            self.free[n].sub(&s.resources());
+            if let Some(d) = s.devices {
+                self.mask[n] &= !d.gpus.0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether two allocations hold the same on every node, whichever GPUs of it: whole GPUs of
+/// one node are interchangeable to a truth model (none reads device indices), and a job
+/// placed on the same node round after round gets other GPUs of it as its peers change.
+fn same_but_devices(a: &Allocation, b: &Allocation) -> bool {
+    a.plan == b.plan
+        && a.shares.len() == b.shares.len()
+        && a.shares
+            .iter()
+            .zip(&b.shares)
+            .all(|(x, y)| (x.node, x.gpus, x.cpu, x.memory) == (y.node, y.gpus, y.cpu, y.memory))
 }
 
 /// Runs `policy` under the reference's round semantics.
@@ -60,6 +207,9 @@ pub fn run_reference(
         });
     }
     policy.use_reference_semantics();
+    // A policy that keeps its own ranking is told every change of the active set, so that
+    // a round costs what changed rather than the length of the queue.
+    let tracking = policy.track_jobs();
     let round = policy
         .round_length()
         .filter(|d| !d.is_zero())
@@ -94,9 +244,15 @@ pub fn run_reference(
     let mut points = 0u64;
     let mut stop_reason: Option<&str> = None;
     // Buffers reused every round.
-    let mut devices = empty.clone();
+    let mut ledger = RoundLedger::new(cluster, &empty);
     let mut placed: Vec<usize> = Vec::new();
-    let mut ran: Vec<bool> = Vec::new();
+    // Jobs placed in the previous round that are still active (their leases just ended).
+    let mut ran_last: Vec<JobId> = Vec::new();
+    let mut ran_now: Vec<JobId> = Vec::new();
+    let mut round_no = 0u64;
+    // Position of each active job in `active`, by job id. `active` is in no particular order
+    // (as `ClusterView::active` allows): a finished job is swap-removed, so that a round costs
+    // in proportion to the jobs placed, not to the whole queue.
     let mut pos_of: Vec<u32> = vec![u32::MAX; jobs.len()];
 
     loop {
@@ -120,10 +276,16 @@ pub fn run_reference(
                 profiling_gpu_secs += p.gpus() as f64 * p.cost().as_secs_f64();
                 p.profile(job, cluster, &mut rng)
             });
+            pos_of[job.id.index()] = active.len() as u32;
             active.push(ActiveJob {
                 knowledge,
                 ..ActiveJob::arrived(job)
             });
+            if tracking {
+                if let Some(a) = active.last() {
+                    policy.observe(JobChange::Arrived(a, job));
+                }
+            }
         }
         if window_left == 0 {
             stop_reason = Some("measurement window drained");
@@ -143,11 +305,9 @@ pub fn run_reference(
                 break;
             }
         }
-        // Every lease ended: offer every job as queued on an empty cluster.
-        for a in active.iter_mut() {
-            a.state = JobState::Queued;
-            a.allocation = None;
-        }
+        // Every lease ended (the previous round's jobs were reset to queued when it was
+        // credited): offer every job as queued on an empty cluster.
+        round_no += 1;
         actions.clear();
         let view = ClusterView {
             now: t,
@@ -165,31 +325,30 @@ pub fn run_reference(
         policy.schedule(&view, &mut actions);
         points += 1;
         events += 1;
-        devices.clone_from(&empty);
+        ledger.reset();
         placed.clear();
-        // Position of each active job, by job id (rebuilt: jobs arrived and ended since).
-        for (i, a) in active.iter().enumerate() {
-            pos_of[a.id.index()] = i as u32;
-        }
         for action in actions.drain(..) {
-            let invalid = |reason: &str| SimError::InvalidAction {
+            let invalid = |action: &Action, reason: &str| SimError::InvalidAction {
                 policy: policy.name().to_string(),
                 now: t,
                 action: format!("{action:?}"),
                 reason: reason.to_string(),
             };
-            let (job, allocation) = match &action {
-                Action::Start { job, allocation } => (*job, allocation),
+            let (job, mut allocation) = match action {
+                Action::Start { job, allocation } => (job, allocation),
                 // Nothing runs between rounds, so preemptions are no-ops.
                 Action::Preempt { .. } => continue,
                 // The reference has no resize, in-place retune or reconfiguration: refuse
                 // rather than silently drop what it cannot model.
                 other => {
-                    return Err(invalid(&format!(
-                        "the synergy engine does not model {} actions",
-                        other.kind()
-                    )))
+                    return Err(invalid(
+                        &other,
+                        &format!("the synergy engine does not model {} actions", other.kind()),
+                    ))
                 }
+            };
+            let invalid = |allocation: Allocation, reason: &str| {
+                invalid(&Action::Start { job, allocation }, reason)
             };
             if allocation
                 .shares
@@ -197,44 +356,59 @@ pub fn run_reference(
                 .any(|s| s.devices.is_some_and(|d| d.part != GpuPart::Whole))
             {
                 return Err(invalid(
+                    allocation,
                     "the synergy engine models whole GPUs only (no MIG instances or quotas)",
                 ));
             }
             let pos = match pos_of.get(job.index()) {
                 Some(&p) if active.get(p as usize).is_some_and(|a| a.id == job) => p as usize,
-                _ => return Err(invalid("job is not active")),
+                _ => return Err(invalid(allocation, "job is not active")),
             };
             if active[pos].allocation.is_some() {
-                return Err(invalid("started twice in one round"));
+                return Err(invalid(allocation, "started twice in one round"));
             }
-            let resolved = validate(&devices, cluster, &jobs[job.index()], None, &action, t)
-                .map_err(|e| invalid(&e.reason))?
-                .unwrap_or_default();
-            devices.take(cluster, &resolved);
+            if let Err(reason) = ledger.take(cluster, &jobs[job.index()], &mut allocation) {
+                return Err(invalid(allocation, &reason));
+            }
+            let resolved = allocation;
             active[pos].allocation = Some(resolved);
             active[pos].state = JobState::Running;
             placed.push(pos);
+            if tracking {
+                policy.observe(JobChange::Started(&active[pos], &jobs[job.index()]));
+            }
         }
         // Credit the round.
         let end = t + round;
         let mut used = (0u64, 0u64, 0u64);
-        ran.clear();
-        ran.resize(active.len(), false);
+        ran_now.clear();
         for &pos in &placed {
             let a = &mut active[pos];
             let Some(alloc) = a.allocation.as_ref() else {
                 continue;
             };
             let spec = &jobs[a.id.index()];
-            let rate = truth.throughput(spec, alloc, cluster);
-            if !(rate.is_finite() && rate >= 0.0) {
-                return Err(SimError::BadThroughput {
-                    job: spec.name.clone(),
-                    rate,
-                    now: t,
-                });
-            }
             let s = &mut st[a.id.index()];
+            if !s
+                .rated_on
+                .as_ref()
+                .is_some_and(|r| same_but_devices(r, alloc))
+            {
+                let rate = truth.throughput(spec, alloc, cluster);
+                if !(rate.is_finite() && rate >= 0.0) {
+                    return Err(SimError::BadThroughput {
+                        job: spec.name.clone(),
+                        rate,
+                        now: t,
+                    });
+                }
+                match s.rated_on.as_mut() {
+                    Some(r) => r.clone_from(alloc),
+                    None => s.rated_on = Some(alloc.clone()),
+                }
+                s.rate = rate;
+            }
+            let rate = s.rate;
             let credit = (round_s * rate + 1e-9).floor() as u64;
             s.done = (s.done + credit).min(spec.iterations);
             let g = alloc.gpus() as f64;
@@ -251,22 +425,25 @@ pub fn run_reference(
             used.0 += alloc.gpus() as u64;
             used.1 += alloc.cpu().0;
             used.2 += alloc.memory().0;
-            ran[pos] = true;
+            s.ran_round = round_no;
+            ran_now.push(a.id);
         }
-        for (i, a) in active.iter().enumerate() {
-            let s = &mut st[a.id.index()];
-            if s.last_round_ran && !ran[i] {
+        // A job that ran last round and not in this one was preempted (only those can be).
+        for id in &ran_last {
+            let s = &mut st[id.index()];
+            if s.ran_round != round_no {
                 s.preemptions += 1;
             }
-            s.last_round_ran = ran[i];
         }
         util.0 += used.0 as f64 * round_s;
         util.1 += used.1 as f64 * round_s;
         util.2 += used.2 as f64 * round_s;
-        // Jobs that reached their total end with the lease (one pass, order kept).
-        active.retain(|a| {
-            let id = a.id;
+        // Only jobs that ran can have reached their total: they end with the lease; the
+        // others' leases end too (queued again for the next round).
+        ran_last.clear();
+        for &id in &ran_now {
             let s = &mut st[id.index()];
+            let pos = pos_of[id.index()] as usize;
             if s.done >= jobs[id.index()].iterations {
                 s.finish = Some(end);
                 s.outcome = Some(JobOutcome::Finished);
@@ -275,11 +452,24 @@ pub fn run_reference(
                 if in_window(id) {
                     window_left = window_left.saturating_sub(1);
                 }
-                false
+                pos_of[id.index()] = u32::MAX;
+                active.swap_remove(pos);
+                if let Some(moved) = active.get(pos) {
+                    pos_of[moved.id.index()] = pos as u32;
+                }
+                if tracking {
+                    policy.observe(JobChange::Ended(id));
+                }
             } else {
-                true
+                let a = &mut active[pos];
+                a.state = JobState::Queued;
+                a.allocation = None;
+                ran_last.push(id);
+                if tracking {
+                    policy.observe(JobChange::Preempted(a, &jobs[id.index()]));
+                }
             }
-        });
+        }
         t = end;
     }
     let reason = stop_reason.unwrap_or("no further events");
