@@ -53,7 +53,7 @@ const ARTIFACT_VS: &[(&str, f64, u32)] =
 // repro with both was not shown under the 60 s budget (see BENCHMARKS.md).
 // `--policies ...,gavel,sia` adds them.
 const POLICIES: &str =
-    "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-dp-only,elastic";
+    "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-no-migration,crius-dp-only,elastic";
 
 const PARAMS: &[Param] = &[
     Param {
