@@ -5,7 +5,8 @@
 //! - [`perf`]: the truth (`--perf crius`: the optimal view of an allocation's cell, honouring
 //!   its plan) and the estimator that attaches each job's proxy and DP-only estimates.
 //! - [`policy`]: `crius` and its ablations (`crius-no-shrink`, `crius-no-typechange`,
-//!   `crius-no-opportunistic`, `crius-dp-only`), and the `fcfs` baseline.
+//!   `crius-no-opportunistic`, `crius-no-migration`, `crius-dp-only`), and the `fcfs`
+//!   baseline.
 //! - [`workload`]: the 1,280-GPU cluster (`builtin:crius-1280`) and the seeded Philly-derived
 //!   large-model generator (`--generator crius`, `builtin:crius-1900`).
 //! - `repro` (feature `experiments`): `tessera repro crius`, `tessera bench crius`.
@@ -45,6 +46,10 @@ pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "crius-no-opportunistic",
         about: "Crius with a blocking queue (no opportunistic runs)",
+    },
+    PolicyInfo {
+        name: "crius-no-migration",
+        about: "Crius without defragmentation by migration",
     },
     PolicyInfo {
         name: "crius-dp-only",
@@ -101,6 +106,13 @@ impl Mechanism for Crius {
                 "crius-no-opportunistic",
                 CriusOptions {
                     opportunistic: false,
+                    ..full
+                },
+            ),
+            "crius-no-migration" => (
+                "crius-no-migration",
+                CriusOptions {
+                    migration: false,
                     ..full
                 },
             ),

@@ -51,7 +51,7 @@ const ARTIFACT_VS: &[(&str, f64, u32)] =
 // gavel and sia run by default since Gavel's restart lease and Sia's rounded relaxation
 // (timings in BENCHMARKS.md).
 const POLICIES: &str =
-    "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-dp-only,elastic,gavel,sia";
+    "fcfs,crius,crius-no-shrink,crius-no-typechange,crius-no-opportunistic,crius-no-migration,crius-dp-only,elastic,gavel,sia";
 
 const PARAMS: &[Param] = &[
     Param {
