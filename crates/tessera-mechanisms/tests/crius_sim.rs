@@ -58,6 +58,7 @@ fn every_crius_policy_keeps_the_invariants_and_finishes_everything() {
         "crius-no-shrink",
         "crius-no-typechange",
         "crius-no-opportunistic",
+        "crius-no-migration",
         "crius-dp-only",
     ] {
         run(policy, 150, 200.0, 5);
