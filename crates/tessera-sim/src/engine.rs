@@ -237,6 +237,9 @@ pub struct Simulation<'a> {
     service_jobs: Vec<TrainingJob>,
     /// GPUs active now and Σ of their SM and memory fragmentation (kept incrementally).
     active_now: (u32, f64, f64),
+    /// GPUs held in parts (quotas, MIG instances), in whole-GPU equivalents of SM share:
+    /// whole GPUs are counted in `used.0`, so GPU utilization needs these too.
+    part_gpus_now: f64,
     activity: GpuActivity,
     retired: Vec<Allocation>,
     /// Failure injection, when configured, and what failures did to each job.
@@ -411,6 +414,7 @@ impl<'a> Simulation<'a> {
             serving,
             service_jobs,
             active_now: (0, 0.0, 0.0),
+            part_gpus_now: 0.0,
             activity: GpuActivity::default(),
             retired: Vec::new(),
             injector,
@@ -770,7 +774,7 @@ impl<'a> Simulation<'a> {
     fn advance_clock(&mut self, t: SimTime) {
         let dt = t.saturating_since(self.util_synced_at).as_secs_f64();
         if self.first_arrival.is_some() {
-            self.util_integral.0 += self.used.0 as f64 * dt;
+            self.util_integral.0 += (self.used.0 as f64 + self.part_gpus_now) * dt;
             self.util_integral.1 += self.used.1 as f64 * dt;
             self.util_integral.2 += self.used.2 as f64 * dt;
         }
@@ -1380,6 +1384,9 @@ impl<'a> Simulation<'a> {
                 }
                 self.active_now.1 += sign * sm;
                 self.active_now.2 += sign * mem;
+                if a > 0 && !g.whole {
+                    self.part_gpus_now += sign * (1.0 - sm);
+                }
             }
         }
         if sign > 0.0 {
@@ -1388,6 +1395,7 @@ impl<'a> Simulation<'a> {
                 // Float sums of fragmentation return to exactly zero on an idle cluster.
                 self.active_now.1 = 0.0;
                 self.active_now.2 = 0.0;
+                self.part_gpus_now = 0.0;
             }
         }
     }

@@ -120,7 +120,8 @@ pub struct Summary {
     pub makespan_s: f64,
     /// Mean of first start − submit over started jobs.
     pub avg_queue_s: f64,
-    /// Time-averaged GPU allocation over the makespan.
+    /// Time-averaged GPU allocation over the makespan; a GPU held in parts (quotas, MIG
+    /// instances) counts by the SM share its holders take.
     pub gpu_util: f64,
     /// Time-averaged CPU allocation over the makespan.
     pub cpu_util: f64,

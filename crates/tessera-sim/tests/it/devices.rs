@@ -208,6 +208,15 @@ fn mig_layout_then_two_jobs_on_its_instances() {
         "{}",
         jct(&r, 1)
     );
+    // GPU utilization counts MIG instances by their compute slices: 4/7 + 3/7 from 10 s to
+    // 1,235 s, then 3/7 until the end (before the fix a GPU held in parts counted as idle).
+    let end = 10.0 + 700.0 * 7.0 / 3.0;
+    let want = (1225.0 + 3.0 / 7.0 * (end - 1235.0)) / end;
+    assert!(
+        (r.summary.gpu_util - want).abs() < 1e-9,
+        "{} vs {want}",
+        r.summary.gpu_util
+    );
 }
 
 #[test]
@@ -396,6 +405,14 @@ fn neighbours_slow_each_other_and_retune_changes_speed_in_place() {
     );
     assert_eq!(r.jobs[0].preemptions, 0, "a retune is not a restart");
     assert!(r.jobs.iter().all(|j| j.outcome == JobOutcome::Finished));
+    // GPU utilization counts quotas by their SM requests: 50% to 50 s, 100% to 100 s, 90%
+    // to job 0's end, then 50% until job 1's.
+    let want = (0.5 * 50.0 + 1.0 * 50.0 + 0.9 * (f0 - 100.0) + 0.5 * (expect1 - f0)) / expect1;
+    assert!(
+        (r.summary.gpu_util - want).abs() < 1e-9,
+        "{} vs {want}",
+        r.summary.gpu_util
+    );
 }
 
 /// A policy that reads the view's per-GPU state and does random things with it: mostly valid
