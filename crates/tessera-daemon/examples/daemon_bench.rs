@@ -226,6 +226,27 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
         "  scheduling points during the run: {calls:.0}, mean decision {:.1} ms",
         if calls > 0.0 { sum / calls * 1e3 } else { 0.0 }
     );
+    let bucket = |name: &str, le: &str| value(&format!("{name}_bucket{{le=\"{le}\"}}"));
+    let (wait_n, commit_n) = (
+        value("tessera_engine_wait_seconds_count"),
+        value("tessera_engine_commit_seconds_count"),
+    );
+    println!(
+        "  engine loop: {:.0} iterations, {:.0} store commits; wait for the loop mean {:.1} ms ({:.1}% over 25 ms, {:.1}% over 50 ms); commit mean {:.1} ms ({:.0} over 25 ms)",
+        value("tessera_engine_iterations_total"),
+        value("tessera_store_commits_total"),
+        value("tessera_engine_wait_seconds_sum") / wait_n.max(1.0) * 1e3,
+        100.0 * (1.0 - bucket("tessera_engine_wait_seconds", "0.025") / wait_n.max(1.0)),
+        100.0 * (1.0 - bucket("tessera_engine_wait_seconds", "0.05") / wait_n.max(1.0)),
+        value("tessera_engine_commit_seconds_sum") / commit_n.max(1.0) * 1e3,
+        commit_n - bucket("tessera_engine_commit_seconds", "0.025"),
+    );
+    if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
+        println!(
+            "  load average at the end: {}",
+            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
+    }
     for j in jobs.iter().filter(|j| j.name == "blocker") {
         let _ = Client::new(&url, Some(TOKEN.into())).cancel(j.id);
     }

@@ -120,6 +120,15 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     core: Core,
     last_decision_secs: f64,
+    /// Inside [`begin_group`](Self::begin_group) .. [`end_group`](Self::end_group): writes
+    /// are gathered for one commit and the backend calls that depend on them wait for it.
+    group: bool,
+    /// The gathered bookkeeping and decisions (written first).
+    staged: WriteBatch,
+    /// The gathered submissions (written last; forgotten if the commit fails).
+    staged_submissions: WriteBatch,
+    /// Where the job table ended before the gathered submissions.
+    staged_mark: Option<crate::core::SubmissionMark>,
 }
 
 /// The statuses of runs just stopped after a node failure; when the backend cannot say, each
@@ -183,6 +192,19 @@ fn random_token() -> String {
     hex(&random_bytes::<24>())
 }
 
+/// Whether a request (other than a job submission) changes what the store holds, so that
+/// its answer waits for a commit.
+pub(crate) fn writes(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Cancel { .. }
+            | Request::Progress { .. }
+            | Request::SetNodeHealth { .. }
+            | Request::SubmitService { .. }
+            | Request::RetireService { .. }
+    )
+}
+
 impl Engine {
     /// Opens the store, loads the inventory, builds the policy and reconciles with the backend.
     pub fn open(
@@ -230,6 +252,10 @@ impl Engine {
             clock,
             core,
             last_decision_secs: 0.0,
+            group: false,
+            staged: WriteBatch::default(),
+            staged_submissions: WriteBatch::default(),
+            staged_mark: None,
         };
         // Finished jobs stay in the store only (served from there).
         let (finished, rows): (Vec<_>, Vec<_>) = engine
@@ -275,6 +301,11 @@ impl Engine {
     /// The metrics collected so far.
     pub fn metrics(&self) -> &Metrics {
         self.core.metrics()
+    }
+
+    /// The metrics, for the daemon loop to add what only it measures.
+    pub(crate) fn core_metrics_mut(&mut self) -> &mut Metrics {
+        self.core.metrics_mut()
     }
 
     /// Seconds the last [`schedule`](Self::schedule) call spent deciding (building the view,
@@ -405,6 +436,7 @@ impl Engine {
     fn drive(&mut self) -> Result<(), DaemonError> {
         while let Some(command) = self.core.poll_command() {
             match command {
+                Command::Persist(batch) if self.group => self.staged.append(batch),
                 Command::Persist(batch) => {
                     if self.commit(&batch) {
                         self.core.archive_finished();
@@ -415,7 +447,7 @@ impl Engine {
                 | Command::Stop { .. }
                 | Command::Retune(_)
                 | Command::Reconfigure { .. })
-                    if self.store_error.is_some() =>
+                    if self.store_error.is_some() || self.group =>
                 {
                     self.deferred.push_back(c);
                 }
@@ -463,7 +495,10 @@ impl Engine {
             return false;
         }
         match self.store.commit(batch) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.core.metrics_mut().store_commits += 1;
+                true
+            }
             Err(e) => {
                 self.store_refused(e);
                 self.unsaved.append(batch.clone());
@@ -493,19 +528,24 @@ impl Engine {
     }
 
     /// Writes what the store refused before, then carries out the launches and stops that
-    /// waited for it. True when nothing is left unwritten.
+    /// waited for it (inside a group they wait for the group's commit). True when nothing is
+    /// left unwritten.
     fn flush(&mut self) -> bool {
         if !self.unsaved.is_empty() {
             if let Err(e) = self.store.commit(&self.unsaved) {
                 self.store_refused(e);
                 return false;
             }
+            self.core.metrics_mut().store_commits += 1;
             self.unsaved = WriteBatch::default();
             self.core.archive_finished();
         }
         if self.store_error.take().is_some() {
             tracing::info!("the store accepts writes again");
             self.core.request_schedule();
+        }
+        if self.group {
+            return true;
         }
         while let Some(c) = self.deferred.pop_front() {
             match c {
@@ -532,6 +572,108 @@ impl Engine {
                 self.store_error.as_deref().unwrap_or("unknown error")
             ),
         )
+    }
+
+    /// Starts gathering writes for one commit (the daemon loop's iteration): until
+    /// [`end_group`](Self::end_group), whatever the core persists is kept back, and launches,
+    /// stops, retunes and reconfigurations wait for that commit (persist before act, as
+    /// always). Requests answered meanwhile are not acknowledged until then: the caller holds
+    /// the replies.
+    pub(crate) fn begin_group(&mut self) {
+        self.group = true;
+    }
+
+    /// Takes in a batch of submissions inside a group, as the last thing before
+    /// [`end_group`](Self::end_group) (nothing decided in the group may depend on them: if the
+    /// commit fails they are forgotten). The results are what to answer once the commit
+    /// succeeds.
+    pub(crate) fn stage_submissions(
+        &mut self,
+        items: Vec<(Option<String>, String)>,
+    ) -> Vec<Result<Response, ApiError>> {
+        if !self.group {
+            return self.submit_batch(items);
+        }
+        if !self.flush() {
+            return items
+                .iter()
+                .map(|_| Err(self.store_unavailable()))
+                .collect();
+        }
+        // What the core decided before goes with the bookkeeping, not the submissions.
+        self.run_commands();
+        let mark = self.core.submission_mark();
+        self.staged_mark.get_or_insert(mark);
+        let now = self.clock.now();
+        let results = self.core.submit(now, items);
+        while let Some(command) = self.core.poll_command() {
+            match command {
+                Command::Persist(batch) => self.staged_submissions.append(batch),
+                other => {
+                    tracing::error!("unexpected command after a submission: {other:?}");
+                    self.deferred.push_back(other);
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.map(|j| Response::Job(Box::new(j))))
+            .collect()
+    }
+
+    /// Ends a group: everything gathered since [`begin_group`](Self::begin_group) is written
+    /// in one transaction (bookkeeping and decisions first, then the submissions), then the
+    /// backend calls that waited for it are handed on. False when the store refused the
+    /// write: the submissions are then forgotten (the caller answers them, and every write
+    /// of the group, with [`store_unavailable`](Self::store_unavailable)), the rest is kept
+    /// and written once the store accepts writes again.
+    pub(crate) fn end_group(&mut self) -> bool {
+        let staged = std::mem::take(&mut self.staged);
+        let submissions = std::mem::take(&mut self.staged_submissions);
+        let mark = self.staged_mark.take();
+        // Whatever an earlier refused write left unsaved goes first; finished jobs leave
+        // memory only once nothing is left unsaved.
+        let ok = if !self.flush() {
+            false
+        } else if staged.is_empty() && submissions.is_empty() {
+            true
+        } else {
+            let t0 = Instant::now();
+            match self.store.commit_all(&[&staged, &submissions]) {
+                Ok(()) => {
+                    let m = self.core.metrics_mut();
+                    m.engine_commit.observe(t0.elapsed().as_secs_f64());
+                    m.store_commits += 1;
+                    true
+                }
+                Err(e) => {
+                    self.store_refused(e);
+                    false
+                }
+            }
+        };
+        self.group = false;
+        if ok {
+            self.core.archive_finished();
+            self.flush();
+            self.run_commands();
+        } else {
+            self.unsaved.append(staged);
+            if let Some(mark) = mark {
+                self.core.forget_submissions(mark);
+            }
+        }
+        ok
+    }
+
+    /// False while the store refuses writes (until a write succeeds again).
+    pub(crate) fn store_accepts_writes(&self) -> bool {
+        self.store_error.is_none() && self.unsaved.is_empty()
+    }
+
+    /// The answer to a write the store could not record.
+    pub(crate) fn store_unavailable_error(&self) -> ApiError {
+        self.store_unavailable()
     }
 
     /// Submits specs as the tenant owning `token`, in one store transaction (what the API does
@@ -585,6 +727,7 @@ impl Engine {
                     .map(|r| r.and(Err(refused.clone())))
                     .collect();
             }
+            self.core.metrics_mut().store_commits += 1;
         }
         self.run_commands();
         results
@@ -604,14 +747,7 @@ impl Engine {
             Request::Get { id } => Some(*id),
             _ => None,
         };
-        let writes = matches!(
-            req,
-            Request::Cancel { .. }
-                | Request::Progress { .. }
-                | Request::SetNodeHealth { .. }
-                | Request::SubmitService { .. }
-                | Request::RetireService { .. }
-        );
+        let writes = writes(&req);
         if writes && !self.flush() {
             // Authentication first, so that the 503 tells nothing to a stranger.
             self.core.handle_request(now, token, Request::Nodes)?;

@@ -50,6 +50,14 @@ pub struct Metrics {
     pub retunes: BTreeMap<&'static str, u64>,
     /// GPU reconfigurations by outcome (`done`, `declined`, `failed`).
     pub reconfigurations: BTreeMap<&'static str, u64>,
+    /// Daemon loop: time a request waited in the engine's channel before the loop took it.
+    pub engine_wait: Histogram,
+    /// Daemon loop: time of each iteration's one store commit (its fsync included).
+    pub engine_commit: Histogram,
+    /// Daemon loop: iterations that did any work.
+    pub engine_iterations: u64,
+    /// Store transactions committed by the engine.
+    pub store_commits: u64,
 }
 
 /// A point-in-time snapshot the engine fills for rendering.
@@ -68,6 +76,16 @@ fn escape(label: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Writes the buckets, sum and count of histogram `name`.
+fn histogram(s: &mut String, name: &str, h: &Histogram) {
+    for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+        let _ = writeln!(s, "{name}_bucket{{le=\"{b}\"}} {}", h.counts[i]);
+    }
+    let _ = writeln!(s, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(s, "{name}_sum {}", h.sum);
+    let _ = writeln!(s, "{name}_count {}", h.count);
 }
 
 impl Metrics {
@@ -93,21 +111,17 @@ impl Metrics {
             s,
             "# HELP tessera_scheduling_latency_seconds Time to build the view, run the policy and validate its actions.\n# TYPE tessera_scheduling_latency_seconds histogram"
         );
-        let h = &self.scheduling_latency;
-        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "tessera_scheduling_latency_seconds_bucket{{le=\"{b}\"}} {}",
-                h.counts[i]
-            );
-        }
-        let _ = writeln!(
-            s,
-            "tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}",
-            h.count
+        histogram(
+            &mut s,
+            "tessera_scheduling_latency_seconds",
+            &self.scheduling_latency,
         );
-        let _ = writeln!(s, "tessera_scheduling_latency_seconds_sum {}", h.sum);
-        let _ = writeln!(s, "tessera_scheduling_latency_seconds_count {}", h.count);
+        let _ = writeln!(s, "# HELP tessera_engine_wait_seconds Time a request waited for the engine loop to take it.\n# TYPE tessera_engine_wait_seconds histogram");
+        histogram(&mut s, "tessera_engine_wait_seconds", &self.engine_wait);
+        let _ = writeln!(s, "# HELP tessera_engine_commit_seconds Time of the engine loop's store commit per iteration.\n# TYPE tessera_engine_commit_seconds histogram");
+        histogram(&mut s, "tessera_engine_commit_seconds", &self.engine_commit);
+        let _ = writeln!(s, "# HELP tessera_engine_iterations_total Engine loop iterations that did work.\n# TYPE tessera_engine_iterations_total counter\ntessera_engine_iterations_total {}", self.engine_iterations);
+        let _ = writeln!(s, "# HELP tessera_store_commits_total Store transactions committed.\n# TYPE tessera_store_commits_total counter\ntessera_store_commits_total {}", self.store_commits);
         let _ = writeln!(s, "# HELP tessera_preemptions_total Preemptions by reason.\n# TYPE tessera_preemptions_total counter");
         for reason in ["policy", "resize", "backend", "node_down", "lost"] {
             let n = self.preemptions.get(reason).copied().unwrap_or(0);

@@ -36,6 +36,25 @@ pub(crate) struct Envelope {
     token: Option<String>,
     request: Request,
     reply: oneshot::Sender<Result<Response, ApiError>>,
+    /// When the request was handed to the engine (its wait is measured).
+    sent: Instant,
+}
+
+/// The daemon loop's timers (polls of running jobs, inventory refreshes).
+pub(crate) struct LoopTimers {
+    poll_interval: Duration,
+    last_poll: Instant,
+    last_inventory: Instant,
+}
+
+impl LoopTimers {
+    pub(crate) fn new(poll_interval: Duration) -> LoopTimers {
+        LoopTimers {
+            poll_interval,
+            last_poll: Instant::now(),
+            last_inventory: Instant::now(),
+        }
+    }
 }
 
 /// Runs the engine loop until every sender is dropped.
@@ -44,58 +63,163 @@ pub(crate) fn run_engine(
     rx: mpsc::Receiver<Envelope>,
     poll_interval: Duration,
 ) {
-    let mut last_poll = Instant::now();
-    let mut last_inventory = Instant::now();
+    let mut timers = LoopTimers::new(poll_interval);
+    let mut decided = false;
     loop {
-        let mut wait = poll_interval.saturating_sub(last_poll.elapsed());
+        let mut wait = timers
+            .poll_interval
+            .saturating_sub(timers.last_poll.elapsed());
         if let Some(r) = engine.until_next_wakeup() {
             wait = wait.min(r);
+        }
+        if decided {
+            // The last pass's decisions wait for the next commit: at once.
+            wait = Duration::ZERO;
         }
         let first = match rx.recv_timeout(wait) {
             Ok(m) => Some(m),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
-        let mut batch: Vec<Envelope> = first.into_iter().collect();
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(m) => batch.push(m),
+        decided = iteration(&mut engine, first, &rx, &mut timers);
+    }
+    // Decisions of a last pass not yet committed are written (and acted on) before exit.
+    engine.begin_group();
+    engine.end_group();
+}
+
+/// Takes waiting requests (up to [`MAX_BATCH`]) from the channel, sorted into submissions,
+/// other writes and reads.
+fn take_requests(
+    rx: &mpsc::Receiver<Envelope>,
+    first: Option<Envelope>,
+    taken: &mut usize,
+    engine: &mut Engine,
+    submits: &mut Vec<Envelope>,
+    writes: &mut Vec<Envelope>,
+    reads: &mut Vec<Envelope>,
+) {
+    let mut next = first;
+    loop {
+        let e = match next.take() {
+            Some(e) => e,
+            None if *taken < MAX_BATCH => match rx.try_recv() {
+                Ok(e) => e,
                 Err(_) => break,
-            }
-        }
-        let (submits, others): (Vec<Envelope>, Vec<Envelope>) = batch
-            .into_iter()
-            .partition(|e| matches!(e.request, Request::Submit { .. }));
-        if !submits.is_empty() {
-            let mut replies = Vec::with_capacity(submits.len());
-            let mut items = Vec::with_capacity(submits.len());
-            for e in submits {
-                if let Request::Submit { body } = e.request {
-                    items.push((e.token, body));
-                    replies.push(e.reply);
-                }
-            }
-            for (reply, result) in replies.into_iter().zip(engine.submit_batch(items)) {
-                let _ = reply.send(result);
-            }
-        }
-        for e in others {
-            let result = engine.handle(e.token.as_deref(), e.request);
-            let _ = e.reply.send(result);
-        }
-        engine.collect_backend_results();
-        if last_poll.elapsed() >= poll_interval {
-            engine.poll();
-            last_poll = Instant::now();
-        }
-        if last_inventory.elapsed() >= INVENTORY_INTERVAL {
-            engine.refresh_inventory();
-            last_inventory = Instant::now();
-        }
-        if engine.wants_schedule() {
-            engine.schedule();
+            },
+            None => break,
+        };
+        *taken += 1;
+        engine
+            .core_metrics_mut()
+            .engine_wait
+            .observe(e.sent.elapsed().as_secs_f64());
+        if matches!(e.request, Request::Submit { .. }) {
+            submits.push(e);
+        } else if crate::engine::writes(&e.request) {
+            writes.push(e);
+        } else {
+            reads.push(e);
         }
     }
+}
+
+/// One iteration of the engine loop, with one store commit (one fsync) for everything it
+/// changed: the last iteration's scheduling pass, the writes among the waiting requests, the
+/// backend results and polls, and last the submissions, including those that arrived
+/// meanwhile. Nothing is acknowledged before that commit; launches and stops are handed to the
+/// backend after it. Reads are answered after the commit, so they never show a change that is
+/// not durable. Then, when one is due, the scheduling pass runs (it sees the submissions just
+/// committed); its decisions are written by the next iteration's commit, before anything is
+/// launched, and true is returned so that the next iteration comes at once.
+///
+/// The pass runs after the submissions' commit, never before it in the same group: if that
+/// commit fails the submissions are forgotten, so no decision may depend on them.
+pub(crate) fn iteration(
+    engine: &mut Engine,
+    first: Option<Envelope>,
+    rx: &mpsc::Receiver<Envelope>,
+    timers: &mut LoopTimers,
+) -> bool {
+    let (mut submits, mut writes, mut reads) = (Vec::new(), Vec::new(), Vec::new());
+    let mut taken = 0;
+    engine.begin_group();
+    take_requests(
+        rx,
+        first,
+        &mut taken,
+        engine,
+        &mut submits,
+        &mut writes,
+        &mut reads,
+    );
+    let mut answered: Vec<(Envelope, Result<Response, ApiError>)> = Vec::new();
+    let handle_writes =
+        |engine: &mut Engine,
+         writes: &mut Vec<Envelope>,
+         answered: &mut Vec<(Envelope, Result<Response, ApiError>)>| {
+            for mut e in writes.drain(..) {
+                let request = std::mem::replace(&mut e.request, Request::Nodes);
+                let result = engine.handle(e.token.as_deref(), request);
+                answered.push((e, result));
+            }
+        };
+    handle_writes(engine, &mut writes, &mut answered);
+    engine.collect_backend_results();
+    if timers.last_poll.elapsed() >= timers.poll_interval {
+        engine.poll();
+        timers.last_poll = Instant::now();
+    }
+    if timers.last_inventory.elapsed() >= INVENTORY_INTERVAL {
+        engine.refresh_inventory();
+        timers.last_inventory = Instant::now();
+    }
+    // Whatever arrived while the loop worked joins this commit.
+    take_requests(
+        rx,
+        None,
+        &mut taken,
+        engine,
+        &mut submits,
+        &mut writes,
+        &mut reads,
+    );
+    handle_writes(engine, &mut writes, &mut answered);
+    let mut items = Vec::with_capacity(submits.len());
+    for e in &mut submits {
+        if let Request::Submit { body } = &mut e.request {
+            items.push((e.token.take(), std::mem::take(body)));
+        }
+    }
+    let submitted = if items.is_empty() {
+        Vec::new()
+    } else {
+        engine.stage_submissions(items)
+    };
+    let durable = engine.end_group();
+    if taken > 0 {
+        engine.core_metrics_mut().engine_iterations += 1;
+    }
+    for (e, result) in answered
+        .into_iter()
+        .chain(submits.into_iter().zip(submitted))
+    {
+        let result = match result {
+            Ok(_) if !durable => Err(engine.store_unavailable_error()),
+            r => r,
+        };
+        let _ = e.reply.send(result);
+    }
+    for e in reads {
+        let result = engine.handle(e.token.as_deref(), e.request);
+        let _ = e.reply.send(result);
+    }
+    if engine.wants_schedule() && engine.store_accepts_writes() {
+        engine.begin_group();
+        engine.schedule();
+        return true;
+    }
+    false
 }
 
 #[derive(Clone)]
@@ -154,6 +278,7 @@ pub(crate) async fn call(
             token: bearer(headers),
             request,
             reply,
+            sent: Instant::now(),
         })
         .map_err(|_| ApiError::new(503, "unavailable", "the scheduling engine has stopped"))?;
     rx.await
@@ -623,5 +748,147 @@ async fn accept_loop(
     if drained.is_err() {
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod loop_tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::config::TenantConfig;
+    use crate::config::{hash_token, BackendConfig, DaemonConfig, LocalConfig, LocalNodeConfig};
+    use tessera_model::{Bytes, MilliCpu};
+
+    const TOKEN: &str = "loop-secret-token";
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        let text = format!(
+            "store: {}\nbackend: {{kind: local, workDir: {}}}\n",
+            dir.join("t.db").display(),
+            dir.display()
+        );
+        let mut c = DaemonConfig::from_yaml(&text).unwrap();
+        c.tenants = vec![TenantConfig {
+            name: "alice".into(),
+            token_sha256: hash_token(TOKEN),
+            admin: false,
+        }];
+        c.backend = BackendConfig::Local(LocalConfig {
+            work_dir: dir.join("runs"),
+            nodes: vec![LocalNodeConfig {
+                name: "box".into(),
+                gpu: "A100-80GB".into(),
+                gpus: 4,
+                cpus: MilliCpu::from_cores(8),
+                memory: Bytes::from_gib(64),
+            }],
+            run_as: Default::default(),
+            tool_path: None,
+        });
+        let backend = crate::build_backend(&c.backend).unwrap();
+        let mut e = Engine::open(&c, backend, Arc::new(SystemClock::new())).unwrap();
+        e.start_backend_thread().unwrap();
+        e
+    }
+
+    type Reply = oneshot::Receiver<Result<Response, ApiError>>;
+
+    fn send(tx: &mpsc::Sender<Envelope>, request: Request) -> Reply {
+        let (reply, rx) = oneshot::channel();
+        tx.send(Envelope {
+            token: Some(TOKEN.into()),
+            request,
+            reply,
+            sent: Instant::now(),
+        })
+        .unwrap();
+        rx
+    }
+
+    fn submit(tx: &mpsc::Sender<Envelope>, name: &str, command: &str) -> Reply {
+        let body = format!(r#"{{"name":"{name}","command":["sh","-c","{command}"],"gpus":1}}"#);
+        send(tx, Request::Submit { body })
+    }
+
+    fn job_id(mut r: Reply) -> i64 {
+        match r.try_recv() {
+            Ok(Ok(Response::Job(j))) => j.id,
+            other => panic!("no job in {other:?}"),
+        }
+    }
+
+    /// Issue 9: an iteration of the daemon loop commits to the store at most once, whatever
+    /// it does: submissions (including those arriving while it works), a cancel, backend
+    /// results (launches, finished runs), polls and a scheduling pass all share that commit,
+    /// and every answer is sent only after it.
+    #[test]
+    fn one_store_commit_per_loop_iteration() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        let (tx, rx) = mpsc::channel();
+        // Poll at every iteration, so each one also asks the backend about running jobs.
+        let mut timers = LoopTimers::new(Duration::ZERO);
+        let mut step = |e: &mut Engine| {
+            let before = e.store_writes();
+            iteration(e, None, &rx, &mut timers);
+            let after = e.store_writes();
+            assert!(
+                after.transactions - before.transactions <= 1,
+                "{} commits in one iteration",
+                after.transactions - before.transactions
+            );
+            after.job_rows - before.job_rows
+        };
+        let mut first: Vec<Reply> = (0..6)
+            .map(|i| submit(&tx, &format!("a{i}"), "true"))
+            .collect();
+        assert_eq!(step(&mut e), 6, "six submissions, one commit");
+        let ids: Vec<i64> = first.drain(..).map(job_id).collect();
+        // Let the arrival coalescing pass, so that the next iteration schedules; then keep
+        // going with new submissions and a cancel in the same iterations as the launches,
+        // results and polls, until every job has ended.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut mixed = 0;
+        let mut round = 0;
+        let mut cancel: Option<(i64, Reply)> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(150));
+            let n = if round < 6 { 3 } else { 0 };
+            let subs: Vec<Reply> = (0..n)
+                .map(|i| submit(&tx, &format!("r{round}-{i}"), "true"))
+                .collect();
+            if round == 1 {
+                let id = *ids.last().unwrap();
+                cancel = Some((id, send(&tx, Request::Cancel { id })));
+            }
+            let rows = step(&mut e);
+            if n > 0 && rows > n as u64 {
+                mixed += 1; // more than the submissions' rows: bookkeeping shared the commit
+            }
+            for r in subs {
+                job_id(r);
+            }
+            round += 1;
+            let done = e.count_by_state();
+            let live: usize = done
+                .iter()
+                .filter(|(s, _)| !s.is_terminal())
+                .map(|(_, n)| n)
+                .sum();
+            if round > 6 && live == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{done:?}");
+        }
+        assert!(mixed >= 2, "only {mixed} iterations shared their commit");
+        let (_, mut reply) = cancel.unwrap();
+        assert!(reply.try_recv().is_ok(), "the cancel was answered");
+        // Seven iterations took requests (the first batch and six rounds of submissions).
+        assert_eq!(e.metrics().engine_iterations, 7);
+        assert_eq!(
+            e.metrics().store_commits,
+            e.store_writes().transactions,
+            "the metric counts every engine commit"
+        );
     }
 }

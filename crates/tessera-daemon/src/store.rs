@@ -484,11 +484,17 @@ impl Store {
 
     /// Writes a batch in one transaction.
     pub fn commit(&mut self, batch: &WriteBatch) -> Result<(), DaemonError> {
-        if batch.is_empty() {
+        self.commit_all(&[batch])
+    }
+
+    /// Writes batches, in order, in one transaction (one fsync): what the daemon's loop
+    /// gathered in one iteration (bookkeeping, decisions, then submissions).
+    pub fn commit_all(&mut self, batches: &[&WriteBatch]) -> Result<(), DaemonError> {
+        if batches.iter().all(|b| b.is_empty()) {
             return Ok(());
         }
         let tx = self.conn.transaction()?;
-        {
+        for batch in batches {
             let mut job = tx.prepare_cached(
                 "INSERT OR REPLACE INTO jobs (id, tenant, queue, name, spec, state, priority, submit_us,
                  start_us, end_us, attempt, placement, handle, exit_code, message, progress_iters,
@@ -558,7 +564,7 @@ impl Store {
         }
         tx.commit()?;
         self.writes.transactions += 1;
-        self.writes.job_rows += batch.jobs.len() as u64;
+        self.writes.job_rows += batches.iter().map(|b| b.jobs.len() as u64).sum::<u64>();
         Ok(())
     }
 

@@ -268,6 +268,48 @@ impl Core {
         Some(ahead as u32 + 1)
     }
 
+    /// The queue positions of the pending jobs among `idxs` (a page of a listing), in one
+    /// pass over the active jobs and no sort of the queue: each pending job counts once for
+    /// every listed job it is ahead of (a difference array over the listed keys).
+    pub(super) fn positions_of(&self, idxs: &[usize]) -> HashMap<usize, u32> {
+        let key = |i: usize| {
+            let r = &self.jobs[i].row;
+            (-r.priority, r.submit_us, r.id)
+        };
+        let mut listed: Vec<((i32, u64, i64), usize)> = idxs
+            .iter()
+            .copied()
+            .filter(|&i| self.jobs[i].row.state == JobState::Pending)
+            .map(|i| (key(i), i))
+            .collect();
+        if listed.is_empty() {
+            return HashMap::new();
+        }
+        listed.sort_unstable();
+        listed.dedup();
+        let mut ahead = vec![0u32; listed.len() + 1];
+        for &i in &self.active {
+            if self.jobs[i].row.state != JobState::Pending {
+                continue;
+            }
+            let k = key(i);
+            // Listed jobs from this index on have job `i` ahead of them.
+            let from = listed.partition_point(|(l, _)| *l <= k);
+            ahead[from] += 1;
+        }
+        let mut acc = 0u32;
+        listed
+            .iter()
+            .zip(&ahead)
+            .map(|((_, i), n)| {
+                acc += n;
+                (*i, acc + 1)
+            })
+            .collect()
+    }
+
+    /// Every pending job's position, by sorting the queue (tests compare with it).
+    #[cfg(test)]
     pub(super) fn positions(&self) -> HashMap<usize, u32> {
         self.pending_order()
             .into_iter()
@@ -486,14 +528,7 @@ impl Core {
                 } else {
                     None
                 };
-                let pending = page
-                    .iter()
-                    .any(|&i| self.jobs[i].row.state == JobState::Pending);
-                let positions = if pending {
-                    self.positions()
-                } else {
-                    HashMap::new()
-                };
+                let positions = self.positions_of(&page);
                 let jobs = page
                     .into_iter()
                     .map(|i| self.view(i, positions.get(&i).copied(), false))
@@ -636,15 +671,8 @@ impl Core {
             .iter()
             .map(|r| self.by_id.get(&r.id).copied())
             .collect();
-        let positions = if held
-            .iter()
-            .flatten()
-            .any(|&i| self.jobs[i].row.state == JobState::Pending)
-        {
-            self.positions()
-        } else {
-            HashMap::new()
-        };
+        let listed: Vec<usize> = held.iter().flatten().copied().collect();
+        let positions = self.positions_of(&listed);
         let mut jobs = Vec::with_capacity(rows.len());
         for (row, idx) in rows.iter().zip(held) {
             jobs.push(match idx {

@@ -478,6 +478,17 @@ fn queue_positions_without_sorting_match_the_sorted_queue() {
         assert_eq!(h.core.position(idx), Some(pos));
     }
     assert_eq!(sorted.len(), 12, "one of the 13 queued started");
+    // A listing's page gets the same positions without sorting the queue, for any page.
+    let all: Vec<usize> = h.core.active.iter().copied().collect();
+    assert_eq!(h.core.positions_of(&all), sorted);
+    for page in all.chunks(5).chain(all.rchunks(3)) {
+        let got = h.core.positions_of(page);
+        let want: std::collections::HashMap<usize, u32> = page
+            .iter()
+            .filter_map(|i| sorted.get(i).map(|&p| (*i, p)))
+            .collect();
+        assert_eq!(got, want, "page {page:?}");
+    }
 }
 
 /// With arrival coalescing, a burst of submissions does not call the policy once per group
