@@ -14,6 +14,10 @@ use tessera_mechanisms::experiment::{experiments, ExperimentArgs, RunContext};
 /// and progress is folded only when a job's rate changes, so ties between equal services
 /// break differently; only LAS at 4 jobs/h on the exact engine moved (las+proportional
 /// 116409.44 → 116571.28 s, +0.14%; las+tune 79504.13 → 79501.56 s, -0.003%).
+/// Changed on purpose again (issue 8, LAS + TUNE at 4 jobs/h): under the reference semantics a
+/// placement is the reference's first fit in server order, GPU by GPU (its `_top_synergy_gpus`),
+/// not the whole vector on the fullest server; only LAS + TUNE moved (3 jobs/h 55817.662 →
+/// 55813.162 s, -0.008%; 4 jobs/h 79832.771 → 78894.671 s, -1.18%).
 const PINNED: &[(&str, f64, &str, &str, f64)] = &[
     ("a", 9.0, "fifo+proportional", "exact", 214631.56734500002),
     ("a", 9.0, "fifo+greedy", "exact", 53714.11618197701),
@@ -32,9 +36,9 @@ const PINNED: &[(&str, f64, &str, &str, f64)] = &[
     ("a", 9.0, "srtf+proportional", "synergy", 129200.216),
     ("a", 9.0, "srtf+tune", "synergy", 55949.216),
     ("b", 3.0, "las+proportional", "synergy", 62959.162),
-    ("b", 3.0, "las+tune", "synergy", 55817.662),
+    ("b", 3.0, "las+tune", "synergy", 55813.162),
     ("b", 4.0, "las+proportional", "synergy", 126878.771),
-    ("b", 4.0, "las+tune", "synergy", 79832.771),
+    ("b", 4.0, "las+tune", "synergy", 78894.671),
 ];
 
 #[test]

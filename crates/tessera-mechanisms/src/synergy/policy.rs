@@ -23,7 +23,8 @@
 //! Placement is multi-resource: the whole vector on one server if one fits it (best fit: the
 //! server with the fewest free GPUs); otherwise, for multi-GPU jobs, GPUs from the servers
 //! with the most free GPUs first (so the job spans as few servers as possible), each GPU
-//! carrying its per-GPU slice of CPU and memory.
+//! carrying its per-GPU slice of CPU and memory. Under the reference semantics, placement is
+//! the reference's instead: GPU by GPU in server order, first fit (see [`FreeMap`]).
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -111,8 +112,9 @@ pub struct FreeMap<'c> {
     cluster: &'c Cluster,
     free: Vec<Resources>,
     free_gpus: u64,
-    /// A job that fits on no single server takes its GPUs one at a time from the fullest
-    /// servers (the reference's placement) instead of whole slices from the emptiest.
+    /// Place as the reference does (its `_top_synergy_gpus`, the allocation its runner uses):
+    /// GPU by GPU in server order, each on the first server that still fits one more GPU's
+    /// slice, instead of the whole vector on the fullest server that fits it.
     pub reference_spread: bool,
 }
 
@@ -191,6 +193,9 @@ impl<'c> FreeMap<'c> {
         if g == 0 || g as u64 > self.free_gpus {
             return None;
         }
+        if self.reference_spread {
+            return self.find_first_fit_reference(job, slice);
+        }
         // One server holding the whole vector: the fullest that fits (best fit).
         let mut best: Option<(u32, usize)> = None;
         for group in self
@@ -221,9 +226,6 @@ impl<'c> FreeMap<'c> {
         }
         if g == 1 {
             return None;
-        }
-        if self.reference_spread {
-            return self.find_spread_fullest_first(job, slice);
         }
         // Several servers, emptiest first, each GPU with its slice; within one node group.
         for group in self
@@ -261,10 +263,11 @@ impl<'c> FreeMap<'c> {
         None
     }
 
-    /// The reference's fallback: one GPU at a time from the server with the fewest free GPUs
-    /// (lowest id on ties) whose remaining resources still fit one more GPU's slice; a server
-    /// that cannot is dropped. Within one node group.
-    fn find_spread_fullest_first(&self, job: &TrainingJob, slice: Slice) -> Option<Allocation> {
+    /// The reference's placement: its free GPUs in server order, each taken if its server
+    /// still fits one more GPU's slice beside those already taken for this job (so a server
+    /// short of CPU or memory gives fewer GPUs, and the job spans the next servers). Single
+    /// node group, as the reference's cluster; nothing is taken unless all GPUs are found.
+    fn find_first_fit_reference(&self, job: &TrainingJob, slice: Slice) -> Option<Allocation> {
         for group in self
             .cluster
             .groups
@@ -272,36 +275,24 @@ impl<'c> FreeMap<'c> {
             .filter(|gr| self.eligible(job, gr))
         {
             let first = group.first_node as usize;
-            let nodes = first..first + group.count as usize;
-            let mut left: Vec<Resources> = self.free[nodes.clone()].to_vec();
-            let mut alive: Vec<bool> = left.iter().map(|f| f.gpus > 0).collect();
-            let mut taken = vec![0u32; left.len()];
-            let mut need = job.gpus;
             // One GPU's slice is the same on every server of the group.
             let one = self.share(job, NodeId(first as u32), 1, slice).resources();
-            while need > 0 {
-                let Some(i) = (0..left.len())
-                    .filter(|&i| alive[i])
-                    .min_by_key(|&i| (left[i].gpus, i))
-                else {
-                    break;
-                };
-                if left[i].fits(&one) {
-                    left[i].sub(&one);
-                    taken[i] += 1;
+            let mut need = job.gpus;
+            let mut shares = Vec::new();
+            for n in first..first + group.count as usize {
+                let mut left = self.free[n];
+                let mut k = 0;
+                while need > 0 && left.fits(&one) {
+                    left.sub(&one);
+                    k += 1;
                     need -= 1;
-                    alive[i] = left[i].gpus > 0;
-                } else {
-                    alive[i] = false;
                 }
-            }
-            if need == 0 {
-                let shares = nodes
-                    .zip(&taken)
-                    .filter(|(_, k)| **k > 0)
-                    .map(|(n, k)| self.share(job, NodeId(n as u32), *k, slice))
-                    .collect();
-                return Some(Allocation::new(shares));
+                if k > 0 {
+                    shares.push(self.share(job, NodeId(n as u32), k, slice));
+                }
+                if need == 0 {
+                    return Some(Allocation::new(shares));
+                }
             }
         }
         None
@@ -780,8 +771,8 @@ impl SynergyPolicy {
     /// Switches to the reference simulator's behaviour (what the reference engine asks for
     /// through [`Policy::use_reference_semantics`]): SRTF/FTF rank a job that TUNE switched to
     /// its proportional share in the previous round at speed-up 1, TUNE demotes peers in the
-    /// reference's order and by its rule, and a multi-GPU job that fits on no single server
-    /// takes its GPUs one at a time from the fullest servers.
+    /// reference's order and by its rule, and every placement takes GPUs one at a time in
+    /// server order, each on the first server that still fits its slice.
     pub fn with_reference_semantics(mut self) -> Self {
         self.reference = true;
         self
