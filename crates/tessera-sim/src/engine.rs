@@ -175,6 +175,29 @@ struct Progressing {
 
 const NOT_ACTIVE: u32 = u32::MAX;
 
+/// What [`Cluster::can_ever_fit`] reads of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FitShape<'a> {
+    gpus: u32,
+    gpu_types: &'a [tessera_model::GpuModelId],
+    cpu: Option<tessera_model::MilliCpu>,
+    memory: Option<Bytes>,
+}
+
+impl<'a> FitShape<'a> {
+    fn of(job: &'a TrainingJob) -> FitShape<'a> {
+        FitShape {
+            gpus: job.gpus,
+            gpu_types: &job.gpu_types,
+            cpu: job.cpu,
+            memory: job.memory,
+        }
+    }
+}
+
+/// Shapes known to fit, remembered per run (scanned per arrival: kept short).
+const MAX_FITTING_SHAPES: usize = 32;
+
 /// One simulation run of one policy over one workload on one cluster.
 pub struct Simulation<'a> {
     cluster: &'a Cluster,
@@ -246,6 +269,8 @@ pub struct Simulation<'a> {
     injector: Option<Injector>,
     failure_stats: Vec<JobFailures>,
     failed_jobs: Vec<FailedJob>,
+    /// Job shapes [`Cluster::can_ever_fit`] accepted (borrowing the workload's specs).
+    fitting_shapes: Vec<FitShape<'a>>,
 }
 
 /// `alloc` with every quota part fixed at `sm` permille (request = limit).
@@ -276,13 +301,20 @@ enum HolderName {
 }
 
 /// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
-fn gpu_activity(g: &GpuState, capacity: Bytes, mig_compute_used: u32) -> (u32, f64, f64) {
+/// `capacity` is the GPU's memory, asked for only by a GPU held in parts (it costs a catalog
+/// look-up and a float rounding, which whole GPUs, the common case, need not pay).
+fn gpu_activity(
+    g: &GpuState,
+    capacity: impl FnOnce() -> Bytes,
+    mig_compute_used: u32,
+) -> (u32, f64, f64) {
     if g.is_idle() {
         return (0, 0.0, 0.0);
     }
     if g.whole {
         return (1, 0.0, 0.0);
     }
+    let capacity = capacity();
     let mem = if capacity.0 > 0 {
         1.0 - (g.memory_used.0 as f64 / capacity.0 as f64).min(1.0)
     } else {
@@ -420,6 +452,7 @@ impl<'a> Simulation<'a> {
             injector,
             failure_stats,
             failed_jobs: Vec::new(),
+            fitting_shapes: Vec::new(),
         }
     }
 
@@ -817,17 +850,24 @@ impl<'a> Simulation<'a> {
         Ok(())
     }
 
-    fn arrive(&mut self, job: &TrainingJob) {
+    fn arrive(&mut self, job: &'a TrainingJob) {
         self.first_arrival.get_or_insert(job.submit);
         // Every dimension (GPU type and count, CPU, memory): a job that can never fit would
-        // otherwise wait forever, spinning through rounds (issue 10).
-        if let Err(unfit) = self.cluster.can_ever_fit(job) {
-            let st = &mut self.state[job.id.index()];
-            st.record_outcome = Some(JobOutcome::Rejected {
-                reason: unfit.to_string(),
-            });
-            self.job_ended(job.id);
-            return;
+        // otherwise wait forever, spinning through rounds (issue 10). The answer depends only
+        // on the job's shape, and a trace has few shapes: those that fit are remembered.
+        let shape = FitShape::of(job);
+        if !self.fitting_shapes.contains(&shape) {
+            if let Err(unfit) = self.cluster.can_ever_fit(job) {
+                let st = &mut self.state[job.id.index()];
+                st.record_outcome = Some(JobOutcome::Rejected {
+                    reason: unfit.to_string(),
+                });
+                self.job_ended(job.id);
+                return;
+            }
+            if self.fitting_shapes.len() < MAX_FITTING_SHAPES {
+                self.fitting_shapes.push(shape);
+            }
         }
         if let Some(profiler) = self.config.profiler.clone() {
             let estimate = profiler.profile(job, self.cluster, &mut self.profile_rng);
@@ -1353,7 +1393,8 @@ impl<'a> Simulation<'a> {
             let Some(node) = self.cluster.nodes.get(s.node.index()) else {
                 continue;
             };
-            let capacity = Bytes::from_gib_f64(self.cluster.catalog.get(node.gpu).memory_gib);
+            let catalog = &self.cluster.catalog;
+            let capacity = || Bytes::from_gib_f64(catalog.get(node.gpu).memory_gib);
             let gpus = self.devices.gpus(s.node);
             for i in d.gpus.iter() {
                 let Some(g) = gpus.get(i as usize) else {
