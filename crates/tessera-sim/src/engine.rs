@@ -18,7 +18,7 @@
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use tessera_model::{
@@ -148,16 +148,19 @@ struct Progressing {
     resumes_at: SimTime,
     done: f64,
     /// The pending completion, (when, sequence), also in `Simulation::completions`; replaced
-    /// on every allocation or rate change.
-    due: Option<(SimTime, u64)>,
+    /// on every allocation or rate change. Sequence 0 (never issued): none pending.
+    due: (SimTime, u64),
     gpus_held: u32,
     gpu_secs: f64,
     /// GPU·µs of progress (held minus restoring): the attained service policies see. An
     /// integer, so that its value at an instant does not depend on when it was folded.
     served_gpu_us: u64,
-    record_outcome: Option<JobOutcome>,
-    first_start: Option<SimTime>,
-    finish: Option<SimTime>,
+    /// Ended as [`JobOutcome::Finished`]; every other outcome (rare, and carrying a reason)
+    /// is in `Simulation::outcomes`.
+    finished: bool,
+    /// µs, or [`NEVER`]: a million jobs' state stays small (no `Option` tags).
+    first_start: u64,
+    finish: u64,
     preemptions: u32,
     ever_started: bool,
     /// While holding GPUs: (CPU cores per GPU, memory GiB per GPU, speed-up over the
@@ -166,14 +169,49 @@ struct Progressing {
     /// Seconds spent holding GPUs, and the time integrals of `cur` over them.
     held_secs: f64,
     integ: (f64, f64, f64),
+}
+
+/// What a failure rolls a job back to, kept per job only when failures are configured.
+#[derive(Clone, Debug, Default)]
+struct SafePoint {
     /// Checkpoint interval in µs (0: only at the start of a run), and the progress and
-    /// instant of the last safe point (run start or checkpoint) a failure rolls back to.
-    ckpt_every: u64,
-    safe_done: f64,
-    safe_at: SimTime,
+    /// instant of the last safe point (run start or checkpoint).
+    every: u64,
+    done: f64,
+    at: SimTime,
+}
+
+/// No instant yet (first start, finish).
+const NEVER: u64 = u64::MAX;
+
+fn instant(us: u64) -> Option<SimTime> {
+    (us != NEVER).then(|| SimTime::from_micros(us))
 }
 
 const NOT_ACTIVE: u32 = u32::MAX;
+
+/// What [`Cluster::can_ever_fit`] reads of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FitShape<'a> {
+    gpus: u32,
+    gpu_types: &'a [tessera_model::GpuModelId],
+    cpu: Option<tessera_model::MilliCpu>,
+    memory: Option<Bytes>,
+}
+
+impl<'a> FitShape<'a> {
+    fn of(job: &'a TrainingJob) -> FitShape<'a> {
+        FitShape {
+            gpus: job.gpus,
+            gpu_types: &job.gpu_types,
+            cpu: job.cpu,
+            memory: job.memory,
+        }
+    }
+}
+
+/// Shapes known to fit, remembered per run (scanned per arrival: kept short).
+const MAX_FITTING_SHAPES: usize = 32;
 
 /// One simulation run of one policy over one workload on one cluster.
 pub struct Simulation<'a> {
@@ -212,6 +250,10 @@ pub struct Simulation<'a> {
     running: Vec<JobId>,
     running_pos: Vec<u32>,
     state: Vec<Progressing>,
+    /// Per job, with failures configured (empty otherwise).
+    safe_points: Vec<SafePoint>,
+    /// Outcomes other than finished, by job id.
+    outcomes: BTreeMap<u32, JobOutcome>,
     done_jobs: usize,
 
     first_arrival: Option<SimTime>,
@@ -246,6 +288,8 @@ pub struct Simulation<'a> {
     injector: Option<Injector>,
     failure_stats: Vec<JobFailures>,
     failed_jobs: Vec<FailedJob>,
+    /// Job shapes [`Cluster::can_ever_fit`] accepted (borrowing the workload's specs).
+    fitting_shapes: Vec<FitShape<'a>>,
 }
 
 /// `alloc` with every quota part fixed at `sm` permille (request = limit).
@@ -276,13 +320,20 @@ enum HolderName {
 }
 
 /// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
-fn gpu_activity(g: &GpuState, capacity: Bytes, mig_compute_used: u32) -> (u32, f64, f64) {
+/// `capacity` is the GPU's memory, asked for only by a GPU held in parts (it costs a catalog
+/// look-up and a float rounding, which whole GPUs, the common case, need not pay).
+fn gpu_activity(
+    g: &GpuState,
+    capacity: impl FnOnce() -> Bytes,
+    mig_compute_used: u32,
+) -> (u32, f64, f64) {
     if g.is_idle() {
         return (0, 0.0, 0.0);
     }
     if g.whole {
         return (1, 0.0, 0.0);
     }
+    let capacity = capacity();
     let mem = if capacity.0 > 0 {
         1.0 - (g.memory_used.0 as f64 / capacity.0 as f64).min(1.0)
     } else {
@@ -314,21 +365,18 @@ impl<'a> Simulation<'a> {
             synced_at: SimTime::ZERO,
             resumes_at: SimTime::ZERO,
             done: 0.0,
-            due: None,
+            due: (SimTime::ZERO, 0),
             gpus_held: 0,
             gpu_secs: 0.0,
             served_gpu_us: 0,
-            record_outcome: None,
-            first_start: None,
-            finish: None,
+            finished: false,
+            first_start: NEVER,
+            finish: NEVER,
             preemptions: 0,
             ever_started: false,
             cur: (0.0, 0.0, 0.0),
             held_secs: 0.0,
             integ: (0.0, 0.0, 0.0),
-            ckpt_every: 0,
-            safe_done: 0.0,
-            safe_at: SimTime::ZERO,
         };
         let injector = config
             .failures
@@ -364,14 +412,19 @@ impl<'a> Simulation<'a> {
             .iter()
             .map(|j| Progressing {
                 total: j.iterations as f64,
-                ckpt_every: config
-                    .failures
-                    .as_deref()
-                    .and_then(|f| f.interval_of(&j.name))
-                    .map_or(0, |d| d.as_micros()),
                 ..fresh.clone()
             })
             .collect();
+        let safe_points = match config.failures.as_deref() {
+            Some(f) => jobs
+                .iter()
+                .map(|j| SafePoint {
+                    every: f.interval_of(&j.name).map_or(0, |d| d.as_micros()),
+                    ..SafePoint::default()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         Simulation {
             cluster,
             jobs,
@@ -397,6 +450,8 @@ impl<'a> Simulation<'a> {
             running: Vec::new(),
             running_pos: vec![NOT_ACTIVE; jobs.len()],
             state,
+            safe_points,
+            outcomes: BTreeMap::new(),
             done_jobs: 0,
             first_arrival: None,
             last_completion: SimTime::ZERO,
@@ -420,6 +475,7 @@ impl<'a> Simulation<'a> {
             injector,
             failure_stats,
             failed_jobs: Vec::new(),
+            fitting_shapes: Vec::new(),
         }
     }
 
@@ -717,10 +773,16 @@ impl<'a> Simulation<'a> {
         self.mark_stopped(job);
         let now = self.now;
         let st = &mut self.state[job.index()];
-        let lost = (st.done - st.safe_done).max(0.0);
-        st.done = st.safe_done.min(st.done);
+        // Failures are injected only when configured, and then every job has a safe point.
+        let safe = self
+            .safe_points
+            .get(job.index())
+            .cloned()
+            .unwrap_or_default();
+        let lost = (st.done - safe.done).max(0.0);
+        st.done = safe.done.min(st.done);
         let remaining = st.total - st.done;
-        let lost_secs = gpus as f64 * now.saturating_since(st.safe_at).as_secs_f64();
+        let lost_secs = gpus as f64 * now.saturating_since(safe.at).as_secs_f64();
         let restarts = match self.failure_stats.get_mut(job.index()) {
             Some(f) => {
                 f.restarts += 1;
@@ -739,7 +801,7 @@ impl<'a> Simulation<'a> {
                 name: self.jobs[job.index()].name.clone(),
                 reason: reason.clone(),
             });
-            self.state[job.index()].record_outcome = Some(JobOutcome::Failed { reason });
+            self.outcomes.insert(job.0, JobOutcome::Failed { reason });
             self.remove_active(job);
             if self.tracking {
                 self.policy.observe(JobChange::Ended(job));
@@ -817,17 +879,26 @@ impl<'a> Simulation<'a> {
         Ok(())
     }
 
-    fn arrive(&mut self, job: &TrainingJob) {
+    fn arrive(&mut self, job: &'a TrainingJob) {
         self.first_arrival.get_or_insert(job.submit);
         // Every dimension (GPU type and count, CPU, memory): a job that can never fit would
-        // otherwise wait forever, spinning through rounds (issue 10).
-        if let Err(unfit) = self.cluster.can_ever_fit(job) {
-            let st = &mut self.state[job.id.index()];
-            st.record_outcome = Some(JobOutcome::Rejected {
-                reason: unfit.to_string(),
-            });
-            self.job_ended(job.id);
-            return;
+        // otherwise wait forever, spinning through rounds (issue 10). The answer depends only
+        // on the job's shape, and a trace has few shapes: those that fit are remembered.
+        let shape = FitShape::of(job);
+        if !self.fitting_shapes.contains(&shape) {
+            if let Err(unfit) = self.cluster.can_ever_fit(job) {
+                self.outcomes.insert(
+                    job.id.0,
+                    JobOutcome::Rejected {
+                        reason: unfit.to_string(),
+                    },
+                );
+                self.job_ended(job.id);
+                return;
+            }
+            if self.fitting_shapes.len() < MAX_FITTING_SHAPES {
+                self.fitting_shapes.push(shape);
+            }
         }
         if let Some(profiler) = self.config.profiler.clone() {
             let estimate = profiler.profile(job, self.cluster, &mut self.profile_rng);
@@ -875,15 +946,17 @@ impl<'a> Simulation<'a> {
         let held = now.saturating_since(st.synced_at).as_secs_f64();
         let working_from = st.synced_at.max(st.resumes_at);
         let worked = now.saturating_since(working_from);
-        if st.ckpt_every > 0 && st.rate > 0.0 && now > working_from {
-            // The latest checkpoint (every `ckpt_every` of working time after the restore)
-            // within this stretch of constant rate, if any.
-            let k = now.saturating_since(st.resumes_at).as_micros() / st.ckpt_every;
-            let last = st.resumes_at + SimDuration::from_micros(k * st.ckpt_every);
-            if k > 0 && last >= working_from {
-                let upto = last.saturating_since(working_from).as_secs_f64();
-                st.safe_done = (st.done + st.rate * upto).min(total);
-                st.safe_at = last;
+        if let Some(safe) = self.safe_points.get_mut(job.index()) {
+            if safe.every > 0 && st.rate > 0.0 && now > working_from {
+                // The latest checkpoint (every `every` µs of working time after the restore)
+                // within this stretch of constant rate, if any.
+                let k = now.saturating_since(st.resumes_at).as_micros() / safe.every;
+                let last = st.resumes_at + SimDuration::from_micros(k * safe.every);
+                if k > 0 && last >= working_from {
+                    let upto = last.saturating_since(working_from).as_secs_f64();
+                    safe.done = (st.done + st.rate * upto).min(total);
+                    safe.at = last;
+                }
             }
         }
         st.done = (st.done + st.rate * worked.as_secs_f64()).min(total);
@@ -925,7 +998,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn complete(&mut self, job: JobId) -> Result<bool, SimError> {
-        self.state[job.index()].due = None;
+        self.state[job.index()].due = (SimTime::ZERO, 0);
         let pos = self.active_pos[job.index()];
         if pos == NOT_ACTIVE {
             return Ok(false); // not reachable: ending a job cancels its completion
@@ -941,8 +1014,8 @@ impl<'a> Simulation<'a> {
         st.done = total; // float rounding must not leave a sliver of work
         st.rate = 0.0;
         st.gpus_held = 0;
-        st.finish = Some(self.now);
-        st.record_outcome = Some(JobOutcome::Finished);
+        st.finish = self.now.as_micros();
+        st.finished = true;
         self.remove_active(job);
         self.mark_stopped(job);
         if self.tracking {
@@ -1353,7 +1426,8 @@ impl<'a> Simulation<'a> {
             let Some(node) = self.cluster.nodes.get(s.node.index()) else {
                 continue;
             };
-            let capacity = Bytes::from_gib_f64(self.cluster.catalog.get(node.gpu).memory_gib);
+            let catalog = &self.cluster.catalog;
+            let capacity = || Bytes::from_gib_f64(catalog.get(node.gpu).memory_gib);
             let gpus = self.devices.gpus(s.node);
             for i in d.gpus.iter() {
                 let Some(g) = gpus.get(i as usize) else {
@@ -1448,11 +1522,15 @@ impl<'a> Simulation<'a> {
         st.synced_at = now;
         st.resumes_at = now + cost;
         // A run restores from the state it starts with: its first safe point.
-        st.safe_done = st.done;
-        st.safe_at = now;
+        if let Some(safe) = self.safe_points.get_mut(job.index()) {
+            safe.done = st.done;
+            safe.at = now;
+        }
         st.gpus_held = alloc.gpus();
         st.ever_started = true;
-        st.first_start.get_or_insert(now);
+        if st.first_start == NEVER {
+            st.first_start = now.as_micros();
+        }
         let remaining = (spec.iterations as f64 - st.done).max(0.0);
         let finish = st.resumes_at + SimDuration::from_secs_f64_ceil(remaining / rate);
         let served = st.served_gpu_us;
@@ -1484,13 +1562,14 @@ impl<'a> Simulation<'a> {
     fn schedule_completion(&mut self, job: JobId, at: SimTime) {
         self.cancel_completion(job);
         self.seq += 1;
-        self.state[job.index()].due = Some((at, self.seq));
+        self.state[job.index()].due = (at, self.seq);
         self.completions.insert((at, self.seq, job.0));
     }
 
     /// Removes `job`'s pending completion, if any; its instant stays an instant of the run.
     fn cancel_completion(&mut self, job: JobId) {
-        if let Some((at, seq)) = self.state[job.index()].due.take() {
+        let (at, seq) = std::mem::replace(&mut self.state[job.index()].due, (SimTime::ZERO, 0));
+        if seq != 0 {
             self.completions.remove(&(at, seq, job.0));
             self.stale.push(at);
         }
@@ -1524,9 +1603,12 @@ impl<'a> Simulation<'a> {
             if self.active[self.active_pos[id.index()] as usize].state == JobState::Running {
                 self.sync(id);
             }
-            self.state[id.index()].record_outcome = Some(JobOutcome::Unfinished {
-                reason: reason.to_string(),
-            });
+            self.outcomes.insert(
+                id.0,
+                JobOutcome::Unfinished {
+                    reason: reason.to_string(),
+                },
+            );
         }
         self.finished = true;
     }
@@ -1579,7 +1661,7 @@ impl<'a> Simulation<'a> {
         }
         for &j in &self.running {
             let due = self.state[j.index()].due;
-            if !due.is_some_and(|(at, seq)| self.completions.contains(&(at, seq, j.0))) {
+            if due.1 == 0 || !self.completions.contains(&(due.0, due.1, j.0)) {
                 return Err(format!(
                     "running job {j:?} has no live completion ({due:?})"
                 ));
@@ -1620,7 +1702,7 @@ impl<'a> Simulation<'a> {
                     job.name, st.done
                 ));
             }
-            if st.record_outcome == Some(JobOutcome::Finished) && st.done != total {
+            if st.finished && st.done != total {
                 return Err(format!(
                     "job {} finished after {} of {total} iterations",
                     job.name, st.done
@@ -1636,6 +1718,7 @@ impl<'a> Simulation<'a> {
             self.finish_run("run stopped early");
         }
         let policy = self.policy.name().to_string();
+        let mut outcomes = std::mem::take(&mut self.outcomes);
         let jobs: Vec<JobRecord> = self
             .jobs
             .iter()
@@ -1645,11 +1728,17 @@ impl<'a> Simulation<'a> {
                 name: job.name.clone(),
                 gpus: job.gpus,
                 submit: job.submit,
-                first_start: st.first_start,
-                finish: st.finish,
-                outcome: st.record_outcome.clone().unwrap_or(JobOutcome::Unfinished {
-                    reason: "never arrived before the run stopped".to_string(),
-                }),
+                first_start: instant(st.first_start),
+                finish: instant(st.finish),
+                outcome: if st.finished {
+                    JobOutcome::Finished
+                } else {
+                    outcomes
+                        .remove(&job.id.0)
+                        .unwrap_or(JobOutcome::Unfinished {
+                            reason: "never arrived before the run stopped".to_string(),
+                        })
+                },
                 preemptions: st.preemptions,
                 gpu_secs: st.gpu_secs,
                 iterations_done: st.done,
