@@ -172,6 +172,16 @@ pub struct IndexedLedger<'c> {
     group_free_gpus: Vec<u64>,
     /// The state describes this cluster (else every lookup scans, as a `Ledger` does).
     indexed: bool,
+    /// Once many nodes have changed (a daemon's first pass over thousands of jobs, a round
+    /// that restarts many), the index mostly points at changed nodes and each lookup walks
+    /// past them: from then on a plain copying `Ledger` answers, which places identically.
+    dense: Option<Ledger<'c>>,
+}
+
+/// Changed nodes beyond which an [`IndexedLedger`] turns into a copying [`Ledger`]: a fraction
+/// of the cluster (so the one copy costs no more than the lookups it saves), at least a few.
+fn dense_after(nodes: usize) -> usize {
+    (nodes / 16).max(8)
 }
 
 impl<'c> IndexedLedger<'c> {
@@ -196,11 +206,35 @@ impl<'c> IndexedLedger<'c> {
             changed: BTreeMap::new(),
             group_free_gpus,
             indexed,
+            dense: None,
         }
+    }
+
+    /// Switches to the copying ledger once enough nodes have changed.
+    fn maybe_densify(&mut self) {
+        if self.dense.is_some() || self.changed.len() < dense_after(self.cluster.nodes.len()) {
+            return;
+        }
+        let mut free = self.state.free().to_vec();
+        free.resize(self.cluster.nodes.len(), Resources::default());
+        for (&n, f) in &self.changed {
+            if let Some(slot) = free.get_mut(n as usize) {
+                *slot = *f;
+            }
+        }
+        self.dense = Some(Ledger {
+            cluster: self.cluster,
+            free,
+            group_free_gpus: std::mem::take(&mut self.group_free_gpus),
+        });
+        self.changed.clear();
     }
 
     /// Free resources of one node.
     pub fn free_of(&self, node: usize) -> Resources {
+        if let Some(d) = &self.dense {
+            return d.free.get(node).copied().unwrap_or_default();
+        }
         match self.changed.get(&(node as u32)) {
             Some(f) => *f,
             None => self.state.free().get(node).copied().unwrap_or_default(),
@@ -209,7 +243,10 @@ impl<'c> IndexedLedger<'c> {
 
     /// Free GPUs in the whole cluster.
     pub fn free_gpus(&self) -> u64 {
-        self.group_free_gpus.iter().sum()
+        match &self.dense {
+            Some(d) => d.free_gpus(),
+            None => self.group_free_gpus.iter().sum(),
+        }
     }
 
     fn group_of(&self, node: usize) -> Option<usize> {
@@ -218,6 +255,9 @@ impl<'c> IndexedLedger<'c> {
 
     /// Returns an allocation's resources to the ledger.
     pub fn release(&mut self, alloc: &Allocation) {
+        if let Some(d) = &mut self.dense {
+            return d.release(alloc);
+        }
         for s in &alloc.shares {
             let n = s.node.index();
             let Some(g) = self.group_of(n) else { continue };
@@ -228,11 +268,15 @@ impl<'c> IndexedLedger<'c> {
                 *sum += s.gpus as u64;
             }
         }
+        self.maybe_densify();
     }
 
     /// Takes an allocation's resources if all of them are free; returns false (and changes
     /// nothing) otherwise.
     pub fn reserve(&mut self, alloc: &Allocation) -> bool {
+        if let Some(d) = &mut self.dense {
+            return d.reserve(alloc);
+        }
         let fits = alloc.nodes_distinct()
             && alloc.shares.iter().all(|s| {
                 s.node.index() < self.cluster.nodes.len()
@@ -253,11 +297,15 @@ impl<'c> IndexedLedger<'c> {
                 *sum -= s.gpus as u64;
             }
         }
+        self.maybe_densify();
         true
     }
 
     /// [`Ledger::place`]: the same allocation, found through the index.
     pub fn place(&mut self, job: &TrainingJob) -> Option<Allocation> {
+        if let Some(d) = &mut self.dense {
+            return d.place(job);
+        }
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }

@@ -1,7 +1,9 @@
 //! The indexed ledger (issue 11) places, reserves and releases exactly as the copying
 //! `Ledger` does: random clusters (several node groups and shapes), random occupancy taken
 //! through `ClusterState` (so its index is the one drivers keep), then the same random
-//! sequence of placements (with and without explicit CPU requests) and releases on both.
+//! sequence of placements (with and without explicit CPU requests) and releases on both —
+//! enough of them that the indexed ledger also turns into its copying form (after 1/16 of the
+//! nodes have changed, at least 8) and must go on placing identically.
 
 use proptest::prelude::*;
 use tessera_model::{
