@@ -7,6 +7,7 @@
 //! others.
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::cluster::{NodeId, Resources};
 use crate::quantity::{Bytes, MilliCpu};
@@ -209,12 +210,17 @@ impl std::fmt::Display for ParallelPlan {
     }
 }
 
+/// An allocation's per-node shares. Most allocations span one node: that share is held
+/// inline, so placing, copying and dropping one does not touch the heap (schedulers make
+/// millions of them). Serialized as a plain sequence, like a `Vec`.
+pub type Shares = SmallVec<[NodeShare; 1]>;
+
 /// Everything a job holds: one share per node, nodes distinct, and optionally how the job
 /// splits its work over those devices.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
     /// Per-node shares.
-    pub shares: Vec<NodeShare>,
+    pub shares: Shares,
     /// The parallelism plan truth models read; `None` = the job's own (data-parallel) way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ParallelPlan>,
@@ -223,8 +229,20 @@ pub struct Allocation {
 impl Allocation {
     /// An allocation of these shares with no parallelism plan.
     #[inline]
-    pub fn new(shares: Vec<NodeShare>) -> Allocation {
-        Allocation { shares, plan: None }
+    pub fn new(shares: impl Into<Shares>) -> Allocation {
+        Allocation {
+            shares: shares.into(),
+            plan: None,
+        }
+    }
+
+    /// An allocation of one share with no parallelism plan.
+    #[inline]
+    pub fn single(share: NodeShare) -> Allocation {
+        Allocation {
+            shares: Shares::from_buf([share]),
+            plan: None,
+        }
     }
 
     /// Total whole GPUs.

@@ -32,7 +32,9 @@ pub mod rng;
 pub mod service;
 pub mod time;
 
-pub use alloc::{Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan};
+pub use alloc::{
+    Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan, Shares,
+};
 pub use catalog::{
     GpuCatalog, GpuModel, GpuModelId, LayoutSet, MigGeometry, MigProfile, MISO_LAYOUTS,
 };

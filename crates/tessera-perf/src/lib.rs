@@ -219,16 +219,8 @@ mod tests {
             memory: Bytes(0),
             devices: None,
         };
-        let at = |gpus| {
-            TraceThroughput.throughput(
-                &job,
-                &Allocation {
-                    plan: None,
-                    shares: vec![share(gpus)],
-                },
-                &cluster,
-            )
-        };
+        let at =
+            |gpus| TraceThroughput.throughput(&job, &Allocation::single(share(gpus)), &cluster);
         assert_eq!(at(4), 1.0);
         assert_eq!(at(2), 0.5);
         assert_eq!(at(0), 0.0);

@@ -124,13 +124,10 @@ impl<'c> Ledger<'c> {
             .get(nodes.clone())
             .and_then(|free| free.iter().position(|f| f.fits(&wanted)))
         {
-            return Some(Allocation {
-                plan: None,
-                shares: vec![NodeShare {
-                    node: NodeId((nodes.start + n) as u32),
-                    ..share
-                }],
-            });
+            return Some(Allocation::single(NodeShare {
+                node: NodeId((nodes.start + n) as u32),
+                ..share
+            }));
         }
         // Several nodes: emptiest first, so the job spans as few as possible.
         let mut candidates: Vec<usize> = nodes.filter(|&n| self.free[n].gpus > 0).collect();
@@ -368,13 +365,10 @@ impl<'c> IndexedLedger<'c> {
     ) -> Option<Allocation> {
         let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
         if let Some(n) = self.first_fit(gi, group, &share.resources()) {
-            return Some(Allocation {
-                plan: None,
-                shares: vec![NodeShare {
-                    node: NodeId(n),
-                    ..share
-                }],
-            });
+            return Some(Allocation::single(NodeShare {
+                node: NodeId(n),
+                ..share
+            }));
         }
         // Several nodes: emptiest first (then lowest-numbered), as `Ledger` orders them,
         // level by level of free GPUs so that the walk stops once the job is placed.
@@ -451,7 +445,12 @@ pub fn proportional_share(
         if of == 0 {
             0
         } else {
-            (total as u128 * gpus as u128 / of as u128) as u64
+            // u64 arithmetic when the product fits (the usual case; a u128 division is a
+            // library call), u128 otherwise: the same quotient either way.
+            match total.checked_mul(gpus as u64) {
+                Some(p) => p / of as u64,
+                None => (total as u128 * gpus as u128 / of as u128) as u64,
+            }
         }
     };
     let cpu = match job.cpu {

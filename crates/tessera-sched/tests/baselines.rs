@@ -43,15 +43,12 @@ fn workload(specs: &[(u64, u32, u64)]) -> Workload {
 
 /// The whole server's share for `gpus` GPUs of a job, GPU-proportional.
 fn share(gpus: u32) -> Allocation {
-    Allocation {
-        plan: None,
-        shares: vec![NodeShare::whole(
-            NodeId(0),
-            gpus,
-            MilliCpu::from_cores(6 * gpus as u64),
-            Bytes::from_gib(64 * gpus as u64),
-        )],
-    }
+    Allocation::single(NodeShare::whole(
+        NodeId(0),
+        gpus,
+        MilliCpu::from_cores(6 * gpus as u64),
+        Bytes::from_gib(64 * gpus as u64),
+    ))
 }
 
 /// Runs `policy` once at `now` and returns its actions.

@@ -58,7 +58,8 @@ pub(super) fn alloc(mask: u64, part: GpuPart, plan: Option<ParallelPlan>) -> All
         _ => 0,
     };
     Allocation {
-        shares: vec![NodeShare {
+        plan,
+        ..Allocation::single(NodeShare {
             node: NodeId(0),
             gpus,
             cpu: MilliCpu::from_cores(1),
@@ -67,8 +68,7 @@ pub(super) fn alloc(mask: u64, part: GpuPart, plan: Option<ParallelPlan>) -> All
                 gpus: GpuMask(mask),
                 part,
             }),
-        }],
-        plan,
+        })
     }
 }
 

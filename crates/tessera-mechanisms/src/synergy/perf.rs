@@ -858,15 +858,14 @@ mod tests {
         .unwrap();
         let mut job = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(600));
         job.model = "alexnet".into();
-        let alloc = |cores: u64, gb: f64| Allocation {
-            plan: None,
-            shares: vec![NodeShare {
+        let alloc = |cores: u64, gb: f64| {
+            Allocation::single(NodeShare {
                 node: NodeId(0),
                 gpus: 1,
                 cpu: MilliCpu::from_cores(cores),
                 memory: gb_to_bytes(gb),
                 devices: None,
-            }],
+            })
         };
         let truth = SynergyThroughput::new(TableMode::PerGpuCount);
         let base = job.reference_throughput();

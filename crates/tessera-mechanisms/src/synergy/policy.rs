@@ -37,7 +37,7 @@ use tessera_model::{
 };
 
 use super::opt::{job_options, solve_round, OptJob, OptStats, Point};
-use tessera_model::JobId;
+use tessera_model::{JobId, Shares};
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::placement::proportional_share;
 use tessera_sched::Policy;
@@ -112,6 +112,8 @@ pub struct FreeMap<'c> {
     cluster: &'c Cluster,
     free: Vec<Resources>,
     free_gpus: u64,
+    /// Every node before this one has no free GPU (the reference's first fit skips them).
+    first_with_gpus: usize,
     /// Place as the reference does (its `_top_synergy_gpus`, the allocation its runner uses):
     /// GPU by GPU in server order, each on the first server that still fits one more GPU's
     /// slice, instead of the whole vector on the fullest server that fits it.
@@ -125,6 +127,7 @@ impl<'c> FreeMap<'c> {
             cluster,
             free: free.to_vec(),
             free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
+            first_with_gpus: free.iter().position(|f| f.gpus > 0).unwrap_or(free.len()),
             reference_spread: false,
         }
     }
@@ -145,6 +148,9 @@ impl<'c> FreeMap<'c> {
             if let Some(f) = self.free.get_mut(s.node.index()) {
                 f.add(&s.resources());
                 self.free_gpus += s.gpus as u64;
+                if s.gpus > 0 {
+                    self.first_with_gpus = self.first_with_gpus.min(s.node.index());
+                }
             }
         }
     }
@@ -162,6 +168,7 @@ impl<'c> FreeMap<'c> {
                 self.free[s.node.index()].sub(&s.resources());
                 self.free_gpus -= s.gpus as u64;
             }
+            self.advance_first_with_gpus();
         }
         ok
     }
@@ -219,10 +226,12 @@ impl<'c> FreeMap<'c> {
             }
         }
         if let Some((_, n)) = best {
-            return Some(Allocation {
-                plan: None,
-                shares: vec![self.share(job, NodeId(n as u32), g, slice)],
-            });
+            return Some(Allocation::single(self.share(
+                job,
+                NodeId(n as u32),
+                g,
+                slice,
+            )));
         }
         if g == 1 {
             return None;
@@ -276,10 +285,12 @@ impl<'c> FreeMap<'c> {
         {
             let first = group.first_node as usize;
             // One GPU's slice is the same on every server of the group.
-            let one = self.share(job, NodeId(first as u32), 1, slice).resources();
+            let one_share = self.share(job, NodeId(first as u32), 1, slice);
+            let one = one_share.resources();
             let mut need = job.gpus;
-            let mut shares = Vec::new();
-            for n in first..first + group.count as usize {
+            let mut shares = Shares::new();
+            // Nodes without a free GPU cannot take one more GPU's slice.
+            for n in first.max(self.first_with_gpus)..first + group.count as usize {
                 let mut left = self.free[n];
                 let mut k = 0;
                 while need > 0 && left.fits(&one) {
@@ -287,7 +298,12 @@ impl<'c> FreeMap<'c> {
                     k += 1;
                     need -= 1;
                 }
-                if k > 0 {
+                if k == 1 {
+                    shares.push(NodeShare {
+                        node: NodeId(n as u32),
+                        ..one_share
+                    });
+                } else if k > 0 {
                     shares.push(self.share(job, NodeId(n as u32), k, slice));
                 }
                 if need == 0 {
@@ -301,9 +317,35 @@ impl<'c> FreeMap<'c> {
     /// Finds and reserves a placement.
     pub fn place(&mut self, job: &TrainingJob, slice: Slice) -> Option<Allocation> {
         let a = self.find(job, slice)?;
-        let ok = self.reserve(&a);
-        debug_assert!(ok, "a placement found must be reservable");
-        ok.then_some(a)
+        // `find` returns distinct nodes that fit: take it without checking again (this is
+        // a round's hot path; `reserve` re-checks what callers hand in from elsewhere).
+        debug_assert!(
+            self.clone().reserve(&a),
+            "a placement found must be reservable"
+        );
+        self.take_found(&a);
+        Some(a)
+    }
+
+    /// Takes an allocation `find` returned on this map, unchanged since.
+    fn take_found(&mut self, alloc: &Allocation) {
+        for s in &alloc.shares {
+            if let Some(f) = self.free.get_mut(s.node.index()) {
+                f.sub(&s.resources());
+                self.free_gpus = self.free_gpus.saturating_sub(s.gpus as u64);
+            }
+        }
+        self.advance_first_with_gpus();
+    }
+
+    fn advance_first_with_gpus(&mut self) {
+        while self
+            .free
+            .get(self.first_with_gpus)
+            .is_some_and(|f| f.gpus == 0)
+        {
+            self.first_with_gpus += 1;
+        }
     }
 }
 

@@ -45,6 +45,38 @@ struct JobState2 {
     /// after round (300 s leases), so the engine rates it once per change.
     rated_on: Option<Allocation>,
     rate: f64,
+    /// What one round on `rated_on` adds, computed when it was rated (the same products, so
+    /// the sums are bit for bit those of computing them every round).
+    per_round: RoundCredit,
+}
+
+/// One round's credit on one allocation.
+#[derive(Clone, Copy, Debug, Default)]
+struct RoundCredit {
+    iterations: u64,
+    gpu_secs: f64,
+    /// CPU cores and memory GiB per GPU, and the speed-up over the proportional share,
+    /// each times the round.
+    integ: (f64, f64, f64),
+    /// GPUs, milli-CPUs and bytes held.
+    used: (u64, u64, u64),
+}
+
+impl RoundCredit {
+    fn of(spec: &TrainingJob, alloc: &Allocation, rate: f64, round_s: f64) -> RoundCredit {
+        let g = alloc.gpus() as f64;
+        let prop = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
+        RoundCredit {
+            iterations: (round_s * rate + 1e-9).floor() as u64,
+            gpu_secs: g * round_s,
+            integ: (
+                alloc.cpu().as_cores() / g * round_s,
+                alloc.memory().as_gib() / g * round_s,
+                if prop > 0.0 { rate / prop } else { 1.0 } * round_s,
+            ),
+            used: (alloc.gpus() as u64, alloc.cpu().0, alloc.memory().0),
+        }
+    }
 }
 
 /// Free resources and whole GPUs per node while a round's placements are checked. This
@@ -407,24 +439,22 @@ pub fn run_reference(
                     None => s.rated_on = Some(alloc.clone()),
                 }
                 s.rate = rate;
+                s.per_round = RoundCredit::of(spec, alloc, rate, round_s);
             }
-            let rate = s.rate;
-            let credit = (round_s * rate + 1e-9).floor() as u64;
-            s.done = (s.done + credit).min(spec.iterations);
-            let g = alloc.gpus() as f64;
-            s.gpu_secs += g * round_s;
+            let c = s.per_round;
+            s.done = (s.done + c.iterations).min(spec.iterations);
+            s.gpu_secs += c.gpu_secs;
             s.first_start.get_or_insert(t);
             a.first_start.get_or_insert(t);
-            let prop = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
             s.held_secs += round_s;
-            s.integ.0 += alloc.cpu().as_cores() / g * round_s;
-            s.integ.1 += alloc.memory().as_gib() / g * round_s;
-            s.integ.2 += if prop > 0.0 { rate / prop } else { 1.0 } * round_s;
-            a.attained_gpu_secs += g * round_s;
+            s.integ.0 += c.integ.0;
+            s.integ.1 += c.integ.1;
+            s.integ.2 += c.integ.2;
+            a.attained_gpu_secs += c.gpu_secs;
             a.remaining_iters = (spec.iterations - s.done) as f64;
-            used.0 += alloc.gpus() as u64;
-            used.1 += alloc.cpu().0;
-            used.2 += alloc.memory().0;
+            used.0 += c.used.0;
+            used.1 += c.used.1;
+            used.2 += c.used.2;
             s.ran_round = round_no;
             ran_now.push(a.id);
         }

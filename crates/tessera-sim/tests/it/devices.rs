@@ -69,20 +69,17 @@ fn mig(cluster: &Cluster, name: &str, start: u8) -> MigInstance {
 }
 
 fn share(node: u32, gpus: GpuMask, part: GpuPart) -> Allocation {
-    Allocation {
-        plan: None,
-        shares: vec![NodeShare {
-            node: NodeId(node),
-            gpus: if part == GpuPart::Whole {
-                gpus.count()
-            } else {
-                0
-            },
-            cpu: MilliCpu::from_cores(1),
-            memory: Bytes::from_gib(4),
-            devices: Some(DeviceAlloc { gpus, part }),
-        }],
-    }
+    Allocation::single(NodeShare {
+        node: NodeId(node),
+        gpus: if part == GpuPart::Whole {
+            gpus.count()
+        } else {
+            0
+        },
+        cpu: MilliCpu::from_cores(1),
+        memory: Bytes::from_gib(4),
+        devices: Some(DeviceAlloc { gpus, part }),
+    })
 }
 
 fn quota(req: u16, gib: u64) -> GpuPart {
