@@ -291,7 +291,10 @@ impl Allocation {
     /// True when no node appears twice.
     pub fn nodes_distinct(&self) -> bool {
         // Allocations span few nodes: compare pairs without allocating (schedulers call
-        // this for every placement they reserve).
+        // this for every placement they reserve), and most span one.
+        if self.shares.len() <= 1 {
+            return true;
+        }
         if self.shares.len() <= 16 {
             return self
                 .shares

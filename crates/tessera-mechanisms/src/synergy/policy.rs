@@ -608,7 +608,9 @@ impl Tracked {
     /// Merges this call's new keys into `hot` (dropping stale entries), and `hot` into
     /// `cold` once it has grown to a fraction of it.
     fn rebuild(&mut self) {
-        self.fresh.sort_unstable_by_key(|e| (e.hi, e.lo));
+        // Keys are unique, so a stable sort gives the same order; it merges the runs this
+        // list mostly is (a round re-keys its placed jobs in the order they ranked).
+        self.fresh.sort_by_key(|e| (e.hi, e.lo));
         let ver = &self.ver;
         self.hot.retain(|e| Self::valid(ver, e));
         merge_into(&mut self.buf, &self.hot, &self.fresh);
