@@ -353,6 +353,15 @@ pub fn default_threads() -> usize {
 mod tests {
     use super::*;
 
+    #[test]
+    fn targets_print_as_written() {
+        assert_eq!(target_secs(1.0), "1");
+        assert_eq!(target_secs(200.0), "200");
+        assert_eq!(target_secs(0.2), "0.2");
+        assert_eq!(target_secs(1_099.8 / 1_000.0), "1.0998");
+        assert_eq!(target_secs(708.6 / 1_000.0), "0.7086");
+    }
+
     const PARAMS: &[Param] = &[
         Param {
             name: "seed",
@@ -448,6 +457,16 @@ pub struct BenchRow {
     pub command: String,
 }
 
+/// A target in seconds as written: derived ones (1,099.8 / 1,000) print as 1.0998, not as
+/// their nearest binary fraction.
+fn target_secs(t: f64) -> String {
+    let fixed = format!("{t:.4}");
+    fixed
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
+}
+
 /// Renders benchmark rows as a [`ReproOutput`] (a table with met/NOT MET, and the rows as
 /// JSON under `rows`).
 pub fn bench_output(title: &str, rows: Vec<BenchRow>) -> ReproOutput {
@@ -457,7 +476,7 @@ pub fn bench_output(title: &str, rows: Vec<BenchRow>) -> ReproOutput {
             vec![
                 r.case.clone(),
                 format!("{:.3} s", r.wall_s),
-                format!("< {} s", r.target_s),
+                format!("< {} s", target_secs(r.target_s)),
                 if r.wall_s < r.target_s {
                     "met"
                 } else {

@@ -11,7 +11,7 @@ use super::opt::{solve_round, OptJob, OptResult};
 use super::perf::{
     OptimisticProfiler, SensitivityEstimate, ServerShape, SynergyProfiles, DEFAULT_PROFILE_COST,
 };
-use super::reference_workload::{ReferenceTrace, ReferenceWorkload};
+use super::reference_workload::{ReferenceTrace, ReferenceWorkload, REFERENCE_JOBS};
 use super::workload::SynergyWorkload;
 use crate::experiment::{
     bench_output, run_parallel, BenchRow, Experiment, ExperimentArgs, ExperimentError, Param,
@@ -97,9 +97,12 @@ impl Experiment for SynergyBench {
             (ReferenceTrace::Single, 9.0, "srtf+proportional", 1_099.8),
             (ReferenceTrace::Multi, 4.0, "las+tune", 708.6),
         ] {
-            let workload = ReferenceWorkload::new(trace, load)
-                .generate()
-                .map_err(|e| ExperimentError::Other(format!("the reference's workload: {e}")))?;
+            let workload = ReferenceWorkload {
+                jobs: REFERENCE_JOBS,
+                ..ReferenceWorkload::new(trace, load)
+            }
+            .generate()
+            .map_err(|e| ExperimentError::Other(format!("the reference's workload: {e}")))?;
             let stats = run_one(&cluster, &workload, &spec(policy, Semantics::Synergy))?;
             let name = match trace {
                 ReferenceTrace::Single => "single",

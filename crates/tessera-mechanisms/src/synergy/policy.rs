@@ -32,12 +32,11 @@ use std::collections::BinaryHeap;
 
 use super::perf::{gb_to_bytes, SensitivityEstimate, SynergyProfiles};
 use tessera_model::{
-    Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, SimDuration,
-    SimTime, TrainingJob,
+    Allocation, Bytes, Cluster, JobId, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, Shares,
+    SimDuration, SimTime, TrainingJob,
 };
 
 use super::opt::{job_options, solve_round, OptJob, OptStats, Point};
-use tessera_model::{JobId, Shares};
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::placement::proportional_share;
 use tessera_sched::Policy;
@@ -1700,6 +1699,43 @@ pub fn exact_estimate(model: &str, gpus: u32) -> tessera_model::Knowledge {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        /// The reference's first fit starts at the first server with a free GPU: that
+        /// cursor never passes one, whatever jobs are placed and released, so a placement
+        /// is the one a scan from server 0 finds.
+        #[test]
+        fn first_fit_cursor_never_skips_a_free_gpu(
+            ops in proptest::collection::vec((1u32..=8, 0u8..3, any::<bool>()), 1..60)
+        ) {
+            let cluster = super::super::experiment::reference_cluster(4);
+            let mut map = FreeMap::new(&cluster, tessera_sched::ClusterState::new(&cluster).free());
+            map.reference_spread = true;
+            let mut held: Vec<Allocation> = Vec::new();
+            for (i, (gpus, slice, release)) in ops.into_iter().enumerate() {
+                if release && !held.is_empty() {
+                    let a = held.remove(i % held.len());
+                    map.release(&a);
+                } else {
+                    let job = TrainingJob::simple(i as u32, SimTime::ZERO, gpus, SimDuration::from_secs(60));
+                    let slice = match slice {
+                        0 => Slice::Fair,
+                        1 => Slice::from_cores_gb(2.0, 40.0),
+                        _ => Slice::from_cores_gb(6.0, 100.0),
+                    };
+                    let mut scan = map.clone();
+                    scan.first_with_gpus = 0;
+                    let expected = scan.find(&job, slice);
+                    let placed = map.place(&job, slice);
+                    prop_assert_eq!(&placed, &expected);
+                    held.extend(placed);
+                }
+                prop_assert!(map.free()[..map.first_with_gpus.min(map.free().len())]
+                    .iter()
+                    .all(|f| f.gpus == 0));
+            }
+        }
+    }
 
     fn ranked() -> impl Strategy<Value = Ranked> {
         (
