@@ -90,12 +90,13 @@ impl Experiment for SynergyBench {
         }
 
         // The reference's own workload under its round semantics, against the reference
-        // simulator's CPU-seconds on the same job sequence (issue 8: at least 1,000x). The
-        // reference figures are the lowest measured by hand on this VM (msr-fiddle/synergy,
-        // CPython 3.11, `time.process_time()` around `run_simulation`; BENCHMARKS.md).
+        // simulator's CPU-seconds on the same job sequence (issue 8: at least 1,000x): the
+        // lowest measured by hand on this VM with its runner's configuration
+        // (msr-fiddle/synergy, CPython 3.11, `placement=False`, `time.process_time()` around
+        // `run_simulation`; BENCHMARKS.md).
         for (trace, load, policy, reference_cpu_s) in [
-            (ReferenceTrace::Single, 9.0, "srtf+proportional", 1_099.8),
-            (ReferenceTrace::Multi, 4.0, "las+tune", 708.6),
+            (ReferenceTrace::Single, 9.0, "srtf+proportional", 1_621.9),
+            (ReferenceTrace::Multi, 4.0, "las+tune", 802.4),
         ] {
             let workload = ReferenceWorkload {
                 jobs: REFERENCE_JOBS,

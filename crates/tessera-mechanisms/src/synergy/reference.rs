@@ -31,6 +31,9 @@ pub const REFERENCE_ROUND: SimDuration = SimDuration::from_secs(300);
 #[derive(Clone, Debug, Default)]
 struct JobState2 {
     done: u64,
+    /// The job's total iterations, copied at arrival: the per-round loops then read only
+    /// this record, not the job's spec.
+    total: u64,
     gpu_secs: f64,
     first_start: Option<SimTime>,
     finish: Option<SimTime>,
@@ -308,6 +311,7 @@ pub fn run_reference(
                 profiling_gpu_secs += p.gpus() as f64 * p.cost().as_secs_f64();
                 p.profile(job, cluster, &mut rng)
             });
+            st[job.id.index()].total = job.iterations;
             pos_of[job.id.index()] = active.len() as u32;
             active.push(ActiveJob {
                 knowledge,
@@ -419,13 +423,13 @@ pub fn run_reference(
             let Some(alloc) = a.allocation.as_ref() else {
                 continue;
             };
-            let spec = &jobs[a.id.index()];
             let s = &mut st[a.id.index()];
             if !s
                 .rated_on
                 .as_ref()
                 .is_some_and(|r| same_but_devices(r, alloc))
             {
+                let spec = &jobs[a.id.index()];
                 let rate = truth.throughput(spec, alloc, cluster);
                 if !(rate.is_finite() && rate >= 0.0) {
                     return Err(SimError::BadThroughput {
@@ -442,7 +446,7 @@ pub fn run_reference(
                 s.per_round = RoundCredit::of(spec, alloc, rate, round_s);
             }
             let c = s.per_round;
-            s.done = (s.done + c.iterations).min(spec.iterations);
+            s.done = (s.done + c.iterations).min(s.total);
             s.gpu_secs += c.gpu_secs;
             s.first_start.get_or_insert(t);
             a.first_start.get_or_insert(t);
@@ -451,7 +455,7 @@ pub fn run_reference(
             s.integ.1 += c.integ.1;
             s.integ.2 += c.integ.2;
             a.attained_gpu_secs += c.gpu_secs;
-            a.remaining_iters = (spec.iterations - s.done) as f64;
+            a.remaining_iters = (s.total - s.done) as f64;
             used.0 += c.used.0;
             used.1 += c.used.1;
             used.2 += c.used.2;
@@ -474,7 +478,7 @@ pub fn run_reference(
         for &id in &ran_now {
             let s = &mut st[id.index()];
             let pos = pos_of[id.index()] as usize;
-            if s.done >= jobs[id.index()].iterations {
+            if s.done >= s.total {
                 s.finish = Some(end);
                 s.outcome = Some(JobOutcome::Finished);
                 last_completion = end;
