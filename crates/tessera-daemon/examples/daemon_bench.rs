@@ -1,12 +1,15 @@
 //! Daemon benchmarks (not a timed test): prints each figure with the command that produced it.
 //!
 //! `cargo run --release -p tessera-daemon --example daemon-bench [-- SUBMISSIONS CLIENTS]`
+//! `cargo run --release -p tessera-daemon --example daemon-bench -- wrk SECONDS CLIENTS [PENDING]`
 //!
 //! 1. Submissions per second through the HTTP API (JSON bodies, bearer auth, `synchronous=FULL`
 //!    SQLite in WAL mode, group commit), with the FIFO policy starting jobs on 1,000 nodes as
 //!    they arrive (a backend that runs nothing).
 //!    With a third argument PENDING, instead: submissions while the local backend starts and
-//!    reaps real processes, over PENDING jobs queued beforehand (p50/p99 latency).
+//!    reaps real processes, over PENDING jobs queued beforehand (p50/p99 latency). With `wrk`
+//!    first, the same scenario loaded by `wrk` (one thread holding CLIENTS connections) for
+//!    SECONDS instead of by CLIENTS threads of tessera's client.
 //! 2. One scheduling round over 1,000 nodes (8 GPUs each) and 5,000 pending jobs, for FIFO and
 //!    LAS: the decision (view + policy + validation), and the whole round including durable
 //!    writes of every transition and the backend calls.
@@ -107,10 +110,82 @@ fn submissions(total: usize, clients: usize) {
     drop(d);
 }
 
+/// How the submissions of [`submissions_while_running`] are made.
+enum Load {
+    /// `total` submissions from client threads, each with tessera's blocking [`Client`].
+    Threads { total: usize },
+    /// `wrk` (on `PATH`) for `seconds`, one thread keeping every connection busy: a load
+    /// generator that takes little of the CPU it shares with the daemon on a small machine.
+    Wrk { seconds: u64 },
+}
+
+/// Runs `wrk` against `POST /v1/jobs` with `body`; (responses, seconds, p50 ms, p99 ms).
+/// Exits the benchmark when wrk is missing or any answer was not a success.
+fn wrk(
+    dir: &std::path::Path,
+    url: &str,
+    body: &str,
+    connections: usize,
+    seconds: u64,
+) -> (usize, f64, f64, f64) {
+    let script = dir.join("submit.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.body = '{body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"Authorization\"] = \"Bearer {TOKEN}\"\n"
+        ),
+    )
+    .expect("wrk script");
+    let out = std::process::Command::new("wrk")
+        .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
+        .args(["--latency", "--timeout", "10s", "-s"])
+        .arg(&script)
+        .arg(format!("{url}/v1/jobs"))
+        .output()
+        .unwrap_or_else(|e| {
+            eprintln!("cannot run wrk ({e}); install it (Debian: apt-get install wrk)");
+            std::process::exit(2)
+        });
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("Non-2xx") || text.contains("Socket errors") {
+        eprintln!(
+            "wrk failed or saw errors:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::process::exit(1);
+    }
+    // "     50%   12.34ms" lines of the latency distribution, "N requests in 10.00s".
+    let ms = |v: &str| -> f64 {
+        let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+        let x: f64 = num.parse().unwrap_or(f64::NAN);
+        match unit {
+            "us" => x / 1e3,
+            "ms" => x,
+            "s" => x * 1e3,
+            "m" => x * 60e3,
+            _ => f64::NAN,
+        }
+    };
+    let pct = |p: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(p).map(|v| ms(v.trim())))
+            .unwrap_or(f64::NAN)
+    };
+    let (n, secs) = text
+        .lines()
+        .find_map(|l| {
+            let (n, rest) = l.trim().split_once(" requests in ")?;
+            let secs = rest.split(',').next()?.trim_end_matches('s').parse().ok()?;
+            Some((n.parse().ok()?, secs))
+        })
+        .unwrap_or((0, f64::NAN));
+    (n, secs, pct("50%"), pct("99%"))
+}
+
 /// Submissions over HTTP while the local backend really starts and reaps processes (each job
 /// runs `true` on one GPU), with `pending` jobs already queued that cannot start (they ask for
 /// all the node's memory while a long-running blocker holds a little of it).
-fn submissions_while_running(total: usize, clients: usize, pending: usize) {
+fn submissions_while_running(load: Load, clients: usize, pending: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut c = config(dir.path(), "fifo");
     c.round_seconds = None;
@@ -173,39 +248,65 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
     )
     .expect("daemon");
     let url = d.url();
-    let per = total / clients;
-    let start = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|t| {
-            let url = url.clone();
-            let job = job(&format!("run-{t}"), "true", "1Gi");
-            std::thread::spawn(move || {
-                let c = Client::new(&url, Some(TOKEN.into()));
-                let mut lat = Vec::with_capacity(per);
-                for _ in 0..per {
-                    let t0 = Instant::now();
-                    c.submit(&job).expect("submit");
-                    lat.push(t0.elapsed().as_secs_f64());
-                }
-                lat
-            })
-        })
-        .collect();
-    let mut lat: Vec<f64> = threads
-        .into_iter()
-        .flat_map(|t| t.join().expect("client thread"))
-        .collect();
-    let secs = start.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] * 1e3;
-    let n = per * clients;
+    let (what, n, secs, p50, p99) = match load {
+        Load::Threads { total } => {
+            let per = total / clients;
+            let start = Instant::now();
+            let threads: Vec<_> = (0..clients)
+                .map(|t| {
+                    let url = url.clone();
+                    let job = job(&format!("run-{t}"), "true", "1Gi");
+                    std::thread::spawn(move || {
+                        let c = Client::new(&url, Some(TOKEN.into()));
+                        let mut lat = Vec::with_capacity(per);
+                        for _ in 0..per {
+                            let t0 = Instant::now();
+                            c.submit(&job).expect("submit");
+                            lat.push(t0.elapsed().as_secs_f64());
+                        }
+                        lat
+                    })
+                })
+                .collect();
+            let mut lat: Vec<f64> = threads
+                .into_iter()
+                .flat_map(|t| t.join().expect("client thread"))
+                .collect();
+            let secs = start.elapsed().as_secs_f64();
+            lat.sort_by(f64::total_cmp);
+            let pct = |p: f64| {
+                lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] * 1e3
+            };
+            (
+                format!("{clients} client threads (tessera's blocking client)"),
+                per * clients,
+                secs,
+                pct(0.50),
+                pct(0.99),
+            )
+        }
+        Load::Wrk { seconds } => {
+            let (n, secs, p50, p99) = wrk(
+                dir.path(),
+                &url,
+                &job("run", "true", "1Gi"),
+                clients,
+                seconds,
+            );
+            (
+                format!("{clients} connections of one wrk thread"),
+                n,
+                secs,
+                p50,
+                p99,
+            )
+        }
+    };
     let jobs = Client::new(&url, Some(TOKEN.into())).list().expect("list");
     let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
     println!(
-        "submissions while jobs run: {n} via HTTP from {clients} clients over {pending} queued in {secs:.2} s = {:.0} jobs/s, latency p50 {:.1} ms p99 {:.1} ms (local backend, real processes; by the end {} completed, {} running or starting)",
+        "submissions while jobs run: {n} via HTTP from {what} over {pending} queued in {secs:.2} s = {:.0} jobs/s, latency p50 {p50:.1} ms p99 {p99:.1} ms (local backend, real processes; by the end {} completed, {} running or starting)",
         n as f64 / secs,
-        pct(0.50),
-        pct(0.99),
         count(JobState::Completed),
         count(JobState::Running) + count(JobState::Starting),
     );
@@ -240,6 +341,13 @@ fn submissions_while_running(total: usize, clients: usize, pending: usize) {
         100.0 * (1.0 - bucket("tessera_engine_wait_seconds", "0.05") / wait_n.max(1.0)),
         value("tessera_engine_commit_seconds_sum") / commit_n.max(1.0) * 1e3,
         commit_n - bucket("tessera_engine_commit_seconds", "0.025"),
+    );
+    let submit_n = value("tessera_submit_seconds_count").max(1.0);
+    println!(
+        "  server side (arrival to answer): mean {:.1} ms, {:.1}% over 25 ms, {:.2}% over 50 ms",
+        value("tessera_submit_seconds_sum") / submit_n * 1e3,
+        100.0 * (1.0 - bucket("tessera_submit_seconds", "0.025") / submit_n),
+        100.0 * (1.0 - bucket("tessera_submit_seconds", "0.05") / submit_n),
     );
     if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
         println!(
@@ -295,21 +403,31 @@ fn round(policy: &str, pending: usize, node_count: usize) {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let with_wrk = raw.first().is_some_and(|a| a == "wrk");
+    let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
+    println!(
+        "command: cargo run --release -p tessera-daemon --example daemon-bench -- {}",
+        raw.join(" ")
+    );
+    if with_wrk {
+        // `wrk SECONDS CLIENTS [PENDING]`: the scenario with real processes, loaded by wrk.
+        let seconds = args.first().copied().unwrap_or(10) as u64;
+        let clients = args.get(1).copied().unwrap_or(64).max(1);
+        let pending = args.get(2).copied().unwrap_or(0);
+        submissions_while_running(Load::Wrk { seconds }, clients, pending);
+        return;
+    }
     let total = args.first().copied().unwrap_or(10_000);
     let clients = args.get(1).copied().unwrap_or(16).max(1);
     let pending = args.get(2).copied();
-    println!("command: cargo run --release -p tessera-daemon --example daemon-bench -- {total} {clients}{}", pending.map(|p| format!(" {p}")).unwrap_or_default());
     if let Some(pending) = pending {
         // Only the scenario with real processes and a deep queue.
-        submissions_while_running(total, clients, pending);
+        submissions_while_running(Load::Threads { total }, clients, pending);
         return;
     }
     submissions(total, clients);
-    submissions_while_running(total, clients, 0);
+    submissions_while_running(Load::Threads { total }, clients, 0);
     round("fifo", 5000, 1000);
     round("las", 5000, 1000);
 }

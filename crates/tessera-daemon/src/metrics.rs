@@ -79,7 +79,7 @@ fn escape(label: &str) -> String {
 }
 
 /// Writes the buckets, sum and count of histogram `name`.
-fn histogram(s: &mut String, name: &str, h: &Histogram) {
+pub(crate) fn histogram(s: &mut String, name: &str, h: &Histogram) {
     for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
         let _ = writeln!(s, "{name}_bucket{{le=\"{b}\"}} {}", h.counts[i]);
     }

@@ -30,9 +30,12 @@ use super::{
 use crate::config::LocalConfig;
 use crate::error::BackendError;
 
-const WRAPPER: &str = r#"d="$1"; echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
+/// The wrapper records its pid and the job's exit status in files, each with one short
+/// `write` ending in a newline: a reader takes a record only once its newline is there
+/// ([`read_record`]), so no rename is needed (an `mv` would cost two processes per run).
+const WRAPPER: &str = r#"d="$1"; echo $$ > "$d/pid"
 "$d/job.sh"; rc=$?
-echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"; exit "$rc""#;
+echo "$rc" > "$d/exit"; exit "$rc""#;
 
 /// Environment variable holding the run's directory in every process of it (inherited by
 /// descendants; the path is unique to the run and to this daemon's work directory).
@@ -199,6 +202,16 @@ fn read_file(path: &Path) -> std::io::Result<Option<String>> {
     }
 }
 
+/// A record the wrapper writes (pid, exit status): `None` while the file is missing, or not
+/// yet complete (no final newline: created but not yet written).
+fn read_record(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(s.ends_with('\n').then(|| s.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 fn read_trim(path: &Path) -> Option<String> {
     read_file(path).ok().flatten()
 }
@@ -221,9 +234,24 @@ fn process_alive_for(pid: i32, dir: &Path) -> Option<bool> {
 /// only while its leader, our wrapper, is verified alive: a group id can be reused once empty),
 /// and every process whose environment carries the run's marker.
 fn run_processes(dir: &Path, group: Option<i32>) -> std::io::Result<Vec<i32>> {
-    let mut marker = format!("{RUN_MARKER}=").into_bytes();
-    marker.extend_from_slice(dir.as_os_str().as_encoded_bytes());
-    let mut found = Vec::new();
+    Ok(runs_processes(&[(dir.to_path_buf(), group)])?
+        .pop()
+        .unwrap_or_default())
+}
+
+/// [`run_processes`] of several runs in one pass over `/proc` (a pass reads two files per
+/// process on the machine, so a poll that sees several runs end makes one pass, not one each).
+fn runs_processes(runs: &[(PathBuf, Option<i32>)]) -> std::io::Result<Vec<Vec<i32>>> {
+    let mut found = vec![Vec::new(); runs.len()];
+    if runs.is_empty() {
+        return Ok(found);
+    }
+    let by_dir: BTreeMap<&[u8], usize> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (dir, _))| (dir.as_os_str().as_encoded_bytes(), i))
+        .collect();
+    let marker = format!("{RUN_MARKER}=").into_bytes();
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
         let Some(pid) = entry
@@ -239,8 +267,14 @@ fn run_processes(dir: &Path, group: Option<i32>) -> std::io::Result<Vec<i32>> {
         if state == 'Z' || state == 'X' {
             continue;
         }
-        if group.is_some_and(|g| g == pgrp) {
-            found.push(pid);
+        let mut in_group = 0;
+        for (i, (_, group)) in runs.iter().enumerate() {
+            if *group == Some(pgrp) {
+                found[i].push(pid);
+                in_group += 1;
+            }
+        }
+        if in_group == runs.len() {
             continue;
         }
         let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
@@ -249,8 +283,14 @@ fn run_processes(dir: &Path, group: Option<i32>) -> std::io::Result<Vec<i32>> {
             Err(e) if gone(&e) || e.kind() == std::io::ErrorKind::PermissionDenied => continue,
             Err(e) => return Err(e),
         };
-        if environ.split(|&b| b == 0).any(|kv| kv == marker.as_slice()) {
-            found.push(pid);
+        let run = environ
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(marker.as_slice()))
+            .and_then(|dir| by_dir.get(dir));
+        if let Some(&i) = run {
+            if runs[i].1 != Some(pgrp) {
+                found[i].push(pid);
+            }
         }
     }
     Ok(found)
@@ -325,7 +365,7 @@ impl LocalBackend {
     }
 
     fn pid(&self, name: &str) -> std::io::Result<Option<i32>> {
-        Ok(read_file(&self.dir(name).join("pid"))?.and_then(|p| p.parse().ok()))
+        Ok(read_record(&self.dir(name).join("pid"))?.and_then(|p| p.parse().ok()))
     }
 
     /// The wrapper's pid when it is verified alive (then it leads the run's process group).
@@ -334,23 +374,31 @@ impl LocalBackend {
         (process_alive_for(pid, &self.dir(name)) == Some(true) && leads_group(pid)).then_some(pid)
     }
 
-    /// Every live process of a run (see [`run_processes`]).
-    fn processes(&self, name: &str) -> std::io::Result<Vec<i32>> {
-        run_processes(&self.dir(name), self.live_wrapper(name))
-    }
-
     /// Frees the devices of stopped runs that have nothing left running.
     fn reap_stopping(&mut self) {
-        for name in self.stopping.clone() {
-            if let Some(c) = self.children.get_mut(&name) {
+        if self.stopping.is_empty() {
+            return;
+        }
+        let names: Vec<String> = self.stopping.iter().cloned().collect();
+        for name in &names {
+            if let Some(c) = self.children.get_mut(name) {
                 if matches!(c.try_wait(), Ok(Some(_))) {
-                    self.children.remove(&name);
+                    self.children.remove(name);
                 }
             }
-            if matches!(self.processes(&name), Ok(p) if p.is_empty()) {
-                self.stopping.remove(&name);
-                self.devices.remove(&name);
-                self.children.remove(&name);
+        }
+        let runs: Vec<(PathBuf, Option<i32>)> = names
+            .iter()
+            .map(|name| (self.dir(name), self.live_wrapper(name)))
+            .collect();
+        let Ok(left) = runs_processes(&runs) else {
+            return;
+        };
+        for (name, left) in names.iter().zip(left) {
+            if left.is_empty() {
+                self.stopping.remove(name);
+                self.devices.remove(name);
+                self.children.remove(name);
             }
         }
     }
@@ -530,7 +578,7 @@ impl LocalBackend {
         let dir = self.dir(name);
         // Any doubt (a file or /proc that cannot be read right now, as when the daemon is
         // out of descriptors) keeps the run as it was: never a made-up ending.
-        let exit = match read_file(&dir.join("exit")) {
+        let exit = match read_record(&dir.join("exit")) {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(run = name, "cannot read the exit status yet: {e}");
@@ -742,6 +790,8 @@ impl Backend for LocalBackend {
     fn poll(&mut self, handles: &[Handle]) -> Result<Vec<(Handle, RunStatus)>, BackendError> {
         self.reap_stopping();
         let mut out = Vec::with_capacity(handles.len());
+        // Indices in `out` of the runs that ended, as far as their wrapper tells.
+        let mut ended = Vec::new();
         for h in handles {
             let name = h.0.as_str();
             if !safe_run_name(name) {
@@ -756,36 +806,55 @@ impl Backend for LocalBackend {
             if exited {
                 self.children.remove(name);
             }
-            let mut status = self.raw_status(name, exited);
+            let status = self.raw_status(name, exited);
             if status.is_terminal() && status != RunStatus::Unknown {
-                // Over only once nothing of it is left: kill what the job left behind, and
-                // report it running (holding its devices) until it is gone.
-                match self.processes(name) {
-                    Ok(left) if left.is_empty() => {}
-                    Ok(left) => {
-                        tracing::info!(
-                            run = name,
-                            processes = left.len(),
-                            "killing what is left of an ended run"
-                        );
-                        if let Some(g) = self.live_wrapper(name) {
-                            signal_group(g, libc::SIGKILL);
-                        }
-                        for pid in left {
-                            signal(pid, libc::SIGKILL);
-                        }
-                        status = RunStatus::Running;
-                    }
-                    Err(e) => {
-                        tracing::warn!(run = name, "cannot list the run's processes yet: {e}");
-                        status = RunStatus::Running;
-                    }
-                }
-            }
-            if status.is_terminal() {
-                self.devices.remove(name);
+                ended.push(out.len());
             }
             out.push((h.clone(), status));
+        }
+        // Over only once nothing of it is left: kill what an ended run left behind, and report
+        // it running (holding its devices) until it is gone.
+        let runs: Vec<(PathBuf, Option<i32>)> = ended
+            .iter()
+            .map(|&i| {
+                let name = out[i].0 .0.as_str();
+                (self.dir(name), self.live_wrapper(name))
+            })
+            .collect();
+        match runs_processes(&runs) {
+            Ok(left) => {
+                for ((&i, (_, group)), left) in ended.iter().zip(&runs).zip(left) {
+                    if left.is_empty() {
+                        continue;
+                    }
+                    tracing::info!(
+                        run = out[i].0 .0.as_str(),
+                        processes = left.len(),
+                        "killing what is left of an ended run"
+                    );
+                    if let Some(g) = *group {
+                        signal_group(g, libc::SIGKILL);
+                    }
+                    for pid in left {
+                        signal(pid, libc::SIGKILL);
+                    }
+                    out[i].1 = RunStatus::Running;
+                }
+            }
+            Err(e) => {
+                for &i in &ended {
+                    tracing::warn!(
+                        run = out[i].0 .0.as_str(),
+                        "cannot list the run's processes yet: {e}"
+                    );
+                    out[i].1 = RunStatus::Running;
+                }
+            }
+        }
+        for (h, status) in &out {
+            if status.is_terminal() {
+                self.devices.remove(h.0.as_str());
+            }
         }
         Ok(out)
     }
@@ -1132,6 +1201,69 @@ mod tests {
             .submit(&launch(2, 4, Payload::Command(vec!["true".into()])))
             .unwrap();
         assert_eq!(wait_terminal(&mut b, &again), RunStatus::Completed);
+    }
+
+    #[test]
+    fn a_record_counts_only_once_its_newline_is_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("exit");
+        assert_eq!(read_record(&path).unwrap(), None, "missing");
+        for torn in ["", "1", "12"] {
+            std::fs::write(&path, torn).unwrap();
+            assert_eq!(
+                read_record(&path).unwrap(),
+                None,
+                "{torn:?} is not written yet"
+            );
+        }
+        std::fs::write(&path, "12\n").unwrap();
+        assert_eq!(read_record(&path).unwrap().as_deref(), Some("12"));
+    }
+
+    #[test]
+    fn one_poll_cleans_up_after_several_ended_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut b = backend(tmp.path());
+        // Two runs end at once, each leaving a process that escaped its group; a third runs on.
+        let leaves = |id| {
+            launch(
+                id,
+                1,
+                Payload::Script("setsid sleep 300 &\necho $! > escaped\n".into()),
+            )
+        };
+        let (l1, l2) = (leaves(1), leaves(2));
+        let l3 = launch(3, 1, Payload::Command(vec!["sleep".into(), "300".into()]));
+        let handles: Vec<Handle> = [&l1, &l2, &l3]
+            .iter()
+            .map(|l| b.submit(l).unwrap())
+            .collect();
+        let escaped: Vec<i32> = [&l1, &l2]
+            .iter()
+            .map(|l| pid_in(&tmp.path().join(&l.name).join("escaped")))
+            .collect();
+        for l in [&l1, &l2] {
+            let exit = tmp.path().join(&l.name).join("exit");
+            wait_for("the run's wrapper ends", || {
+                read_record(&exit).ok().flatten().is_some()
+            });
+        }
+        // The first poll that sees them end finds what they left: still running until gone.
+        let first = b.poll(&handles).unwrap();
+        assert!(first.iter().all(|(_, s)| !s.is_terminal()), "{first:?}");
+        let mut last = first;
+        wait_for("both ended runs are over", || {
+            last = b.poll(&handles).unwrap();
+            last[0].1.is_terminal() && last[1].1.is_terminal()
+        });
+        assert_eq!(last[0].1, RunStatus::Completed);
+        assert_eq!(last[1].1, RunStatus::Completed);
+        assert_eq!(last[2].1, RunStatus::Running, "the third run was touched");
+        for pid in escaped {
+            assert!(!running(pid), "what an ended run left behind survived");
+        }
+        b.cancel(&handles[2]).unwrap();
+        wait_terminal(&mut b, &handles[2]);
     }
 
     #[test]

@@ -316,6 +316,12 @@ fn fifo_places_waits_and_starts_when_resources_free() {
         m.contains("tessera_scheduling_latency_seconds_count"),
         "{m}"
     );
+    // The three submissions, timed by the server from arrival to answer.
+    assert!(m.contains("tessera_submit_seconds_count 3\n"), "{m}");
+    assert!(
+        m.contains("tessera_submit_seconds_bucket{le=\"+Inf\"} 3\n"),
+        "{m}"
+    );
     assert!(
         m.contains("tessera_preemptions_total{reason=\"policy\"} 0"),
         "{m}"
