@@ -163,10 +163,21 @@ impl RestartCosts {
     /// The cost of restarting `model` on `gpus` GPUs: [`for_model`](Self::for_model)'s
     /// checkpoint + restore plus the per-GPU tuning up to its cap.
     pub fn for_restart(&self, model: &str, gpus: u32) -> SimDuration {
-        let tuning = self.per_gpu.map_or(SimDuration::ZERO, |(rate, cap)| {
+        self.checkpoint_restore(model) + self.tuning(gpus)
+    }
+
+    /// The part of [`for_restart`](Self::for_restart) that depends on the model only
+    /// (checkpoint + restore): a driver restarting the same job often may look it up once.
+    pub fn checkpoint_restore(&self, model: &str) -> SimDuration {
+        self.base_for_model(model)
+    }
+
+    /// The part of [`for_restart`](Self::for_restart) that depends on the GPU count only
+    /// (plan tuning, zero unless [`with_per_gpu`](Self::with_per_gpu)).
+    pub fn tuning(&self, gpus: u32) -> SimDuration {
+        self.per_gpu.map_or(SimDuration::ZERO, |(rate, cap)| {
             SimDuration::from_micros(rate.as_micros().saturating_mul(u64::from(gpus))).min(cap)
-        });
-        self.base_for_model(model) + tuning
+        })
     }
 
     /// No restart costs at all (for hand-checked scenarios).
@@ -183,8 +194,16 @@ impl RestartCosts {
     /// Checkpoint + restore for a model: an exact match, else the longest table key that
     /// prefixes the model name (`resnet50` → `resnet`), else the default.
     fn base_for_model(&self, model: &str) -> SimDuration {
-        let model = model.to_ascii_lowercase();
-        if let Some(c) = self.per_model.get(&model) {
+        // Asked at every restart: no table, or a name already in lower case, costs no copy.
+        if self.per_model.is_empty() {
+            return self.default;
+        }
+        let model: std::borrow::Cow<'_, str> = if model.bytes().any(|b| b.is_ascii_uppercase()) {
+            model.to_ascii_lowercase().into()
+        } else {
+            model.into()
+        };
+        if let Some(c) = self.per_model.get(model.as_ref()) {
             return *c;
         }
         self.per_model
@@ -238,6 +257,11 @@ mod tests {
             SimDuration::from_secs(1),
         );
         assert_eq!(t.for_model("resnet50"), SimDuration::from_secs(9));
+        assert_eq!(t.checkpoint_restore("ResNet50"), SimDuration::from_secs(9));
+        assert_eq!(
+            c.checkpoint_restore("BERT-large"),
+            SimDuration::from_secs(36)
+        );
         assert_eq!(t.for_model("gnn"), SimDuration::from_secs(1));
     }
 
@@ -257,6 +281,10 @@ mod tests {
         ] {
             assert_eq!(crius.for_restart("bert-1.3b", gpus), s(c), "{gpus}");
             assert_eq!(full.for_restart("bert-1.3b", gpus), s(f), "{gpus}");
+            // The two parts a driver may look up separately.
+            assert_eq!(crius.checkpoint_restore("bert-1.3b"), s(30));
+            assert_eq!(crius.tuning(gpus), s(c - 30), "{gpus}");
+            assert_eq!(full.tuning(gpus), s(f - 30), "{gpus}");
         }
         assert_eq!(crius.for_model("x"), s(70));
         assert_eq!(full.for_model("x"), s(630));

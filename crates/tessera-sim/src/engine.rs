@@ -163,6 +163,9 @@ struct Progressing {
     finish: u64,
     preemptions: u32,
     ever_started: bool,
+    /// The checkpoint + restore part of the job's restart cost in µs, looked up at its
+    /// first restart (a name lookup per restart showed in profiles), or [`NEVER`].
+    restart_base_us: u64,
     /// While holding GPUs: (CPU cores per GPU, memory GiB per GPU, speed-up over the
     /// proportional-share rate).
     cur: (f64, f64, f64),
@@ -322,6 +325,21 @@ enum HolderName {
 /// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
 /// `capacity` is the GPU's memory, asked for only by a GPU held in parts (it costs a catalog
 /// look-up and a float rounding, which whole GPUs, the common case, need not pay).
+/// The GPUs of an allocation made only of whole GPUs (shares without named devices count
+/// none, as in `track_activity`); `None` when any share holds a MIG instance or a quota.
+fn whole_gpus(alloc: &Allocation) -> Option<u32> {
+    let mut n = 0;
+    for s in &alloc.shares {
+        if let Some(d) = s.devices {
+            if d.part != GpuPart::Whole {
+                return None;
+            }
+            n += d.gpus.count();
+        }
+    }
+    Some(n)
+}
+
 fn gpu_activity(
     g: &GpuState,
     capacity: impl FnOnce() -> Bytes,
@@ -374,6 +392,7 @@ impl<'a> Simulation<'a> {
             finish: NEVER,
             preemptions: 0,
             ever_started: false,
+            restart_base_us: NEVER,
             cur: (0.0, 0.0, 0.0),
             held_secs: 0.0,
             integ: (0.0, 0.0, 0.0),
@@ -1395,9 +1414,17 @@ impl<'a> Simulation<'a> {
     }
 
     fn take(&mut self, alloc: &Allocation) {
-        self.track_activity(alloc, -1.0);
-        self.devices.take(self.cluster, alloc);
-        self.track_activity(alloc, 1.0);
+        if let Some(n) = whole_gpus(alloc) {
+            // Idle GPUs taken whole: each turns active with no fragmentation term, which is
+            // what the general path computes, without reading every GPU twice.
+            self.devices.take(self.cluster, alloc);
+            self.active_now.0 += n;
+            self.settle_activity();
+        } else {
+            self.track_activity(alloc, -1.0);
+            self.devices.take(self.cluster, alloc);
+            self.track_activity(alloc, 1.0);
+        }
         self.used.0 += alloc.gpus() as u64;
         self.used.1 += alloc.cpu().0;
         self.used.2 += alloc.memory().0;
@@ -1407,9 +1434,16 @@ impl<'a> Simulation<'a> {
     }
 
     fn release(&mut self, alloc: &Allocation) {
-        self.track_activity(alloc, -1.0);
-        self.devices.release(self.cluster, alloc);
-        self.track_activity(alloc, 1.0);
+        if let Some(n) = whole_gpus(alloc) {
+            // GPUs held whole turn idle (as in `take`).
+            self.devices.release(self.cluster, alloc);
+            self.active_now.0 -= n;
+            self.settle_activity();
+        } else {
+            self.track_activity(alloc, -1.0);
+            self.devices.release(self.cluster, alloc);
+            self.track_activity(alloc, 1.0);
+        }
         self.used.0 -= alloc.gpus() as u64;
         self.used.1 -= alloc.cpu().0;
         self.used.2 -= alloc.memory().0;
@@ -1464,13 +1498,18 @@ impl<'a> Simulation<'a> {
             }
         }
         if sign > 0.0 {
-            self.activity.peak = self.activity.peak.max(self.active_now.0);
-            if self.active_now.0 == 0 {
-                // Float sums of fragmentation return to exactly zero on an idle cluster.
-                self.active_now.1 = 0.0;
-                self.active_now.2 = 0.0;
-                self.part_gpus_now = 0.0;
-            }
+            self.settle_activity();
+        }
+    }
+
+    /// After a change of holders: the peak, and float sums reset on an idle cluster.
+    fn settle_activity(&mut self) {
+        self.activity.peak = self.activity.peak.max(self.active_now.0);
+        if self.active_now.0 == 0 {
+            // Float sums of fragmentation return to exactly zero on an idle cluster.
+            self.active_now.1 = 0.0;
+            self.active_now.2 = 0.0;
+            self.part_gpus_now = 0.0;
         }
     }
 
@@ -1499,9 +1538,12 @@ impl<'a> Simulation<'a> {
         let rate = self.rate_of(job, &alloc)?;
         let spec = &self.jobs[job.index()];
         let cost = if restart {
-            self.config
-                .restart_costs
-                .for_restart(&spec.model, alloc.gpus())
+            let costs = &self.config.restart_costs;
+            let base = &mut self.state[job.index()].restart_base_us;
+            if *base == NEVER {
+                *base = costs.checkpoint_restore(&spec.model).as_micros();
+            }
+            SimDuration::from_micros(*base) + costs.tuning(alloc.gpus())
         } else {
             SimDuration::ZERO
         };
