@@ -194,6 +194,29 @@ impl Queue {
         }
     }
 
+    /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs leave the queue.
+    fn renumber(&mut self, map: &[Option<JobId>]) {
+        let new_id = |id: u32| map.get(id as usize).copied().flatten();
+        for bucket in self.buckets.values_mut() {
+            *bucket = std::mem::take(bucket)
+                .into_iter()
+                .filter_map(|(key, submit, id)| Some((key, submit, new_id(id)?.0)))
+                .collect();
+        }
+        self.buckets.retain(|_, b| !b.is_empty());
+        let mut entries = Vec::new();
+        for (old, e) in self.entries.iter().enumerate() {
+            let (Some((gpus, (key, submit, _))), Some(n)) = (e, new_id(old as u32)) else {
+                continue;
+            };
+            if entries.len() <= n.index() {
+                entries.resize(n.index() + 1, None);
+            }
+            entries[n.index()] = Some((*gpus, (*key, *submit, n.0)));
+        }
+        self.entries = entries;
+    }
+
     /// GPUs of the smallest queued job, if any.
     fn smallest(&self) -> Option<u64> {
         self.buckets.keys().next().map(|&g| g as u64)
@@ -298,6 +321,36 @@ impl LasRunning {
                     .insert((e.offset(), e.submit, id));
             }
         }
+    }
+
+    /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs stop being tracked.
+    fn renumber(&mut self, map: &[Option<JobId>]) {
+        let new_id = |id: u32| map.get(id as usize).copied().flatten();
+        for group in self.groups.values_mut() {
+            *group = std::mem::take(group)
+                .into_iter()
+                .filter_map(|(offset, submit, id)| Some((offset, submit, new_id(id)?.0)))
+                .collect();
+        }
+        self.groups.retain(|_, g| !g.is_empty());
+        self.restoring = std::mem::take(&mut self.restoring)
+            .into_iter()
+            .filter_map(|(r, id)| Some((r, new_id(id)?.0)))
+            .collect();
+        let mut jobs: Vec<Option<LasJob>> = Vec::new();
+        for (old, e) in std::mem::take(&mut self.jobs).into_iter().enumerate() {
+            let Some(e) = e else { continue };
+            match new_id(old as u32) {
+                Some(n) => {
+                    if jobs.len() <= n.index() {
+                        jobs.resize_with(n.index() + 1, || None);
+                    }
+                    jobs[n.index()] = Some(e);
+                }
+                None => self.asked -= e.asked as u64,
+            }
+        }
+        self.jobs = jobs;
     }
 
     fn get(&self, id: u32) -> Option<&LasJob> {
@@ -900,6 +953,21 @@ impl Policy for OrderedPolicy {
                 }
             }
         }
+    }
+
+    /// Everything kept between calls is keyed by job id in order-keeping structures (the
+    /// map keeps the order of ids, so every rank keeps its place); the rest is scratch.
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        if let Some(queue) = &mut self.queue {
+            queue.renumber(map);
+        }
+        if let Some(run) = &mut self.las {
+            run.renumber(map);
+        }
+        self.ranked.clear();
+        self.picked.clear();
+        self.tail.clear();
+        true
     }
 
     /// FIFO never reads progress, nor does LAS over its tracked running jobs (it computes

@@ -75,6 +75,16 @@ pub trait Policy: Send {
     /// One change of the active set, after [`track_jobs`](Policy::track_jobs) returned true.
     fn observe(&mut self, _change: JobChange<'_>) {}
 
+    /// Renumbers the jobs this policy keeps state about, for a driver that drops finished
+    /// jobs from its tables (the daemon, which runs for months): `map[i]` is the new id of
+    /// the job with id `i`, `None` for a job that has finished (whether or not the policy was
+    /// told [`JobChange::Ended`] yet: it forgets it as if it had been). Ids keep their order.
+    /// Returns false (the default) when the policy cannot renumber: it must then be unchanged,
+    /// and the driver keeps every id.
+    fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
+        false
+    }
+
     /// Whether the scheduling point with this trigger reads the progress of *running* jobs
     /// (`attained_gpu_secs`, `remaining_iters`). When it does not, a driver may leave those
     /// two fields of running jobs stale in `view.active` and save bringing every running job

@@ -215,6 +215,9 @@ struct Job {
 
 /// `active_pos` of a job the policy does not see.
 const NOT_VISIBLE: u32 = u32::MAX;
+/// Archived slots below which the job table is not compacted (a compaction costs a pass over
+/// the table and the policy's state).
+const COMPACT_MIN_SLOTS: usize = 4096;
 
 /// The sans-IO scheduling core (see the [module docs](self)).
 pub struct Core {
@@ -297,6 +300,12 @@ pub struct Core {
     to_archive: Vec<usize>,
     /// Archived (or, after a restart, never loaded) finished jobs per state.
     archived_counts: BTreeMap<JobState, usize>,
+    /// Slots of archived jobs still in the job table (see [`Core::compact_finished`]).
+    archived_slots: usize,
+    /// The fewest archived slots worth a compaction.
+    compact_min: usize,
+    /// The policy answered that it cannot renumber its jobs: slots stay until a restart.
+    cannot_compact: bool,
     /// Inference services and their instances.
     services: services::Services,
 }
@@ -404,6 +413,9 @@ impl Core {
             new_token,
             to_archive: Vec::new(),
             archived_counts: BTreeMap::new(),
+            archived_slots: 0,
+            compact_min: COMPACT_MIN_SLOTS,
+            cannot_compact: false,
             services: services::Services::default(),
         };
         for i in 0..core.map.logical.len() {
@@ -549,6 +561,7 @@ impl Core {
                 continue;
             }
             job.archived = true;
+            self.archived_slots += 1;
             *self.archived_counts.entry(job.row.state).or_default() += 1;
             self.by_id.remove(&job.row.id);
             if let Some(h) = job.row.handle.take() {
@@ -569,6 +582,103 @@ impl Core {
                 s.shrink_to_fit();
             }
         }
+    }
+
+    /// Changes the fewest archived slots worth a compaction (tests).
+    #[cfg(test)]
+    pub(crate) fn set_compaction_threshold(&mut self, slots: usize) {
+        self.compact_min = slots.max(1);
+    }
+
+    /// Drops the slots of archived jobs from the job table once they are at least as many as
+    /// the jobs held (and [`COMPACT_MIN_SLOTS`]), renumbering the jobs that remain in order,
+    /// so that finished jobs leave nothing in memory. Runs at the start of a scheduling point,
+    /// after the view is brought up to date (no finished job is visible then, and no decision
+    /// or staged submission holds an index). Only when the policy renumbers its own state
+    /// ([`Policy::renumber_jobs`]); otherwise the slots stay until a restart.
+    fn compact_finished(&mut self) {
+        let held = self.jobs.len() - self.archived_slots;
+        if self.cannot_compact
+            || self.archived_slots < self.compact_min
+            || self.archived_slots < held
+            || !self.restoring.is_empty()
+        {
+            return;
+        }
+        let mut map: Vec<Option<tessera_model::JobId>> = Vec::with_capacity(self.jobs.len());
+        let mut next = 0u32;
+        for job in &self.jobs {
+            if job.archived {
+                map.push(None);
+            } else {
+                map.push(Some(tessera_model::JobId(next)));
+                next += 1;
+            }
+        }
+        // A finished job still in the view would be told `Ended` at the next point: wait.
+        if self.active_buf.iter().any(|a| map[a.id.index()].is_none()) {
+            return;
+        }
+        if !self.policy.renumber_jobs(&map) {
+            self.cannot_compact = true;
+            return;
+        }
+        let to = |idx: usize| map.get(idx).copied().flatten().map(|j| j.index());
+        let mut k = 0;
+        self.jobs.retain(|_| {
+            k += 1;
+            map[k - 1].is_some()
+        });
+        let mut k = 0;
+        self.specs.retain(|_| {
+            k += 1;
+            map[k - 1].is_some()
+        });
+        for (i, spec) in self.specs.iter_mut().enumerate() {
+            spec.id = tessera_model::JobId(i as u32);
+        }
+        let remap_map = |m: &mut HashMap<String, usize>| {
+            m.retain(|_, idx| match to(*idx) {
+                Some(n) => {
+                    *idx = n;
+                    true
+                }
+                None => false,
+            })
+        };
+        remap_map(&mut self.by_handle);
+        remap_map(&mut self.job_tokens);
+        remap_map(&mut self.verifying);
+        self.by_id.retain(|_, idx| match to(*idx) {
+            Some(n) => {
+                *idx = n;
+                true
+            }
+            None => false,
+        });
+        self.active = self.active.iter().filter_map(|&i| to(i)).collect();
+        self.holding = self.holding.iter().filter_map(|&i| to(i)).collect();
+        for list in [
+            &mut self.awaiting_inventory,
+            &mut self.dirty,
+            &mut self.to_archive,
+        ] {
+            *list = list.iter().filter_map(|&i| to(i)).collect();
+        }
+        self.is_dirty = vec![false; self.jobs.len()];
+        for &i in &self.dirty {
+            self.is_dirty[i] = true;
+        }
+        self.active_pos = vec![NOT_VISIBLE; self.jobs.len()];
+        for (pos, a) in self.active_buf.iter_mut().enumerate() {
+            if let Some(n) = to(a.id.index()) {
+                a.id = tessera_model::JobId(n as u32);
+                self.active_pos[n] = pos as u32;
+            }
+        }
+        self.actions.clear();
+        self.refused.clear();
+        self.archived_slots = 0;
     }
 
     /// Counts finished jobs a restart leaves in the store only (see
@@ -1606,6 +1716,7 @@ impl Core {
         }
         self.accrue(now);
         self.sync_active(now);
+        self.compact_finished();
         #[cfg(test)]
         if self.view_mismatch.is_none() {
             let (kept, full) = (self.kept_active(), self.full_active(now));

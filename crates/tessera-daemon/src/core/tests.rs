@@ -956,6 +956,9 @@ proptest! {
         let round = (name != "fifo").then_some(30);
         let nodes = || vec![node("n1", 2), node("n2", 4), node("n3", 8)];
         let mut tracked = Harness::new(nodes(), policy(name, round));
+        // The tracked core also drops finished jobs' slots as soon as it may (renumbering the
+        // policy's jobs); the reference, whose policy cannot renumber, keeps them.
+        tracked.core.set_compaction_threshold(1);
         let mut full = Harness::new(nodes(), Box::new(Untracked(policy(name, round))));
         prop_assert!(tracked.core.tracking && !full.core.tracking);
         let mut ids = Vec::new();
@@ -1009,8 +1012,10 @@ proptest! {
                             Box::new(Untracked(policy(name, round)))
                         };
                         h.restart(p);
+                        h.core.set_compaction_threshold(1);
                     }
                 }
+                h.core.archive_finished();
             }
             if let Step::Submit(..) = step {
                 ids.push(*tracked.store_jobs.keys().last().unwrap());
@@ -1093,4 +1098,73 @@ fn a_pass_updates_only_changed_jobs_whatever_the_queue_depth() {
     };
     assert_eq!(synced_for(10), 32);
     assert_eq!(synced_for(2_000), 32);
+}
+
+/// Issue 9: finished jobs leave nothing in memory. Once their slots are as many as the jobs
+/// held, a scheduling point drops them and renumbers the rest (the policy renumbers its own
+/// queue); decisions are exactly those of a core that keeps every slot, and jobs submitted
+/// afterwards are found and scheduled as usual.
+#[test]
+fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
+    for (name, round) in [("fifo", None), ("las", Some(30)), ("srtf", Some(30))] {
+        let nodes = || vec![node("n1", 4), node("n2", 8)];
+        let mut compacting = Harness::new(nodes(), policy(name, round));
+        compacting.core.set_compaction_threshold(4);
+        let mut keeping = Harness::new(nodes(), policy(name, round));
+        let mut compactions = 0;
+        for wave in 0..6u64 {
+            for h in [&mut compacting, &mut keeping] {
+                for j in 0..8u64 {
+                    h.submit(&format!("w{wave}-{j}"), 1 + (j % 4) as u32, 10 + j * 7);
+                }
+                h.schedule();
+                for _ in 0..12 {
+                    h.advance(20);
+                    let running: Vec<i64> = h
+                        .runs
+                        .values()
+                        .filter(|r| r.status == RunStatus::Running)
+                        .map(|r| r.job_id)
+                        .collect();
+                    if let Some(&id) = running.first() {
+                        h.end_run(id, RunStatus::Completed);
+                    }
+                    h.poll();
+                    h.core.archive_finished();
+                    h.schedule();
+                }
+            }
+            assert_eq!(
+                compacting.take_events(),
+                keeping.take_events(),
+                "{name} wave {wave}"
+            );
+            if compacting.core.job_count() < keeping.core.job_count() {
+                compactions += 1;
+            }
+            assert_eq!(
+                compacting.core.resident_jobs(),
+                keeping.core.resident_jobs()
+            );
+            assert!(compacting.core.check_device_invariants().is_ok());
+        }
+        assert!(compactions > 0, "{name}: no compaction happened");
+        // Every job still held is found by its id and has its own row.
+        for id in keeping.store_jobs.keys() {
+            assert_eq!(
+                compacting.core.job_row(*id).map(|r| (r.id, r.state)),
+                keeping.core.job_row(*id).map(|r| (r.id, r.state)),
+                "{name} job {id}"
+            );
+        }
+        // The table holds at most as many slots as twice the jobs held (a compaction waits
+        // until finished slots are as many as those), far fewer than the jobs submitted.
+        assert!(
+            compacting.core.job_count() <= 2 * compacting.core.resident_jobs().max(4),
+            "{name}: {} slots for {} jobs held",
+            compacting.core.job_count(),
+            compacting.core.resident_jobs()
+        );
+        assert_eq!(keeping.core.job_count(), 48);
+    }
 }
