@@ -616,7 +616,11 @@ impl Core {
             }
         }
         // A finished job still in the view would be told `Ended` at the next point: wait.
-        if self.active_buf.iter().any(|a| map[a.id.index()].is_none()) {
+        if self
+            .active_buf
+            .iter()
+            .any(|a| map.get(a.id.index()).is_none_or(Option::is_none))
+        {
             return;
         }
         if !self.policy.renumber_jobs(&map) {
@@ -624,16 +628,14 @@ impl Core {
             return;
         }
         let to = |idx: usize| map.get(idx).copied().flatten().map(|j| j.index());
+        let kept = |k: &mut usize| {
+            *k += 1;
+            map.get(*k - 1).is_some_and(Option::is_some)
+        };
         let mut k = 0;
-        self.jobs.retain(|_| {
-            k += 1;
-            map[k - 1].is_some()
-        });
+        self.jobs.retain(|_| kept(&mut k));
         let mut k = 0;
-        self.specs.retain(|_| {
-            k += 1;
-            map[k - 1].is_some()
-        });
+        self.specs.retain(|_| kept(&mut k));
         for (i, spec) in self.specs.iter_mut().enumerate() {
             spec.id = tessera_model::JobId(i as u32);
         }
