@@ -1106,7 +1106,12 @@ fn a_pass_updates_only_changed_jobs_whatever_the_queue_depth() {
 /// afterwards are found and scheduled as usual.
 #[test]
 fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
-    for (name, round) in [("fifo", None), ("las", Some(30)), ("srtf", Some(30))] {
+    for (name, round) in [
+        ("fifo", None),
+        ("las", Some(30)),
+        ("srtf", Some(30)),
+        ("dilu", None),
+    ] {
         let nodes = || vec![node("n1", 4), node("n2", 8)];
         let mut compacting = Harness::new(nodes(), policy(name, round));
         compacting.core.set_compaction_threshold(4);

@@ -745,6 +745,24 @@ impl Policy for DiluServe {
         self.name
     }
 
+    /// Its only state per job is the pool name of each running job; a job that finished
+    /// gives its booking back, as [`DiluServe::sync`] does when a job leaves the view.
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        for (old, name) in std::mem::take(&mut self.jobs) {
+            match map.get(old.index()).copied().flatten() {
+                Some(new) => {
+                    self.jobs.insert(new, name);
+                }
+                None => {
+                    if let Some(pool) = self.pool.as_mut() {
+                        pool.release(&name);
+                    }
+                }
+            }
+        }
+        true
+    }
+
     fn round_length(&self) -> Option<SimDuration> {
         Some(SimDuration::from_secs(1))
     }
