@@ -10,7 +10,7 @@
 //!
 //! Time is [`SimTime`] (integer µs). Events at the same instant are all applied before the
 //! policy is called once. Each running job's completion sits in one slot (`due`) and in an
-//! ordered set of live completions, so a preemption, resize or re-rating removes it instead of
+//! indexed heap of live completions, so a preemption, resize or re-rating removes it instead of
 //! leaving a stale entry in a heap that every later pop pays for; the instant it would have
 //! fired at is kept in [`StaleInstants`], where the engine still steps, so that the run (its
 //! event count and the float integrals split at every instant) is what it was when stale
@@ -18,7 +18,9 @@
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
+
+use crate::completions::Completions;
 use std::sync::Arc;
 
 use tessera_model::{
@@ -231,7 +233,7 @@ pub struct Simulation<'a> {
     /// Events other than completions.
     heap: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
     /// Live completions: (when, sequence, job index), ordered as the heap orders events.
-    completions: BTreeSet<(SimTime, u64, u32)>,
+    completions: Completions,
     /// Instants of completions cancelled before they fired.
     stale: StaleInstants,
     next_arrival: usize,
@@ -454,7 +456,7 @@ impl<'a> Simulation<'a> {
             now: SimTime::ZERO,
             seq: 0,
             heap: BinaryHeap::new(),
-            completions: BTreeSet::new(),
+            completions: Completions::default(),
             stale: StaleInstants::default(),
             next_arrival: 0,
             round,
@@ -559,7 +561,7 @@ impl<'a> Simulation<'a> {
         let mut trigger = Trigger::default();
         loop {
             // Completions and other events merged in (time, sequence) order.
-            let completion = self.completions.first().copied();
+            let completion = self.completions.first();
             let other = self
                 .heap
                 .peek()
@@ -675,7 +677,7 @@ impl<'a> Simulation<'a> {
 
     fn next_instant(&self) -> Option<SimTime> {
         let event = self.heap.peek().map(|Reverse((t, _, _))| *t);
-        let completion = self.completions.first().map(|&(t, _, _)| t);
+        let completion = self.completions.first().map(|(t, _, _)| t);
         let stale = self.stale.peek();
         let arrival = self.jobs.get(self.next_arrival).map(|j| j.submit);
         let service = self.serving.peek_boundary();
@@ -1612,7 +1614,7 @@ impl<'a> Simulation<'a> {
     fn cancel_completion(&mut self, job: JobId) {
         let (at, seq) = std::mem::replace(&mut self.state[job.index()].due, (SimTime::ZERO, 0));
         if seq != 0 {
-            self.completions.remove(&(at, seq, job.0));
+            self.completions.remove(job.0);
             self.stale.push(at);
         }
     }
@@ -1703,7 +1705,7 @@ impl<'a> Simulation<'a> {
         }
         for &j in &self.running {
             let due = self.state[j.index()].due;
-            if due.1 == 0 || !self.completions.contains(&(due.0, due.1, j.0)) {
+            if due.1 == 0 || self.completions.get(j.0) != Some(due) {
                 return Err(format!(
                     "running job {j:?} has no live completion ({due:?})"
                 ));

@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod completions;
 mod engine;
 pub mod failures;
 pub mod metrics;
