@@ -19,6 +19,7 @@
 #![warn(unreachable_pub)]
 
 pub mod baselines;
+pub mod free_index;
 pub mod placement;
 pub mod policy;
 pub mod state;

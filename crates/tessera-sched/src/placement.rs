@@ -11,7 +11,7 @@ use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
 };
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::free_index::FreeIndex;
 
 use crate::state::ClusterState;
 
@@ -165,14 +165,57 @@ pub struct IndexedLedger<'c> {
     cluster: &'c Cluster,
     state: &'c ClusterState,
     /// Free resources of the nodes changed so far, by node.
-    changed: BTreeMap<u32, Resources>,
+    changed: ChangedNodes,
     group_free_gpus: Vec<u64>,
     /// The state describes this cluster (else every lookup scans, as a `Ledger` does).
     indexed: bool,
     /// Once many nodes have changed (a daemon's first pass over thousands of jobs, a round
     /// that restarts many), the index mostly points at changed nodes and each lookup walks
-    /// past them: from then on a plain copying `Ledger` answers, which places identically.
+    /// past them: from then on a plain copying `Ledger` answers, which places identically
+    /// (and, up to a few hundred nodes, scans them faster than an index would find them).
     dense: Option<Ledger<'c>>,
+}
+
+/// An [`IndexedLedger`]'s changed nodes with their free resources, sorted by node. A
+/// decision changes few nodes before the ledger turns dense ([`dense_after`]), so a sorted
+/// vector finds and inserts them for less than a B-tree does.
+#[derive(Clone, Debug, Default)]
+struct ChangedNodes(Vec<(u32, Resources)>);
+
+impl ChangedNodes {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn find(&self, node: u32) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&node, |&(n, _)| n)
+    }
+
+    fn get(&self, node: u32) -> Option<Resources> {
+        self.find(node).ok().map(|i| self.0[i].1)
+    }
+
+    fn contains(&self, node: u32) -> bool {
+        self.find(node).is_ok()
+    }
+
+    fn insert(&mut self, node: u32, free: Resources) {
+        match self.find(node) {
+            Ok(i) => self.0[i].1 = free,
+            Err(i) => self.0.insert(i, (node, free)),
+        }
+    }
+
+    /// The changed nodes in `nodes`, in node order.
+    fn range(&self, nodes: std::ops::Range<u32>) -> &[(u32, Resources)] {
+        let from = self.0.partition_point(|&(n, _)| n < nodes.start);
+        let to = self.0.partition_point(|&(n, _)| n < nodes.end);
+        self.0.get(from..to).unwrap_or(&[])
+    }
 }
 
 /// Changed nodes beyond which an [`IndexedLedger`] turns into a copying [`Ledger`]: a fraction
@@ -200,7 +243,7 @@ impl<'c> IndexedLedger<'c> {
         IndexedLedger {
             cluster,
             state,
-            changed: BTreeMap::new(),
+            changed: ChangedNodes::default(),
             group_free_gpus,
             indexed,
             dense: None,
@@ -214,9 +257,9 @@ impl<'c> IndexedLedger<'c> {
         }
         let mut free = self.state.free().to_vec();
         free.resize(self.cluster.nodes.len(), Resources::default());
-        for (&n, f) in &self.changed {
+        for &(n, f) in &self.changed.0 {
             if let Some(slot) = free.get_mut(n as usize) {
-                *slot = *f;
+                *slot = f;
             }
         }
         self.dense = Some(Ledger {
@@ -232,8 +275,8 @@ impl<'c> IndexedLedger<'c> {
         if let Some(d) = &self.dense {
             return d.free.get(node).copied().unwrap_or_default();
         }
-        match self.changed.get(&(node as u32)) {
-            Some(f) => *f,
+        match self.changed.get(node as u32) {
+            Some(f) => f,
             None => self.state.free().get(node).copied().unwrap_or_default(),
         }
     }
@@ -333,19 +376,19 @@ impl<'c> IndexedLedger<'c> {
         let mut best = self
             .changed
             .range(nodes)
+            .iter()
             .find(|(_, f)| f.fits(wanted))
-            .map(|(&n, _)| n);
+            .map(|&(n, _)| n);
         // Unchanged ones, per free-GPU count of at least what is wanted: the lowest that fits.
         let index = self.state.free_index(gi);
         let free = self.state.free();
         let mut v = wanted.gpus.max(1);
-        while let Some(&(fv, _)) = index.range((v, 0)..).next() {
-            for &(_, n) in index.range((fv, 0)..=(fv, u32::MAX)) {
+        while let Some(fv) = index.level_at_least(v) {
+            for n in index.nodes_at(fv) {
                 if best.is_some_and(|b| n >= b) {
                     break;
                 }
-                if !self.changed.contains_key(&n)
-                    && free.get(n as usize).is_some_and(|f| f.fits(wanted))
+                if !self.changed.contains(n) && free.get(n as usize).is_some_and(|f| f.fits(wanted))
                 {
                     best = Some(n);
                     break;
@@ -378,8 +421,9 @@ impl<'c> IndexedLedger<'c> {
             let dirty = self
                 .changed
                 .range(nodes)
+                .iter()
                 .filter(|(_, f)| f.gpus > 0)
-                .map(|(&n, f)| (f.gpus, n))
+                .map(|&(n, f)| (f.gpus, n))
                 .collect();
             (self.state.free_index(gi), dirty)
         } else {
@@ -394,16 +438,11 @@ impl<'c> IndexedLedger<'c> {
         let mut level: Vec<u32> = Vec::new();
         let mut upper = u32::MAX;
         while needed > 0 {
-            let clean = index.range(..(upper, 0)).next_back().map(|e| e.0);
+            let clean = index.level_below(upper);
             let changed = dirty.iter().map(|d| d.0).filter(|&g| g < upper).max();
             let Some(v) = clean.max(changed) else { break };
             level.clear();
-            level.extend(
-                index
-                    .range((v, 0)..=(v, u32::MAX))
-                    .map(|&(_, n)| n)
-                    .filter(|n| !self.changed.contains_key(n)),
-            );
+            level.extend(index.nodes_at(v).filter(|&n| !self.changed.contains(n)));
             level.extend(dirty.iter().filter(|d| d.0 == v).map(|d| d.1));
             level.sort_unstable();
             for &n in &level {
@@ -428,10 +467,7 @@ impl<'c> IndexedLedger<'c> {
     }
 }
 
-/// Nodes with whole-free GPUs, as (free GPUs, node).
-type FreeIndex = BTreeSet<(u32, u32)>;
-
-static EMPTY_INDEX: FreeIndex = BTreeSet::new();
+static EMPTY_INDEX: FreeIndex = FreeIndex::empty();
 
 /// The CPU and memory that come with `gpus` GPUs of `job` on a node of `group`: the job's
 /// explicit request split by GPUs, or the node's capacity split by GPUs.

@@ -13,7 +13,7 @@
 //! the simulator injects, [`ClusterState::set_down`]) leaves the free pool and takes no new
 //! holder until it is marked up again; drivers evict its holders before marking it down.
 
-use std::collections::BTreeSet;
+use crate::free_index::FreeIndex;
 use tessera_model::{
     Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuModelId, GpuPart, InferenceService,
     MigInstance, NodeId, NodeShare, Resources, SimTime, TrainingJob,
@@ -64,12 +64,23 @@ impl GpuState {
     }
 }
 
-/// Nodes with whole-free GPUs per group, as (free GPUs, node).
-fn index_of(free: &[Resources], node_group: &[u32], groups: usize) -> Vec<BTreeSet<(u32, u32)>> {
-    let mut index = vec![BTreeSet::new(); groups];
+/// Nodes with whole-free GPUs per group, by free GPUs.
+fn index_of(free: &[Resources], node_group: &[u32], groups: usize) -> Vec<FreeIndex> {
+    // Each group's nodes lie in base..base + span (contiguous in a `Cluster`).
+    let mut bounds: Vec<Option<(u32, u32)>> = vec![None; groups];
+    for (n, &g) in node_group.iter().enumerate() {
+        if let Some(b) = bounds.get_mut(g as usize) {
+            let n = n as u32;
+            *b = Some(b.map_or((n, n), |(lo, hi)| (lo.min(n), hi.max(n))));
+        }
+    }
+    let mut index: Vec<FreeIndex> = bounds
+        .iter()
+        .map(|b| b.map_or_else(FreeIndex::empty, |(lo, hi)| FreeIndex::new(lo, hi - lo + 1)))
+        .collect();
     for (n, (f, &g)) in free.iter().zip(node_group).enumerate() {
-        if let (true, Some(set)) = (f.gpus > 0, index.get_mut(g as usize)) {
-            set.insert((f.gpus, n as u32));
+        if let Some(set) = index.get_mut(g as usize) {
+            set.insert(f.gpus, n as u32);
         }
     }
     index
@@ -102,7 +113,7 @@ pub struct ClusterState {
     /// The nodes with whole-free GPUs, per node group, as (free GPUs, node): placement finds
     /// the first node with at least k free GPUs, or the emptiest nodes, without scanning
     /// the group (see [`IndexedLedger`](crate::placement::IndexedLedger)).
-    free_index: Vec<BTreeSet<(u32, u32)>>,
+    free_index: Vec<FreeIndex>,
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
@@ -172,18 +183,16 @@ impl ClusterState {
                 before != after,
                 group.and_then(|g| self.free_index.get_mut(g)),
             ) {
-                index.remove(&(before as u32, node.0));
-                if after > 0 {
-                    index.insert((after as u32, node.0));
-                }
+                index.remove(before as u32, node.0);
+                index.insert(after as u32, node.0);
             }
         }
     }
 
-    /// The nodes of node group `group` with whole-free GPUs, as (free GPUs, node), in that
-    /// order; empty for no such group.
-    pub fn free_index(&self, group: usize) -> &BTreeSet<(u32, u32)> {
-        static EMPTY: BTreeSet<(u32, u32)> = BTreeSet::new();
+    /// The nodes of node group `group` with whole-free GPUs, by free GPUs; empty for no
+    /// such group.
+    pub fn free_index(&self, group: usize) -> &FreeIndex {
+        static EMPTY: FreeIndex = FreeIndex::empty();
         self.free_index.get(group).unwrap_or(&EMPTY)
     }
 
@@ -275,14 +284,21 @@ impl ClusterState {
                             picked.count()
                         ));
                     }
+                    if picked.iter().any(|i| i >= node.gpus) {
+                        return refuse(format!("node {} has no GPU {:?}", node.name, picked));
+                    }
+                    // Picked from the whole-free, ready GPUs, as many as asked: what
+                    // `check_devices` would verify of them holds already.
                     DeviceAlloc {
                         gpus: picked,
                         part: GpuPart::Whole,
                     }
                 }
-                Some(d) => d,
+                Some(d) => {
+                    self.check_devices(cluster, s, d, now)?;
+                    d
+                }
             };
-            self.check_devices(cluster, s, devices, now)?;
             s.devices = Some(devices);
         }
         Ok(resolved)
@@ -300,7 +316,6 @@ impl ClusterState {
             return refuse(format!("node {} has no GPU {:?}", node.name, d.gpus));
         }
         let gpus = self.gpus(s.node);
-        let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
         for i in d.gpus.iter() {
             let g = &gpus[i as usize];
             if g.down {
@@ -353,6 +368,7 @@ impl ClusterState {
                 if s.gpus != 0 {
                     return refuse("a quota share holds no whole GPUs");
                 }
+                let capacity = Bytes::from_gib_f64(cluster.catalog.get(node.gpu).memory_gib);
                 if sm_request == 0 || sm_request > sm_limit || sm_limit as u32 > SM_REQUEST_CAPACITY
                 {
                     return refuse(format!(
