@@ -26,7 +26,8 @@
 //! computed from when they started, so the driver need not bring them up to date, and a
 //! re-plan ranks only the running jobs a queued job might displace.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
 
@@ -232,8 +233,11 @@ impl Queue {
 struct LasRunning {
     /// Jobs past their restore, by GPUs held: (a − g·r, submit µs, id).
     groups: BTreeMap<u32, BTreeSet<(i128, u64, u32)>>,
-    /// Jobs still restoring, whose service stays a until r: (r, id).
-    restoring: BTreeSet<(u64, u32)>,
+    /// Jobs still restoring, whose service stays a until r: (r, id), earliest first. A job
+    /// stopped while restoring leaves its entry behind (most restarts are preempted again
+    /// before a heap removal would pay off); an entry counts only while its job is restoring
+    /// with that r ([`LasRunning::is_restoring`]).
+    restoring: BinaryHeap<Reverse<(u64, u32)>>,
     /// Each running job, by job index.
     jobs: Vec<Option<LasJob>>,
     /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
@@ -278,7 +282,7 @@ impl LasRunning {
             self.jobs.resize_with(i + 1, || None);
         }
         let resumes = job.resumes_at.map_or(0, |r| r.as_micros());
-        self.restoring.insert((resumes, job.id.0));
+        self.restoring.push(Reverse((resumes, job.id.0)));
         self.asked += spec.gpus as u64;
         self.jobs[i] = Some(LasJob {
             attained: job.attained_gpu_us,
@@ -296,9 +300,10 @@ impl LasRunning {
             return;
         };
         self.asked -= e.asked as u64;
-        if e.restoring {
-            self.restoring.remove(&(e.resumes, job.0));
-        } else if let Some(group) = self.groups.get_mut(&e.held) {
+        if !e.restoring {
+            let Some(group) = self.groups.get_mut(&e.held) else {
+                return;
+            };
             group.remove(&(e.offset(), e.submit, job.0));
             if group.is_empty() {
                 self.groups.remove(&e.held);
@@ -308,11 +313,14 @@ impl LasRunning {
 
     /// Moves the jobs whose restore is over by `t` µs into their GPU-count sets.
     fn settle(&mut self, t: u64) {
-        while let Some(&(r, id)) = self.restoring.first() {
+        while let Some(&Reverse((r, id))) = self.restoring.peek() {
             if r > t {
                 break;
             }
-            self.restoring.pop_first();
+            self.restoring.pop();
+            if !self.is_restoring(r, id) {
+                continue; // stopped while restoring, or already moved by a twin entry
+            }
             if let Some(e) = self.jobs.get_mut(id as usize).and_then(Option::as_mut) {
                 e.restoring = false;
                 self.groups
@@ -333,10 +341,15 @@ impl LasRunning {
                 .collect();
         }
         self.groups.retain(|_, g| !g.is_empty());
-        self.restoring = std::mem::take(&mut self.restoring)
+        let mut restoring: Vec<(u64, u32)> = std::mem::take(&mut self.restoring)
             .into_iter()
+            .map(|Reverse(e)| e)
+            .filter(|&(r, id)| self.is_restoring(r, id))
             .filter_map(|(r, id)| Some((r, new_id(id)?.0)))
             .collect();
+        restoring.sort_unstable();
+        restoring.dedup();
+        self.restoring = restoring.into_iter().map(Reverse).collect();
         let mut jobs: Vec<Option<LasJob>> = Vec::new();
         for (old, e) in std::mem::take(&mut self.jobs).into_iter().enumerate() {
             let Some(e) = e else { continue };
@@ -375,8 +388,8 @@ impl LasRunning {
                 out.push(((key, submit, id), asked));
             }
         }
-        for &(_, id) in &self.restoring {
-            if let Some(e) = self.get(id) {
+        for &Reverse((r, id)) in &self.restoring {
+            if let (true, Some(e)) = (self.is_restoring(r, id), self.get(id)) {
                 let rank = (e.key(t), e.submit, id);
                 if after.is_none_or(|a| rank > a) {
                     out.push((rank, e.asked));
@@ -384,6 +397,13 @@ impl LasRunning {
             }
         }
         out.sort_unstable();
+        // A job restarted with the same restore end as an entry it left behind has two.
+        out.dedup();
+    }
+
+    /// Whether the entry (r, id) of `restoring` stands for a job still restoring until r.
+    fn is_restoring(&self, r: u64, id: u32) -> bool {
+        self.get(id).is_some_and(|e| e.restoring && e.resumes == r)
     }
 }
 
