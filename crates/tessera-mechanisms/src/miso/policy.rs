@@ -878,17 +878,18 @@ impl Policy for Miso {
             ];
             self.topo = Some(topo);
         }
+        // Per-job vectors follow `view.jobs`, which grows in a driver taking submissions
+        // (the daemon): what is known of earlier jobs stays (clearing it at each submission
+        // forgot where jobs were placed, and they were started a second time).
         let n = view.jobs.len();
-        if self.job_gpu.len() != n {
-            self.job_gpu = vec![NONE; n];
-            self.predicted = vec![None; n];
-            self.seen = vec![NONE; n];
-            self.speeds = view
-                .jobs
-                .iter()
-                .map(|j| self.config.table.speeds_of(j))
-                .collect();
-        }
+        self.job_gpu.resize(n, NONE);
+        self.predicted.resize(n, None);
+        self.seen.resize(n, NONE);
+        self.speeds.truncate(n);
+        let table = &self.config.table;
+        let known = self.speeds.len();
+        self.speeds
+            .extend(view.jobs.iter().skip(known).map(|j| table.speeds_of(j)));
         // One pass over the active jobs: where each is, and the FIFO queue of jobs not yet
         // promised to a GPU. `seen` is never cleared: an entry is valid only while it points
         // back at its job (see `active_pos`).
