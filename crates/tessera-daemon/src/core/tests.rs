@@ -1173,3 +1173,43 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
         assert_eq!(keeping.core.job_count(), 48);
     }
 }
+
+/// MISO keeps what it knows of each job as jobs keep arriving (its per-job state once
+/// started over whenever the job table grew: jobs it had placed were queued again and
+/// started a second time, which the core refused).
+#[test]
+fn miso_places_each_job_once_while_jobs_keep_arriving() {
+    for name in ["miso", "miso-oracle"] {
+        let mut h = Harness::new(vec![node("n1", 4)], policy(name, None));
+        let mut launched = 0;
+        for wave in 0..4u64 {
+            for j in 0..8u64 {
+                h.submit(&format!("w{wave}-{j}"), 1, 10 + j * 7);
+            }
+            h.schedule();
+            for t in 0..12u64 {
+                h.advance(20);
+                if t % 3 == 0 {
+                    h.submit(&format!("x{wave}-{t}"), 1, 30);
+                }
+                let running = h
+                    .runs
+                    .values()
+                    .find(|r| r.status == RunStatus::Running)
+                    .map(|r| r.job_id);
+                if let Some(id) = running {
+                    h.end_run(id, RunStatus::Completed);
+                }
+                h.poll();
+                h.schedule();
+                assert!(
+                    h.core.refused().is_empty(),
+                    "{name}: {:?}",
+                    h.core.refused()
+                );
+            }
+            launched += launches(&h.take_events()).len();
+        }
+        assert!(launched >= 32, "{name}: {launched} launches");
+    }
+}
