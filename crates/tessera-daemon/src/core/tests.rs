@@ -1102,21 +1102,55 @@ fn a_pass_updates_only_changed_jobs_whatever_the_queue_depth() {
 
 /// Issue 9: finished jobs leave nothing in memory. Once their slots are as many as the jobs
 /// held, a scheduling point drops them and renumbers the rest (the policy renumbers its own
-/// queue); decisions are exactly those of a core that keeps every slot, and jobs submitted
-/// afterwards are found and scheduled as usual.
+/// state); decisions are exactly those of a core that keeps every slot, and jobs submitted
+/// afterwards are found and scheduled as usual. Every policy that renumbers is run, on 12
+/// GPUs, and those whose state fills up with a queue (MISO's GPU slots, MPS phases and
+/// re-partitions) also on 4.
 #[test]
 fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
-    for (name, round) in [
-        ("fifo", None),
-        ("las", Some(30)),
-        ("srtf", Some(30)),
-        ("dilu", None),
-    ] {
-        let nodes = || vec![node("n1", 4), node("n2", 8)];
+    // (policy, round, on the crowded cluster of 4 GPUs rather than 12)
+    let mut runs: Vec<(String, Option<u64>, bool)> = [
+        ("fifo", None, false),
+        ("las", Some(30), false),
+        ("srtf", Some(30), false),
+        ("dilu", None, false),
+        ("serve-exclusive", None, false),
+        ("crius", Some(30), false),
+        ("crius-no-opportunistic", Some(30), true),
+        ("fcfs", Some(30), false),
+        ("gavel", Some(30), false),
+        ("gavel-max-sum", Some(60), true),
+        ("sia", Some(30), false),
+        ("sia", Some(30), true),
+        ("elastic", Some(30), false),
+        ("synergy", None, true),
+    ]
+    .into_iter()
+    .map(|(name, round, crowded)| (name.to_string(), round, crowded))
+    .collect();
+    for order in ["fifo", "srtf", "las", "ftf"] {
+        for alloc in ["proportional", "greedy", "tune", "opt"] {
+            runs.push((format!("{order}+{alloc}"), Some(30), false));
+        }
+    }
+    for name in ["nopart", "static", "mps", "miso", "miso-oracle"] {
+        runs.push((name.to_string(), None, false));
+        runs.push((name.to_string(), None, true));
+    }
+    for (name, round, crowded) in runs {
+        let name = name.as_str();
+        let nodes = || {
+            if crowded {
+                vec![node("n1", 4)]
+            } else {
+                vec![node("n1", 4), node("n2", 8)]
+            }
+        };
         let mut compacting = Harness::new(nodes(), policy(name, round));
         compacting.core.set_compaction_threshold(4);
         let mut keeping = Harness::new(nodes(), policy(name, round));
         let mut compactions = 0;
+        let mut launched = 0;
         for wave in 0..6u64 {
             for h in [&mut compacting, &mut keeping] {
                 for j in 0..8u64 {
@@ -1139,11 +1173,9 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
                     h.schedule();
                 }
             }
-            assert_eq!(
-                compacting.take_events(),
-                keeping.take_events(),
-                "{name} wave {wave}"
-            );
+            let events = compacting.take_events();
+            launched += launches(&events).len();
+            assert_eq!(events, keeping.take_events(), "{name} wave {wave}");
             if compacting.core.job_count() < keeping.core.job_count() {
                 compactions += 1;
             }
@@ -1154,6 +1186,7 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
             assert!(compacting.core.check_device_invariants().is_ok());
         }
         assert!(compactions > 0, "{name}: no compaction happened");
+        assert!(launched >= 16, "{name}: {launched} launches");
         // Every job still held is found by its id and has its own row.
         for id in keeping.store_jobs.keys() {
             assert_eq!(
