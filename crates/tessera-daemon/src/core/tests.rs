@@ -1119,6 +1119,7 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
         ("crius-no-opportunistic", Some(30), true),
         ("fcfs", Some(30), false),
         ("gavel", Some(30), false),
+        ("gavel", Some(30), true),
         ("gavel-max-sum", Some(60), true),
         ("sia", Some(30), false),
         ("sia", Some(30), true),
