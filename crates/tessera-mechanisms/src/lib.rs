@@ -308,6 +308,46 @@ pub fn serving_setup(policy: &str) -> Option<Result<ServingSetup, String>> {
     MECHANISMS.iter().find_map(|m| m.serving_setup(policy))
 }
 
+/// A job's new id under a renumbering map (see [`Policy::renumber_jobs`]); `None` for a
+/// finished job (or an id the map does not cover).
+pub(crate) fn renumbered(
+    map: &[Option<tessera_model::JobId>],
+    job: tessera_model::JobId,
+) -> Option<tessera_model::JobId> {
+    map.get(job.index()).copied().flatten()
+}
+
+/// A map keyed by job id, renumbered: finished jobs' entries are dropped (the order of the
+/// keys is kept, as ids keep their order).
+pub(crate) fn renumber_map<V>(
+    m: std::collections::BTreeMap<tessera_model::JobId, V>,
+    map: &[Option<tessera_model::JobId>],
+) -> std::collections::BTreeMap<tessera_model::JobId, V> {
+    m.into_iter()
+        .filter_map(|(j, v)| Some((renumbered(map, j)?, v)))
+        .collect()
+}
+
+/// A vector indexed by job id, renumbered: each entry moves to its job's new id, finished
+/// jobs' entries are dropped, and gaps (none while ids stay dense) take `fill`.
+pub(crate) fn renumber_vec<T: Clone>(
+    v: Vec<T>,
+    map: &[Option<tessera_model::JobId>],
+    fill: T,
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for (old, x) in v.into_iter().enumerate() {
+        let Some(new) = map.get(old).copied().flatten() else {
+            continue;
+        };
+        if out.len() <= new.index() {
+            out.resize(new.index() + 1, fill.clone());
+        }
+        out[new.index()] = x;
+    }
+    out
+}
+
 /// Every policy of every mechanism, with the mechanism that owns it.
 pub fn policies() -> impl Iterator<Item = (&'static dyn Mechanism, &'static PolicyInfo)> {
     MECHANISMS

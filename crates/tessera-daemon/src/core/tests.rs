@@ -1102,28 +1102,65 @@ fn a_pass_updates_only_changed_jobs_whatever_the_queue_depth() {
 
 /// Issue 9: finished jobs leave nothing in memory. Once their slots are as many as the jobs
 /// held, a scheduling point drops them and renumbers the rest (the policy renumbers its own
-/// queue); decisions are exactly those of a core that keeps every slot, and jobs submitted
-/// afterwards are found and scheduled as usual.
+/// state); decisions are exactly those of a core that keeps every slot, and jobs submitted
+/// afterwards are found and scheduled as usual. Every policy that renumbers is run, on 12
+/// GPUs, and those whose state fills up with a queue (MISO's GPU slots, MPS phases and
+/// re-partitions) also on 4.
 #[test]
 fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
-    for (name, round) in [
-        ("fifo", None),
-        ("las", Some(30)),
-        ("srtf", Some(30)),
-        ("dilu", None),
-    ] {
-        let nodes = || vec![node("n1", 4), node("n2", 8)];
+    // (policy, round, on the crowded cluster of 4 GPUs rather than 12)
+    let mut runs: Vec<(String, Option<u64>, bool)> = [
+        ("fifo", None, false),
+        ("las", Some(30), false),
+        ("srtf", Some(30), false),
+        ("dilu", None, false),
+        ("serve-exclusive", None, false),
+        ("crius", Some(30), false),
+        ("crius-no-opportunistic", Some(30), true),
+        ("fcfs", Some(30), false),
+        ("gavel", Some(30), false),
+        ("gavel", Some(30), true),
+        ("gavel-max-sum", Some(60), true),
+        ("sia", Some(30), false),
+        ("sia", Some(30), true),
+        ("elastic", Some(30), false),
+        ("synergy", None, true),
+    ]
+    .into_iter()
+    .map(|(name, round, crowded)| (name.to_string(), round, crowded))
+    .collect();
+    for order in ["fifo", "srtf", "las", "ftf"] {
+        for alloc in ["proportional", "greedy", "tune", "opt"] {
+            runs.push((format!("{order}+{alloc}"), Some(30), false));
+        }
+    }
+    for name in ["nopart", "static", "mps", "miso", "miso-oracle"] {
+        runs.push((name.to_string(), None, false));
+        runs.push((name.to_string(), None, true));
+    }
+    for (name, round, crowded) in runs {
+        let name = name.as_str();
+        let nodes = || {
+            if crowded {
+                vec![node("n1", 4)]
+            } else {
+                vec![node("n1", 4), node("n2", 8)]
+            }
+        };
         let mut compacting = Harness::new(nodes(), policy(name, round));
         compacting.core.set_compaction_threshold(4);
         let mut keeping = Harness::new(nodes(), policy(name, round));
         let mut compactions = 0;
+        let mut launched = 0;
         for wave in 0..6u64 {
             for h in [&mut compacting, &mut keeping] {
                 for j in 0..8u64 {
                     h.submit(&format!("w{wave}-{j}"), 1 + (j % 4) as u32, 10 + j * 7);
                 }
                 h.schedule();
-                for _ in 0..12 {
+                // Six of the eight jobs end per wave: a backlog builds up, so compactions
+                // renumber jobs still queued or running and jobs arrive after them.
+                for t in 0..12u64 {
                     h.advance(20);
                     let running: Vec<i64> = h
                         .runs
@@ -1131,7 +1168,7 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
                         .filter(|r| r.status == RunStatus::Running)
                         .map(|r| r.job_id)
                         .collect();
-                    if let Some(&id) = running.first() {
+                    if let (0, Some(&id)) = (t % 2, running.first()) {
                         h.end_run(id, RunStatus::Completed);
                     }
                     h.poll();
@@ -1139,11 +1176,9 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
                     h.schedule();
                 }
             }
-            assert_eq!(
-                compacting.take_events(),
-                keeping.take_events(),
-                "{name} wave {wave}"
-            );
+            let events = compacting.take_events();
+            launched += launches(&events).len();
+            assert_eq!(events, keeping.take_events(), "{name} wave {wave}");
             if compacting.core.job_count() < keeping.core.job_count() {
                 compactions += 1;
             }
@@ -1154,6 +1189,7 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
             assert!(compacting.core.check_device_invariants().is_ok());
         }
         assert!(compactions > 0, "{name}: no compaction happened");
+        assert!(launched >= 16, "{name}: {launched} launches");
         // Every job still held is found by its id and has its own row.
         for id in keeping.store_jobs.keys() {
             assert_eq!(
@@ -1171,5 +1207,45 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
             compacting.core.resident_jobs()
         );
         assert_eq!(keeping.core.job_count(), 48);
+    }
+}
+
+/// MISO keeps what it knows of each job as jobs keep arriving (its per-job state once
+/// started over whenever the job table grew: jobs it had placed were queued again and
+/// started a second time, which the core refused).
+#[test]
+fn miso_places_each_job_once_while_jobs_keep_arriving() {
+    for name in ["miso", "miso-oracle"] {
+        let mut h = Harness::new(vec![node("n1", 4)], policy(name, None));
+        let mut launched = 0;
+        for wave in 0..4u64 {
+            for j in 0..8u64 {
+                h.submit(&format!("w{wave}-{j}"), 1, 10 + j * 7);
+            }
+            h.schedule();
+            for t in 0..12u64 {
+                h.advance(20);
+                if t % 3 == 0 {
+                    h.submit(&format!("x{wave}-{t}"), 1, 30);
+                }
+                let running = h
+                    .runs
+                    .values()
+                    .find(|r| r.status == RunStatus::Running)
+                    .map(|r| r.job_id);
+                if let Some(id) = running {
+                    h.end_run(id, RunStatus::Completed);
+                }
+                h.poll();
+                h.schedule();
+                assert!(
+                    h.core.refused().is_empty(),
+                    "{name}: {:?}",
+                    h.core.refused()
+                );
+            }
+            launched += launches(&h.take_events()).len();
+        }
+        assert!(launched >= 32, "{name}: {launched} launches");
     }
 }

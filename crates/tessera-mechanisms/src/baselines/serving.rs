@@ -12,7 +12,7 @@
 //!
 //! Deterministic: services are visited in id order, nodes in index order.
 
-use tessera_model::{NodeShare, ServiceId, SimDuration, SimTime};
+use tessera_model::{JobId, NodeShare, ServiceId, SimDuration, SimTime};
 use tessera_sched::baselines::{JobOrder, OrderedPolicy};
 use tessera_sched::{Action, ClusterView, Ledger, Policy, ServicePhase, ServiceView};
 
@@ -166,5 +166,11 @@ impl Policy for ServeExclusive {
 
     fn wakeup(&self) -> Option<SimTime> {
         self.next_tick
+    }
+
+    /// Per job only FIFO's queue; the autoscaler's state is per service (services are not
+    /// renumbered).
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        self.jobs.renumber_jobs(map)
     }
 }

@@ -985,6 +985,13 @@ impl Policy for CriusPolicy {
         Some(self.round)
     }
 
+    /// Nothing is kept per job between calls (the failed defragmentations are per GPU type
+    /// and per round); counters are not per job.
+    fn renumber_jobs(&mut self, _map: &[Option<tessera_model::JobId>]) -> bool {
+        self.defrag_failed.clear();
+        true
+    }
+
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         if !view.trigger.round {
             return;
@@ -1074,6 +1081,11 @@ impl Policy for Fcfs {
 
     fn round_length(&self) -> Option<SimDuration> {
         Some(self.round)
+    }
+
+    /// Keeps nothing per job between calls.
+    fn renumber_jobs(&mut self, _map: &[Option<tessera_model::JobId>]) -> bool {
+        true
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {

@@ -11,7 +11,7 @@
 //! count does not change. Between rounds, arriving jobs take free GPUs at their smallest
 //! count.
 
-use tessera_model::SimDuration;
+use tessera_model::{JobId, SimDuration};
 use tessera_sched::{Action, ClusterView, Policy};
 
 use super::common::{cluster_types, counts_on, throughput_on, GpuType};
@@ -71,6 +71,11 @@ impl Policy for ElasticPolicy {
 
     fn round_length(&self) -> Option<SimDuration> {
         Some(self.round)
+    }
+
+    /// Nothing is kept per job between calls: every call works from the view.
+    fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
+        true
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {

@@ -32,6 +32,7 @@ use tessera_sched::{Action, ActiveJob, ClusterView, JobState, Ledger, Policy};
 
 use super::common::{cluster_types, place_on, throughput_on, type_of, GpuType};
 use super::solve::SolveTimes;
+use crate::{renumber_map, renumbered};
 
 /// Gavel's round length.
 pub const GAVEL_ROUND: SimDuration = SimDuration::from_secs(360);
@@ -92,6 +93,8 @@ pub struct GavelPolicy {
     shares: BTreeMap<JobId, Fractions>,
     /// Job set the shares were solved for (sorted).
     solved_for: Vec<JobId>,
+    /// A job of `solved_for` finished and was renumbered away: the set changed, solve again.
+    solved_for_left: bool,
     /// Seconds each job held each type, and when it arrived (first seen).
     received: BTreeMap<JobId, (SimTime, Fractions)>,
     last_now: Option<SimTime>,
@@ -108,6 +111,7 @@ impl GavelPolicy {
             time_limit_s: GAVEL_LP_TIME_LIMIT_S,
             shares: BTreeMap::new(),
             solved_for: Vec::new(),
+            solved_for_left: false,
             received: BTreeMap::new(),
             last_now: None,
             stats: LpStats::default(),
@@ -152,10 +156,11 @@ impl GavelPolicy {
     fn resolve_if_needed(&mut self, view: &ClusterView<'_>, types: &[GpuType]) {
         let mut ids: Vec<JobId> = view.active.iter().map(|j| j.id).collect();
         ids.sort_unstable();
-        if ids == self.solved_for {
+        if ids == self.solved_for && !self.solved_for_left {
             return;
         }
         self.solved_for = ids;
+        self.solved_for_left = false;
         let problem = AllocationProblem::build(view, types, true);
         let started = Instant::now();
         let solved = problem.solve(self.objective, self.time_limit_s);
@@ -370,6 +375,23 @@ impl Policy for GavelPolicy {
 
     fn round_length(&self) -> Option<SimDuration> {
         Some(self.round)
+    }
+
+    /// Shares, service received and the solved job set are keyed by id in ordered
+    /// containers, so remapping keeps every order. A finished job is forgotten, but the set
+    /// it was solved with still counts as changed (unrenumbered, the next round would see
+    /// it gone and solve again).
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        self.shares = renumber_map(std::mem::take(&mut self.shares), map);
+        self.received = renumber_map(std::mem::take(&mut self.received), map);
+        let before = self.solved_for.len();
+        self.solved_for = self
+            .solved_for
+            .iter()
+            .filter_map(|&j| renumbered(map, j))
+            .collect();
+        self.solved_for_left |= self.solved_for.len() != before;
+        true
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {

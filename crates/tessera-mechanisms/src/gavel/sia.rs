@@ -109,6 +109,8 @@ pub struct SiaPolicy {
     stats: IlpStats,
     /// Active jobs (sorted) at the last solve.
     solved_for: Vec<JobId>,
+    /// A job of `solved_for` finished and was renumbered away: the set changed, solve again.
+    solved_for_left: bool,
 }
 
 /// Limits of one ILP solve.
@@ -140,6 +142,7 @@ impl SiaPolicy {
             limits: IlpLimits::default(),
             stats: IlpStats::default(),
             solved_for: Vec::new(),
+            solved_for_left: false,
         }
     }
 
@@ -615,6 +618,19 @@ impl Policy for SiaPolicy {
         Some(self.round)
     }
 
+    /// Only the solved job set is kept per job; a finished job leaving it still counts as a
+    /// change of the set (unrenumbered, the next round would see it gone and solve again).
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        let before = self.solved_for.len();
+        self.solved_for = self
+            .solved_for
+            .iter()
+            .filter_map(|&j| crate::renumbered(map, j))
+            .collect();
+        self.solved_for_left |= self.solved_for.len() != before;
+        true
+    }
+
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let types = cluster_types(view.cluster);
         let held = holdings(view, &types);
@@ -624,9 +640,10 @@ impl Policy for SiaPolicy {
         ids.sort_unstable();
         // Goodputs are fixed per job here, so with the same jobs the ILP has the same
         // optimum as last round (what they now hold): solve only when the job set changed.
-        let resolve = view.trigger.round && ids != self.solved_for;
+        let resolve = view.trigger.round && (ids != self.solved_for || self.solved_for_left);
         let target: Vec<Option<(usize, u32)>> = if resolve {
             self.solved_for = ids;
+            self.solved_for_left = false;
             let capacity: Vec<u64> = types.iter().map(|t| t.capacity).collect();
             let mut left: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
             // Warm start: running jobs keep what they hold, then the greedy fill.

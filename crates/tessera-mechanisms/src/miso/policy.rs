@@ -23,6 +23,7 @@ use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
 use super::opt::{optimize_fixed, Candidates, FixedProfile, Objective};
 use super::predict::SlicePredictor;
 use super::truth::{smallest_fit, SliceSpeeds, SliceTable};
+use crate::{renumber_vec, renumbered};
 
 /// Length of MISO's MPS profiling phase.
 pub const MPS_PHASE: SimDuration = SimDuration::from_secs(30);
@@ -140,6 +141,10 @@ impl Policy for NoPart {
     fn round_length(&self) -> Option<SimDuration> {
         None
     }
+    /// Keeps nothing between calls.
+    fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
+        true
+    }
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let queue = fifo_queue(view, |_| false);
         let mut taken: Vec<(NodeId, u32)> = Vec::new();
@@ -224,6 +229,10 @@ impl Policy for StaticPartition {
     }
     fn stats(&self) -> Vec<(String, f64)> {
         vec![("promotions".into(), self.promotions as f64)]
+    }
+    /// Keeps only the GPUs' layout between calls, nothing per job.
+    fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
+        true
     }
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         if self.topo.is_none() {
@@ -404,6 +413,10 @@ impl Policy for MpsOnly {
     fn round_length(&self) -> Option<SimDuration> {
         None
     }
+    /// Keeps only the GPUs between calls, nothing per job.
+    fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
+        true
+    }
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let topo = self
             .topo
@@ -526,6 +539,11 @@ pub struct Miso {
     seen: Vec<u32>,
     /// True slice speeds per job, looked up once.
     speeds: Vec<SliceSpeeds>,
+    /// Per job: the id its prediction's random stream derives from, the one it would have
+    /// had without renumbering ([`Policy::renumber_jobs`]), so that no prediction changes.
+    seed_id: Vec<u64>,
+    /// Finished jobs renumbered away so far (all submitted before any job seen later).
+    dropped: u64,
     wakeup: Option<SimTime>,
     repartitions: u64,
     mps_phases: u64,
@@ -543,6 +561,8 @@ impl Miso {
             predicted: Vec::new(),
             seen: Vec::new(),
             speeds: Vec::new(),
+            seed_id: Vec::new(),
+            dropped: 0,
             wakeup: None,
             repartitions: 0,
             mps_phases: 0,
@@ -583,7 +603,12 @@ impl Miso {
             self.config
                 .seed
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .wrapping_add(job.0 as u64),
+                .wrapping_add(
+                    self.seed_id
+                        .get(job.index())
+                        .copied()
+                        .unwrap_or(job.0 as u64),
+                ),
         );
         self.predicted[job.index()] = Some(self.config.predictor.predict(&truth, &mut rng));
     }
@@ -856,6 +881,42 @@ impl Policy for Miso {
         self.wakeup
     }
 
+    /// Per job: its GPU slot, predicted and true speeds, and its seed id; per GPU slot: its
+    /// jobs and those a pending reconfiguration will start. A finished job leaves its slot
+    /// as step 1 of the next call would have it (a job's end makes that call a completion).
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        for slot in &mut self.slots {
+            let before = slot.jobs.len();
+            slot.jobs = slot
+                .jobs
+                .iter()
+                .filter_map(|&j| renumbered(map, j))
+                .collect();
+            if slot.jobs.len() != before && slot.phase == Phase::Steady {
+                slot.dirty = true;
+            }
+            if let Phase::Pending { starts, .. } = &mut slot.phase {
+                *starts = starts
+                    .iter()
+                    .filter_map(|&(j, part)| Some((renumbered(map, j)?, part)))
+                    .collect();
+            }
+        }
+        // Jobs submitted since the last call have no seed id yet: theirs counts the jobs
+        // dropped before them so far.
+        let mut seed = std::mem::take(&mut self.seed_id);
+        let (known, dropped) = (seed.len(), self.dropped);
+        seed.extend((known..map.len()).map(|i| i as u64 + dropped));
+        self.seed_id = renumber_vec(seed, map, 0);
+        self.dropped += map.iter().filter(|m| m.is_none()).count() as u64;
+        self.job_gpu = renumber_vec(std::mem::take(&mut self.job_gpu), map, NONE);
+        self.predicted = renumber_vec(std::mem::take(&mut self.predicted), map, None);
+        self.speeds = renumber_vec(std::mem::take(&mut self.speeds), map, [None; 8]);
+        // Positions in the view are rebuilt at every call.
+        self.seen.clear();
+        true
+    }
+
     fn stats(&self) -> Vec<(String, f64)> {
         vec![
             ("repartitions".into(), self.repartitions as f64),
@@ -878,17 +939,21 @@ impl Policy for Miso {
             ];
             self.topo = Some(topo);
         }
+        // Per-job vectors follow `view.jobs`, which grows in a driver taking submissions
+        // (the daemon): what is known of earlier jobs stays (clearing it at each submission
+        // forgot where jobs were placed, and they were started a second time).
         let n = view.jobs.len();
-        if self.job_gpu.len() != n {
-            self.job_gpu = vec![NONE; n];
-            self.predicted = vec![None; n];
-            self.seen = vec![NONE; n];
-            self.speeds = view
-                .jobs
-                .iter()
-                .map(|j| self.config.table.speeds_of(j))
-                .collect();
-        }
+        self.job_gpu.resize(n, NONE);
+        self.predicted.resize(n, None);
+        self.seen.resize(n, NONE);
+        self.speeds.truncate(n);
+        let table = &self.config.table;
+        let known = self.speeds.len();
+        self.speeds
+            .extend(view.jobs.iter().skip(known).map(|j| table.speeds_of(j)));
+        self.seed_id.truncate(n);
+        let (known, dropped) = (self.seed_id.len(), self.dropped);
+        self.seed_id.extend((known..n).map(|i| i as u64 + dropped));
         // One pass over the active jobs: where each is, and the FIFO queue of jobs not yet
         // promised to a GPU. `seen` is never cleared: an entry is valid only while it points
         // back at its job (see `active_pos`).

@@ -37,6 +37,7 @@ use tessera_model::{
 };
 
 use super::opt::{job_options, solve_round, OptJob, OptStats, Point};
+use crate::{renumber_vec, renumbered};
 use tessera_sched::baselines::JobOrder;
 use tessera_sched::placement::proportional_share;
 use tessera_sched::Policy;
@@ -587,6 +588,30 @@ impl Tracked {
         }
         let p = self.pos[id.index()] as usize;
         view.active.get(p).is_some_and(|a| a.id == id).then_some(p)
+    }
+
+    /// Renumbers by `map` (see [`Policy::renumber_jobs`]), forgetting finished jobs. The
+    /// sorted lists hold ids in their keys: rather than re-key them here, the ranking is
+    /// forgotten, so that the next call re-keys every active job (the same total order).
+    fn renumber(&mut self, map: &[Option<JobId>]) {
+        let ids = |v: &mut Vec<JobId>| {
+            *v = v.iter().filter_map(|&j| renumbered(map, j)).collect();
+        };
+        ids(&mut self.order);
+        ids(&mut self.dirty);
+        ids(&mut self.fair_last);
+        ids(&mut self.fair_before);
+        self.pos = renumber_vec(std::mem::take(&mut self.pos), map, u32::MAX);
+        self.deadlines = std::mem::take(&mut self.deadlines)
+            .into_iter()
+            .filter_map(|Reverse((d, id))| Some(Reverse((d, renumbered(map, JobId(id))?.0))))
+            .collect();
+        // Versions and stamps only qualify entries and dedup within one call: both restart.
+        self.ver.clear();
+        self.stamp.clear();
+        self.fresh.clear();
+        self.buf.clear();
+        self.reset();
     }
 
     /// Forgets the ranking (every active job is re-keyed at the next call).
@@ -1648,6 +1673,20 @@ impl Policy for SynergyPolicy {
         let track = self.reference && self.order != JobOrder::Ftf;
         self.tracked = track.then(Box::default);
         track
+    }
+
+    /// Per job id: what it saw of the job (`meta`, `typed`) and its OPT class, plus the
+    /// tracked ranking; the rest is this call's scratch or per class.
+    fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
+        self.meta = renumber_vec(std::mem::take(&mut self.meta), map, JobMeta::UNSEEN);
+        self.typed = renumber_vec(std::mem::take(&mut self.typed), map, None);
+        self.opt_class_of = renumber_vec(std::mem::take(&mut self.opt_class_of), map, u32::MAX);
+        if let Some(t) = self.tracked.as_mut() {
+            t.renumber(map);
+        }
+        self.ranked.clear();
+        self.holding.clear();
+        true
     }
 
     fn observe(&mut self, change: JobChange<'_>) {
