@@ -26,9 +26,9 @@
 //! computed from when they started, so the driver need not bring them up to date, and a
 //! re-plan ranks only the running jobs a queued job might displace.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
+use smallvec::SmallVec;
 use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
 
 use crate::placement::{IndexedLedger, Ledger};
@@ -225,45 +225,39 @@ impl Queue {
 }
 
 /// LAS's running jobs, kept between calls so that a re-plan brings no job's progress up to
-/// date. A running job's attained service at an instant t after it resumes at r (past any
-/// checkpoint restore) is a + g·(t − r), with a its service when it started and g the GPUs it
-/// holds: among jobs holding the same number of GPUs, the order by a − g·r is their order by
-/// attained service at every later instant, so each GPU count keeps one set ordered once.
+/// date. A running job's attained service at an instant t is a + g·(t − r) once it resumes
+/// at r (past any checkpoint restore), and a before: a its service when it started, g the
+/// GPUs it holds. A re-plan that must rank running jobs computes that for each and sorts the
+/// ones it needs; between re-plans, a start or a stop is O(1). (An ordered set per GPU count,
+/// tried before, paid a B-tree insert and remove per preemption to save a scan of at most
+/// one entry per GPU at each exact re-plan: more than it saved on a loaded cluster.)
 #[derive(Debug, Default)]
 struct LasRunning {
-    /// Jobs past their restore, by GPUs held: (a − g·r, submit µs, id).
-    groups: BTreeMap<u32, BTreeSet<(i128, u64, u32)>>,
-    /// Jobs still restoring, whose service stays a until r: (r, id), earliest first. A job
-    /// stopped while restoring leaves its entry behind (most restarts are preempted again
-    /// before a heap removal would pay off); an entry counts only while its job is restoring
-    /// with that r ([`LasRunning::is_restoring`]).
-    restoring: BinaryHeap<Reverse<(u64, u32)>>,
-    /// Each running job, by job index.
-    jobs: Vec<Option<LasJob>>,
+    /// The running jobs, in no particular order.
+    running: Vec<LasJob>,
+    /// Each running job's place in `running`, by job index.
+    slot: Vec<Option<u32>>,
+    /// Each running job's allocation, by job index.
+    allocations: Vec<Option<Allocation>>,
     /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
     asked: u64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 struct LasJob {
-    /// Attained service when it started, GPU·µs.
-    attained: u64,
-    /// GPUs held (the rate its service grows at, per µs).
-    held: u32,
-    /// When its service starts growing, µs.
-    resumes: u64,
+    id: u32,
     /// GPUs its spec asks for.
     asked: u32,
+    /// GPUs held (the rate its service grows at, per µs).
+    held: u32,
+    /// Attained service when it started, GPU·µs.
+    attained: u64,
+    /// When its service starts growing, µs.
+    resumes: u64,
     submit: u64,
-    allocation: Allocation,
-    restoring: bool,
 }
 
 impl LasJob {
-    fn offset(&self) -> i128 {
-        self.attained as i128 - self.held as i128 * self.resumes as i128
-    }
-
     /// Attained service at `t` µs.
     fn key(&self, t: u64) -> u64 {
         let grown = self.held as u64 * t.saturating_sub(self.resumes);
@@ -278,55 +272,39 @@ impl LasRunning {
             return;
         };
         let i = job.id.index();
-        if self.jobs.len() <= i {
-            self.jobs.resize_with(i + 1, || None);
+        if self.slot.len() <= i {
+            self.slot.resize(i + 1, None);
+            self.allocations.resize_with(i + 1, || None);
         }
-        let resumes = job.resumes_at.map_or(0, |r| r.as_micros());
-        self.restoring.push(Reverse((resumes, job.id.0)));
         self.asked += spec.gpus as u64;
-        self.jobs[i] = Some(LasJob {
-            attained: job.attained_gpu_us,
-            held: allocation.gpus(),
-            resumes,
+        self.slot[i] = u32::try_from(self.running.len()).ok();
+        self.running.push(LasJob {
+            id: job.id.0,
             asked: spec.gpus,
+            held: allocation.gpus(),
+            attained: job.attained_gpu_us,
+            resumes: job.resumes_at.map_or(0, |r| r.as_micros()),
             submit: spec.submit.as_micros(),
-            allocation,
-            restoring: true,
         });
+        self.allocations[i] = Some(allocation);
     }
 
     fn stop(&mut self, job: JobId) {
-        let Some(e) = self.jobs.get_mut(job.index()).and_then(Option::take) else {
+        let Some(slot) = self.slot.get_mut(job.index()).and_then(Option::take) else {
             return;
         };
-        self.asked -= e.asked as u64;
-        if !e.restoring {
-            let Some(group) = self.groups.get_mut(&e.held) else {
-                return;
-            };
-            group.remove(&(e.offset(), e.submit, job.0));
-            if group.is_empty() {
-                self.groups.remove(&e.held);
-            }
+        let slot = slot as usize;
+        if slot >= self.running.len() {
+            return;
         }
-    }
-
-    /// Moves the jobs whose restore is over by `t` µs into their GPU-count sets.
-    fn settle(&mut self, t: u64) {
-        while let Some(&Reverse((r, id))) = self.restoring.peek() {
-            if r > t {
-                break;
-            }
-            self.restoring.pop();
-            if !self.is_restoring(r, id) {
-                continue; // stopped while restoring, or already moved by a twin entry
-            }
-            if let Some(e) = self.jobs.get_mut(id as usize).and_then(Option::as_mut) {
-                e.restoring = false;
-                self.groups
-                    .entry(e.held)
-                    .or_default()
-                    .insert((e.offset(), e.submit, id));
+        let e = self.running.swap_remove(slot);
+        self.asked -= e.asked as u64;
+        if let Some(a) = self.allocations.get_mut(job.index()) {
+            *a = None;
+        }
+        if let Some(moved) = self.running.get(slot) {
+            if let Some(s) = self.slot.get_mut(moved.id as usize) {
+                *s = Some(slot as u32);
             }
         }
     }
@@ -334,76 +312,45 @@ impl LasRunning {
     /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs stop being tracked.
     fn renumber(&mut self, map: &[Option<JobId>]) {
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
-        for group in self.groups.values_mut() {
-            *group = std::mem::take(group)
-                .into_iter()
-                .filter_map(|(offset, submit, id)| Some((offset, submit, new_id(id)?.0)))
-                .collect();
-        }
-        self.groups.retain(|_, g| !g.is_empty());
-        let mut restoring: Vec<(u64, u32)> = std::mem::take(&mut self.restoring)
-            .into_iter()
-            .map(|Reverse(e)| e)
-            .filter(|&(r, id)| self.is_restoring(r, id))
-            .filter_map(|(r, id)| Some((r, new_id(id)?.0)))
-            .collect();
-        restoring.sort_unstable();
-        restoring.dedup();
-        self.restoring = restoring.into_iter().map(Reverse).collect();
-        let mut jobs: Vec<Option<LasJob>> = Vec::new();
-        for (old, e) in std::mem::take(&mut self.jobs).into_iter().enumerate() {
-            let Some(e) = e else { continue };
-            match new_id(old as u32) {
-                Some(n) => {
-                    if jobs.len() <= n.index() {
-                        jobs.resize_with(n.index() + 1, || None);
-                    }
-                    jobs[n.index()] = Some(e);
-                }
-                None => self.asked -= e.asked as u64,
+        let mut allocations = std::mem::take(&mut self.allocations);
+        let running = std::mem::take(&mut self.running);
+        self.slot.clear();
+        self.asked = 0;
+        for mut e in running {
+            let allocation = allocations.get_mut(e.id as usize).and_then(Option::take);
+            let (Some(n), Some(allocation)) = (new_id(e.id), allocation) else {
+                continue;
+            };
+            e.id = n.0;
+            if self.slot.len() <= n.index() {
+                self.slot.resize(n.index() + 1, None);
+                self.allocations.resize_with(n.index() + 1, || None);
             }
+            self.slot[n.index()] = u32::try_from(self.running.len()).ok();
+            self.allocations[n.index()] = Some(allocation);
+            self.asked += e.asked as u64;
+            self.running.push(e);
         }
-        self.jobs = jobs;
     }
 
-    fn get(&self, id: u32) -> Option<&LasJob> {
-        self.jobs.get(id as usize).and_then(Option::as_ref)
+    /// What running job `id` holds.
+    fn allocation(&self, id: u32) -> Option<&Allocation> {
+        self.allocations.get(id as usize).and_then(Option::as_ref)
     }
 
     /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
-    /// GPUs asked), in rank order, into `out`.
+    /// GPUs asked), in rank order, into `out`. (Most of them are walked: sorting them costs
+    /// less than a heap's pops, measured.)
     fn ranked_after(&self, after: Option<Rank>, t: u64, out: &mut Vec<(Rank, u32)>) {
-        use std::ops::Bound::{Excluded, Unbounded};
         out.clear();
-        for (&g, group) in &self.groups {
-            let from = match after {
-                // key = offset + g·t, so rank > (k, s, i) ⇔ (offset, submit, id) >
-                // (k − g·t, s, i).
-                Some((k, sub, id)) => Excluded((k as i128 - g as i128 * t as i128, sub, id)),
-                None => Unbounded,
-            };
-            for &(offset, submit, id) in group.range((from, Unbounded)) {
-                let key = u64::try_from(offset + g as i128 * t as i128).unwrap_or(u64::MAX);
-                let asked = self.get(id).map_or(u32::MAX, |e| e.asked);
-                out.push(((key, submit, id), asked));
-            }
-        }
-        for &Reverse((r, id)) in &self.restoring {
-            if let (true, Some(e)) = (self.is_restoring(r, id), self.get(id)) {
-                let rank = (e.key(t), e.submit, id);
-                if after.is_none_or(|a| rank > a) {
-                    out.push((rank, e.asked));
-                }
-            }
-        }
+        out.extend(
+            self.running
+                .iter()
+                .map(|e| ((e.key(t), e.submit, e.id), e.asked))
+                .filter(|&(rank, _)| after.is_none_or(|a| rank > a)),
+        );
+        // Ranks are distinct (ids are), so the unstable sort is deterministic.
         out.sort_unstable();
-        // A job restarted with the same restore end as an entry it left behind has two.
-        out.dedup();
-    }
-
-    /// Whether the entry (r, id) of `restoring` stands for a job still restoring until r.
-    fn is_restoring(&self, r: u64, id: u32) -> bool {
-        self.get(id).is_some_and(|e| e.restoring && e.resumes == r)
     }
 }
 
@@ -414,8 +361,9 @@ type Head<'q> = (
     Option<Rank>,
 );
 
-/// Cursors over the buckets of jobs asking at most `limit` GPUs.
-fn bucket_heads(queue: &Queue, limit: u64) -> Vec<Head<'_>> {
+/// Cursors over the buckets of jobs asking at most `limit` GPUs (inline: made at every
+/// scheduling point, and jobs ask for few distinct GPU counts).
+fn bucket_heads(queue: &Queue, limit: u64) -> SmallVec<[Head<'_>; 8]> {
     queue
         .buckets
         .range(..=u32::try_from(limit).unwrap_or(u32::MAX))
@@ -486,6 +434,9 @@ pub struct OrderedPolicy {
     las: Option<LasRunning>,
     /// Re-plan scratch: running jobs ranked after the first queued job that may displace one.
     tail: Vec<(Rank, u32)>,
+    /// Re-plan scratch: the starts of selected queued jobs, decided before the preemptions
+    /// that must precede them.
+    starts: Vec<Action>,
 }
 
 impl OrderedPolicy {
@@ -499,6 +450,7 @@ impl OrderedPolicy {
             picked: Vec::new(),
             las: None,
             tail: Vec::new(),
+            starts: Vec::new(),
         }
     }
 
@@ -686,6 +638,7 @@ impl OrderedPolicy {
         actions.splice(0..0, preempt);
         // 5. Backfill with unselected queued jobs in priority order.
         let mut free = ledger.free_gpus();
+        drop(heads); // borrows `queue`
         let mut heads = bucket_heads(&queue, free);
         while free > 0 {
             let Some(q) = best_head(&heads, free) else {
@@ -710,6 +663,7 @@ impl OrderedPolicy {
         for id in picked_queued {
             self.picked[id as usize] = false;
         }
+        drop(heads); // borrows `queue`
         self.queue = Some(queue);
     }
 
@@ -723,11 +677,10 @@ impl OrderedPolicy {
     /// ranks, so only queued jobs are visited. From the first queued job that does not fit the
     /// slack on, the walk is done exactly, over the running jobs ranked after it.
     fn replan_las(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
-        let (Some(queue), Some(mut run)) = (self.queue.take(), self.las.take()) else {
+        let (Some(queue), Some(run)) = (self.queue.take(), self.las.take()) else {
             return;
         };
         let t = view.now.as_micros();
-        run.settle(t);
         if self.picked.len() < view.jobs.len() {
             self.picked.resize(view.jobs.len(), false);
         }
@@ -810,27 +763,34 @@ impl OrderedPolicy {
         } else {
             // 2. Release what unselected running jobs hold.
             let mut ledger = IndexedLedger::new(view.cluster, view.state);
-            for e in unpicked.iter().filter_map(|&id| run.get(id)) {
-                ledger.release(&e.allocation);
+            for a in unpicked.iter().filter_map(|&id| run.allocation(id)) {
+                ledger.release(a);
             }
-            // 3. Start the selected queued jobs in priority order.
+            // 3. Start the selected queued jobs in priority order (kept aside: they follow
+            //    the preemptions).
+            let mut starts = std::mem::take(&mut self.starts);
+            starts.clear();
             for &id in &picked_queued {
                 let job = JobId(id);
                 if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
-                    actions.push(Action::Start { job, allocation });
+                    starts.push(Action::Start { job, allocation });
                 }
             }
             // 4. Unselected running jobs keep their GPUs where still free; the rest are
             //    preempted (first, so that the starts that needed their GPUs are valid).
-            let mut preempt = Vec::new();
+            let first_preempt = actions.len();
             for &id in &unpicked {
-                if let Some(e) = run.get(id) {
-                    if !ledger.reserve(&e.allocation) {
-                        preempt.push(Action::Preempt { job: JobId(id) });
+                if let Some(a) = run.allocation(id) {
+                    if !ledger.reserve(a) {
+                        actions.push(Action::Preempt { job: JobId(id) });
                     }
                 }
             }
-            actions.splice(0..0, preempt);
+            // Before anything already decided (nothing, as the drivers call).
+            let preempted = actions.len() - first_preempt;
+            actions.rotate_right(preempted);
+            actions.append(&mut starts);
+            self.starts = starts;
             // 5. Backfill with unselected queued jobs in priority order.
             let mut free = ledger.free_gpus();
             let mut heads = bucket_heads(&queue, free);
@@ -854,6 +814,7 @@ impl OrderedPolicy {
         for id in picked_queued {
             self.picked[id as usize] = false;
         }
+        drop(heads); // borrows `queue`
         self.queue = Some(queue);
         self.las = Some(run);
     }

@@ -7,6 +7,7 @@
 //! to the GPUs it holds there (the default of production schedulers), or its explicit request
 //! split in proportion to GPUs.
 
+use smallvec::SmallVec;
 use tessera_model::{
     Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
 };
@@ -22,6 +23,9 @@ pub struct Ledger<'c> {
     free: Vec<Resources>,
     /// Free GPUs per node group, to skip full groups without scanning their nodes.
     group_free_gpus: Vec<u64>,
+    /// Bit n: node n has a free GPU. On a loaded cluster most nodes have none, and a first
+    /// fit visits only those that do.
+    with_free_gpus: Vec<u64>,
 }
 
 impl<'c> Ledger<'c> {
@@ -31,11 +35,58 @@ impl<'c> Ledger<'c> {
         for (node, f) in cluster.nodes.iter().zip(free) {
             group_free_gpus[node.group as usize] += f.gpus as u64;
         }
+        Ledger::with(cluster, free.to_vec(), group_free_gpus)
+    }
+
+    /// A ledger over `free` whose free GPUs per group are `group_free_gpus`.
+    fn with(cluster: &'c Cluster, free: Vec<Resources>, group_free_gpus: Vec<u64>) -> Ledger<'c> {
+        let mut with_free_gpus = vec![0u64; free.len().div_ceil(64)];
+        for (n, f) in free.iter().enumerate() {
+            if f.gpus > 0 {
+                with_free_gpus[n / 64] |= 1 << (n % 64);
+            }
+        }
         Ledger {
             cluster,
-            free: free.to_vec(),
+            free,
             group_free_gpus,
+            with_free_gpus,
         }
+    }
+
+    /// Records whether node `n` has a free GPU, after a change of its free resources.
+    fn note(&mut self, n: usize) {
+        let (Some(f), Some(word)) = (self.free.get(n), self.with_free_gpus.get_mut(n / 64)) else {
+            return;
+        };
+        if f.gpus > 0 {
+            *word |= 1 << (n % 64);
+        } else {
+            *word &= !(1 << (n % 64));
+        }
+    }
+
+    /// The nodes in `nodes` with a free GPU, in order.
+    fn with_free_gpus_in(&self, nodes: std::ops::Range<usize>) -> impl Iterator<Item = usize> + '_ {
+        let end = nodes.end.min(self.free.len());
+        let mut n = nodes.start;
+        std::iter::from_fn(move || {
+            while n < end {
+                let word = self.with_free_gpus.get(n / 64).copied().unwrap_or(0) >> (n % 64);
+                if word == 0 {
+                    n = (n / 64 + 1) * 64;
+                    continue;
+                }
+                let found = n + word.trailing_zeros() as usize;
+                if found >= end {
+                    n = end;
+                    break;
+                }
+                n = found + 1;
+                return Some(found);
+            }
+            None
+        })
     }
 
     /// A ledger starting from what `state` has free: the same as `Ledger::new(cluster,
@@ -44,11 +95,11 @@ impl<'c> Ledger<'c> {
         if state.group_free_gpus().len() != cluster.groups.len() {
             return Ledger::new(cluster, state.free());
         }
-        Ledger {
+        Ledger::with(
             cluster,
-            free: state.free().to_vec(),
-            group_free_gpus: state.group_free_gpus().to_vec(),
-        }
+            state.free().to_vec(),
+            state.group_free_gpus().to_vec(),
+        )
     }
 
     /// Free resources per node.
@@ -68,6 +119,7 @@ impl<'c> Ledger<'c> {
                 f.add(&s.resources());
                 self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] +=
                     s.gpus as u64;
+                self.note(s.node.index());
             }
         }
     }
@@ -88,6 +140,7 @@ impl<'c> Ledger<'c> {
             self.free[s.node.index()].sub(&s.resources());
             self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] -=
                 s.gpus as u64;
+            self.note(s.node.index());
         }
         true
     }
@@ -119,18 +172,18 @@ impl<'c> Ledger<'c> {
         // node it names, so it is computed once and the scan only compares resources.
         let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
         let wanted = share.resources();
+        // `wanted` holds at least one GPU: nodes without a free one cannot fit it.
         if let Some(n) = self
-            .free
-            .get(nodes.clone())
-            .and_then(|free| free.iter().position(|f| f.fits(&wanted)))
+            .with_free_gpus_in(nodes.clone())
+            .find(|&n| self.free[n].fits(&wanted))
         {
             return Some(Allocation::single(NodeShare {
-                node: NodeId((nodes.start + n) as u32),
+                node: NodeId(n as u32),
                 ..share
             }));
         }
         // Several nodes: emptiest first, so the job spans as few as possible.
-        let mut candidates: Vec<usize> = nodes.filter(|&n| self.free[n].gpus > 0).collect();
+        let mut candidates: Vec<usize> = self.with_free_gpus_in(nodes).collect();
         candidates.sort_by_key(|&n| (std::cmp::Reverse(self.free[n].gpus), n));
         let mut shares = Vec::new();
         let mut needed = job.gpus;
@@ -166,7 +219,8 @@ pub struct IndexedLedger<'c> {
     state: &'c ClusterState,
     /// Free resources of the nodes changed so far, by node.
     changed: ChangedNodes,
-    group_free_gpus: Vec<u64>,
+    /// Inline: a ledger is made per scheduling point, and clusters have few node groups.
+    group_free_gpus: SmallVec<[u64; 4]>,
     /// The state describes this cluster (else every lookup scans, as a `Ledger` does).
     indexed: bool,
     /// Once many nodes have changed (a daemon's first pass over thousands of jobs, a round
@@ -230,9 +284,9 @@ impl<'c> IndexedLedger<'c> {
         let indexed = state.group_free_gpus().len() == cluster.groups.len()
             && state.free().len() == cluster.nodes.len();
         let group_free_gpus = if indexed {
-            state.group_free_gpus().to_vec()
+            SmallVec::from_slice(state.group_free_gpus())
         } else {
-            let mut sums = vec![0u64; cluster.groups.len()];
+            let mut sums: SmallVec<[u64; 4]> = smallvec::smallvec![0u64; cluster.groups.len()];
             for (node, f) in cluster.nodes.iter().zip(state.free()) {
                 if let Some(sum) = sums.get_mut(node.group as usize) {
                     *sum += f.gpus as u64;
@@ -262,11 +316,11 @@ impl<'c> IndexedLedger<'c> {
                 *slot = f;
             }
         }
-        self.dense = Some(Ledger {
-            cluster: self.cluster,
+        self.dense = Some(Ledger::with(
+            self.cluster,
             free,
-            group_free_gpus: std::mem::take(&mut self.group_free_gpus),
-        });
+            std::mem::take(&mut self.group_free_gpus).into_vec(),
+        ));
         self.changed.clear();
     }
 
@@ -579,5 +633,36 @@ mod tests {
         let a = l.place(&job(4)).unwrap();
         assert!(!l.reserve(&a), "double booking must fail");
         assert_eq!(l.free_gpus(), 0);
+    }
+
+    proptest::proptest! {
+        /// The nodes a first fit visits are exactly those with a free GPU, in order, after
+        /// any sequence of placements and releases (ranges crossing 64-node words included).
+        #[test]
+        fn nodes_with_free_gpus_are_tracked(
+            nodes in 1u32..150,
+            jobs in proptest::collection::vec((1u32..12, proptest::bool::ANY), 0..80),
+            from in 0usize..160,
+            len in 0usize..160,
+        ) {
+            let c = cluster(nodes, 4);
+            let mut l = Ledger::new(&c, &full(&c));
+            let mut held = Vec::new();
+            for (gpus, release) in jobs {
+                if release {
+                    if let Some(a) = held.pop() {
+                        l.release(&a);
+                    }
+                } else if let Some(a) = l.place(&job(gpus)) {
+                    held.push(a);
+                }
+                let range = from..from + len;
+                let tracked: Vec<usize> = l.with_free_gpus_in(range.clone()).collect();
+                let scanned: Vec<usize> = range
+                    .filter(|&n| l.free().get(n).is_some_and(|f| f.gpus > 0))
+                    .collect();
+                proptest::prop_assert_eq!(tracked, scanned);
+            }
+        }
     }
 }

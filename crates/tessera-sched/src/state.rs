@@ -117,6 +117,35 @@ pub struct ClusterState {
     gpus: Vec<GpuState>,
     /// Index of each node's first GPU in `gpus`.
     first_gpu: Vec<u32>,
+    /// Per node, what validating a start reads of its GPUs, kept as they change so that it
+    /// need not visit them: the GPUs that can be taken whole (readiness aside), the GPUs
+    /// up, and the instant by which every GPU is ready (see [`NodeSummary`]).
+    summary: Vec<NodeSummary>,
+}
+
+/// What [`ClusterState::resolve_for`] reads of a node's GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NodeSummary {
+    /// Bit i: GPU i is whole-free ([`GpuState::is_whole_free`]), ready or not.
+    whole_free: u64,
+    /// GPUs not down.
+    up: u32,
+    /// Latest `ready_at` of its GPUs.
+    ready_by: SimTime,
+}
+
+impl NodeSummary {
+    fn of(gpus: &[GpuState]) -> NodeSummary {
+        let mut s = NodeSummary::default();
+        for (i, g) in gpus.iter().enumerate().take(64) {
+            if g.is_whole_free() {
+                s.whole_free |= 1 << i;
+            }
+            s.up += u32::from(!g.down);
+            s.ready_by = s.ready_by.max(g.ready_at);
+        }
+        s
+    }
 }
 
 impl ClusterState {
@@ -141,7 +170,7 @@ impl ClusterState {
             }
         }
         let free_index = index_of(&free, &node_group, cluster.groups.len());
-        ClusterState {
+        let mut state = ClusterState {
             free_gpus: free.iter().map(|f| f.gpus as u64).sum(),
             group_free_gpus,
             free_index,
@@ -149,6 +178,35 @@ impl ClusterState {
             free,
             gpus: vec![GpuState::default(); total as usize],
             first_gpu,
+            summary: Vec::new(),
+        };
+        state.summarize_all();
+        state
+    }
+
+    /// Recomputes every node's [`NodeSummary`].
+    fn summarize_all(&mut self) {
+        self.summary = (0..self.first_gpu.len())
+            .map(|n| NodeSummary::of(self.gpus(NodeId(n as u32))))
+            .collect();
+    }
+
+    /// Recomputes one node's [`NodeSummary`] (after a rare change: layout, health).
+    fn summarize(&mut self, node: NodeId) {
+        let summary = NodeSummary::of(self.gpus(node));
+        if let Some(s) = self.summary.get_mut(node.index()) {
+            *s = summary;
+        }
+    }
+
+    /// Records whether GPU `index` of `node` is whole-free now.
+    fn note_whole_free(&mut self, node: NodeId, index: u32, whole_free: bool) {
+        if let (Some(s), true) = (self.summary.get_mut(node.index()), index < 64) {
+            if whole_free {
+                s.whole_free |= 1 << index;
+            } else {
+                s.whole_free &= !(1 << index);
+            }
         }
     }
 
@@ -212,6 +270,10 @@ impl ClusterState {
     }
 
     fn whole_free_mask(&self, node: NodeId, now: SimTime) -> GpuMask {
+        match self.summary.get(node.index()) {
+            Some(s) if s.ready_by <= now => return GpuMask(s.whole_free),
+            _ => {}
+        }
         let mut m = GpuMask::default();
         for (i, g) in self.gpus(node).iter().enumerate() {
             if g.is_whole_free() && g.ready_at <= now {
@@ -259,8 +321,8 @@ impl ClusterState {
                     node.name
                 ));
             }
-            let gpus = self.gpus(s.node);
-            if !gpus.is_empty() && gpus.iter().all(|g| g.down) {
+            let up = self.summary.get(s.node.index()).map_or(0, |n| n.up);
+            if node.gpus > 0 && up == 0 {
                 return refuse(format!("node {} is down", node.name));
             }
             let free = self.free[s.node.index()];
@@ -411,6 +473,10 @@ impl ClusterState {
                     .and_then(|geo| geo.profile(inst))
                     .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib))
             };
+            if let (GpuPart::Whole, Some(summary)) = (d.part, self.summary.get_mut(s.node.index()))
+            {
+                summary.whole_free &= !d.gpus.0;
+            }
             for i in d.gpus.iter() {
                 let became_shared;
                 {
@@ -421,9 +487,14 @@ impl ClusterState {
                     let Some(g) = self.gpu_mut(s.node, i) else {
                         continue;
                     };
-                    became_shared = matches!(d.part, GpuPart::Quota { .. }) && g.is_whole_free();
+                    let was_whole_free = g.is_whole_free();
+                    became_shared = matches!(d.part, GpuPart::Quota { .. }) && was_whole_free;
                     match d.part {
-                        GpuPart::Whole => g.whole = true,
+                        GpuPart::Whole => {
+                            // Held whole: not whole-free (cleared for the share at once).
+                            g.whole = true;
+                            continue;
+                        }
                         GpuPart::Mig(inst) => {
                             if let Some(pos) = g
                                 .mig
@@ -444,6 +515,10 @@ impl ClusterState {
                             g.sm_limits += sm_limit as u32;
                             g.memory_used += memory;
                         }
+                    }
+                    let whole_free = g.is_whole_free();
+                    if whole_free != was_whole_free {
+                        self.note_whole_free(s.node, i, whole_free);
                     }
                 }
                 if became_shared {
@@ -473,6 +548,8 @@ impl ClusterState {
                     continue;
                 };
                 let mut out_of_pool = false;
+                // A GPU held whole is not whole-free.
+                let was_whole_free = !matches!(d.part, GpuPart::Whole) && g.is_whole_free();
                 match d.part {
                     GpuPart::Whole => {
                         g.whole = false;
@@ -501,6 +578,10 @@ impl ClusterState {
                         g.memory_used -= memory;
                         back_to_pool = g.is_whole_free();
                     }
+                }
+                let whole_free = g.is_whole_free();
+                if whole_free != was_whole_free {
+                    self.note_whole_free(s.node, i, whole_free);
                 }
                 if back_to_pool {
                     self.update_free(s.node, |f| f.gpus += 1);
@@ -567,6 +648,7 @@ impl ClusterState {
             g.ready_at = ready_at;
             now_whole_free = g.is_whole_free();
         }
+        self.summarize(node);
         match (was_whole_free, now_whole_free) {
             (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
             (false, true) => self.update_free(node, |f| f.gpus += 1),
@@ -590,6 +672,7 @@ impl ClusterState {
             g.down = down;
             (was, g.is_whole_free())
         };
+        self.summarize(node);
         match (was_whole_free, now_whole_free) {
             (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
             (false, true) => self.update_free(node, |f| f.gpus += 1),
@@ -642,6 +725,7 @@ impl ClusterState {
             a.mig = b.mig.clone();
             a.ready_at = b.ready_at;
         }
+        rebuilt.summarize_all();
         for (n, node) in cluster.nodes.iter().enumerate() {
             let partitioned = self
                 .gpus(node.id)
@@ -709,6 +793,14 @@ impl ClusterState {
             }
         }
         for (n, node) in cluster.nodes.iter().enumerate() {
+            if self.summary.get(n) != Some(&NodeSummary::of(self.gpus(node.id))) {
+                return Err(format!(
+                    "node {}: kept summary {:?}, its GPUs give {:?}",
+                    node.name,
+                    self.summary.get(n),
+                    NodeSummary::of(self.gpus(node.id))
+                ));
+            }
             if rebuilt.free[n] != self.free[n] {
                 return Err(format!(
                     "node {}: free {:?} but holdings leave {:?}",
