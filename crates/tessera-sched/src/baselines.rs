@@ -26,13 +26,14 @@
 //! computed from when they started, so the driver need not bring them up to date, and a
 //! re-plan ranks only the running jobs a queued job might displace.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use smallvec::SmallVec;
 use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
 
 use crate::placement::{IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
+use crate::rank_set::RankSet;
 use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
 
 /// The baseline policies, one per [`JobOrder`].
@@ -163,7 +164,7 @@ type Rank = (u64, u64, u32);
 /// Queued jobs by GPU count, each bucket in rank order.
 #[derive(Debug, Default)]
 struct Queue {
-    buckets: BTreeMap<u32, BTreeSet<Rank>>,
+    buckets: BTreeMap<u32, RankSet<Rank>>,
     /// Each queued job's (GPU count, rank), by job index.
     entries: Vec<Option<(u32, Rank)>>,
 }
@@ -199,9 +200,9 @@ impl Queue {
     fn renumber(&mut self, map: &[Option<JobId>]) {
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
         for bucket in self.buckets.values_mut() {
-            *bucket = std::mem::take(bucket)
-                .into_iter()
-                .filter_map(|(key, submit, id)| Some((key, submit, new_id(id)?.0)))
+            *bucket = bucket
+                .iter()
+                .filter_map(|&(key, submit, id)| Some((key, submit, new_id(id)?.0)))
                 .collect();
         }
         self.buckets.retain(|_, b| !b.is_empty());
@@ -355,11 +356,7 @@ impl LasRunning {
 }
 
 /// A cursor over one queue bucket: (GPU count, the rest, the head).
-type Head<'q> = (
-    u64,
-    std::collections::btree_set::Iter<'q, Rank>,
-    Option<Rank>,
-);
+type Head<'q> = (u64, crate::rank_set::Iter<'q, Rank>, Option<Rank>);
 
 /// Cursors over the buckets of jobs asking at most `limit` GPUs (inline: made at every
 /// scheduling point, and jobs ask for few distinct GPU counts).

@@ -22,6 +22,7 @@ pub mod baselines;
 pub mod free_index;
 pub mod placement;
 pub mod policy;
+mod rank_set;
 pub mod state;
 pub mod view;
 

@@ -136,13 +136,23 @@ impl<'c> Ledger<'c> {
         if !fits {
             return false;
         }
-        for s in &alloc.shares {
-            self.free[s.node.index()].sub(&s.resources());
-            self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] -=
-                s.gpus as u64;
-            self.note(s.node.index());
-        }
+        self.take(alloc);
         true
+    }
+
+    /// Takes what `alloc` holds, known to fit (a placement just found).
+    fn take(&mut self, alloc: &Allocation) {
+        for s in &alloc.shares {
+            let n = s.node.index();
+            let (Some(f), Some(node)) = (self.free.get_mut(n), self.cluster.nodes.get(n)) else {
+                continue;
+            };
+            f.sub(&s.resources());
+            if let Some(sum) = self.group_free_gpus.get_mut(node.group as usize) {
+                *sum -= s.gpus as u64;
+            }
+            self.note(n);
+        }
     }
 
     /// Finds a consolidated placement for `job` with GPU-proportional CPU and memory and
@@ -161,8 +171,11 @@ impl<'c> Ledger<'c> {
                     && self.group_free_gpus[*gi] >= job.gpus as u64
             })
             .find_map(|(_, g)| self.place_in_group(job, g))?;
-        let reserved = self.reserve(&alloc);
-        debug_assert!(reserved, "placement found must be reservable");
+        debug_assert!(
+            self.clone().reserve(&alloc),
+            "placement found must be reservable"
+        );
+        self.take(&alloc);
         Some(alloc)
     }
 
@@ -232,9 +245,10 @@ pub struct IndexedLedger<'c> {
 
 /// An [`IndexedLedger`]'s changed nodes with their free resources, sorted by node. A
 /// decision changes few nodes before the ledger turns dense ([`dense_after`]), so a sorted
-/// vector finds and inserts them for less than a B-tree does.
+/// vector finds and inserts them for less than a B-tree does, and the first few are kept
+/// inline (a ledger is made at every scheduling point; most change a node or two).
 #[derive(Clone, Debug, Default)]
-struct ChangedNodes(Vec<(u32, Resources)>);
+struct ChangedNodes(SmallVec<[(u32, Resources); 8]>);
 
 impl ChangedNodes {
     fn len(&self) -> usize {
@@ -379,6 +393,15 @@ impl<'c> IndexedLedger<'c> {
         if !fits {
             return false;
         }
+        self.take(alloc);
+        true
+    }
+
+    /// Takes what `alloc` holds, known to fit (a placement just found).
+    fn take(&mut self, alloc: &Allocation) {
+        if let Some(d) = &mut self.dense {
+            return d.take(alloc);
+        }
         for s in &alloc.shares {
             let n = s.node.index();
             let mut f = self.free_of(n);
@@ -392,7 +415,6 @@ impl<'c> IndexedLedger<'c> {
             }
         }
         self.maybe_densify();
-        true
     }
 
     /// [`Ledger::place`]: the same allocation, found through the index.
@@ -413,8 +435,11 @@ impl<'c> IndexedLedger<'c> {
                     && self.group_free_gpus[*gi] >= job.gpus as u64
             })
             .find_map(|(gi, g)| self.place_in_group(job, gi, g))?;
-        let reserved = self.reserve(&alloc);
-        debug_assert!(reserved, "placement found must be reservable");
+        debug_assert!(
+            self.clone().reserve(&alloc),
+            "placement found must be reservable"
+        );
+        self.take(&alloc);
         Some(alloc)
     }
 
