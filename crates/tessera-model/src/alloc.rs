@@ -217,13 +217,24 @@ pub type Shares = SmallVec<[NodeShare; 1]>;
 
 /// Everything a job holds: one share per node, nodes distinct, and optionally how the job
 /// splits its work over those devices.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
     /// Per-node shares.
     pub shares: Shares,
     /// The parallelism plan truth models read; `None` = the job's own (data-parallel) way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ParallelPlan>,
+}
+
+impl Clone for Allocation {
+    /// Shares are `Copy`: copied as a slice, not element by element (`SmallVec`'s derived
+    /// clone extends one item at a time; drivers clone an allocation per start).
+    fn clone(&self) -> Self {
+        Allocation {
+            shares: SmallVec::from_slice(&self.shares),
+            plan: self.plan,
+        }
+    }
 }
 
 impl Allocation {
