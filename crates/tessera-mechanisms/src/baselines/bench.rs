@@ -450,11 +450,12 @@ impl Experiment for EngineBench {
                     target_s,
                     events_per_s: Some(s.events as f64 / wall_s.max(1e-9)),
                     detail: format!(
-                        "{:.0} ns/event, {} events, {} scheduling points, avg queue {:.0} s, \
-                         {}/{} finished, peak RSS {}",
+                        "{:.0} ns/event, {} events, {} scheduling points, {} preemptions, \
+                         avg queue {:.0} s, {}/{} finished, peak RSS {}",
                         wall_s * 1e9 / (s.events.max(1) as f64),
                         s.events,
                         s.scheduling_points,
+                        s.preemptions,
                         s.avg_queue_s,
                         s.finished,
                         s.jobs,
