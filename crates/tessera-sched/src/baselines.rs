@@ -444,6 +444,9 @@ pub struct OrderedPolicy {
     /// Re-plan scratch: the starts of selected queued jobs, decided before the preemptions
     /// that must precede them.
     starts: Vec<Action>,
+    /// Re-plan scratch: the queued jobs selected, and the running ones not selected.
+    picked_queued: Vec<u32>,
+    unpicked: Vec<u32>,
 }
 
 impl OrderedPolicy {
@@ -458,6 +461,8 @@ impl OrderedPolicy {
             las: None,
             tail: Vec::new(),
             starts: Vec::new(),
+            picked_queued: Vec::new(),
+            unpicked: Vec::new(),
         }
     }
 
@@ -694,8 +699,10 @@ impl OrderedPolicy {
         let (capacity, _, _) = view.cluster.totals();
         let asked = run.asked as i128;
         let mut slack = capacity as i128 - asked;
-        let mut picked_queued: Vec<u32> = Vec::new();
-        let mut unpicked: Vec<u32> = Vec::new();
+        let mut picked_queued = std::mem::take(&mut self.picked_queued);
+        let mut unpicked = std::mem::take(&mut self.unpicked);
+        picked_queued.clear();
+        unpicked.clear();
         let mut heads = bucket_heads(&queue, capacity);
         // Where the exact walk starts: after this rank (from the top for `Some(None)`).
         let mut exact_after: Option<Option<Rank>> = None;
@@ -818,9 +825,11 @@ impl OrderedPolicy {
                 }
             }
         }
-        for id in picked_queued {
+        for &id in &picked_queued {
             self.picked[id as usize] = false;
         }
+        self.picked_queued = picked_queued;
+        self.unpicked = unpicked;
         drop(heads); // borrows `queue`
         self.queue = Some(queue);
         self.las = Some(run);
@@ -955,6 +964,8 @@ impl Policy for OrderedPolicy {
         self.ranked.clear();
         self.picked.clear();
         self.tail.clear();
+        self.picked_queued.clear();
+        self.unpicked.clear();
         true
     }
 

@@ -12,9 +12,11 @@
 //! policy is called once. Each running job's completion sits in one slot (`due`) and in an
 //! indexed heap of live completions, so a preemption, resize or re-rating removes it instead of
 //! leaving a stale entry in a heap that every later pop pays for; the instant it would have
-//! fired at is kept in [`StaleInstants`], where the engine still steps, so that the run (its
-//! event count and the float integrals split at every instant) is what it was when stale
-//! completions were popped and skipped. Equal-time events come out in the order they were
+//! fired at is kept in [`StaleInstants`] and still counts as an event, as it did when stale
+//! completions were popped and skipped. Nothing else happens at such an instant (the
+//! integrals of whole units held are exact integers, so splitting them there changes
+//! nothing), so the engine steps over them, unless services or failures, which run on the
+//! clock, are part of the run. Equal-time events come out in the order they were
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
@@ -264,7 +266,13 @@ pub struct Simulation<'a> {
     first_arrival: Option<SimTime>,
     last_completion: SimTime,
     util_synced_at: SimTime,
-    util_integral: (f64, f64, f64),
+    /// ∫ held GPUs, milli-CPUs and bytes dt, in unit·µs: exact, however the run is split
+    /// into instants.
+    util_us: (u128, u128, u128),
+    /// ∫ GPUs held in parts dt, GPU·s.
+    part_gpu_secs: f64,
+    /// ∫ active GPUs dt, GPU·µs (exact, like `util_us`).
+    active_gpu_us: u128,
     timeseries: Vec<UtilSample>,
     events: u64,
     scheduling_points: u64,
@@ -477,7 +485,9 @@ impl<'a> Simulation<'a> {
             first_arrival: None,
             last_completion: SimTime::ZERO,
             util_synced_at: SimTime::ZERO,
-            util_integral: (0.0, 0.0, 0.0),
+            util_us: (0, 0, 0),
+            part_gpu_secs: 0.0,
+            active_gpu_us: 0,
             timeseries: Vec::new(),
             events: 0,
             scheduling_points: 0,
@@ -541,11 +551,28 @@ impl<'a> Simulation<'a> {
         if self.finished {
             return Ok(false);
         }
+        let limit = self.config.time_limit;
         let Some(t) = self.next_instant_or_failure() else {
-            self.finish_run("no further events: the job could never be placed");
+            // Only skipped instants may be left: the run ends at the last (or at the limit),
+            // where stepping through them would have ended it.
+            let (skipped, last) = self.stale.pop_through(limit.unwrap_or(SimTime::MAX));
+            self.events += skipped;
+            if let Some(last) = last {
+                self.advance_clock(last);
+            }
+            if let (Some(limit), Some(_)) = (limit, self.stale.peek()) {
+                self.advance_clock(limit);
+                self.finish_run("time limit reached");
+            } else {
+                self.finish_run("no further events: the job could never be placed");
+            }
             return Ok(false);
         };
-        if let Some(limit) = self.config.time_limit {
+        if self.skips_stale() {
+            // Cancelled completions up to t (those at t are counted below either way).
+            self.events += self.stale.pop_through(limit.map_or(t, |l| t.min(l))).0;
+        }
+        if let Some(limit) = limit {
             if t > limit {
                 self.advance_clock(limit);
                 self.finish_run("time limit reached");
@@ -666,6 +693,12 @@ impl<'a> Simulation<'a> {
         Ok(true)
     }
 
+    /// Whether the instants of cancelled completions are stepped over: nothing happens at
+    /// them but the clock, unless services or failures run on it.
+    fn skips_stale(&self) -> bool {
+        !self.serving.any() && self.injector.is_none()
+    }
+
     fn job_ended(&mut self, job: JobId) {
         self.done_jobs += 1;
         if let Some((lo, hi)) = self.config.stop_after_window {
@@ -678,7 +711,7 @@ impl<'a> Simulation<'a> {
     fn next_instant(&self) -> Option<SimTime> {
         let event = self.heap.peek().map(|Reverse((t, _, _))| *t);
         let completion = self.completions.first().map(|(t, _, _)| t);
-        let stale = self.stale.peek();
+        let stale = self.stale.peek().filter(|_| !self.skips_stale());
         let arrival = self.jobs.get(self.next_arrival).map(|j| j.submit);
         let service = self.serving.peek_boundary();
         let retirement = self.serving.next_retirement().filter(|&r| r > self.now);
@@ -855,13 +888,16 @@ impl<'a> Simulation<'a> {
     }
 
     fn advance_clock(&mut self, t: SimTime) {
-        let dt = t.saturating_since(self.util_synced_at).as_secs_f64();
+        let span = t.saturating_since(self.util_synced_at);
+        let dt_us = span.as_micros() as u128;
+        let dt = span.as_secs_f64();
         if self.first_arrival.is_some() {
-            self.util_integral.0 += (self.used.0 as f64 + self.part_gpus_now) * dt;
-            self.util_integral.1 += self.used.1 as f64 * dt;
-            self.util_integral.2 += self.used.2 as f64 * dt;
+            self.util_us.0 += self.used.0 as u128 * dt_us;
+            self.util_us.1 += self.used.1 as u128 * dt_us;
+            self.util_us.2 += self.used.2 as u128 * dt_us;
+            self.part_gpu_secs += self.part_gpus_now * dt;
         }
-        self.activity.active_secs += self.active_now.0 as f64 * dt;
+        self.active_gpu_us += self.active_now.0 as u128 * dt_us;
         self.activity.sm_frag_secs += self.active_now.1 * dt;
         self.activity.mem_frag_secs += self.active_now.2 * dt;
         self.util_synced_at = t;
@@ -1833,7 +1869,11 @@ impl<'a> Simulation<'a> {
                 first_arrival: self.first_arrival,
                 last_completion: self.last_completion,
                 stopped_at: self.now,
-                util_integral: self.util_integral,
+                util_integral: (
+                    secs(self.util_us.0) + self.part_gpu_secs,
+                    secs(self.util_us.1),
+                    secs(self.util_us.2),
+                ),
                 capacity: self.capacity,
                 events: self.events,
                 scheduling_points: self.scheduling_points,
@@ -1843,11 +1883,17 @@ impl<'a> Simulation<'a> {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     },
+                    active_secs: secs(self.active_gpu_us),
                     ..self.activity
                 },
             },
         )
     }
+}
+
+/// An integral in unit·µs, in unit·s.
+fn secs(unit_us: u128) -> f64 {
+    unit_us as f64 / 1e6
 }
 
 fn per_gpu(sum: f64, gpus: u32) -> f64 {
@@ -1908,6 +1954,17 @@ impl StaleInstants {
     /// The earliest instant held.
     fn peek(&self) -> Option<SimTime> {
         self.min.map(SimTime::from_micros)
+    }
+
+    /// Takes out every instant up to `t`; returns how many there were and the last.
+    fn pop_through(&mut self, t: SimTime) -> (u64, Option<SimTime>) {
+        let mut popped = 0;
+        let mut last = None;
+        while let Some(m) = self.peek().filter(|&m| m <= t) {
+            popped += self.pop_at(m);
+            last = Some(m);
+        }
+        (popped, last)
     }
 
     /// Takes out every instant equal to `t`; returns how many there were.
@@ -1985,6 +2042,33 @@ mod tests {
                 prop_assert_eq!(radix.pop_at(SimTime::from_micros(t)), due);
             }
             prop_assert_eq!(radix.peek(), None);
+        }
+
+        /// Stepping over instants: `pop_through(t)` takes out exactly those up to t, and
+        /// reports the last of them.
+        #[test]
+        fn stale_instants_pop_through(ops in prop::collection::vec((any::<bool>(), 0u64..5_000), 1..300)) {
+            let mut radix = StaleInstants::default();
+            let mut reference: Vec<u64> = Vec::new();
+            let mut now = 0u64;
+            for (push, delta) in ops {
+                if push {
+                    let at = now + delta;
+                    radix.push(SimTime::from_micros(at));
+                    reference.push(at);
+                } else {
+                    now += delta;
+                    let due: Vec<u64> = reference.iter().copied().filter(|&a| a <= now).collect();
+                    reference.retain(|&a| a > now);
+                    let (n, last) = radix.pop_through(SimTime::from_micros(now));
+                    prop_assert_eq!(n, due.len() as u64);
+                    prop_assert_eq!(last.map(|t| t.as_micros()), due.iter().copied().max());
+                    prop_assert_eq!(
+                        radix.peek().map(|t| t.as_micros()),
+                        reference.iter().copied().min()
+                    );
+                }
+            }
         }
     }
 }

@@ -251,7 +251,7 @@ impl Summary {
     /// Aggregates per-job records and run totals (shared by both engines).
     pub fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
         let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
-        jcts.sort_by(f64::total_cmp);
+        sort_total(&mut jcts);
         let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();
         let mean = |v: &[f64]| {
             if v.is_empty() {
@@ -326,6 +326,23 @@ fn per_active(integral: f64, active_secs: f64) -> f64 {
     }
 }
 
+/// Sorts by [`f64::total_cmp`], as a stable sort would: values that compare equal under it
+/// have the same bits, so sorting their integer images without stability gives the same
+/// slice, for a fraction of the comparisons' cost (a run's report sorts every JCT).
+pub fn sort_total(values: &mut [f64]) {
+    // The order-preserving map behind `total_cmp`: flip the magnitude bits of negatives.
+    let key = |x: f64| {
+        let bits = x.to_bits() as i64;
+        bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+    };
+    let mut keys: Vec<i64> = values.iter().map(|&x| key(x)).collect();
+    keys.sort_unstable();
+    for (v, k) in values.iter_mut().zip(keys) {
+        // The map is an involution on the bits.
+        *v = f64::from_bits((k ^ ((((k >> 63) as u64) >> 1) as i64)) as u64);
+    }
+}
+
 /// Nearest-rank percentile of sorted values (0 for an empty slice).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -354,7 +371,27 @@ pub struct SimReport {
 
 #[cfg(test)]
 mod tests {
-    use super::percentile;
+    use super::{percentile, sort_total};
+    use proptest::prelude::*;
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    proptest! {
+        /// Any bit pattern (NaNs, ±0, ±∞, subnormals): the same slice as the stable sort.
+        #[test]
+        fn sort_total_matches_a_stable_total_cmp_sort(raw in prop::collection::vec(any::<u64>(), 0..200),
+                                                     small in prop::collection::vec(-3i8..3, 0..50)) {
+            let mut v: Vec<f64> = raw.into_iter().map(f64::from_bits).collect();
+            v.extend(small.into_iter().map(|x| f64::from(x) * 0.0 + f64::from(x)));
+            v.extend([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN]);
+            let mut expected = v.clone();
+            expected.sort_by(f64::total_cmp);
+            sort_total(&mut v);
+            prop_assert_eq!(bits(&v), bits(&expected));
+        }
+    }
 
     #[test]
     fn nearest_rank_percentiles() {
