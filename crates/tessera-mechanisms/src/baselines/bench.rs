@@ -336,6 +336,12 @@ const ENGINE_PARAMS: &[Param] = &[
         default: "1",
         help: "divide every case's job count by this (quick looks; the figures use 1)",
     },
+    Param {
+        name: "repeat",
+        default: "1",
+        help: "run each case this many times and report the median wall time with the range \
+               (a shared machine's noise); every repeat must report the same results",
+    },
 ];
 
 /// One run of the engine bench: (label, jobs, nodes of 8 GPUs, jobs per hour, target s).
@@ -382,12 +388,15 @@ impl Experiment for EngineBench {
         let case_arg = args.get("case").unwrap_or("loaded,sweep").to_string();
         let policies_arg = args.get("policies").unwrap_or("fifo,las").to_string();
         let scale: usize = args.parse("scale")?;
-        if scale == 0 {
-            return Err(ExperimentError::Param {
-                name: "scale".into(),
-                value: "0".into(),
-                reason: "must be at least 1".into(),
-            });
+        let repeat: usize = args.parse("repeat")?;
+        for (name, value) in [("scale", scale), ("repeat", repeat)] {
+            if value == 0 {
+                return Err(ExperimentError::Param {
+                    name: name.into(),
+                    value: "0".into(),
+                    reason: "must be at least 1".into(),
+                });
+            }
         }
         let mut cases = Vec::new();
         for name in case_arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -428,14 +437,51 @@ impl Experiment for EngineBench {
                     record_timeseries: false,
                     ..SimConfig::default()
                 };
-                let started = Instant::now();
-                let report = Simulation::new(&cluster, &workload, &TraceThroughput, built, config)
+                let mut walls = Vec::with_capacity(repeat);
+                let mut first: Option<tessera_sim::SimReport> = None;
+                let mut built = Some(built);
+                for _ in 0..repeat {
+                    let policy_now = match built.take() {
+                        Some(p) => p,
+                        None => crate::build_policy(policy, &options)?,
+                    };
+                    let started = Instant::now();
+                    let report = Simulation::new(
+                        &cluster,
+                        &workload,
+                        &TraceThroughput,
+                        policy_now,
+                        config.clone(),
+                    )
                     .run(&mut ())
                     .map_err(|source| ExperimentError::Sim {
                         context: format!("bench engine, {label}, {policy}"),
                         source,
                     })?;
-                let wall_s = started.elapsed().as_secs_f64();
+                    walls.push(started.elapsed().as_secs_f64());
+                    match &first {
+                        Some(f) if f.summary != report.summary || f.jobs != report.jobs => {
+                            return Err(ExperimentError::Other(format!(
+                                "bench engine, {label}, {policy}: a repeat reported other \
+                                 results than the first (the engine must be deterministic)"
+                            )));
+                        }
+                        Some(_) => {}
+                        None => first = Some(report),
+                    }
+                }
+                let Some(report) = first else { continue };
+                walls.sort_by(f64::total_cmp);
+                let wall_s = walls[walls.len() / 2];
+                let spread = if repeat > 1 {
+                    format!(
+                        "median of {repeat} runs ({:.3}–{:.3} s), ",
+                        walls[0],
+                        walls[walls.len() - 1]
+                    )
+                } else {
+                    String::new()
+                };
                 let s = &report.summary;
                 let gpus = nodes * 8;
                 rows.push(BenchRow {
@@ -450,7 +496,7 @@ impl Experiment for EngineBench {
                     target_s,
                     events_per_s: Some(s.events as f64 / wall_s.max(1e-9)),
                     detail: format!(
-                        "{:.0} ns/event, {} events, {} scheduling points, {} preemptions, \
+                        "{spread}{:.0} ns/event, {} events, {} scheduling points, {} preemptions, \
                          avg queue {:.0} s, {}/{} finished, peak RSS {}",
                         wall_s * 1e9 / (s.events.max(1) as f64),
                         s.events,
@@ -462,9 +508,14 @@ impl Experiment for EngineBench {
                         peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"))
                     ),
                     command: format!(
-                        "tessera bench engine --case {label} --policies {policy}{}",
+                        "tessera bench engine --case {label} --policies {policy}{}{}",
                         if scale > 1 {
                             format!(" --scale {scale}")
+                        } else {
+                            String::new()
+                        },
+                        if repeat > 1 {
+                            format!(" --repeat {repeat}")
                         } else {
                             String::new()
                         }
@@ -490,11 +541,31 @@ mod tests {
     }
 
     #[test]
-    fn bad_case_and_scale_are_errors() {
+    fn bad_case_scale_and_repeat_are_errors() {
         let err = run(&[("case", "huge")]).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("unknown case")));
-        let err = run(&[("scale", "0")]).err().map(|e| e.to_string());
-        assert!(err.is_some_and(|e| e.contains("at least 1")));
+        for name in ["scale", "repeat"] {
+            let err = run(&[(name, "0")]).err().map(|e| e.to_string());
+            assert!(err.is_some_and(|e| e.contains("at least 1")), "{name}");
+        }
+    }
+
+    /// Repeats report the median and the range of their wall times, and the command line
+    /// names the repeat count.
+    #[test]
+    fn repeats_report_median_and_range() {
+        let out = run(&[
+            ("case", "loaded"),
+            ("policies", "las"),
+            ("scale", "500"),
+            ("repeat", "3"),
+        ])
+        .unwrap();
+        let rows = out.summary["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 1);
+        let detail = rows[0]["detail"].as_str().unwrap();
+        assert!(detail.starts_with("median of 3 runs ("), "{detail}");
+        assert!(rows[0]["command"].as_str().unwrap().ends_with("--repeat 3"));
     }
 
     /// The sweep at 1/1000 of its jobs: one row per cluster size, every job finished.
