@@ -304,66 +304,95 @@ impl ClusterState {
         alloc: &Allocation,
         now: SimTime,
     ) -> Result<Allocation, ActionError> {
+        let mut resolved = alloc.clone();
+        self.resolve_in_place(cluster, gpu_types, &mut resolved, now)?;
+        Ok(resolved)
+    }
+
+    /// [`resolve_for`](Self::resolve_for) on the allocation itself, for a driver that owns it
+    /// (no copy). On error `alloc` is unchanged.
+    pub fn resolve_in_place(
+        &self,
+        cluster: &Cluster,
+        gpu_types: &[GpuModelId],
+        alloc: &mut Allocation,
+        now: SimTime,
+    ) -> Result<(), ActionError> {
         if alloc.shares.is_empty() || alloc.devices() == 0 {
             return refuse("allocation holds no GPUs");
         }
         if !alloc.nodes_distinct() {
             return refuse("a node appears twice");
         }
-        let mut resolved = alloc.clone();
-        for s in &mut resolved.shares {
-            let Some(node) = cluster.nodes.get(s.node.index()) else {
-                return refuse(format!("no node {}", s.node.0));
-            };
-            if !gpu_types.is_empty() && !gpu_types.contains(&node.gpu) {
-                return refuse(format!(
-                    "node {} has a GPU model the holder does not allow",
-                    node.name
-                ));
-            }
-            let up = self.summary.get(s.node.index()).map_or(0, |n| n.up);
-            if node.gpus > 0 && up == 0 {
-                return refuse(format!("node {} is down", node.name));
-            }
-            let free = self.free[s.node.index()];
-            if !free.fits(&s.resources()) {
-                return refuse(format!("over-allocates node {}", node.name));
-            }
-            let whole_free = self.whole_free_mask(s.node, now);
-            let devices = match s.devices {
-                None => {
-                    let picked = GpuMask(
-                        whole_free
-                            .iter()
-                            .take(s.gpus as usize)
-                            .fold(0u64, |m, i| m | (1 << i)),
-                    );
-                    if picked.count() < s.gpus {
-                        return refuse(format!(
-                            "node {}: {} whole GPUs asked, {} free and ready",
-                            node.name,
-                            s.gpus,
-                            picked.count()
-                        ));
-                    }
-                    if picked.iter().any(|i| i >= node.gpus) {
-                        return refuse(format!("node {} has no GPU {:?}", node.name, picked));
-                    }
-                    // Picked from the whole-free, ready GPUs, as many as asked: what
-                    // `check_devices` would verify of them holds already.
-                    DeviceAlloc {
-                        gpus: picked,
-                        part: GpuPart::Whole,
-                    }
-                }
-                Some(d) => {
-                    self.check_devices(cluster, s, d, now)?;
-                    d
-                }
-            };
-            s.devices = Some(devices);
+        // Every share is checked before any is named, so that a refusal changes nothing.
+        let mut named: smallvec::SmallVec<[DeviceAlloc; 4]> = smallvec::SmallVec::new();
+        for s in &alloc.shares {
+            named.push(self.devices_for(cluster, gpu_types, s, now)?);
         }
-        Ok(resolved)
+        for (s, d) in alloc.shares.iter_mut().zip(named) {
+            s.devices = Some(d);
+        }
+        Ok(())
+    }
+
+    /// The devices share `s` takes: the ones it names, checked, or the lowest-numbered
+    /// whole-free GPUs of its node.
+    fn devices_for(
+        &self,
+        cluster: &Cluster,
+        gpu_types: &[GpuModelId],
+        s: &NodeShare,
+        now: SimTime,
+    ) -> Result<DeviceAlloc, ActionError> {
+        let Some(node) = cluster.nodes.get(s.node.index()) else {
+            return refuse(format!("no node {}", s.node.0));
+        };
+        if !gpu_types.is_empty() && !gpu_types.contains(&node.gpu) {
+            return refuse(format!(
+                "node {} has a GPU model the holder does not allow",
+                node.name
+            ));
+        }
+        let up = self.summary.get(s.node.index()).map_or(0, |n| n.up);
+        if node.gpus > 0 && up == 0 {
+            return refuse(format!("node {} is down", node.name));
+        }
+        let free = self.free[s.node.index()];
+        if !free.fits(&s.resources()) {
+            return refuse(format!("over-allocates node {}", node.name));
+        }
+        match s.devices {
+            None => {
+                let whole_free = self.whole_free_mask(s.node, now);
+                let picked = GpuMask(
+                    whole_free
+                        .iter()
+                        .take(s.gpus as usize)
+                        .fold(0u64, |m, i| m | (1 << i)),
+                );
+                if picked.count() < s.gpus {
+                    return refuse(format!(
+                        "node {}: {} whole GPUs asked, {} free and ready",
+                        node.name,
+                        s.gpus,
+                        picked.count()
+                    ));
+                }
+                if picked.iter().any(|i| i >= node.gpus) {
+                    return refuse(format!("node {} has no GPU {:?}", node.name, picked));
+                }
+                // Picked from the whole-free, ready GPUs, as many as asked: what
+                // `check_devices` would verify of them holds already.
+                Ok(DeviceAlloc {
+                    gpus: picked,
+                    part: GpuPart::Whole,
+                })
+            }
+            Some(d) => {
+                self.check_devices(cluster, s, d, now)?;
+                Ok(d)
+            }
+        }
     }
 
     fn check_devices(

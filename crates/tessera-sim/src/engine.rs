@@ -1196,6 +1196,28 @@ impl<'a> Simulation<'a> {
             Some(&p) if p != NOT_ACTIVE => p as usize,
             _ => return Err(self.invalid(&action, "job is not active")),
         };
+        // A start of a queued job (most actions): checked and named on the policy's own
+        // allocation, which becomes the job's, instead of on a copy.
+        let action = match action {
+            Action::Start {
+                job,
+                mut allocation,
+            } if self.active[pos].allocation.is_none() => {
+                let gpu_types = &self.jobs[job.index()].gpu_types;
+                if let Err(e) = self.devices.resolve_in_place(
+                    self.cluster,
+                    gpu_types,
+                    &mut allocation,
+                    self.now,
+                ) {
+                    return Err(self.invalid(&Action::Start { job, allocation }, e.reason));
+                }
+                self.take(&allocation);
+                let restart = self.state[job.index()].ever_started;
+                return self.begin(job, pos, allocation, restart);
+            }
+            other => other,
+        };
         let new = validate(
             &self.devices,
             self.cluster,
