@@ -56,6 +56,22 @@ impl GpuMask {
         self.0 & other.0 == 0
     }
 
+    /// The `k` lowest-numbered GPUs of the set (all of them if it has fewer).
+    #[inline]
+    pub fn lowest(self, k: u32) -> GpuMask {
+        if k >= self.count() {
+            return self;
+        }
+        let mut rest = self.0;
+        let mut picked = 0;
+        for _ in 0..k {
+            let low = rest & rest.wrapping_neg();
+            picked |= low;
+            rest ^= low;
+        }
+        GpuMask(picked)
+    }
+
     /// The indices in the set, ascending.
     pub fn iter(self) -> impl Iterator<Item = u32> {
         let mut bits = self.0;
@@ -322,6 +338,17 @@ impl Allocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `lowest(k)` is the first k indices of `iter()`.
+        #[test]
+        fn lowest_takes_the_first_indices(bits in any::<u64>(), k in 0u32..70) {
+            let m = GpuMask(bits);
+            let expected = m.iter().take(k as usize).fold(0u64, |acc, i| acc | (1 << i));
+            prop_assert_eq!(m.lowest(k), GpuMask(expected));
+        }
+    }
 
     fn share(node: u32) -> NodeShare {
         NodeShare::whole(NodeId(node), 1, MilliCpu(0), Bytes(0))

@@ -324,6 +324,10 @@ impl ClusterState {
         if !alloc.nodes_distinct() {
             return refuse("a node appears twice");
         }
+        if let [only] = alloc.shares.as_mut_slice() {
+            only.devices = Some(self.devices_for(cluster, gpu_types, only, now)?);
+            return Ok(());
+        }
         // Every share is checked before any is named, so that a refusal changes nothing.
         let mut named: smallvec::SmallVec<[DeviceAlloc; 4]> = smallvec::SmallVec::new();
         for s in &alloc.shares {
@@ -364,12 +368,7 @@ impl ClusterState {
         match s.devices {
             None => {
                 let whole_free = self.whole_free_mask(s.node, now);
-                let picked = GpuMask(
-                    whole_free
-                        .iter()
-                        .take(s.gpus as usize)
-                        .fold(0u64, |m, i| m | (1 << i)),
-                );
+                let picked = whole_free.lowest(s.gpus);
                 if picked.count() < s.gpus {
                     return refuse(format!(
                         "node {}: {} whole GPUs asked, {} free and ready",
