@@ -501,9 +501,18 @@ impl ClusterState {
                     .and_then(|geo| geo.profile(inst))
                     .map_or(Bytes(0), |p| Bytes::from_gib_f64(p.memory_gib))
             };
-            if let (GpuPart::Whole, Some(summary)) = (d.part, self.summary.get_mut(s.node.index()))
-            {
-                summary.whole_free &= !d.gpus.0;
+            if let GpuPart::Whole = d.part {
+                // Held whole: not whole-free, whatever they were.
+                if let Some(summary) = self.summary.get_mut(s.node.index()) {
+                    summary.whole_free &= !d.gpus.0;
+                }
+                let first = self.first_gpu.get(s.node.index()).copied().unwrap_or(0) as usize;
+                for i in d.gpus.iter() {
+                    if let Some(g) = self.gpus.get_mut(first + i as usize) {
+                        g.whole = true;
+                    }
+                }
+                continue;
             }
             for i in d.gpus.iter() {
                 let became_shared;
@@ -518,11 +527,8 @@ impl ClusterState {
                     let was_whole_free = g.is_whole_free();
                     became_shared = matches!(d.part, GpuPart::Quota { .. }) && was_whole_free;
                     match d.part {
-                        GpuPart::Whole => {
-                            // Held whole: not whole-free (cleared for the share at once).
-                            g.whole = true;
-                            continue;
-                        }
+                        // Taken above.
+                        GpuPart::Whole => continue,
                         GpuPart::Mig(inst) => {
                             if let Some(pos) = g
                                 .mig
@@ -562,6 +568,30 @@ impl ClusterState {
         for s in &alloc.shares {
             self.update_free(s.node, |f| f.add(&s.resources()));
             let Some(d) = s.devices else { continue };
+            if let GpuPart::Whole = d.part {
+                // Counted back above with the share's resources, but a down GPU stays out
+                // of the pool; the others turn whole-free.
+                let first = self.first_gpu.get(s.node.index()).copied().unwrap_or(0) as usize;
+                let mut down = 0;
+                let mut back = GpuMask::default();
+                for i in d.gpus.iter() {
+                    if let Some(g) = self.gpus.get_mut(first + i as usize) {
+                        g.whole = false;
+                        if g.down {
+                            down += 1;
+                        } else if g.is_whole_free() {
+                            back.0 |= GpuMask::one(i).0;
+                        }
+                    }
+                }
+                if let Some(summary) = self.summary.get_mut(s.node.index()) {
+                    summary.whole_free |= back.0;
+                }
+                if down > 0 {
+                    self.update_free(s.node, |f| f.gpus = f.gpus.saturating_sub(down));
+                }
+                continue;
+            }
             for i in d.gpus.iter() {
                 let mut back_to_pool = false;
                 let node = &cluster.nodes[s.node.index()];
