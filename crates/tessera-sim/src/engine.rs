@@ -337,6 +337,13 @@ enum HolderName {
 /// look-up and a float rounding, which whole GPUs, the common case, need not pay).
 /// The GPUs of an allocation made only of whole GPUs (shares without named devices count
 /// none, as in `track_activity`); `None` when any share holds a MIG instance or a quota.
+/// (GPUs, milli-CPUs, bytes) an allocation holds, in one pass over its shares.
+fn held(alloc: &Allocation) -> (u64, u64, u64) {
+    alloc.shares.iter().fold((0, 0, 0), |(g, c, m), s| {
+        (g + s.gpus as u64, c + s.cpu.0, m + s.memory.0)
+    })
+}
+
 fn whole_gpus(alloc: &Allocation) -> Option<u32> {
     let mut n = 0;
     for s in &alloc.shares {
@@ -1485,9 +1492,10 @@ impl<'a> Simulation<'a> {
             self.devices.take(self.cluster, alloc);
             self.track_activity(alloc, 1.0);
         }
-        self.used.0 += alloc.gpus() as u64;
-        self.used.1 += alloc.cpu().0;
-        self.used.2 += alloc.memory().0;
+        let (gpus, cpu, memory) = held(alloc);
+        self.used.0 += gpus;
+        self.used.1 += cpu;
+        self.used.2 += memory;
         if self.serving.any() {
             self.serving.refresh_shares(&self.devices, self.cluster);
         }
@@ -1504,9 +1512,10 @@ impl<'a> Simulation<'a> {
             self.devices.release(self.cluster, alloc);
             self.track_activity(alloc, 1.0);
         }
-        self.used.0 -= alloc.gpus() as u64;
-        self.used.1 -= alloc.cpu().0;
-        self.used.2 -= alloc.memory().0;
+        let (gpus, cpu, memory) = held(alloc);
+        self.used.0 -= gpus;
+        self.used.1 -= cpu;
+        self.used.2 -= memory;
         if self.serving.any() {
             self.serving.refresh_shares(&self.devices, self.cluster);
         }
