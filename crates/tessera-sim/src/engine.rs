@@ -26,8 +26,8 @@ use crate::completions::Completions;
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Bytes, Cluster, GpuMask, GpuPart, InferenceService, JobId, Knowledge, NodeId,
-    Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
+    Allocation, Bytes, Cluster, GpuMask, GpuPart, InferenceService, JobId, Knowledge, MilliCpu,
+    NodeId, Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{
@@ -461,7 +461,7 @@ impl<'a> Simulation<'a> {
                 .collect(),
             None => Vec::new(),
         };
-        Simulation {
+        let mut sim = Simulation {
             cluster,
             jobs,
             truth,
@@ -514,7 +514,9 @@ impl<'a> Simulation<'a> {
             failure_stats,
             failed_jobs: Vec::new(),
             fitting_shapes: Vec::new(),
-        }
+        };
+        sim.stale = StaleInstants::new(sim.skips_stale());
+        sim
     }
 
     /// Current simulated time.
@@ -567,7 +569,7 @@ impl<'a> Simulation<'a> {
             if let Some(last) = last {
                 self.advance_clock(last);
             }
-            if let (Some(limit), Some(_)) = (limit, self.stale.peek()) {
+            if let (Some(limit), false) = (limit, self.stale.is_empty()) {
                 self.advance_clock(limit);
                 self.finish_run("time limit reached");
             } else {
@@ -576,8 +578,9 @@ impl<'a> Simulation<'a> {
             return Ok(false);
         };
         if self.skips_stale() {
-            // Cancelled completions up to t (those at t are counted below either way).
-            self.events += self.stale.pop_through(limit.map_or(t, |l| t.min(l))).0;
+            // Cancelled completions up to t, counted in batches (and all of them when the run
+            // ends, in `finish`).
+            self.events += self.stale.count_through(limit.map_or(t, |l| t.min(l)));
         }
         if let Some(limit) = limit {
             if t > limit {
@@ -690,7 +693,7 @@ impl<'a> Simulation<'a> {
             self.schedule(trigger)?;
         }
         if self.done_jobs == self.jobs.len() && !self.serving.live(t) {
-            self.finished = true;
+            self.finish();
             return Ok(false);
         }
         if self.config.stop_after_window.is_some() && self.window_left == 0 {
@@ -1606,23 +1609,25 @@ impl<'a> Simulation<'a> {
     ) -> Result<(), SimError> {
         let rate = self.rate_of(job, &alloc)?;
         let spec = &self.jobs[job.index()];
+        let (held_gpus, held_cpu, held_memory) = held(&alloc);
+        let held_gpus = held_gpus as u32;
         let cost = if restart {
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
             if *base == NEVER {
                 *base = costs.checkpoint_restore(&spec.model).as_micros();
             }
-            SimDuration::from_micros(*base) + costs.tuning(alloc.gpus())
+            SimDuration::from_micros(*base) + costs.tuning(held_gpus)
         } else {
             SimDuration::ZERO
         };
         let now = self.now;
-        let g = alloc.gpus().max(1) as f64;
+        let g = held_gpus.max(1) as f64;
         let proportional = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
         let st = &mut self.state[job.index()];
         st.cur = (
-            alloc.cpu().as_cores() / g,
-            alloc.memory().as_gib() / g,
+            MilliCpu(held_cpu).as_cores() / g,
+            Bytes(held_memory).as_gib() / g,
             if proportional > 0.0 {
                 rate / proportional
             } else {
@@ -1637,7 +1642,7 @@ impl<'a> Simulation<'a> {
             safe.done = st.done;
             safe.at = now;
         }
-        st.gpus_held = alloc.gpus();
+        st.gpus_held = held_gpus;
         st.ever_started = true;
         if st.first_start == NEVER {
             st.first_start = now.as_micros();
@@ -1721,6 +1726,12 @@ impl<'a> Simulation<'a> {
                 },
             );
         }
+        self.finish();
+    }
+
+    /// Marks the run over, counting the cancelled completions the clock has passed.
+    fn finish(&mut self) {
+        self.events += self.stale.pop_through(self.now).0;
         self.finished = true;
     }
 
@@ -1945,19 +1956,48 @@ fn shares_gpus(a: &Allocation, b: &Allocation) -> bool {
     })
 }
 
-/// The instants of cancelled completions, each still an event of the run, in a min-heap.
-/// (A monotone radix heap measured slower: finding the next minimum rescanned its buckets.)
+/// The instants of cancelled completions, each still an event of the run once the clock
+/// passes it. A run that steps at each (services or failures run on the clock) takes them
+/// out in order from a min-heap; one that steps over them only counts those passed, so it
+/// keeps them unordered and counts them in batches, for a push and an amortized part of one
+/// pass each (a heap's pop cost more than the rest of a preemption's bookkeeping).
 #[derive(Debug, Default)]
 struct StaleInstants {
+    /// In order, when the run steps at each.
     heap: BinaryHeap<Reverse<u64>>,
+    /// Unordered, when the run only counts them.
+    unordered: Vec<u64>,
+    counting: bool,
+    /// How many unordered instants make the next batch worth counting.
+    batch: usize,
 }
 
+/// Fewest unordered instants counted in one batch.
+const STALE_BATCH: usize = 1024;
+
 impl StaleInstants {
-    fn push(&mut self, at: SimTime) {
-        self.heap.push(Reverse(at.as_micros()));
+    /// Instants to be stepped at (`counting` false) or only counted as the clock passes them.
+    fn new(counting: bool) -> StaleInstants {
+        StaleInstants {
+            counting,
+            batch: STALE_BATCH,
+            ..StaleInstants::default()
+        }
     }
 
-    /// The earliest instant held.
+    fn push(&mut self, at: SimTime) {
+        if self.counting {
+            self.unordered.push(at.as_micros());
+        } else {
+            self.heap.push(Reverse(at.as_micros()));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.heap.is_empty() && self.unordered.is_empty()
+    }
+
+    /// The earliest instant to step at (none when counting).
     fn peek(&self) -> Option<SimTime> {
         self.heap.peek().map(|r| SimTime::from_micros(r.0))
     }
@@ -1966,7 +2006,7 @@ impl StaleInstants {
     fn pop_through(&mut self, t: SimTime) -> (u64, Option<SimTime>) {
         let t = t.as_micros();
         let mut popped = 0;
-        let mut last = None;
+        let mut last: Option<u64> = None;
         while let Some(&Reverse(m)) = self.heap.peek() {
             if m > t {
                 break;
@@ -1975,7 +2015,25 @@ impl StaleInstants {
             popped += 1;
             last = Some(m);
         }
+        self.unordered.retain(|&m| {
+            let passed = m <= t;
+            if passed {
+                popped += 1;
+                last = Some(last.map_or(m, |l| l.max(m)));
+            }
+            !passed
+        });
+        self.batch = STALE_BATCH.max(2 * self.unordered.len());
         (popped, last.map(SimTime::from_micros))
+    }
+
+    /// When counting: takes out and counts the instants up to `t` once a batch has
+    /// gathered (the rest wait for a later count or [`pop_through`](Self::pop_through)).
+    fn count_through(&mut self, t: SimTime) -> u64 {
+        if self.unordered.len() < self.batch {
+            return 0;
+        }
+        self.pop_through(t).0
     }
 
     /// Takes out every instant equal to `t` (none is earlier); returns how many there were.
@@ -2031,6 +2089,29 @@ mod tests {
                 prop_assert_eq!(stale.pop_at(SimTime::from_micros(t)), due);
             }
             prop_assert_eq!(stale.peek(), None);
+        }
+
+        /// Counting in batches as the clock moves, then once at the end, counts every
+        /// instant the clock passed, each once, and none it did not.
+        #[test]
+        fn stale_instants_counted_in_batches(ops in prop::collection::vec((any::<bool>(), 0u64..5_000), 1..3_000)) {
+            let mut stale = StaleInstants::new(true);
+            let mut pushed: Vec<u64> = Vec::new();
+            let mut now = 0u64;
+            let mut counted = 0u64;
+            for (push, delta) in ops {
+                if push {
+                    stale.push(SimTime::from_micros(now + delta));
+                    pushed.push(now + delta);
+                } else {
+                    now += delta;
+                    counted += stale.count_through(SimTime::from_micros(now));
+                    prop_assert!(counted <= pushed.iter().filter(|&&a| a <= now).count() as u64);
+                }
+            }
+            counted += stale.pop_through(SimTime::from_micros(now)).0;
+            prop_assert_eq!(counted, pushed.iter().filter(|&&a| a <= now).count() as u64);
+            prop_assert_eq!(stale.pop_through(SimTime::MAX).0, pushed.iter().filter(|&&a| a > now).count() as u64);
         }
 
         /// Stepping over instants: `pop_through(t)` takes out exactly those up to t, and
