@@ -395,6 +395,32 @@ fn best_head(heads: &[Head<'_>], limit: u64) -> Option<usize> {
     best.map(|(h, _)| h)
 }
 
+/// [`best_head`] remembered through a walk in which the budget only shrinks and heads only
+/// advance: the best stays the best (among fewer candidates, it still being one) until its
+/// head is taken or the budget drops below its GPUs; none fitting stays so. A walk asks at
+/// every step and changes the answer at few.
+#[derive(Default)]
+struct BestHead(Option<Option<usize>>);
+
+impl BestHead {
+    fn get(&mut self, heads: &[Head<'_>], budget: u64) -> Option<usize> {
+        match self.0 {
+            Some(Some(q)) if heads.get(q).is_some_and(|h| h.0 <= budget) => Some(q),
+            Some(None) => None,
+            _ => {
+                let q = best_head(heads, budget);
+                self.0 = Some(q);
+                q
+            }
+        }
+    }
+
+    /// A head was taken: the next ask looks again.
+    fn taken(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// Takes a cursor's head and moves it on.
 fn advance(head: &mut Head<'_>) -> Option<Rank> {
     let taken = head.2;
@@ -583,6 +609,7 @@ impl OrderedPolicy {
         let (mut budget, _, _) = view.cluster.totals();
         let mut picked_queued: Vec<u32> = Vec::new();
         let mut heads = bucket_heads(&queue, budget);
+        let mut best = BestHead::default();
         let mut next_running = 0;
         loop {
             while let Some(&(_, _, _, id, _)) = self.ranked.get(next_running) {
@@ -599,7 +626,7 @@ impl OrderedPolicy {
                 .ranked
                 .get(next_running)
                 .map(|&(_, k, sub, id, _)| (k, sub, id));
-            let queued = best_head(&heads, budget);
+            let queued = best.get(&heads, budget);
             let take_running = match (running_head, queued) {
                 (Some(r), Some(q)) => r < heads[q].2.unwrap_or(r),
                 (Some(_), None) => true,
@@ -610,6 +637,7 @@ impl OrderedPolicy {
                 next_running += 1;
                 running_head.map(|r| r.2)
             } else {
+                best.taken();
                 queued.and_then(|q| advance(&mut heads[q])).map(|r| r.2)
             };
             let Some(id) = id else { break };
@@ -731,6 +759,7 @@ impl OrderedPolicy {
             let mut left = tail_asked;
             let mut budget = u64::try_from(slack + tail_asked).unwrap_or(0);
             let mut next = 0;
+            let mut best = BestHead::default();
             loop {
                 while let Some(&((_, _, id), g)) = tail.get(next) {
                     if g as u64 <= budget {
@@ -740,7 +769,7 @@ impl OrderedPolicy {
                     left -= g as i128;
                     next += 1;
                 }
-                let queued = best_head(&heads, budget);
+                let queued = best.get(&heads, budget);
                 let running = tail.get(next).copied();
                 if queued.is_none() && left <= budget as i128 {
                     break; // every running job left fits: all are taken
@@ -757,6 +786,7 @@ impl OrderedPolicy {
                     left -= g as i128;
                     next += 1;
                 } else {
+                    best.taken();
                     let Some((_, _, id)) = queued.and_then(|q| advance(&mut heads[q])) else {
                         break;
                     };
