@@ -250,9 +250,28 @@ pub struct RunTotals {
 impl Summary {
     /// Aggregates per-job records and run totals (shared by both engines).
     pub fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
-        let mut jcts: Vec<f64> = jobs.iter().filter_map(JobRecord::jct_secs).collect();
+        // One pass over the records (a million-job run has a million of them); sums in job
+        // order, as summing the collected values would.
+        let mut jcts: Vec<f64> = Vec::with_capacity(jobs.len());
+        let (mut queue_sum, mut queued) = (0.0f64, 0usize);
+        let (mut finished, mut rejected, mut unfinished) = (0, 0, 0);
+        let mut preemptions = 0u64;
+        for j in jobs {
+            jcts.extend(j.jct_secs());
+            if let Some(q) = j.queue_secs() {
+                queue_sum += q;
+                queued += 1;
+            }
+            match j.outcome {
+                JobOutcome::Finished => finished += 1,
+                JobOutcome::Rejected { .. } => rejected += 1,
+                JobOutcome::Unfinished { .. } => unfinished += 1,
+                // Counted apart, in the failure summary.
+                JobOutcome::Failed { .. } => {}
+            }
+            preemptions += j.preemptions as u64;
+        }
         sort_total(&mut jcts);
-        let queues: Vec<f64> = jobs.iter().filter_map(JobRecord::queue_secs).collect();
         let mean = |v: &[f64]| {
             if v.is_empty() {
                 0.0
@@ -260,7 +279,6 @@ impl Summary {
                 v.iter().sum::<f64>() / v.len() as f64
             }
         };
-        let count = |f: fn(&JobOutcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
         let start = totals.first_arrival.unwrap_or(SimTime::ZERO);
         let span = totals
             .last_completion
@@ -284,19 +302,23 @@ impl Summary {
         };
         Summary {
             jobs: jobs.len(),
-            finished: count(|o| matches!(o, JobOutcome::Finished)),
-            rejected: count(|o| matches!(o, JobOutcome::Rejected { .. })),
-            unfinished: count(|o| matches!(o, JobOutcome::Unfinished { .. })),
+            finished,
+            rejected,
+            unfinished,
             avg_jct_s: mean(&jcts),
             p50_jct_s: percentile(&jcts, 50.0),
             p95_jct_s: percentile(&jcts, 95.0),
             p99_jct_s: percentile(&jcts, 99.0),
             makespan_s: span,
-            avg_queue_s: mean(&queues),
+            avg_queue_s: if queued == 0 {
+                0.0
+            } else {
+                queue_sum / queued as f64
+            },
             gpu_util: util(totals.util_integral.0, totals.capacity.0),
             cpu_util: util(totals.util_integral.1, totals.capacity.1),
             mem_util: util(totals.util_integral.2, totals.capacity.2),
-            preemptions: jobs.iter().map(|j| j.preemptions as u64).sum(),
+            preemptions,
             events: totals.events,
             scheduling_points: totals.scheduling_points,
             profiling_gpu_secs: totals.profiling_gpu_secs,
