@@ -119,6 +119,37 @@ impl FreeIndex {
         })
     }
 
+    /// The lowest-numbered node with at least `at_least` whole-free GPUs that `accept`
+    /// takes: the counts' bitsets are OR-ed a word at a time, so a first fit reads each
+    /// word of the group once instead of walking every count.
+    pub fn first_at_least(
+        &self,
+        at_least: u32,
+        mut accept: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        let from = (at_least as usize).max(1);
+        if from >= self.nodes.len() {
+            return None;
+        }
+        for w in 0..self.words {
+            let mut word = 0u64;
+            for level in from..self.nodes.len() {
+                if self.nodes[level] > 0 {
+                    word |= self.bits.get(level * self.words + w).copied().unwrap_or(0);
+                }
+            }
+            while word != 0 {
+                let b = word.trailing_zeros();
+                word &= word - 1;
+                let n = self.base + (w as u32) * 64 + b;
+                if accept(n) {
+                    return Some(n);
+                }
+            }
+        }
+        None
+    }
+
     /// Every (count, node), by count then node.
     pub fn entries(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         (1..self.nodes.len() as u32).flat_map(move |v| self.nodes_at(v).map(move |n| (v, n)))
@@ -171,6 +202,14 @@ mod tests {
                     prop_assert_eq!(index.level_below(p), below);
                     let at: Vec<u32> = set.range((p, 0)..=(p, u32::MAX)).map(|e| e.1).collect();
                     prop_assert_eq!(index.nodes_at(p).collect::<Vec<_>>(), at);
+                    // The lowest node with at least p free that an arbitrary test accepts.
+                    let odd = |n: u32| n % 3 != 0;
+                    let first = set
+                        .iter()
+                        .filter(|&&(f, n)| f >= p.max(1) && odd(n))
+                        .map(|&(_, n)| n)
+                        .min();
+                    prop_assert_eq!(index.first_at_least(p, odd), first);
                 }
             }
         }

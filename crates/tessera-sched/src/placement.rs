@@ -452,31 +452,27 @@ impl<'c> IndexedLedger<'c> {
                 .find(|&n| self.free_of(n as usize).fits(wanted));
         }
         // Changed nodes are few: the first of them that fits.
-        let mut best = self
+        let best = self
             .changed
             .range(nodes)
             .iter()
             .find(|(_, f)| f.fits(wanted))
             .map(|&(n, _)| n);
-        // Unchanged ones, per free-GPU count of at least what is wanted: the lowest that fits.
-        let index = self.state.free_index(gi);
+        // Unchanged ones with at least the GPUs wanted: the lowest that fits (none past the
+        // changed one found).
         let free = self.state.free();
-        let mut v = wanted.gpus.max(1);
-        while let Some(fv) = index.level_at_least(v) {
-            for n in index.nodes_at(fv) {
-                if best.is_some_and(|b| n >= b) {
-                    break;
-                }
-                if !self.changed.contains(n) && free.get(n as usize).is_some_and(|f| f.fits(wanted))
-                {
-                    best = Some(n);
-                    break;
-                }
-            }
-            let Some(next) = fv.checked_add(1) else { break };
-            v = next;
+        let unchanged = self
+            .state
+            .free_index(gi)
+            .first_at_least(wanted.gpus.max(1), |n| {
+                best.is_none_or(|b| n < b)
+                    && !self.changed.contains(n)
+                    && free.get(n as usize).is_some_and(|f| f.fits(wanted))
+            });
+        match (best, unchanged) {
+            (Some(b), Some(u)) => Some(b.min(u)),
+            (b, u) => b.or(u),
         }
-        best
     }
 
     fn place_in_group(

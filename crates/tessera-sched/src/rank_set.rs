@@ -21,6 +21,9 @@ pub(crate) struct RankSet<T> {
     chunks: VecDeque<VecDeque<T>>,
     /// Each chunk's largest rank, searched to find a rank's chunk without visiting chunks.
     maxes: VecDeque<T>,
+    /// The last chunk emptied, kept for the next one made: a queue that drains and fills
+    /// again (every arrival starting at once) would otherwise allocate a chunk per job.
+    spare: Option<VecDeque<T>>,
 }
 
 impl<T> Default for RankSet<T> {
@@ -28,6 +31,7 @@ impl<T> Default for RankSet<T> {
         RankSet {
             chunks: VecDeque::new(),
             maxes: VecDeque::new(),
+            spare: None,
         }
     }
 }
@@ -92,7 +96,8 @@ impl<T: Ord + Copy> RankSet<T> {
     pub(crate) fn insert(&mut self, value: T) -> bool {
         match self.maxes.back() {
             None => {
-                self.chunks.push_back(chunk_of_one(value));
+                let chunk = self.chunk_of_one(value);
+                self.chunks.push_back(chunk);
                 self.maxes.push_back(value);
                 return true;
             }
@@ -101,7 +106,8 @@ impl<T: Ord + Copy> RankSet<T> {
                 match self.chunks.back_mut() {
                     Some(back) if back.len() < CHUNK => back.push_back(value),
                     _ => {
-                        self.chunks.push_back(chunk_of_one(value));
+                        let chunk = self.chunk_of_one(value);
+                        self.chunks.push_back(chunk);
                         self.maxes.push_back(value);
                     }
                 }
@@ -165,7 +171,9 @@ impl<T: Ord + Copy> RankSet<T> {
         }
         let len = chunk.len();
         if len == 0 {
-            self.chunks.remove(c);
+            if let Some(empty) = self.chunks.remove(c) {
+                self.spare = Some(empty);
+            }
             self.maxes.remove(c);
         } else {
             self.sync_max(c);
@@ -192,15 +200,23 @@ impl<T: Ord + Copy> RankSet<T> {
             if let Some(keep) = self.chunks.get_mut(lower) {
                 keep.append(&mut moved);
             }
+            self.spare = Some(moved);
             self.sync_max(lower);
         }
     }
 }
 
-fn chunk_of_one<T>(value: T) -> VecDeque<T> {
-    let mut chunk = VecDeque::with_capacity(CHUNK);
-    chunk.push_back(value);
-    chunk
+impl<T> RankSet<T> {
+    /// A chunk holding `value`: the spare one if there is one.
+    fn chunk_of_one(&mut self, value: T) -> VecDeque<T> {
+        let mut chunk = self
+            .spare
+            .take()
+            .unwrap_or_else(|| VecDeque::with_capacity(CHUNK));
+        chunk.clear();
+        chunk.push_back(value);
+        chunk
+    }
 }
 
 impl<T: Ord + Copy> FromIterator<T> for RankSet<T> {
