@@ -203,7 +203,7 @@ mod tests {
                     let at: Vec<u32> = set.range((p, 0)..=(p, u32::MAX)).map(|e| e.1).collect();
                     prop_assert_eq!(index.nodes_at(p).collect::<Vec<_>>(), at);
                     // The lowest node with at least p free that an arbitrary test accepts.
-                    let odd = |n: u32| n % 3 != 0;
+                    let odd = |n: u32| !n.is_multiple_of(3);
                     let first = set
                         .iter()
                         .filter(|&&(f, n)| f >= p.max(1) && odd(n))
