@@ -332,11 +332,6 @@ enum HolderName {
     Instance(InstanceId),
 }
 
-/// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
-/// `capacity` is the GPU's memory, asked for only by a GPU held in parts (it costs a catalog
-/// look-up and a float rounding, which whole GPUs, the common case, need not pay).
-/// The GPUs of an allocation made only of whole GPUs (shares without named devices count
-/// none, as in `track_activity`); `None` when any share holds a MIG instance or a quota.
 /// (GPUs, milli-CPUs, bytes) an allocation holds, in one pass over its shares.
 fn held(alloc: &Allocation) -> (u64, u64, u64) {
     alloc.shares.iter().fold((0, 0, 0), |(g, c, m), s| {
@@ -344,6 +339,8 @@ fn held(alloc: &Allocation) -> (u64, u64, u64) {
     })
 }
 
+/// The GPUs of an allocation made only of whole GPUs (shares without named devices count
+/// none, as in `track_activity`); `None` when any share holds a MIG instance or a quota.
 fn whole_gpus(alloc: &Allocation) -> Option<u32> {
     let mut n = 0;
     for s in &alloc.shares {
@@ -357,6 +354,9 @@ fn whole_gpus(alloc: &Allocation) -> Option<u32> {
     Some(n)
 }
 
+/// A GPU's part in the activity metrics: (active, SM fragmentation, memory fragmentation).
+/// `capacity` is the GPU's memory, asked for only by a GPU held in parts (it costs a catalog
+/// look-up and a float rounding, which whole GPUs, the common case, need not pay).
 fn gpu_activity(
     g: &GpuState,
     capacity: impl FnOnce() -> Bytes,
