@@ -288,7 +288,7 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
             let mut row = vec![
                 r.policy.clone(),
                 j.job.0.to_string(),
-                j.name.clone(),
+                j.name.to_string(),
                 j.gpus.to_string(),
                 format!("{}", j.submit.as_secs_f64()),
                 opt(j.first_start.map(|t| t.as_secs_f64())),

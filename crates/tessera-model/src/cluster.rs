@@ -519,7 +519,7 @@ impl Cluster {
     pub fn can_ever_fit(&self, job: &crate::TrainingJob) -> Result<(), UnfitJob> {
         self.unfit_reason(job).map_or(Ok(()), |reason| {
             Err(UnfitJob {
-                job: job.name.clone(),
+                job: job.name.to_string(),
                 reason,
             })
         })

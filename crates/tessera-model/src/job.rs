@@ -1,5 +1,7 @@
 //! Training jobs and workloads.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::GpuModelId;
@@ -27,8 +29,8 @@ impl JobId {
 pub struct TrainingJob {
     /// Dense id, assigned by [`Workload::new`].
     pub id: JobId,
-    /// The job's name or id in its trace.
-    pub name: String,
+    /// The job's name or id in its trace (shared: every report record of the job holds it).
+    pub name: Arc<str>,
     /// Submission time.
     pub submit: SimTime,
     /// Tenant, queue or virtual cluster.
@@ -147,7 +149,7 @@ impl TrainingJob {
     pub fn simple(id: u32, submit: SimTime, gpus: u32, duration: SimDuration) -> TrainingJob {
         TrainingJob {
             id: JobId(id),
-            name: id.to_string(),
+            name: id.to_string().into(),
             submit,
             tenant: String::new(),
             priority: 0,
@@ -242,7 +244,7 @@ mod tests {
             j
         };
         let w = Workload::new(vec![mk("c", 5), mk("a", 1), mk("b", 5)]);
-        let names: Vec<_> = w.jobs().iter().map(|j| j.name.as_str()).collect();
+        let names: Vec<_> = w.jobs().iter().map(|j| j.name.as_ref()).collect();
         assert_eq!(names, ["a", "c", "b"]);
         assert!(w
             .jobs()

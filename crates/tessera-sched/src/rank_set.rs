@@ -171,10 +171,18 @@ impl<T: Ord + Copy> RankSet<T> {
         }
         let len = chunk.len();
         if len == 0 {
-            if let Some(empty) = self.chunks.remove(c) {
+            // Mostly the front chunk (the best-ranked job left): popped without a general
+            // removal's shifting.
+            let empty = if c == 0 {
+                self.maxes.pop_front();
+                self.chunks.pop_front()
+            } else {
+                self.maxes.remove(c);
+                self.chunks.remove(c)
+            };
+            if let Some(empty) = empty {
                 self.spare = Some(empty);
             }
-            self.maxes.remove(c);
         } else {
             self.sync_max(c);
             if len < CHUNK / 4 {

@@ -438,7 +438,7 @@ impl<'a> Simulation<'a> {
             .iter()
             .map(|s: &InferenceService| {
                 let mut j = TrainingJob::simple(u32::MAX, s.start, 1, SimDuration::from_secs(1));
-                j.name = s.name.clone();
+                j.name = s.name.as_str().into();
                 j.model = s.model.clone();
                 j.tenant = s.tenant.clone();
                 j
@@ -862,7 +862,7 @@ impl<'a> Simulation<'a> {
             let reason =
                 format!("interrupted by failures {restarts} times (at most {limit} restarts)");
             self.failed_jobs.push(FailedJob {
-                name: self.jobs[job.index()].name.clone(),
+                name: self.jobs[job.index()].name.to_string(),
                 reason: reason.clone(),
             });
             self.outcomes.insert(job.0, JobOutcome::Failed { reason });
@@ -1475,7 +1475,7 @@ impl<'a> Simulation<'a> {
         };
         if !(rate.is_finite() && rate > 0.0) {
             return Err(SimError::BadThroughput {
-                job: spec.name.clone(),
+                job: spec.name.to_string(),
                 rate,
                 now: self.now,
             });

@@ -1,5 +1,7 @@
 //! What a run produces: per-job records, a summary, and a utilization time series.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use tessera_model::{JobId, SimTime};
 
@@ -34,7 +36,7 @@ pub struct JobRecord {
     /// Dense id.
     pub job: JobId,
     /// Name in the trace.
-    pub name: String,
+    pub name: Arc<str>,
     /// GPUs requested.
     pub gpus: u32,
     /// Submission.

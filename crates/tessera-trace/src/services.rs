@@ -208,7 +208,7 @@ fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> 
         let mut job = TrainingJob::simple(i as u32, submit, j.gpus, dur);
         job.gpu_types = gpu_types(&j.gpu_types, catalog, &f)?;
         job.mig = job_mig(&j, &job.gpu_types, catalog, &f)?;
-        job.name = j.name;
+        job.name = j.name.into();
         job.model = j.model;
         job.tenant = j.tenant;
         jobs.push(job);

@@ -326,8 +326,8 @@ mod tests {
         // Order and everything but the submit time are kept.
         for (x, y) in a.jobs().iter().zip(w.jobs()) {
             assert_eq!(
-                (x.name.as_str(), x.gpus, x.duration),
-                (y.name.as_str(), y.gpus, y.duration)
+                (x.name.as_ref(), x.gpus, x.duration),
+                (y.name.as_ref(), y.gpus, y.duration)
             );
         }
         assert_eq!(a.jobs()[0].submit, SimTime::ZERO);

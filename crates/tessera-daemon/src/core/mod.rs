@@ -794,7 +794,7 @@ impl Core {
         let duration = spec.hints.duration_seconds.unwrap_or(DEFAULT_DURATION_SECS);
         Ok(TrainingJob {
             id: tessera_model::JobId(idx as u32),
-            name: spec.name.clone(),
+            name: spec.name.as_str().into(),
             submit: SimTime::from_micros(submit_us),
             tenant: spec.tenant.clone().unwrap_or_default(),
             priority: spec.priority,

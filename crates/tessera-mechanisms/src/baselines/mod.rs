@@ -56,7 +56,7 @@ fn serving_small(_seed: u64) -> Result<Workload, String> {
                 g,
                 SimDuration::from_secs(d),
             );
-            j.name = format!("train-{i}");
+            j.name = format!("train-{i}").into();
             j
         })
         .collect();

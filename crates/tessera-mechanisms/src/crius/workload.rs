@@ -136,7 +136,7 @@ pub fn generate(jobs: usize, load: f64, seed: u64) -> Result<Workload, String> {
             count,
             SimDuration::from_secs_f64(duration),
         );
-        job.name = format!("crius-{id}");
+        job.name = format!("crius-{id}").into();
         job.model = model.name.clone();
         job.batch_size = Some(DEFAULT_BATCH);
         job.iterations = ((duration * rate).round() as u64).max(1);

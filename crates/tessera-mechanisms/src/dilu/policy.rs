@@ -367,7 +367,7 @@ impl DiluServe {
             .map_or(TRAINING_MEMORY_GB * 1000, mb_ceil);
         InstanceSpec {
             name,
-            service: job.name.clone(),
+            service: job.name.to_string(),
             kind: InstanceKind::Training,
             sm_request: req,
             sm_limit: (req + TRAINING_HEADROOM).min(1000),

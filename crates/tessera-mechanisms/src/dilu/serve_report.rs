@@ -362,7 +362,7 @@ pub(super) fn run(
         ));
         // Which training job loses what, against exclusive.
         let job_names: Vec<String> = scenario_workload_with(&scenario)
-            .map(|w| w.jobs().iter().map(|j| j.name.clone()).collect())
+            .map(|w| w.jobs().iter().map(|j| j.name.to_string()).collect())
             .unwrap_or_default();
         let mut rows = Vec::new();
         for (p, runs) in &per_policy {

@@ -149,7 +149,7 @@ fn training(id: u32, name: &str, model: DiluModel, gpus: u32, memory_gb: u64) ->
         gpus,
         SimDuration::from_secs(1_000_000_000),
     );
-    j.name = name.to_string();
+    j.name = name.into();
     j.model = model.name().to_string();
     j.iterations = 1_000_000_000;
     let req = training_request(&j);

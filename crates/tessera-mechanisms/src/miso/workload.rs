@@ -70,7 +70,7 @@ pub fn job_of(id: u32, key: &str, submit: SimTime, runtime_s: f64, iterations: u
         None => (key.to_string(), None),
     };
     let mut job = TrainingJob::simple(id, submit, 1, SimDuration::from_secs_f64(runtime_s));
-    job.name = format!("{id}:{key}");
+    job.name = format!("{id}:{key}").into();
     job.model = model;
     job.batch_size = batch;
     job.iterations = iterations.max(1);

@@ -433,7 +433,7 @@ pub fn run_reference(
                 let rate = truth.throughput(spec, alloc, cluster);
                 if !(rate.is_finite() && rate >= 0.0) {
                     return Err(SimError::BadThroughput {
-                        job: spec.name.clone(),
+                        job: spec.name.to_string(),
                         rate,
                         now: t,
                     });

@@ -116,7 +116,7 @@ impl SynergyWorkload {
                 gpus,
                 SimDuration::from_secs_f64(iterations as f64 * iter),
             );
-            job.name = i.to_string();
+            job.name = i.to_string().into();
             job.model = model.to_string();
             job.iterations = iterations;
             jobs.push(job);

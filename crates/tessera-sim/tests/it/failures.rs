@@ -390,7 +390,7 @@ proptest! {
                 JobOutcome::Finished => prop_assert_eq!(rec.iterations_done, j.iterations as f64),
                 JobOutcome::Failed { reason } => {
                     prop_assert!(max_restarts.is_some_and(|m| pf.restarts > m), "{}", reason);
-                    prop_assert!(f.failed_jobs.iter().any(|x| x.name == j.name && &x.reason == reason));
+                    prop_assert!(f.failed_jobs.iter().any(|x| *x.name == *j.name && &x.reason == reason));
                 }
                 JobOutcome::Unfinished { reason } => {
                     prop_assert!(drawn.is_some(), "{} unfinished without drawn failures: {}", j.name, reason);

@@ -33,7 +33,7 @@ pub fn job(name: &str, submit: u64, gpus: u32, secs: u64) -> TrainingJob {
         gpus,
         SimDuration::from_secs(secs),
     );
-    j.name = name.to_string();
+    j.name = name.into();
     j
 }
 
@@ -68,6 +68,6 @@ pub fn jcts(report: &SimReport) -> Vec<(String, f64)> {
     report
         .jobs
         .iter()
-        .map(|j| (j.name.clone(), j.jct_secs().unwrap_or(f64::NAN)))
+        .map(|j| (j.name.to_string(), j.jct_secs().unwrap_or(f64::NAN)))
         .collect()
 }

@@ -246,7 +246,7 @@ fn a_job_that_never_fits_by_cpu_is_rejected_not_spun() {
     )
     .run(&mut ())
     .unwrap();
-    let hungry = r.jobs.iter().find(|j| j.name == "hungry").unwrap();
+    let hungry = r.jobs.iter().find(|j| &*j.name == "hungry").unwrap();
     match &hungry.outcome {
         JobOutcome::Rejected { reason } => assert!(reason.contains("CPU"), "{reason}"),
         other => panic!("{other:?}"),

@@ -108,7 +108,7 @@ fn job(row: &Row<'_>) -> Result<Option<TrainingJob>, TraceError> {
     let duration = positive_duration(deleted - scheduled, row.text("deletion_time")?)
         .map_err(|k| row.err("deletion_time", k))?;
     let mut job = TrainingJob::simple(0, SimTime::from_micros(created), gpus, duration);
-    job.name = name;
+    job.name = name.into();
     job.tenant = tenant;
     job.gpu_types = gpu_types;
     job.iterations = default_iterations(duration);

@@ -121,7 +121,7 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
     let duration = computed_duration(steps as f64 / rate).map_err(|k| row.err("total_steps", k))?;
     let (model, batch_size) = model_and_batch(job_type);
     let mut job = TrainingJob::simple(0, submit, gpus, duration);
-    job.name = row.index.to_string();
+    job.name = row.index.to_string().into();
     job.model = model;
     job.batch_size = batch_size;
     job.iterations = steps;

@@ -55,7 +55,7 @@ fn job(row: &Row<'_>) -> Result<Option<TrainingJob>, TraceError> {
     let gpus = row.gpus("gpu_num")?;
     let duration = row.duration("duration")?;
     let mut job = TrainingJob::simple(0, submit, gpus, duration);
-    job.name = name;
+    job.name = name.into();
     job.tenant = row.text("vc")?.to_string();
     job.iterations = default_iterations(duration);
     job.cpu = (cpus > 0)

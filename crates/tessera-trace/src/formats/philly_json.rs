@@ -183,7 +183,7 @@ fn entry(v: &Value) -> Result<Entry, Fail> {
     }
     let duration = SimDuration::from_micros(run_us);
     let mut job = TrainingJob::simple(0, SimTime::from_micros(submit), gpus as u32, duration);
-    job.name = name;
+    job.name = name.into();
     job.tenant = tenant;
     job.iterations = default_iterations(duration);
     Ok(Entry::Job(Box::new(job)))

@@ -145,7 +145,7 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
     let (iterations, secs) = app.work(gpus, batch_size);
     let duration = computed_duration(secs).map_err(|k| row.err("num_replicas", k))?;
     let mut job = TrainingJob::simple(0, submit, gpus, duration);
-    job.name = row.text("name")?.to_string();
+    job.name = row.text("name")?.to_string().into();
     job.model = app.name.clone();
     job.batch_size = Some(batch_size);
     job.iterations = iterations;

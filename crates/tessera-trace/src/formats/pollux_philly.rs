@@ -28,7 +28,7 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
     let duration = row.duration("duration")?;
     let gpus = row.gpus("num_gpus")?;
     let mut job = TrainingJob::simple(0, submit, gpus, duration);
-    job.name = row.index.to_string();
+    job.name = row.index.to_string().into();
     job.iterations = default_iterations(duration);
     job.tenant = row.text("cluster")?.to_string();
     Ok(job)

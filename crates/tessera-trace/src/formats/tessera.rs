@@ -56,7 +56,7 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
     let mig = mig_request(row, "mig", gpus, share.is_some(), &gpu_types)?;
     Ok(TrainingJob {
         id: JobId(0),
-        name: row.text("job_id")?.to_string(),
+        name: row.text("job_id")?.into(),
         submit: row.time("submit_s")?,
         tenant: row.text("tenant")?.to_string(),
         priority: row.opt_i32("priority", 0)?,
@@ -173,7 +173,7 @@ impl<'c, W: Write> TesseraCsvWriter<'c, W> {
             .collect();
         self.out
             .write_record([
-                j.name.as_str(),
+                &*j.name,
                 &format_secs(j.submit.as_micros()),
                 &j.gpus.to_string(),
                 &format_secs(j.duration.as_micros()),

@@ -28,7 +28,7 @@ fn job(row: &Row<'_>) -> Result<TrainingJob, TraceError> {
     };
     let mut job = TrainingJob::simple(0, submit, gpus, duration);
     job.id = JobId(0);
-    job.name = name;
+    job.name = name.into();
     job.iterations = iterations;
     job.model = row.text("model_name")?.to_string();
     Ok(job)

@@ -26,7 +26,7 @@ fn pod_list_fixture() {
         (TraceFormat::AlibabaGpu2023, true, 0, 2)
     );
     let jobs = t.workload.jobs();
-    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| &*j.name).collect();
     assert_eq!(names, ["ali-a", "ali-d", "ali-c", "ali-b", "ali-e"]);
     assert_eq!(t.lines, [2, 7, 4, 3, 8]);
 

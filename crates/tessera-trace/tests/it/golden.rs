@@ -25,7 +25,7 @@ fn tessera_fixture() {
     assert_eq!(t.lines, [3, 5, 2, 4]);
     let c = catalog();
     let jobs = t.workload.jobs();
-    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| &*j.name).collect();
     assert_eq!(names, ["train-a", "d", "train-b", "train, c"]);
 
     let mut a = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_micros(59_500_000));
@@ -84,7 +84,7 @@ fn tiresias_fixture() {
     assert_eq!((t.format, t.detected), (TraceFormat::Tiresias, true));
     assert_eq!(t.lines, [2, 3, 5, 4]);
     let j = &t.workload.jobs()[2];
-    assert_eq!(j.name, "2");
+    assert_eq!(&*j.name, "2");
     assert_eq!(
         (j.submit, j.gpus, j.iterations, j.duration),
         (SimTime::from_secs(53), 2, 157, secs(127))
@@ -121,7 +121,7 @@ fn pollux_philly_fixture() {
         (8, secs(193_256), "ee9e8c")
     );
     assert_eq!(
-        (jobs[2].gpus, jobs[2].duration, jobs[2].name.as_str()),
+        (jobs[2].gpus, jobs[2].duration, &*jobs[2].name),
         (4, secs(30), "3")
     );
     assert_eq!(jobs[3].iterations, 66);
@@ -161,7 +161,7 @@ fn gavel_real_trace() {
 fn pollux_fixture() {
     let t = read_fixture("pollux_small.csv", None);
     assert_eq!((t.format, t.detected), (TraceFormat::Pollux, true));
-    let names: Vec<&str> = t.workload.jobs().iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = t.workload.jobs().iter().map(|j| &*j.name).collect();
     assert_eq!(
         names,
         [
@@ -208,7 +208,7 @@ fn philly_json_fixture() {
         .iter()
         .map(|j| {
             (
-                j.name.as_str(),
+                &*j.name,
                 j.submit.as_micros() / 1_000_000,
                 j.gpus,
                 j.duration,
@@ -258,7 +258,7 @@ fn helios_fixture() {
         "h2 (CPU only) and h4 (never ran) are dropped"
     );
     let jobs = t.workload.jobs();
-    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| &*j.name).collect();
     // Sorted by submit time; times relative to the earliest kept job (h5 at 00:00:00).
     assert_eq!(names, ["h5", "h1", "h3"]);
     assert_eq!(t.lines, [6, 2, 4]);
@@ -296,7 +296,7 @@ fn acme_fixture() {
         "a2 (CPU only) is dropped"
     );
     let jobs = t.workload.jobs();
-    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| &*j.name).collect();
     // Offsets: a1 is 00:00:30 UTC, a3 00:00:00 UTC, a4 01:00:00 UTC.
     assert_eq!(names, ["a3", "a1", "a4"]);
     let a1 = &jobs[1];

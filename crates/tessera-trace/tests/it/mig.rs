@@ -67,7 +67,7 @@ fn workload_spec_accepts_kubernetes_mig_limits() {
     let got: Vec<(&str, Option<MigRequest>, usize)> = w
         .jobs()
         .iter()
-        .map(|j| (j.name.as_str(), j.mig.clone(), j.gpu_types.len()))
+        .map(|j| (&*j.name, j.mig.clone(), j.gpu_types.len()))
         .collect();
     assert_eq!(
         got,

@@ -219,7 +219,7 @@ fn job() -> impl Strategy<Value = TrainingJob> {
                 }
                 TrainingJob {
                     id: JobId(0),
-                    name,
+                    name: name.into(),
                     submit: SimTime::from_micros(submit),
                     tenant,
                     priority,
