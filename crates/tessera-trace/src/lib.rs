@@ -379,9 +379,33 @@ pub const BUILTIN_TRACES: &[(&str, &str)] = &[
         "tiresias-60",
         "the 60-job trace of the Tiresias simulator (fixed; seed ignored)",
     ),
+    (
+        "pollux-philly-82k",
+        "the 82,247 Philly jobs of the Pollux artifact's simulator (Sep-Dec 2017, 31.5 jobs/h; \
+         fixed; seed ignored)",
+    ),
 ];
 
 const TIRESIAS_60: &str = include_str!("../data/tiresias_60_job.csv");
+
+/// Pollux's `simulator/traces/philly.csv`, gzipped (3.4 MB as text).
+const POLLUX_PHILLY_GZ: &[u8] = include_bytes!("../data/pollux_philly.csv.gz");
+
+/// The text of an embedded gzipped file; `None` if it does not inflate to UTF-8.
+fn inflate(gz: &[u8]) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+fn embedded_trace(text: &str, name: &str, format: TraceFormat) -> Option<Workload> {
+    let catalog = GpuCatalog::builtin();
+    let trace = parse_trace(text, name, Some(format), &catalog, &ReadOptions::default());
+    trace.ok().map(|t| t.workload)
+}
 
 /// A built-in workload by name (see [`BUILTIN_TRACES`]); generated ones use `seed`.
 pub fn builtin_trace(name: &str, seed: u64) -> Option<Workload> {
@@ -396,18 +420,12 @@ pub fn builtin_trace(name: &str, seed: u64) -> Option<Workload> {
             }
             .generate(),
         ),
-        "tiresias-60" => {
-            let catalog = GpuCatalog::builtin();
-            let opts = ReadOptions::default();
-            let trace = parse_trace(
-                TIRESIAS_60,
-                "builtin:tiresias-60",
-                Some(TraceFormat::Tiresias),
-                &catalog,
-                &opts,
-            );
-            trace.ok().map(|t| t.workload)
-        }
+        "tiresias-60" => embedded_trace(TIRESIAS_60, "builtin:tiresias-60", TraceFormat::Tiresias),
+        "pollux-philly-82k" => embedded_trace(
+            &inflate(POLLUX_PHILLY_GZ)?,
+            "builtin:pollux-philly-82k",
+            TraceFormat::PolluxPhilly,
+        ),
         _ => None,
     }
 }
@@ -438,6 +456,27 @@ mod tests {
         }
         assert!(builtin_trace("nope", 1).is_none());
         assert_eq!(builtin_trace("tiresias-60", 0).map(|w| w.len()), Some(60));
+    }
+
+    /// The embedded Pollux Philly trace inflates to the upstream file: every row, its span
+    /// and its GPU time (figures computed from the file itself).
+    #[test]
+    fn the_pollux_philly_trace_is_the_upstream_file() {
+        let text = inflate(POLLUX_PHILLY_GZ).expect("inflates");
+        let rows = text.lines().filter(|l| !l.is_empty()).count();
+        assert_eq!(rows, 82_248, "header and 82,247 jobs");
+        let w = builtin_trace("pollux-philly-82k", 7).expect("parses");
+        assert_eq!(w.len(), 82_247);
+        let jobs = w.jobs();
+        let span_h =
+            (jobs[jobs.len() - 1].submit.as_secs_f64() - jobs[0].submit.as_secs_f64()) / 3600.0;
+        assert!((span_h - 2613.5).abs() < 0.1, "{span_h}");
+        let gpu_h: f64 = jobs
+            .iter()
+            .map(|j| j.gpus as f64 * j.duration.as_secs_f64())
+            .sum::<f64>()
+            / 3600.0;
+        assert!((gpu_h - 978_078.0).abs() < 1.0, "{gpu_h}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration};
+use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, Workload};
 use tessera_perf::TraceThroughput;
 use tessera_sched::PolicyOptions;
 use tessera_sim::{SimConfig, Simulation};
@@ -320,9 +320,11 @@ pub struct EngineBench;
 const ENGINE_PARAMS: &[Param] = &[
     Param {
         name: "case",
-        default: "loaded,sweep",
+        default: "loaded,trace,sweep",
         help:
-            "comma-separated cases: loaded (82,247 Philly-shaped jobs on 512 GPUs at 190 jobs/h), \
+            "comma-separated cases: loaded (82,247 Philly-shaped jobs on 512 GPUs at 190 jobs/h, \
+               3.2x what the cluster can serve), trace (the 82,247 jobs of the Pollux artifact's \
+               Philly trace, Sep-Dec 2017, on 512 GPUs), \
                sweep (80,000 jobs on 512 / 2,048 / 8,192 GPUs at 190 jobs/h per 2,048 GPUs), \
                large (1,000,000 jobs on 16,384 GPUs at the same load per GPU)",
     },
@@ -344,24 +346,72 @@ const ENGINE_PARAMS: &[Param] = &[
     },
 ];
 
-/// One run of the engine bench: (label, jobs, nodes of 8 GPUs, jobs per hour, target s).
-type EngineCase = (&'static str, usize, u32, f64, f64);
+/// Where an engine case's jobs come from.
+#[derive(Clone, Copy, Debug)]
+enum EngineJobs {
+    /// This many Philly-shaped jobs arriving at this rate (jobs per hour).
+    Poisson(usize, f64),
+    /// The 82,247-job Philly trace of the Pollux artifact (`builtin:pollux-philly-82k`).
+    PolluxPhilly,
+}
+
+/// One run of the engine bench: (label, jobs, nodes of 8 GPUs, target s).
+type EngineCase = (&'static str, EngineJobs, u32, f64);
 
 fn engine_cases(name: &str) -> Result<Vec<EngineCase>, ExperimentError> {
     let per_gpu = PHILLY_JOBS_PER_HOUR_PER_GPU;
     Ok(match name {
-        "loaded" => vec![("loaded", 82_247, 64, PHILLY_BENCH_JOBS_PER_HOUR, 1.0)],
+        "loaded" => vec![(
+            "loaded",
+            EngineJobs::Poisson(82_247, PHILLY_BENCH_JOBS_PER_HOUR),
+            64,
+            1.0,
+        )],
+        "trace" => vec![("trace", EngineJobs::PolluxPhilly, 64, 1.0)],
         "sweep" => [512u32, 2048, 8192]
             .into_iter()
-            .map(|g| ("sweep", 80_000, g / 8, per_gpu * g as f64, 1.0))
+            .map(|g| {
+                (
+                    "sweep",
+                    EngineJobs::Poisson(80_000, per_gpu * g as f64),
+                    g / 8,
+                    1.0,
+                )
+            })
             .collect(),
-        "large" => vec![("large", 1_000_000, 2048, per_gpu * 16_384.0, 10.0)],
+        "large" => vec![(
+            "large",
+            EngineJobs::Poisson(1_000_000, per_gpu * 16_384.0),
+            2048,
+            10.0,
+        )],
         other => {
             return Err(ExperimentError::Param {
                 name: "case".into(),
                 value: other.into(),
-                reason: "unknown case (known: loaded, sweep, large)".into(),
+                reason: "unknown case (known: loaded, trace, sweep, large)".into(),
             })
+        }
+    })
+}
+
+/// The jobs of a case, the first 1/`scale` of them.
+fn engine_workload(jobs: EngineJobs, scale: usize) -> Result<Workload, ExperimentError> {
+    Ok(match jobs {
+        EngineJobs::Poisson(n, jobs_per_hour) => PoissonWorkload {
+            jobs: n / scale,
+            jobs_per_hour,
+            gpu_mix: PHILLY_GPU_MIX.to_vec(),
+            durations: DurationDist::PhillyRuntimes,
+            seed: 1,
+        }
+        .generate(),
+        EngineJobs::PolluxPhilly => {
+            let all = tessera_trace::builtin_trace("pollux-philly-82k", 1).ok_or_else(|| {
+                ExperimentError::Other("the embedded Pollux Philly trace did not parse".into())
+            })?;
+            let keep = all.len() / scale;
+            Workload::new(all.jobs()[..keep].to_vec())
         }
     })
 }
@@ -385,7 +435,7 @@ impl Experiment for EngineBench {
         args: &ExperimentArgs,
         _ctx: &RunContext<'_>,
     ) -> Result<ReproOutput, ExperimentError> {
-        let case_arg = args.get("case").unwrap_or("loaded,sweep").to_string();
+        let case_arg = args.get("case").unwrap_or("loaded,trace,sweep").to_string();
         let policies_arg = args.get("policies").unwrap_or("fifo,las").to_string();
         let scale: usize = args.parse("scale")?;
         let repeat: usize = args.parse("repeat")?;
@@ -408,8 +458,7 @@ impl Experiment for EngineBench {
             .filter(|s| !s.is_empty())
             .collect();
         let mut rows = Vec::new();
-        for (label, jobs, nodes, jobs_per_hour, target_s) in cases {
-            let jobs = jobs / scale;
+        for (label, jobs, nodes, target_s) in cases {
             let cluster = Cluster::homogeneous(
                 "V100-32GB",
                 nodes,
@@ -418,14 +467,8 @@ impl Experiment for EngineBench {
                 Bytes::from_gib(512),
             )
             .map_err(|e| ExperimentError::Other(e.to_string()))?;
-            let workload = PoissonWorkload {
-                jobs,
-                jobs_per_hour,
-                gpu_mix: PHILLY_GPU_MIX.to_vec(),
-                durations: DurationDist::PhillyRuntimes,
-                seed: 1,
-            }
-            .generate();
+            let workload = engine_workload(jobs, scale)?;
+            let jobs = workload.len();
             for &policy in &policies {
                 let round = (policy != "fifo").then(|| SimDuration::from_secs(300));
                 let options = PolicyOptions {
@@ -525,7 +568,7 @@ impl Experiment for EngineBench {
         }
         Ok(bench_output(
             "Engine at scale: Philly-shaped synthetic traces (Poisson arrivals, Philly GPU mix and \
-             run times, seed 1) on 8-GPU V100 nodes",
+             run times, seed 1) and the Pollux artifact's Philly trace (trace) on 8-GPU V100 nodes",
             rows,
         ))
     }
@@ -566,6 +609,26 @@ mod tests {
         let detail = rows[0]["detail"].as_str().unwrap();
         assert!(detail.starts_with("median of 3 runs ("), "{detail}");
         assert!(rows[0]["command"].as_str().unwrap().ends_with("--repeat 3"));
+    }
+
+    /// The trace case replays the embedded Pollux Philly trace (its first 1/scale here) on
+    /// 512 GPUs, every job to completion.
+    #[test]
+    fn the_trace_case_replays_the_pollux_trace() {
+        let out = run(&[
+            ("case", "trace"),
+            ("policies", "fifo,las"),
+            ("scale", "200"),
+        ])
+        .unwrap();
+        let rows = out.summary["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in rows {
+            let case = row["case"].as_str().unwrap();
+            assert!(case.starts_with("trace: 411 jobs on 512 GPUs"), "{case}");
+            let detail = row["detail"].as_str().unwrap();
+            assert!(detail.contains("411/411 finished"), "{detail}");
+        }
     }
 
     /// The sweep at 1/1000 of its jobs: one row per cluster size, every job finished.
