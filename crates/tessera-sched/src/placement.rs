@@ -185,36 +185,50 @@ impl<'c> Ledger<'c> {
         // node it names, so it is computed once and the scan only compares resources.
         let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
         let wanted = share.resources();
-        // `wanted` holds at least one GPU: nodes without a free one cannot fit it.
-        if let Some(n) = self
-            .with_free_gpus_in(nodes.clone())
-            .find(|&n| self.free[n].fits(&wanted))
-        {
-            return Some(Allocation::single(NodeShare {
-                node: NodeId(n as u32),
-                ..share
-            }));
+        // `wanted` holds at least one GPU: nodes without a free one cannot fit it, and no
+        // node has more GPUs than its group's nodes have.
+        if job.gpus <= group.gpus_per_node {
+            if let Some(n) = self
+                .with_free_gpus_in(nodes.clone())
+                .find(|&n| self.free[n].fits(&wanted))
+            {
+                return Some(Allocation::single(NodeShare {
+                    node: NodeId(n as u32),
+                    ..share
+                }));
+            }
         }
-        // Several nodes: emptiest first, so the job spans as few as possible.
-        let mut candidates: Vec<usize> = self.with_free_gpus_in(nodes).collect();
-        candidates.sort_by_key(|&n| (std::cmp::Reverse(self.free[n].gpus), n));
+        // Several nodes: emptiest first (most free GPUs, then node order), so the job spans
+        // as few as possible. The nodes with free GPUs are listed once and visited count by
+        // count from the highest rather than sorted: the job usually has its GPUs within the
+        // first counts visited.
+        let candidates: SmallVec<[(u32, u32); 64]> = self
+            .with_free_gpus_in(nodes)
+            .map(|n| (self.free[n].gpus, n as u32))
+            .collect();
+        let most_free = candidates.iter().map(|&(free, _)| free).max()?;
         let mut shares = Vec::new();
         let mut needed = job.gpus;
-        for n in candidates {
-            if needed == 0 {
-                break;
-            }
-            // As many of the job's GPUs as the node can carry with their CPU and memory: a
-            // job with a large explicit request may need to spread down to one GPU per node
-            // (which `Cluster::can_ever_fit` counts on).
-            let most = needed.min(self.free[n].gpus);
-            if let Some(share) = (1..=most)
-                .rev()
-                .map(|k| proportional_share(job, group, NodeId(n as u32), k))
-                .find(|s| self.free[n].fits(&s.resources()))
-            {
-                needed -= share.gpus;
-                shares.push(share);
+        'counts: for count in (1..=most_free).rev() {
+            for &(free, n) in &candidates {
+                if needed == 0 {
+                    break 'counts;
+                }
+                if free != count {
+                    continue;
+                }
+                // As many of the job's GPUs as the node can carry with their CPU and memory:
+                // a job with a large explicit request may need to spread down to one GPU per
+                // node (which `Cluster::can_ever_fit` counts on).
+                let node = &self.free[n as usize];
+                if let Some(share) = (1..=needed.min(count))
+                    .rev()
+                    .map(|k| proportional_share(job, group, NodeId(n), k))
+                    .find(|s| node.fits(&s.resources()))
+                {
+                    needed -= share.gpus;
+                    shares.push(share);
+                }
             }
         }
         (needed == 0).then_some(Allocation::new(shares))
