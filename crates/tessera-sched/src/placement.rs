@@ -199,31 +199,29 @@ impl<'c> Ledger<'c> {
             }
         }
         // Several nodes: emptiest first (most free GPUs, then node order), so the job spans
-        // as few as possible. The nodes with free GPUs are listed once and visited count by
-        // count from the highest rather than sorted: the job usually has its GPUs within the
-        // first counts visited.
-        let candidates: SmallVec<[(u32, u32); 64]> = self
-            .with_free_gpus_in(nodes)
-            .map(|n| (self.free[n].gpus, n as u32))
-            .collect();
-        let most_free = candidates.iter().map(|&(free, _)| free).max()?;
+        // as few as possible. The nodes are visited count by count from the highest rather
+        // than sorted: the job usually has its GPUs within the first counts visited.
+        let most_free = self
+            .with_free_gpus_in(nodes.clone())
+            .map(|n| self.free[n].gpus)
+            .max()?;
         let mut shares = Vec::new();
         let mut needed = job.gpus;
         'counts: for count in (1..=most_free).rev() {
-            for &(free, n) in &candidates {
+            for n in self.with_free_gpus_in(nodes.clone()) {
                 if needed == 0 {
                     break 'counts;
                 }
-                if free != count {
+                let node = &self.free[n];
+                if node.gpus != count {
                     continue;
                 }
                 // As many of the job's GPUs as the node can carry with their CPU and memory:
                 // a job with a large explicit request may need to spread down to one GPU per
                 // node (which `Cluster::can_ever_fit` counts on).
-                let node = &self.free[n as usize];
                 if let Some(share) = (1..=needed.min(count))
                     .rev()
-                    .map(|k| proportional_share(job, group, NodeId(n), k))
+                    .map(|k| proportional_share(job, group, NodeId(n as u32), k))
                     .find(|s| node.fits(&s.resources()))
                 {
                     needed -= share.gpus;
