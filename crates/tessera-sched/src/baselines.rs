@@ -452,6 +452,34 @@ impl<'a> Shape<'a> {
 /// Failed shapes remembered per fill (the list is scanned per job: kept short).
 const MAX_FAILED_SHAPES: usize = 16;
 
+/// Places jobs in a pass where the ledger only takes (a fill, a re-plan's backfill): what is
+/// free only shrinks and a placement depends on nothing but the shape, so a job of a shape
+/// that found no placement earlier in the pass fails too. Skipping it decides the same and
+/// costs a comparison instead of a placement attempt (a deep queue of jobs that cannot fit
+/// yet, or a loaded cluster's scans across every node for a job that spans several).
+#[derive(Default)]
+struct ShrinkingFill<'a> {
+    failed: SmallVec<[Shape<'a>; 4]>,
+}
+
+impl<'a> ShrinkingFill<'a> {
+    fn place(
+        &mut self,
+        ledger: &mut IndexedLedger<'_>,
+        spec: &'a TrainingJob,
+    ) -> Option<Allocation> {
+        let shape = Shape::of(spec);
+        if self.failed.contains(&shape) {
+            return None;
+        }
+        let placed = ledger.place(spec);
+        if placed.is_none() && self.failed.len() < MAX_FAILED_SHAPES {
+            self.failed.push(shape);
+        }
+        placed
+    }
+}
+
 /// A baseline policy: one [`JobOrder`] over the shared start/preempt mechanism.
 #[derive(Debug)]
 pub struct OrderedPolicy {
@@ -503,11 +531,7 @@ impl OrderedPolicy {
         let mut ledger = IndexedLedger::new(view.cluster, view.state);
         let mut free = ledger.free_gpus();
         let mut heads = bucket_heads(queue, free);
-        // Shapes that found no placement in this pass. What is free only shrinks while
-        // filling and a placement depends on nothing but the shape, so a later job of a
-        // failed shape fails too: skipping it decides the same and costs a comparison
-        // instead of a placement attempt (a deep queue of jobs that cannot fit yet).
-        let mut failed: Vec<Shape<'_>> = Vec::new();
+        let mut fill = ShrinkingFill::default();
         while free > 0 {
             let Some(b) = best_head(&heads, free) else {
                 break;
@@ -519,15 +543,9 @@ impl OrderedPolicy {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
-            let shape = Shape::of(spec);
-            if failed.contains(&shape) {
-                continue;
-            }
-            if let Some(allocation) = ledger.place(spec) {
+            if let Some(allocation) = fill.place(&mut ledger, spec) {
                 actions.push(Action::Start { job, allocation });
                 free = ledger.free_gpus();
-            } else if failed.len() < MAX_FAILED_SHAPES {
-                failed.push(shape);
             }
         }
     }
@@ -680,6 +698,7 @@ impl OrderedPolicy {
         let mut free = ledger.free_gpus();
         drop(heads); // borrows `queue`
         let mut heads = bucket_heads(&queue, free);
+        let mut backfill = ShrinkingFill::default();
         while free > 0 {
             let Some(q) = best_head(&heads, free) else {
                 break;
@@ -691,7 +710,10 @@ impl OrderedPolicy {
                 continue;
             }
             let job = JobId(id);
-            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            if let Some(allocation) = backfill.place(&mut ledger, spec) {
                 actions.push(Action::Start { job, allocation });
                 free = ledger.free_gpus();
             }
@@ -838,6 +860,7 @@ impl OrderedPolicy {
             // 5. Backfill with unselected queued jobs in priority order.
             let mut free = ledger.free_gpus();
             let mut heads = bucket_heads(&queue, free);
+            let mut backfill = ShrinkingFill::default();
             while free > 0 {
                 let Some(q) = best_head(&heads, free) else {
                     break;
@@ -849,7 +872,10 @@ impl OrderedPolicy {
                     continue;
                 }
                 let job = JobId(id);
-                if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                let Some(spec) = view.jobs.get(job.index()) else {
+                    continue;
+                };
+                if let Some(allocation) = backfill.place(&mut ledger, spec) {
                     actions.push(Action::Start { job, allocation });
                     free = ledger.free_gpus();
                 }
