@@ -3,9 +3,8 @@
 //! Placement asks two things of it: the lowest free-GPU count at least k that some node has
 //! (first fit) or the highest below a bound (emptiest first), and the nodes with exactly that
 //! count in node order. Every start and stop moves a node between two counts. One bitset over
-//! the group's nodes per count, and one per count of the nodes with at least that many, do
-//! each move in O(counts moved) and each question in O(GPUs per node) or one scan of words; an
-//! ordered set of (count, node) paid two B-tree updates per move.
+//! the group's nodes per count does each move in O(1) and each question in O(GPUs per node)
+//! plus a scan of words; an ordered set of (count, node) paid two B-tree updates per move.
 
 /// Nodes by free-GPU count for one node group (nodes are numbered cluster-wide; the group's
 /// are `base..base + span`).
@@ -17,9 +16,6 @@ pub struct FreeIndex {
     words: usize,
     /// Count `v`'s bitset is `bits[v * words..(v + 1) * words]`; count 0 is never set.
     bits: Vec<u64>,
-    /// The same layout, cumulative: bit n of count `v` is set when node n has at least `v`
-    /// free, so that a first fit reads one bitset instead of OR-ing every count above.
-    at_least: Vec<u64>,
     /// Nodes per count.
     nodes: Vec<u32>,
 }
@@ -32,7 +28,6 @@ impl FreeIndex {
             span,
             words: (span as usize).div_ceil(64),
             bits: Vec::new(),
-            at_least: Vec::new(),
             nodes: Vec::new(),
         }
     }
@@ -44,7 +39,6 @@ impl FreeIndex {
             span: 0,
             words: 0,
             bits: Vec::new(),
-            at_least: Vec::new(),
             nodes: Vec::new(),
         }
     }
@@ -60,11 +54,19 @@ impl FreeIndex {
         let Some((word, bit)) = self.slot(node) else {
             return;
         };
-        if free == 0 || self.has(free, word, bit) {
+        if free == 0 {
             return;
         }
-        self.set(free, word, bit);
-        self.mark_at_least(0, free, word, bit, true);
+        let level = free as usize;
+        if self.nodes.len() <= level {
+            self.nodes.resize(level + 1, 0);
+            self.bits.resize((level + 1) * self.words, 0);
+        }
+        let w = &mut self.bits[level * self.words + word];
+        if *w & bit == 0 {
+            *w |= bit;
+            self.nodes[level] += 1;
+        }
     }
 
     /// Forgets that `node` has `free` whole-free GPUs.
@@ -72,75 +74,11 @@ impl FreeIndex {
         let Some((word, bit)) = self.slot(node) else {
             return;
         };
-        if free == 0 || !self.has(free, word, bit) {
-            return;
-        }
-        self.unset(free, word, bit);
-        self.mark_at_least(0, free, word, bit, false);
-    }
-
-    /// Moves `node` from `before` whole-free GPUs to `after`: `remove` then `insert`, with
-    /// only the counts between the two changed in the cumulative sets.
-    pub fn moved(&mut self, before: u32, after: u32, node: u32) {
-        let Some((word, bit)) = self.slot(node) else {
-            return;
-        };
-        if before == after {
-            return;
-        }
-        if before != 0 && !self.has(before, word, bit) {
-            // Not recorded where the caller says: the plain way.
-            self.remove(before, node);
-            self.insert(after, node);
-            return;
-        }
-        if before != 0 {
-            self.unset(before, word, bit);
-        }
-        if after != 0 {
-            self.set(after, word, bit);
-        }
-        if after > before {
-            self.mark_at_least(before, after, word, bit, true);
-        } else {
-            self.mark_at_least(after, before, word, bit, false);
-        }
-    }
-
-    fn has(&self, level: u32, word: usize, bit: u64) -> bool {
-        self.bits
-            .get(level as usize * self.words + word)
-            .is_some_and(|w| w & bit != 0)
-    }
-
-    /// Sets the node's bit at `level` (known clear), growing the counts as needed.
-    fn set(&mut self, level: u32, word: usize, bit: u64) {
-        let level = level as usize;
-        if self.nodes.len() <= level {
-            self.nodes.resize(level + 1, 0);
-            self.bits.resize((level + 1) * self.words, 0);
-            self.at_least.resize((level + 1) * self.words, 0);
-        }
-        self.bits[level * self.words + word] |= bit;
-        self.nodes[level] += 1;
-    }
-
-    /// Clears the node's bit at `level` (known set).
-    fn unset(&mut self, level: u32, word: usize, bit: u64) {
-        let level = level as usize;
-        self.bits[level * self.words + word] &= !bit;
-        self.nodes[level] -= 1;
-    }
-
-    /// Sets (or clears) the node's cumulative bit at the counts `above + 1..=upto`.
-    fn mark_at_least(&mut self, above: u32, upto: u32, word: usize, bit: u64, on: bool) {
-        for level in above as usize + 1..=upto as usize {
-            if let Some(w) = self.at_least.get_mut(level * self.words + word) {
-                if on {
-                    *w |= bit;
-                } else {
-                    *w &= !bit;
-                }
+        let level = free as usize;
+        if let Some(w) = self.bits.get_mut(level * self.words + word) {
+            if *w & bit != 0 {
+                *w &= !bit;
+                self.nodes[level] -= 1;
             }
         }
     }
@@ -182,18 +120,24 @@ impl FreeIndex {
     }
 
     /// The lowest-numbered node with at least `at_least` whole-free GPUs that `accept`
-    /// takes, read from the cumulative set of that count a word at a time.
+    /// takes: the counts' bitsets are OR-ed a word at a time, so a first fit reads each
+    /// word of the group once instead of walking every count.
     pub fn first_at_least(
         &self,
         at_least: u32,
         mut accept: impl FnMut(u32) -> bool,
     ) -> Option<u32> {
         let from = (at_least as usize).max(1);
-        let words = self
-            .at_least
-            .get(from * self.words..(from + 1) * self.words)?;
-        for (w, &word) in words.iter().enumerate() {
-            let mut word = word;
+        if from >= self.nodes.len() {
+            return None;
+        }
+        for w in 0..self.words {
+            let mut word = 0u64;
+            for level in from..self.nodes.len() {
+                if self.nodes[level] > 0 {
+                    word |= self.bits.get(level * self.words + w).copied().unwrap_or(0);
+                }
+            }
             while word != 0 {
                 let b = word.trailing_zeros();
                 word &= word - 1;
@@ -243,14 +187,10 @@ mod tests {
             for (n, f) in moves {
                 let n = n % span;
                 let node = base + n;
-                if f % 2 == 0 {
-                    index.moved(free[n as usize], f, node);
-                } else {
-                    index.remove(free[n as usize], node);
-                    index.insert(f, node);
-                }
+                index.remove(free[n as usize], node);
                 set.remove(&(free[n as usize], node));
                 free[n as usize] = f;
+                index.insert(f, node);
                 if f > 0 {
                     set.insert((f, node));
                 }

@@ -241,7 +241,8 @@ impl ClusterState {
                 before != after,
                 group.and_then(|g| self.free_index.get_mut(g)),
             ) {
-                index.moved(before as u32, after as u32, node.0);
+                index.remove(before as u32, node.0);
+                index.insert(after as u32, node.0);
             }
         }
     }
