@@ -2,138 +2,106 @@
 //!
 //! A preemption, resize or re-rating replaces a running job's completion, about once per
 //! action in a loaded LAS run (2 M times for the 82k-job trace). An ordered set paid a B-tree
-//! search and node shift for each; an indexed binary heap pays a sift over a few levels of a
-//! flat array and finds a job's entry through its position, with the same order (sequence
-//! numbers are unique, so (instant, sequence) orders every entry totally).
+//! search and node shift for each; an indexed binary heap paid a sift with a position update
+//! per level for every insert, pop and removal. Here a plain binary heap holds the entries
+//! and each job's live (instant, sequence) is kept beside it: a removal only forgets the
+//! job's entry, which is dropped once it reaches the top (the top is always live) or when
+//! dropped entries outnumber live ones (a rebuild, so the heap stays within twice the live
+//! set). The order is the same: sequence numbers are unique, so (instant, sequence) orders
+//! every entry totally.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use tessera_model::SimTime;
 
 /// One pending completion: (when, sequence, job index).
 pub(crate) type Completion = (SimTime, u64, u32);
 
-/// No entry for this job.
-const ABSENT: u32 = u32::MAX;
+/// Sequence 0 marks a job with no live entry (the engine numbers entries from 1).
+const NONE: (SimTime, u64) = (SimTime::ZERO, 0);
 
-/// An indexed binary min-heap of completions keyed by job index.
+/// Dropped entries tolerated beyond the live ones before a rebuild.
+const SLACK: usize = 64;
+
+/// A binary min-heap of completions with lazy removal, keyed by job index.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Completions {
-    heap: Vec<Completion>,
-    /// Position of each job's entry in `heap`, by job index ([`ABSENT`] for none).
-    pos: Vec<u32>,
+    /// Live entries and removed ones not yet dropped; the top is live (or the heap empty).
+    heap: BinaryHeap<Reverse<Completion>>,
+    /// Each job's live (when, sequence), by job index ([`NONE`] for none).
+    live: Vec<(SimTime, u64)>,
+    /// Live entries.
+    len: usize,
 }
 
 impl Completions {
     pub(crate) fn len(&self) -> usize {
-        self.heap.len()
+        self.len
     }
 
     /// The earliest completion.
     pub(crate) fn first(&self) -> Option<Completion> {
-        self.heap.first().copied()
+        self.heap.peek().map(|&Reverse(c)| c)
     }
 
     /// The pending (when, sequence) of `job`, if any.
     pub(crate) fn get(&self, job: u32) -> Option<(SimTime, u64)> {
-        let &p = self.pos.get(job as usize)?;
-        self.heap.get(p as usize).map(|&(t, s, _)| (t, s))
+        self.live.get(job as usize).copied().filter(|d| d.1 != 0)
+    }
+
+    fn is_live(&self, (at, seq, job): Completion) -> bool {
+        self.live.get(job as usize) == Some(&(at, seq))
+    }
+
+    /// Drops removed entries: all of them once they outnumber the live ones by the slack,
+    /// else those on top, so that the top is live.
+    fn settle(&mut self) {
+        if self.heap.len() > 2 * self.len + SLACK {
+            let live = &self.live;
+            self.heap
+                .retain(|&Reverse((t, s, j))| live.get(j as usize) == Some(&(t, s)));
+            return;
+        }
+        while let Some(&Reverse(top)) = self.heap.peek() {
+            if self.is_live(top) {
+                return;
+            }
+            self.heap.pop();
+        }
     }
 
     /// Removes and returns the earliest completion.
     pub(crate) fn pop_first(&mut self) -> Option<Completion> {
-        let first = self.first()?;
-        self.remove_at(0);
+        let Reverse(first) = self.heap.pop()?;
+        if let Some(d) = self.live.get_mut(first.2 as usize) {
+            *d = NONE;
+        }
+        self.len -= 1;
+        self.settle();
         Some(first)
     }
 
-    /// Adds `entry`, replacing its job's pending one if there is one.
+    /// Adds `entry` (its sequence non-zero), replacing its job's pending one if there is one.
     pub(crate) fn insert(&mut self, entry: Completion) {
         let job = entry.2 as usize;
         self.remove(entry.2);
-        if self.pos.len() <= job {
-            self.pos.resize(job + 1, ABSENT);
+        if self.live.len() <= job {
+            self.live.resize(job + 1, NONE);
         }
-        self.heap.push(entry);
-        let at = self.heap.len() - 1;
-        self.pos[job] = at as u32;
-        self.sift_up(at);
+        self.live[job] = (entry.0, entry.1);
+        self.len += 1;
+        self.heap.push(Reverse(entry));
     }
 
     /// Removes `job`'s pending completion; returns it if there was one.
     pub(crate) fn remove(&mut self, job: u32) -> Option<Completion> {
-        let p = *self.pos.get(job as usize)?;
-        let entry = *self.heap.get(p as usize)?;
-        self.remove_at(p as usize);
-        Some(entry)
+        let (at, seq) = self.get(job)?;
+        self.live[job as usize] = NONE;
+        self.len -= 1;
+        self.settle();
+        Some((at, seq, job))
     }
-
-    fn remove_at(&mut self, at: usize) {
-        let Some(removed) = self.heap.get(at).copied() else {
-            return;
-        };
-        if let Some(p) = self.pos.get_mut(removed.2 as usize) {
-            *p = ABSENT;
-        }
-        let Some(last) = self.heap.pop() else {
-            return;
-        };
-        if at == self.heap.len() {
-            return; // the removed entry was the last one
-        }
-        self.heap[at] = last;
-        self.pos[last.2 as usize] = at as u32;
-        if at > 0 && key(&last) < key(&self.heap[(at - 1) / 2]) {
-            self.sift_up(at);
-        } else {
-            self.sift_down(at);
-        }
-    }
-
-    fn sift_up(&mut self, mut at: usize) {
-        let entry = self.heap[at];
-        while at > 0 {
-            let parent = (at - 1) / 2;
-            let above = self.heap[parent];
-            if key(&above) <= key(&entry) {
-                break;
-            }
-            self.heap[at] = above;
-            self.pos[above.2 as usize] = at as u32;
-            at = parent;
-        }
-        self.heap[at] = entry;
-        self.pos[entry.2 as usize] = at as u32;
-    }
-
-    fn sift_down(&mut self, mut at: usize) {
-        let entry = self.heap[at];
-        let n = self.heap.len();
-        loop {
-            let left = 2 * at + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && key(&self.heap[right]) < key(&self.heap[left]) {
-                right
-            } else {
-                left
-            };
-            let below = self.heap[child];
-            if key(&entry) <= key(&below) {
-                break;
-            }
-            self.heap[at] = below;
-            self.pos[below.2 as usize] = at as u32;
-            at = child;
-        }
-        self.heap[at] = entry;
-        self.pos[entry.2 as usize] = at as u32;
-    }
-}
-
-/// The order of entries: by instant, then by sequence (unique per entry).
-fn key(c: &Completion) -> (SimTime, u64) {
-    (c.0, c.1)
 }
 
 #[cfg(test)]
@@ -161,7 +129,7 @@ mod tests {
         /// Against the ordered set it replaced, kept with one entry per job as the engine
         /// keeps it: the same first entry, pops and lookups after every operation.
         #[test]
-        fn orders_as_the_ordered_set(ops in prop::collection::vec(op(), 0..300)) {
+        fn orders_as_the_ordered_set(ops in prop::collection::vec(op(), 0..1500)) {
             let mut heap = Completions::default();
             let mut set: BTreeSet<Completion> = BTreeSet::new();
             let mut due: Vec<Option<(SimTime, u64)>> = vec![None; 40];
@@ -193,6 +161,8 @@ mod tests {
                 }
                 prop_assert_eq!(heap.first(), set.first().copied());
                 prop_assert_eq!(heap.len(), set.len());
+                // Removed entries never pile up past the rebuild threshold.
+                prop_assert!(heap.heap.len() <= 2 * heap.len() + SLACK + 1);
                 for job in 0..40u32 {
                     prop_assert_eq!(heap.get(job), due[job as usize]);
                 }
