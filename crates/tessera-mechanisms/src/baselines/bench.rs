@@ -2,6 +2,7 @@
 //! synthetic trace where nothing queues, and `tessera bench engine` (issue 11), the cases
 //! where the engine used to degrade: a loaded cluster, a large one, and a cluster-size sweep.
 
+use std::rc::Rc;
 use std::time::Instant;
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, Workload};
@@ -342,7 +343,8 @@ const ENGINE_PARAMS: &[Param] = &[
         name: "repeat",
         default: "1",
         help: "run each case this many times and report the median wall time with the range \
-               (a shared machine's noise); every repeat must report the same results",
+               (a shared machine's noise), a case's sizes and policies taking turns so that \
+               they see the same minutes; every repeat must report the same results",
     },
 ];
 
@@ -393,6 +395,121 @@ fn engine_cases(name: &str) -> Result<Vec<EngineCase>, ExperimentError> {
             })
         }
     })
+}
+
+/// One (case, cluster size, policy) of `bench engine` and its measurements so far.
+struct EngineRun<'a> {
+    label: &'static str,
+    policy: &'a str,
+    round: Option<SimDuration>,
+    nodes: u32,
+    target_s: f64,
+    cluster: Rc<Cluster>,
+    workload: Rc<Workload>,
+    walls: Vec<f64>,
+    /// The first run's report: every repeat must match it.
+    first: Option<tessera_sim::SimReport>,
+}
+
+impl EngineRun<'_> {
+    /// Runs the simulation once more and records its wall time.
+    fn once(&mut self) -> Result<(), ExperimentError> {
+        let (label, policy) = (self.label, self.policy);
+        let options = PolicyOptions {
+            round: self.round,
+            ..PolicyOptions::default()
+        };
+        let built = crate::build_policy(policy, &options)?;
+        let config = SimConfig {
+            record_timeseries: false,
+            ..SimConfig::default()
+        };
+        let started = Instant::now();
+        let report = Simulation::new(
+            &self.cluster,
+            &self.workload,
+            &TraceThroughput,
+            built,
+            config,
+        )
+        .run(&mut ())
+        .map_err(|source| ExperimentError::Sim {
+            context: format!("bench engine, {label}, {policy}"),
+            source,
+        })?;
+        self.walls.push(started.elapsed().as_secs_f64());
+        match &self.first {
+            Some(f) if f.summary != report.summary || f.jobs != report.jobs => {
+                Err(ExperimentError::Other(format!(
+                    "bench engine, {label}, {policy}: a repeat reported other results than \
+                     the first (the engine must be deterministic)"
+                )))
+            }
+            Some(_) => Ok(()),
+            None => {
+                self.first = Some(report);
+                Ok(())
+            }
+        }
+    }
+
+    /// The benchmark row: the median wall time, with the range over repeats.
+    fn row(mut self, scale: usize, repeat: usize) -> Option<BenchRow> {
+        let report = self.first.take()?;
+        let (label, policy) = (self.label, self.policy);
+        let walls = &mut self.walls;
+        walls.sort_by(f64::total_cmp);
+        let wall_s = walls[walls.len() / 2];
+        let spread = if repeat > 1 {
+            format!(
+                "median of {repeat} runs ({:.3}–{:.3} s), ",
+                walls[0],
+                walls[walls.len() - 1]
+            )
+        } else {
+            String::new()
+        };
+        let s = &report.summary;
+        let gpus = self.nodes * 8;
+        Some(BenchRow {
+            case: match self.round {
+                Some(r) => format!(
+                    "{label}: {} jobs on {gpus} GPUs, {policy} ({} s rounds)",
+                    s.jobs,
+                    r.as_secs_f64()
+                ),
+                None => format!("{label}: {} jobs on {gpus} GPUs, {policy}", s.jobs),
+            },
+            wall_s,
+            target_s: self.target_s,
+            events_per_s: Some(s.events as f64 / wall_s.max(1e-9)),
+            detail: format!(
+                "{spread}{:.0} ns/event, {} events, {} scheduling points, {} preemptions, \
+                 avg queue {:.0} s, {}/{} finished, peak RSS {}",
+                wall_s * 1e9 / (s.events.max(1) as f64),
+                s.events,
+                s.scheduling_points,
+                s.preemptions,
+                s.avg_queue_s,
+                s.finished,
+                s.jobs,
+                peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"))
+            ),
+            command: format!(
+                "tessera bench engine --case {label} --policies {policy}{}{}",
+                if scale > 1 {
+                    format!(" --scale {scale}")
+                } else {
+                    String::new()
+                },
+                if repeat > 1 {
+                    format!(" --repeat {repeat}")
+                } else {
+                    String::new()
+                }
+            ),
+        })
+    }
 }
 
 /// The jobs of a case, the first 1/`scale` of them.
@@ -448,122 +565,50 @@ impl Experiment for EngineBench {
                 });
             }
         }
-        let mut cases = Vec::new();
-        for name in case_arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            cases.extend(engine_cases(name)?);
-        }
         let policies: Vec<&str> = policies_arg
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .collect();
         let mut rows = Vec::new();
-        for (label, jobs, nodes, target_s) in cases {
-            let cluster = Cluster::homogeneous(
-                "V100-32GB",
-                nodes,
-                8,
-                MilliCpu::from_cores(48),
-                Bytes::from_gib(512),
-            )
-            .map_err(|e| ExperimentError::Other(e.to_string()))?;
-            let workload = engine_workload(jobs, scale)?;
-            let jobs = workload.len();
-            for &policy in &policies {
-                let round = (policy != "fifo").then(|| SimDuration::from_secs(300));
-                let options = PolicyOptions {
-                    round,
-                    ..PolicyOptions::default()
-                };
-                let built = crate::build_policy(policy, &options)?;
-                let config = SimConfig {
-                    record_timeseries: false,
-                    ..SimConfig::default()
-                };
-                let mut walls = Vec::with_capacity(repeat);
-                let mut first: Option<tessera_sim::SimReport> = None;
-                let mut built = Some(built);
-                for _ in 0..repeat {
-                    let policy_now = match built.take() {
-                        Some(p) => p,
-                        None => crate::build_policy(policy, &options)?,
-                    };
-                    let started = Instant::now();
-                    let report = Simulation::new(
-                        &cluster,
-                        &workload,
-                        &TraceThroughput,
-                        policy_now,
-                        config.clone(),
-                    )
-                    .run(&mut ())
-                    .map_err(|source| ExperimentError::Sim {
-                        context: format!("bench engine, {label}, {policy}"),
-                        source,
-                    })?;
-                    walls.push(started.elapsed().as_secs_f64());
-                    match &first {
-                        Some(f) if f.summary != report.summary || f.jobs != report.jobs => {
-                            return Err(ExperimentError::Other(format!(
-                                "bench engine, {label}, {policy}: a repeat reported other \
-                                 results than the first (the engine must be deterministic)"
-                            )));
-                        }
-                        Some(_) => {}
-                        None => first = Some(report),
-                    }
+        for name in case_arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            // A case's runs (its cluster sizes × the policies) go round by round, so that a
+            // shared machine's slow and fast minutes fall on all of them alike and the
+            // comparison across sizes holds (repeats of one run back to back did not).
+            let mut runs = Vec::new();
+            for (label, jobs, nodes, target_s) in engine_cases(name)? {
+                let cluster = Cluster::homogeneous(
+                    "V100-32GB",
+                    nodes,
+                    8,
+                    MilliCpu::from_cores(48),
+                    Bytes::from_gib(512),
+                )
+                .map_err(|e| ExperimentError::Other(e.to_string()))?;
+                let workload = Rc::new(engine_workload(jobs, scale)?);
+                let cluster = Rc::new(cluster);
+                for &policy in &policies {
+                    let round = (policy != "fifo").then(|| SimDuration::from_secs(300));
+                    runs.push(EngineRun {
+                        label,
+                        policy,
+                        round,
+                        nodes,
+                        target_s,
+                        cluster: Rc::clone(&cluster),
+                        workload: Rc::clone(&workload),
+                        walls: Vec::with_capacity(repeat),
+                        first: None,
+                    });
                 }
-                let Some(report) = first else { continue };
-                walls.sort_by(f64::total_cmp);
-                let wall_s = walls[walls.len() / 2];
-                let spread = if repeat > 1 {
-                    format!(
-                        "median of {repeat} runs ({:.3}–{:.3} s), ",
-                        walls[0],
-                        walls[walls.len() - 1]
-                    )
-                } else {
-                    String::new()
-                };
-                let s = &report.summary;
-                let gpus = nodes * 8;
-                rows.push(BenchRow {
-                    case: match round {
-                        Some(r) => format!(
-                            "{label}: {jobs} jobs on {gpus} GPUs, {policy} ({} s rounds)",
-                            r.as_secs_f64()
-                        ),
-                        None => format!("{label}: {jobs} jobs on {gpus} GPUs, {policy}"),
-                    },
-                    wall_s,
-                    target_s,
-                    events_per_s: Some(s.events as f64 / wall_s.max(1e-9)),
-                    detail: format!(
-                        "{spread}{:.0} ns/event, {} events, {} scheduling points, {} preemptions, \
-                         avg queue {:.0} s, {}/{} finished, peak RSS {}",
-                        wall_s * 1e9 / (s.events.max(1) as f64),
-                        s.events,
-                        s.scheduling_points,
-                        s.preemptions,
-                        s.avg_queue_s,
-                        s.finished,
-                        s.jobs,
-                        peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"))
-                    ),
-                    command: format!(
-                        "tessera bench engine --case {label} --policies {policy}{}{}",
-                        if scale > 1 {
-                            format!(" --scale {scale}")
-                        } else {
-                            String::new()
-                        },
-                        if repeat > 1 {
-                            format!(" --repeat {repeat}")
-                        } else {
-                            String::new()
-                        }
-                    ),
-                });
+            }
+            for _ in 0..repeat {
+                for run in &mut runs {
+                    run.once()?;
+                }
+            }
+            for run in runs {
+                rows.extend(run.row(scale, repeat));
             }
         }
         Ok(bench_output(
