@@ -167,31 +167,73 @@ struct Queue {
     buckets: Vec<(u32, RankSet<Rank>)>,
     /// Each queued job's (GPU count, rank), by job index.
     entries: Vec<Option<(u32, Rank)>>,
+    /// Arrivals since the last scheduling point, not filed yet: (GPU count, rank). Most
+    /// arrivals on a cluster with room start at once, and one arriving at an empty queue is
+    /// placed without filing it (a filing and a removal per job otherwise); the rest are
+    /// filed when the policy next reads the queue.
+    fresh: Vec<(u32, Rank)>,
 }
 
 impl Queue {
     fn insert(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
-        let Some(key) = order.queued_key(job) else {
-            return;
-        };
-        self.remove(job.id);
-        let rank = (key, spec.submit.as_micros(), job.id.0);
-        let b = match self.buckets.binary_search_by_key(&spec.gpus, |(g, _)| *g) {
+        if let Some(rank) = Self::rank_of(order, job, spec) {
+            self.remove(job.id);
+            self.file(spec.gpus, rank);
+        }
+    }
+
+    fn rank_of(order: JobOrder, job: &ActiveJob, spec: &TrainingJob) -> Option<Rank> {
+        Some((order.queued_key(job)?, spec.submit.as_micros(), job.id.0))
+    }
+
+    /// Files a rank into its bucket.
+    fn file(&mut self, gpus: u32, rank: Rank) {
+        let b = match self.buckets.binary_search_by_key(&gpus, |(g, _)| *g) {
             Ok(b) => b,
             Err(b) => {
-                self.buckets.insert(b, (spec.gpus, RankSet::default()));
+                self.buckets.insert(b, (gpus, RankSet::default()));
                 b
             }
         };
         self.buckets[b].1.insert(rank);
-        let i = job.id.index();
+        let i = rank.2 as usize;
         if self.entries.len() <= i {
             self.entries.resize(i + 1, None);
         }
-        self.entries[i] = Some((spec.gpus, rank));
+        self.entries[i] = Some((gpus, rank));
+    }
+
+    /// Notes an arrival, filed at the next scheduling point unless it starts there.
+    fn arrive(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
+        if let Some(rank) = Self::rank_of(order, job, spec) {
+            self.remove(job.id);
+            self.fresh.push((spec.gpus, rank));
+        }
+    }
+
+    /// Files the arrivals noted since the last scheduling point.
+    fn file_fresh(&mut self) {
+        // In arrival order: each then joins its bucket at the back, the cheap end.
+        for i in 0..self.fresh.len() {
+            let (gpus, rank) = self.fresh[i];
+            self.file(gpus, rank);
+        }
+        self.fresh.clear();
+    }
+
+    /// The one job waiting, when it has just arrived. It stays noted until the driver reports
+    /// it started (a start the driver refuses leaves it waiting, as a filed job would).
+    fn lone_arrival(&self) -> Option<Rank> {
+        match self.fresh.as_slice() {
+            [(_, rank)] if self.buckets.iter().all(|(_, b)| b.is_empty()) => Some(*rank),
+            _ => None,
+        }
     }
 
     fn remove(&mut self, job: JobId) {
+        if !self.fresh.is_empty() {
+            self.fresh.retain(|&(_, rank)| rank.2 != job.0);
+        }
         let Some((gpus, rank)) = self.entries.get_mut(job.index()).and_then(Option::take) else {
             return;
         };
@@ -202,6 +244,7 @@ impl Queue {
 
     /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs leave the queue.
     fn renumber(&mut self, map: &[Option<JobId>]) {
+        self.file_fresh();
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
         for (_, bucket) in &mut self.buckets {
             *bucket = bucket
@@ -477,6 +520,24 @@ impl<'a> ShrinkingFill<'a> {
             self.failed.push(shape);
         }
         placed
+    }
+}
+
+/// [`OrderedPolicy::fill_tracked`] for a queue of one job: its start where it fits first, if
+/// anywhere; false otherwise.
+fn start_lone(view: &ClusterView<'_>, job: JobId, actions: &mut Vec<Action>) -> bool {
+    let Some(spec) = view.jobs.get(job.index()) else {
+        return false;
+    };
+    if spec.gpus as u64 > view.state.free_gpus() {
+        return false;
+    }
+    match IndexedLedger::new(view.cluster, view.state).fit(spec) {
+        Some(allocation) => {
+            actions.push(Action::Start { job, allocation });
+            true
+        }
+        None => false,
     }
 }
 
@@ -959,6 +1020,18 @@ impl Policy for OrderedPolicy {
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
+        if let Some(queue) = &mut self.queue {
+            if !replan_now {
+                if let Some(rank) = queue.lone_arrival() {
+                    // The only job waiting: the fill would start it where it fits first.
+                    if !start_lone(view, JobId(rank.2), actions) {
+                        queue.file_fresh();
+                    }
+                    return;
+                }
+            }
+            queue.file_fresh();
+        }
         if replan_now && self.las.is_some() {
             self.replan_las(view, actions);
         } else if replan_now && self.queue.is_some() {
@@ -986,7 +1059,7 @@ impl Policy for OrderedPolicy {
     fn observe(&mut self, change: JobChange<'_>) {
         let Some(queue) = &mut self.queue else { return };
         match change {
-            JobChange::Arrived(job, spec) => queue.insert(self.order, job, spec),
+            JobChange::Arrived(job, spec) => queue.arrive(self.order, job, spec),
             JobChange::Preempted(job, spec) => {
                 if let Some(run) = &mut self.las {
                     run.stop(job.id);

@@ -158,6 +158,13 @@ impl<'c> Ledger<'c> {
     /// Finds a consolidated placement for `job` with GPU-proportional CPU and memory and
     /// reserves it; `None` when it does not fit now.
     pub fn place(&mut self, job: &TrainingJob) -> Option<Allocation> {
+        let alloc = self.fit(job)?;
+        self.take(&alloc);
+        Some(alloc)
+    }
+
+    /// The allocation [`place`](Self::place) would make, without taking it.
+    pub fn fit(&self, job: &TrainingJob) -> Option<Allocation> {
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }
@@ -175,7 +182,6 @@ impl<'c> Ledger<'c> {
             self.clone().reserve(&alloc),
             "placement found must be reservable"
         );
-        self.take(&alloc);
         Some(alloc)
     }
 
@@ -434,6 +440,17 @@ impl<'c> IndexedLedger<'c> {
         if let Some(d) = &mut self.dense {
             return d.place(job);
         }
+        let alloc = self.fit(job)?;
+        self.take(&alloc);
+        Some(alloc)
+    }
+
+    /// The allocation [`place`](Self::place) would make, without taking it: for a single
+    /// decision, where recording it in a ledger about to be dropped is wasted.
+    pub fn fit(&self, job: &TrainingJob) -> Option<Allocation> {
+        if let Some(d) = &self.dense {
+            return d.fit(job);
+        }
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }
@@ -451,7 +468,6 @@ impl<'c> IndexedLedger<'c> {
             self.clone().reserve(&alloc),
             "placement found must be reservable"
         );
-        self.take(&alloc);
         Some(alloc)
     }
 

@@ -181,3 +181,68 @@ fn fifo_backfills_past_a_job_that_does_not_fit() {
     );
     assert_eq!(JobId(2), w.jobs()[2].id);
 }
+
+/// A tracked queue (the simulator's and the daemon's path): a job arriving at an empty queue is
+/// started at once, and when the driver never reports that start (it refused it) the job is
+/// still waiting at the next scheduling point, ahead of a later arrival.
+#[test]
+fn a_start_the_driver_refuses_leaves_the_job_waiting() {
+    use tessera_sched::JobChange;
+    let w = workload(&[(0, 4, 1000), (5, 2, 100)]);
+    let cluster = server();
+    let state = ClusterState::new(&cluster);
+    // LAS with rounds: between rounds it only fills, as FIFO does.
+    let rounds = PolicyOptions {
+        round: Some(SimDuration::from_secs(300)),
+        ..PolicyOptions::default()
+    };
+    for policy in ["fifo", "las"] {
+        let mut p = build(policy, &rounds).expect("a baseline");
+        assert!(p.track_jobs(), "{policy} tracks its queue");
+        let active = queued(&w);
+        let decide_at = |p: &mut Box<dyn tessera_sched::Policy>, now: u64, active: &[ActiveJob]| {
+            let view = ClusterView {
+                now: SimTime::from_secs(now),
+                trigger: ARRIVAL,
+                cluster: &cluster,
+                free: state.free(),
+                state: &state,
+                jobs: w.jobs(),
+                active,
+                services: &[],
+            };
+            let mut actions = Vec::new();
+            p.schedule(&view, &mut actions);
+            actions
+        };
+        p.observe(JobChange::Arrived(&active[0], &w.jobs()[0]));
+        assert_eq!(
+            started(&decide_at(&mut p, 0, &active[..1])),
+            vec![0],
+            "{policy}"
+        );
+        // Refused: no Started. Job 1 arrives; job 0 is still first.
+        p.observe(JobChange::Arrived(&active[1], &w.jobs()[1]));
+        assert_eq!(started(&decide_at(&mut p, 5, &active)), vec![0], "{policy}");
+        // Now reported started: job 1 waits for its GPUs (the server's 4 are taken).
+        let mut running = active.clone();
+        running[0].state = JobState::Running;
+        running[0].allocation = Some(share(4));
+        p.observe(JobChange::Started(&running[0], &w.jobs()[0]));
+        let mut taken = ClusterState::new(&cluster);
+        taken.take(&cluster, &share(4));
+        let view = ClusterView {
+            now: SimTime::from_secs(6),
+            trigger: ARRIVAL,
+            cluster: &cluster,
+            free: taken.free(),
+            state: &taken,
+            jobs: w.jobs(),
+            active: &running,
+            services: &[],
+        };
+        let mut actions = Vec::new();
+        p.schedule(&view, &mut actions);
+        assert!(started(&actions).is_empty(), "{policy}: {actions:?}");
+    }
+}

@@ -72,7 +72,11 @@ proptest! {
                 indexed.release(&a);
             } else {
                 let j = job(1000 + k as u32, gpus, cpu);
+                // A fit is the placement, taking nothing.
+                let fits = (plain.fit(&j), indexed.fit(&j));
                 let a = plain.place(&j);
+                prop_assert_eq!(&fits.0, &a);
+                prop_assert_eq!(&fits.1, &a);
                 prop_assert_eq!(&a, &indexed.place(&j));
                 placed.extend(a);
             }
