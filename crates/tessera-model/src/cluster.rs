@@ -333,6 +333,12 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// GPUs of the whole cluster, from its groups: the nodes are built from them, so this is
+    /// `totals().0` without a pass over every node (policies read it at every re-plan).
+    pub fn total_gpus(&self) -> u64 {
+        self.groups.iter().map(NodeGroup::total_gpus).sum()
+    }
+
     /// Sum of all nodes' capacities, as (GPUs, CPU, memory) in wide integers.
     pub fn totals(&self) -> (u64, u64, u64) {
         self.nodes.iter().fold((0, 0, 0), |(g, c, m), n| {
@@ -740,6 +746,13 @@ spec:
     fn two_groups() -> Cluster {
         let yaml = "apiVersion: tessera/v1\nkind: Cluster\nspec:\n  nodeGroups:\n    - {name: v, count: 4, gpu: V100-32GB, gpusPerNode: 8, cpus: 48, memory: 512Gi}\n    - {name: k, count: 2, gpu: K80, gpusPerNode: 4, cpus: 64, memory: 256Gi}\n";
         Cluster::from_yaml(yaml, &GpuCatalog::builtin()).unwrap()
+    }
+
+    #[test]
+    fn total_gpus_from_the_groups_is_the_sum_over_nodes() {
+        let c = two_groups();
+        assert_eq!(c.total_gpus(), 4 * 8 + 2 * 4);
+        assert_eq!(c.total_gpus(), c.totals().0);
     }
 
     #[test]

@@ -685,7 +685,7 @@ impl OrderedPolicy {
 
         // 1. Select by priority within the GPU capacity: merge running and queued in rank
         //    order, skipping what exceeds the remaining budget.
-        let (mut budget, _, _) = view.cluster.totals();
+        let mut budget = view.cluster.total_gpus();
         let mut picked_queued: Vec<u32> = Vec::new();
         let mut heads = bucket_heads(&queue, budget);
         let mut best = BestHead::default();
@@ -807,7 +807,7 @@ impl OrderedPolicy {
         if self.picked.len() < view.jobs.len() {
             self.picked.resize(view.jobs.len(), false);
         }
-        let (capacity, _, _) = view.cluster.totals();
+        let capacity = view.cluster.total_gpus();
         let asked = run.asked as i128;
         let mut slack = capacity as i128 - asked;
         let mut picked_queued = std::mem::take(&mut self.picked_queued);
@@ -954,7 +954,7 @@ impl OrderedPolicy {
 
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         self.rank(view, false);
-        let (total_gpus, _, _) = view.cluster.totals();
+        let total_gpus = view.cluster.total_gpus();
         let mut budget = total_gpus;
         let mut selected = vec![false; self.ranked.len()];
         for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {

@@ -1182,7 +1182,7 @@ impl SynergyPolicy {
         }
         // Every placed job holds a GPU: size the plan once instead of growing it.
         let can_place = if replan {
-            view.cluster.totals().0
+            view.cluster.total_gpus()
         } else {
             ledger.free_gpus()
         };
