@@ -286,10 +286,10 @@ impl Queue {
 struct LasRunning {
     /// The running jobs, in no particular order.
     running: Vec<LasJob>,
+    /// Each running job's allocation, at its place in `running`.
+    held: Vec<Allocation>,
     /// Each running job's place in `running`, by job index.
     slot: Vec<Option<u32>>,
-    /// Each running job's allocation, by job index.
-    allocations: Vec<Option<Allocation>>,
     /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
     asked: u64,
 }
@@ -319,13 +319,13 @@ impl LasJob {
 impl LasRunning {
     fn start(&mut self, job: &ActiveJob, spec: &TrainingJob) {
         self.stop(job.id);
-        let Some(allocation) = job.allocation.clone() else {
+        let Some(allocation) = &job.allocation else {
             return;
         };
         let i = job.id.index();
         if self.slot.len() <= i {
-            self.slot.resize(i + 1, None);
-            self.allocations.resize_with(i + 1, || None);
+            // Ids arrive in order: grow by doubling, not by one per start.
+            self.slot.resize((i + 1).next_power_of_two(), None);
         }
         self.asked += spec.gpus as u64;
         self.slot[i] = u32::try_from(self.running.len()).ok();
@@ -337,7 +337,7 @@ impl LasRunning {
             resumes: job.resumes_at.map_or(0, |r| r.as_micros()),
             submit: spec.submit.as_micros(),
         });
-        self.allocations[i] = Some(allocation);
+        self.held.push(allocation.clone());
     }
 
     fn stop(&mut self, job: JobId) {
@@ -349,10 +349,8 @@ impl LasRunning {
             return;
         }
         let e = self.running.swap_remove(slot);
+        self.held.swap_remove(slot);
         self.asked -= e.asked as u64;
-        if let Some(a) = self.allocations.get_mut(job.index()) {
-            *a = None;
-        }
         if let Some(moved) = self.running.get(slot) {
             if let Some(s) = self.slot.get_mut(moved.id as usize) {
                 *s = Some(slot as u32);
@@ -363,30 +361,29 @@ impl LasRunning {
     /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs stop being tracked.
     fn renumber(&mut self, map: &[Option<JobId>]) {
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
-        let mut allocations = std::mem::take(&mut self.allocations);
         let running = std::mem::take(&mut self.running);
+        let held = std::mem::take(&mut self.held);
         self.slot.clear();
         self.asked = 0;
-        for mut e in running {
-            let allocation = allocations.get_mut(e.id as usize).and_then(Option::take);
-            let (Some(n), Some(allocation)) = (new_id(e.id), allocation) else {
+        for (mut e, allocation) in running.into_iter().zip(held) {
+            let Some(n) = new_id(e.id) else {
                 continue;
             };
             e.id = n.0;
             if self.slot.len() <= n.index() {
                 self.slot.resize(n.index() + 1, None);
-                self.allocations.resize_with(n.index() + 1, || None);
             }
             self.slot[n.index()] = u32::try_from(self.running.len()).ok();
-            self.allocations[n.index()] = Some(allocation);
             self.asked += e.asked as u64;
             self.running.push(e);
+            self.held.push(allocation);
         }
     }
 
     /// What running job `id` holds.
     fn allocation(&self, id: u32) -> Option<&Allocation> {
-        self.allocations.get(id as usize).and_then(Option::as_ref)
+        let slot = (*self.slot.get(id as usize)?)? as usize;
+        self.held.get(slot)
     }
 
     /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
