@@ -167,11 +167,12 @@ struct Queue {
     buckets: Vec<(u32, RankSet<Rank>)>,
     /// Each queued job's (GPU count, rank), by job index.
     entries: Vec<Option<(u32, Rank)>>,
-    /// Arrivals since the last scheduling point, not filed yet: (GPU count, rank). Most
-    /// arrivals on a cluster with room start at once, and one arriving at an empty queue is
-    /// placed without filing it (a filing and a removal per job otherwise); the rest are
-    /// filed when the policy next reads the queue.
-    fresh: Vec<(u32, Rank)>,
+    /// An arrival at an empty queue since the last scheduling point, not filed yet: (GPU
+    /// count, rank). Most arrivals on a cluster with room start at once, and such a job is
+    /// placed without filing it (a filing and a removal per job otherwise). Any other
+    /// arrival files it first (a driver reporting thousands of arrivals before a decision
+    /// leaves the decision nothing to file).
+    fresh: Option<(u32, Rank)>,
 }
 
 impl Queue {
@@ -203,36 +204,44 @@ impl Queue {
         self.entries[i] = Some((gpus, rank));
     }
 
-    /// Notes an arrival, filed at the next scheduling point unless it starts there.
+    /// Notes an arrival: filed, or kept aside when the queue is empty (see `fresh`).
     fn arrive(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
-        if let Some(rank) = Self::rank_of(order, job, spec) {
-            self.remove(job.id);
-            self.fresh.push((spec.gpus, rank));
+        let Some(rank) = Self::rank_of(order, job, spec) else {
+            return;
+        };
+        self.remove(job.id);
+        if self.fresh.is_none() && self.is_empty() {
+            self.fresh = Some((spec.gpus, rank));
+        } else {
+            self.file_fresh();
+            self.file(spec.gpus, rank);
         }
     }
 
-    /// Files the arrivals noted since the last scheduling point.
+    /// Files the arrival kept aside, if any.
     fn file_fresh(&mut self) {
-        // In arrival order: each then joins its bucket at the back, the cheap end.
-        for i in 0..self.fresh.len() {
-            let (gpus, rank) = self.fresh[i];
+        if let Some((gpus, rank)) = self.fresh.take() {
             self.file(gpus, rank);
         }
-        self.fresh.clear();
+    }
+
+    /// Whether no job is filed.
+    fn is_empty(&self) -> bool {
+        self.buckets.iter().all(|(_, b)| b.is_empty())
     }
 
     /// The one job waiting, when it has just arrived. It stays noted until the driver reports
     /// it started (a start the driver refuses leaves it waiting, as a filed job would).
     fn lone_arrival(&self) -> Option<Rank> {
-        match self.fresh.as_slice() {
-            [(_, rank)] if self.buckets.iter().all(|(_, b)| b.is_empty()) => Some(*rank),
+        match self.fresh {
+            Some((_, rank)) if self.is_empty() => Some(rank),
             _ => None,
         }
     }
 
     fn remove(&mut self, job: JobId) {
-        if !self.fresh.is_empty() {
-            self.fresh.retain(|&(_, rank)| rank.2 != job.0);
+        if self.fresh.is_some_and(|(_, rank)| rank.2 == job.0) {
+            self.fresh = None;
         }
         let Some((gpus, rank)) = self.entries.get_mut(job.index()).and_then(Option::take) else {
             return;
