@@ -407,8 +407,10 @@ struct EngineRun<'a> {
     cluster: Rc<Cluster>,
     workload: Rc<Workload>,
     walls: Vec<f64>,
-    /// The first run's report: every repeat must match it.
-    first: Option<tessera_sim::SimReport>,
+    /// The first run's summary and a digest of its job records: every repeat must match
+    /// them. (Holding whole reports while a case's runs take turns would count several
+    /// million-job reports in the peak RSS the large case reports.)
+    first: Option<(tessera_sim::Summary, u64)>,
 }
 
 impl EngineRun<'_> {
@@ -438,8 +440,9 @@ impl EngineRun<'_> {
             source,
         })?;
         self.walls.push(started.elapsed().as_secs_f64());
+        let digest = records_digest(&report.jobs);
         match &self.first {
-            Some(f) if f.summary != report.summary || f.jobs != report.jobs => {
+            Some((summary, d)) if *summary != report.summary || *d != digest => {
                 Err(ExperimentError::Other(format!(
                     "bench engine, {label}, {policy}: a repeat reported other results than \
                      the first (the engine must be deterministic)"
@@ -447,7 +450,7 @@ impl EngineRun<'_> {
             }
             Some(_) => Ok(()),
             None => {
-                self.first = Some(report);
+                self.first = Some((report.summary, digest));
                 Ok(())
             }
         }
@@ -455,7 +458,7 @@ impl EngineRun<'_> {
 
     /// The benchmark row: the median wall time, with the range over repeats.
     fn row(mut self, scale: usize, repeat: usize) -> Option<BenchRow> {
-        let report = self.first.take()?;
+        let (summary, _) = self.first.take()?;
         let (label, policy) = (self.label, self.policy);
         let walls = &mut self.walls;
         walls.sort_by(f64::total_cmp);
@@ -469,7 +472,7 @@ impl EngineRun<'_> {
         } else {
             String::new()
         };
-        let s = &report.summary;
+        let s = &summary;
         let gpus = self.nodes * 8;
         Some(BenchRow {
             case: match self.round {
@@ -510,6 +513,37 @@ impl EngineRun<'_> {
             ),
         })
     }
+}
+
+/// A digest of every field of every job record (a fixed hasher: equal records, equal
+/// digests, on any run of any build).
+fn records_digest(jobs: &[tessera_sim::JobRecord]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for j in jobs {
+        (
+            j.job.0,
+            &*j.name,
+            j.gpus,
+            j.submit.as_micros(),
+            j.preemptions,
+        )
+            .hash(&mut h);
+        (
+            j.first_start.map(|t| t.as_micros()),
+            j.finish.map(|t| t.as_micros()),
+        )
+            .hash(&mut h);
+        std::mem::discriminant(&j.outcome).hash(&mut h);
+        if j.outcome != tessera_sim::JobOutcome::Finished {
+            format!("{:?}", j.outcome).hash(&mut h);
+        }
+        let floats = [j.gpu_secs, j.iterations_done];
+        let optional = [j.cpu_per_gpu, j.mem_gib_per_gpu, j.speedup];
+        floats.map(f64::to_bits).hash(&mut h);
+        optional.map(|x| x.map(f64::to_bits)).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The jobs of a case, the first 1/`scale` of them.
@@ -626,6 +660,48 @@ mod tests {
     fn run(values: &[(&str, &str)]) -> Result<ReproOutput, ExperimentError> {
         let args = ExperimentArgs::new(EngineBench.params(), values.iter().copied())?;
         EngineBench.run(&args, &RunContext::quiet(1))
+    }
+
+    /// The repeat check's digest tells equal job records from records that differ in any
+    /// one field.
+    #[test]
+    fn the_records_digest_sees_every_field() {
+        let cluster = Cluster::homogeneous(
+            "V100-32GB",
+            4,
+            8,
+            MilliCpu::from_cores(48),
+            Bytes::from_gib(512),
+        )
+        .unwrap();
+        let workload = engine_workload(EngineJobs::Poisson(80_000, 10.0), 400).unwrap();
+        let policy = crate::build_policy("fifo", &PolicyOptions::default()).unwrap();
+        let report = Simulation::new(
+            &cluster,
+            &workload,
+            &TraceThroughput,
+            policy,
+            SimConfig::default(),
+        )
+        .run(&mut ())
+        .unwrap();
+        let jobs = report.jobs;
+        assert!(jobs.len() >= 100);
+        let digest = records_digest(&jobs);
+        assert_eq!(records_digest(&jobs.clone()), digest);
+        let changes: [fn(&mut tessera_sim::JobRecord); 6] = [
+            |j| j.preemptions += 1,
+            |j| j.gpu_secs = f64::from_bits(j.gpu_secs.to_bits() ^ 1),
+            |j| j.finish = None,
+            |j| j.speedup = Some(j.speedup.unwrap_or(1.0) + 0.5),
+            |j| j.name = "other".into(),
+            |j| j.outcome = tessera_sim::JobOutcome::Rejected { reason: "x".into() },
+        ];
+        for change in changes {
+            let mut other = jobs.clone();
+            change(&mut other[57]);
+            assert_ne!(records_digest(&other), digest);
+        }
     }
 
     #[test]
