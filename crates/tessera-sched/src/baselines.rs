@@ -29,7 +29,7 @@
 use smallvec::SmallVec;
 use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
 
-use crate::placement::{IndexedLedger, Ledger};
+use crate::placement::{fit_in, IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
 use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
@@ -223,6 +223,11 @@ impl Queue {
         if let Some((gpus, rank)) = self.fresh.take() {
             self.file(gpus, rank);
         }
+    }
+
+    /// Whether no job waits, filed or kept aside.
+    fn nothing_waiting(&self) -> bool {
+        self.fresh.is_none() && self.is_empty()
     }
 
     /// Whether no job is filed.
@@ -535,10 +540,7 @@ fn start_lone(view: &ClusterView<'_>, job: JobId, actions: &mut Vec<Action>) -> 
     let Some(spec) = view.jobs.get(job.index()) else {
         return false;
     };
-    if spec.gpus as u64 > view.state.free_gpus() {
-        return false;
-    }
-    match IndexedLedger::new(view.cluster, view.state).fit(spec) {
+    match fit_in(view.cluster, view.state, spec) {
         Some(allocation) => {
             actions.push(Action::Start { job, allocation });
             true
@@ -585,6 +587,12 @@ impl OrderedPolicy {
             picked_queued: Vec::new(),
             unpicked: Vec::new(),
         }
+    }
+
+    /// Whether the scheduling point re-plans who runs (preemptive orders, at every point or
+    /// at their rounds) rather than only starting waiting jobs.
+    fn replans_at(&self, trigger: &Trigger) -> bool {
+        self.order.preemptive() && (self.round.is_none() || trigger.round)
     }
 
     /// Fills free GPUs from the tracked queue: the same starts as [`fill`](Self::fill), visiting
@@ -1025,7 +1033,7 @@ impl Policy for OrderedPolicy {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
-        let replan_now = self.order.preemptive() && (self.round.is_none() || view.trigger.round);
+        let replan_now = self.replans_at(&view.trigger);
         if let Some(queue) = &mut self.queue {
             if !replan_now {
                 if let Some(rank) = queue.lone_arrival() {
@@ -1108,5 +1116,11 @@ impl Policy for OrderedPolicy {
     /// their attained service itself). The other preemptive orders read it when they re-plan.
     fn reads_running_progress(&self, trigger: &Trigger) -> bool {
         self.order.preemptive() && self.las.is_none() && (self.round.is_none() || trigger.round)
+    }
+
+    /// Between re-plans only waiting jobs can start: a tracked queue with none decides
+    /// nothing (the untracked path cannot tell without the view).
+    fn may_act(&self, trigger: &Trigger) -> bool {
+        self.replans_at(trigger) || self.queue.as_ref().is_none_or(|q| !q.nothing_waiting())
     }
 }

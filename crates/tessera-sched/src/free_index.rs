@@ -18,6 +18,9 @@ pub struct FreeIndex {
     bits: Vec<u64>,
     /// Nodes per count.
     nodes: Vec<u32>,
+    /// Bit `v` set when some node has count `v`, for counts below 64: questions visit only
+    /// the counts nodes have (a handful) instead of every count up to the node size.
+    held: u64,
 }
 
 impl FreeIndex {
@@ -29,6 +32,7 @@ impl FreeIndex {
             words: (span as usize).div_ceil(64),
             bits: Vec::new(),
             nodes: Vec::new(),
+            held: 0,
         }
     }
 
@@ -40,6 +44,7 @@ impl FreeIndex {
             words: 0,
             bits: Vec::new(),
             nodes: Vec::new(),
+            held: 0,
         }
     }
 
@@ -66,6 +71,9 @@ impl FreeIndex {
         if *w & bit == 0 {
             *w |= bit;
             self.nodes[level] += 1;
+            if level < 64 {
+                self.held |= 1 << level;
+            }
         }
     }
 
@@ -79,13 +87,31 @@ impl FreeIndex {
             if *w & bit != 0 {
                 *w &= !bit;
                 self.nodes[level] -= 1;
+                if self.nodes[level] == 0 && level < 64 {
+                    self.held &= !(1 << level);
+                }
             }
         }
+    }
+
+    /// The counts of at least `from` (at least 1) that some node has, as a bitmask, when
+    /// every count is below 64 (`None` for larger nodes: then the counts are walked).
+    fn held_from(&self, from: usize) -> Option<u64> {
+        (self.nodes.len() <= 64).then(|| {
+            if from >= 64 {
+                0
+            } else {
+                self.held & (u64::MAX << from)
+            }
+        })
     }
 
     /// The lowest count of at least `at_least` that some node has.
     pub fn level_at_least(&self, at_least: u32) -> Option<u32> {
         let from = (at_least as usize).max(1);
+        if let Some(held) = self.held_from(from) {
+            return (held != 0).then(|| held.trailing_zeros());
+        }
         (from..self.nodes.len())
             .find(|&v| self.nodes[v] > 0)
             .map(|v| v as u32)
@@ -94,6 +120,14 @@ impl FreeIndex {
     /// The highest count below `below` that some node has.
     pub fn level_below(&self, below: u32) -> Option<u32> {
         let to = (below as usize).min(self.nodes.len());
+        if let Some(held) = self.held_from(1) {
+            let held = if to >= 64 {
+                held
+            } else {
+                held & ((1u64 << to) - 1)
+            };
+            return (held != 0).then(|| 63 - held.leading_zeros());
+        }
         (1..to).rev().find(|&v| self.nodes[v] > 0).map(|v| v as u32)
     }
 
@@ -131,11 +165,20 @@ impl FreeIndex {
         if from >= self.nodes.len() {
             return None;
         }
+        let held = self.held_from(from);
         for w in 0..self.words {
             let mut word = 0u64;
-            for level in from..self.nodes.len() {
-                if self.nodes[level] > 0 {
+            if let Some(mut levels) = held {
+                while levels != 0 {
+                    let level = levels.trailing_zeros() as usize;
+                    levels &= levels - 1;
                     word |= self.bits.get(level * self.words + w).copied().unwrap_or(0);
+                }
+            } else {
+                for level in from..self.nodes.len() {
+                    if self.nodes[level] > 0 {
+                        word |= self.bits.get(level * self.words + w).copied().unwrap_or(0);
+                    }
                 }
             }
             while word != 0 {
@@ -179,12 +222,18 @@ mod tests {
             span in 1u32..150,
             moves in prop::collection::vec((0u32..150, 0u32..10), 0..200),
             probes in prop::collection::vec(0u32..12, 1..8),
+            big_nodes in any::<bool>(),
         ) {
+            // Counts past 63 (nodes of 64 GPUs or more) take the walk over counts instead of
+            // the bitmask of held counts.
+            let scale = if big_nodes { 9 } else { 1 };
             let base = 7;
             let mut index = FreeIndex::new(base, span);
             let mut set: BTreeSet<(u32, u32)> = BTreeSet::new();
             let mut free = vec![0u32; span as usize];
+            let probes: Vec<u32> = probes.iter().map(|p| p * scale).collect();
             for (n, f) in moves {
+                let f = f * scale;
                 let n = n % span;
                 let node = base + n;
                 index.remove(free[n as usize], node);

@@ -26,7 +26,7 @@ mod rank_set;
 pub mod state;
 pub mod view;
 
-pub use placement::{IndexedLedger, Ledger};
+pub use placement::{fit_in, IndexedLedger, Ledger};
 pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{

@@ -92,6 +92,15 @@ pub trait Policy: Send {
     fn reads_running_progress(&self, _trigger: &Trigger) -> bool {
         true
     }
+
+    /// Whether [`schedule`](Policy::schedule) at this trigger could decide anything. A
+    /// policy answering `false` promises that the call would append no action and change
+    /// none of its state, so a driver may count the scheduling point without making it (a
+    /// completion on a cluster with nothing waiting, about half of all events when the
+    /// cluster keeps up). Default: true.
+    fn may_act(&self, _trigger: &Trigger) -> bool {
+        true
+    }
 }
 
 /// Options shared by the policies the registry builds.

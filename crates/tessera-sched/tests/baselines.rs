@@ -246,3 +246,52 @@ fn a_start_the_driver_refuses_leaves_the_job_waiting() {
         assert!(started(&actions).is_empty(), "{policy}: {actions:?}");
     }
 }
+
+#[test]
+fn a_tracked_queue_with_nothing_waiting_decides_nothing_between_replans() {
+    use tessera_sched::{JobChange, Trigger};
+    let w = workload(&[(0, 4, 1000)]);
+    let completion = Trigger {
+        completion: true,
+        ..Trigger::default()
+    };
+    let round = Trigger {
+        round: true,
+        ..Trigger::default()
+    };
+    let rounds = PolicyOptions {
+        round: Some(SimDuration::from_secs(300)),
+        ..PolicyOptions::default()
+    };
+    for (policy, options) in [
+        ("fifo", PolicyOptions::default()),
+        ("las", rounds),
+        ("srtf", PolicyOptions::default()),
+    ] {
+        let mut p = build(policy, &options).expect("a baseline");
+        assert!(p.track_jobs(), "{policy} tracks its queue");
+        let event_driven_replans = policy == "srtf";
+        assert_eq!(
+            p.may_act(&completion),
+            event_driven_replans,
+            "{policy}, empty"
+        );
+        // A preemptive order re-plans at its rounds, queue or not.
+        assert_eq!(p.may_act(&round), policy != "fifo", "{policy}, round");
+        let active = queued(&w);
+        p.observe(JobChange::Arrived(&active[0], &w.jobs()[0]));
+        assert!(p.may_act(&completion), "{policy}: a job waits");
+        let mut running = active.clone();
+        running[0].state = JobState::Running;
+        running[0].allocation = Some(share(4));
+        p.observe(JobChange::Started(&running[0], &w.jobs()[0]));
+        assert_eq!(
+            p.may_act(&completion),
+            event_driven_replans,
+            "{policy}, started"
+        );
+    }
+    // A policy that is not told the changes cannot tell: it is always called.
+    let untracked = build("fifo", &PolicyOptions::default()).expect("a baseline");
+    assert!(untracked.may_act(&completion));
+}

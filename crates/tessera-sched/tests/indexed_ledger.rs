@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use tessera_model::{
     Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob,
 };
-use tessera_sched::{ClusterState, IndexedLedger, Ledger};
+use tessera_sched::{fit_in, ClusterState, IndexedLedger, Ledger};
 
 fn cluster(groups: &[(u32, u32)]) -> Cluster {
     let node_groups = groups
@@ -84,6 +84,38 @@ proptest! {
             for n in 0..c.nodes.len() {
                 prop_assert_eq!(plain.free()[n], indexed.free_of(n));
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `fit_in`, the shortcut a lone arrival takes, answers as a fresh indexed ledger's fit:
+    /// on one node or several, with and without CPU requests, and for jobs restricted to the
+    /// GPU model of a later group (so that earlier groups are passed over).
+    #[test]
+    fn fit_in_answers_as_a_fresh_ledger(
+        groups in prop::collection::vec((1u32..12, prop::sample::select(vec![1u32, 2, 4, 8])), 1..4),
+        occupy in prop::collection::vec((prop::sample::select(vec![1u32, 1, 2, 3, 4, 8, 16]), prop::option::of(1u64..30)), 0..40),
+        asks in prop::collection::vec((prop::sample::select(vec![0u32, 1, 1, 2, 3, 4, 5, 8, 12, 16, 32]), prop::option::of(1u64..40), 0usize..3), 1..20),
+    ) {
+        let c = cluster(&groups);
+        let mut state = ClusterState::new(&c);
+        for (i, &(gpus, cpu)) in occupy.iter().enumerate() {
+            let j = job(i as u32, gpus, cpu);
+            if let Some(a) = IndexedLedger::new(&c, &state).fit(&j) {
+                let a = state.resolve(&c, &j, &a, SimTime::ZERO).unwrap();
+                state.take(&c, &a);
+            }
+        }
+        for (k, &(gpus, cpu, model)) in asks.iter().enumerate() {
+            let mut j = job(1000 + k as u32, gpus, cpu);
+            // 0: any model; 1, 2: the model of the first or the second group.
+            if let Some(g) = model.checked_sub(1).and_then(|g| c.groups.get(g)) {
+                j.gpu_types = vec![g.gpu];
+            }
+            prop_assert_eq!(fit_in(&c, &state, &j), IndexedLedger::new(&c, &state).fit(&j));
         }
     }
 }

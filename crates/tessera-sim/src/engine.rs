@@ -1123,6 +1123,11 @@ impl<'a> Simulation<'a> {
     }
 
     fn schedule(&mut self, trigger: Trigger) -> Result<(), SimError> {
+        if !self.policy.may_act(&trigger) {
+            // The point happened; the policy's answer (nothing) is known without the call.
+            self.scheduling_points += 1;
+            return Ok(());
+        }
         // Syncs are independent per job, so their order does not matter. A policy that does
         // not read running jobs' progress now leaves it to be brought up to date when the job
         // changes or another call reads it (per-event work stays off the running set).
