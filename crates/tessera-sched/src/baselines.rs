@@ -511,26 +511,57 @@ const MAX_FAILED_SHAPES: usize = 16;
 /// that found no placement earlier in the pass fails too. Skipping it decides the same and
 /// costs a comparison instead of a placement attempt (a deep queue of jobs that cannot fit
 /// yet, or a loaded cluster's scans across every node for a job that spans several).
-#[derive(Default)]
-struct ShrinkingFill<'a> {
+///
+/// The fill takes a start's allocation from the pass's ledger only when another placement is
+/// tried: most fills start one job, and the ledger is dropped after the fill.
+struct ShrinkingFill<'a, 'l, 'c> {
+    ledger: &'l mut IndexedLedger<'c>,
     failed: SmallVec<[Shape<'a>; 4]>,
+    /// Where in the actions the last start is, its allocation not taken from the ledger yet.
+    untaken: Option<usize>,
+    /// Free GPUs once every start so far is taken.
+    free: u64,
 }
 
-impl<'a> ShrinkingFill<'a> {
-    fn place(
-        &mut self,
-        ledger: &mut IndexedLedger<'_>,
-        spec: &'a TrainingJob,
-    ) -> Option<Allocation> {
+impl<'a, 'l, 'c> ShrinkingFill<'a, 'l, 'c> {
+    fn new(ledger: &'l mut IndexedLedger<'c>) -> ShrinkingFill<'a, 'l, 'c> {
+        ShrinkingFill {
+            free: ledger.free_gpus(),
+            ledger,
+            failed: SmallVec::new(),
+            untaken: None,
+        }
+    }
+
+    fn free_gpus(&self) -> u64 {
+        self.free
+    }
+
+    /// Appends `job`'s start where it fits first; false if it fits nowhere.
+    fn start(&mut self, job: JobId, spec: &'a TrainingJob, actions: &mut Vec<Action>) -> bool {
         let shape = Shape::of(spec);
         if self.failed.contains(&shape) {
-            return None;
+            return false;
         }
-        let placed = ledger.place(spec);
-        if placed.is_none() && self.failed.len() < MAX_FAILED_SHAPES {
-            self.failed.push(shape);
+        if let Some(Action::Start { allocation, .. }) =
+            self.untaken.take().and_then(|i| actions.get(i))
+        {
+            self.ledger.take(allocation);
         }
-        placed
+        match self.ledger.fit(spec) {
+            Some(allocation) => {
+                self.free = self.free.saturating_sub(allocation.gpus() as u64);
+                self.untaken = Some(actions.len());
+                actions.push(Action::Start { job, allocation });
+                true
+            }
+            None => {
+                if self.failed.len() < MAX_FAILED_SHAPES {
+                    self.failed.push(shape);
+                }
+                false
+            }
+        }
     }
 }
 
@@ -604,9 +635,9 @@ impl OrderedPolicy {
             return;
         }
         let mut ledger = IndexedLedger::new(view.cluster, view.state);
-        let mut free = ledger.free_gpus();
+        let mut fill = ShrinkingFill::new(&mut ledger);
+        let mut free = fill.free_gpus();
         let mut heads = bucket_heads(queue, free);
-        let mut fill = ShrinkingFill::default();
         while free > 0 {
             let Some(b) = best_head(&heads, free) else {
                 break;
@@ -618,9 +649,8 @@ impl OrderedPolicy {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
-            if let Some(allocation) = fill.place(&mut ledger, spec) {
-                actions.push(Action::Start { job, allocation });
-                free = ledger.free_gpus();
+            if fill.start(job, spec, actions) {
+                free = fill.free_gpus();
             }
         }
     }
@@ -770,10 +800,10 @@ impl OrderedPolicy {
         }
         actions.splice(0..0, preempt);
         // 5. Backfill with unselected queued jobs in priority order.
-        let mut free = ledger.free_gpus();
+        let mut backfill = ShrinkingFill::new(&mut ledger);
+        let mut free = backfill.free_gpus();
         drop(heads); // borrows `queue`
         let mut heads = bucket_heads(&queue, free);
-        let mut backfill = ShrinkingFill::default();
         while free > 0 {
             let Some(q) = best_head(&heads, free) else {
                 break;
@@ -788,9 +818,8 @@ impl OrderedPolicy {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
-            if let Some(allocation) = backfill.place(&mut ledger, spec) {
-                actions.push(Action::Start { job, allocation });
-                free = ledger.free_gpus();
+            if backfill.start(job, spec, actions) {
+                free = backfill.free_gpus();
             }
         }
 
@@ -933,9 +962,9 @@ impl OrderedPolicy {
             actions.append(&mut starts);
             self.starts = starts;
             // 5. Backfill with unselected queued jobs in priority order.
-            let mut free = ledger.free_gpus();
+            let mut backfill = ShrinkingFill::new(&mut ledger);
+            let mut free = backfill.free_gpus();
             let mut heads = bucket_heads(&queue, free);
-            let mut backfill = ShrinkingFill::default();
             while free > 0 {
                 let Some(q) = best_head(&heads, free) else {
                     break;
@@ -950,9 +979,8 @@ impl OrderedPolicy {
                 let Some(spec) = view.jobs.get(job.index()) else {
                     continue;
                 };
-                if let Some(allocation) = backfill.place(&mut ledger, spec) {
-                    actions.push(Action::Start { job, allocation });
-                    free = ledger.free_gpus();
+                if backfill.start(job, spec, actions) {
+                    free = backfill.free_gpus();
                 }
             }
         }

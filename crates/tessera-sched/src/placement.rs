@@ -273,6 +273,10 @@ impl ChangedNodes {
         self.0.len()
     }
 
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     fn clear(&mut self) {
         self.0.clear();
     }
@@ -416,7 +420,7 @@ impl<'c> IndexedLedger<'c> {
     }
 
     /// Takes what `alloc` holds, known to fit (a placement just found).
-    fn take(&mut self, alloc: &Allocation) {
+    pub(crate) fn take(&mut self, alloc: &Allocation) {
         if let Some(d) = &mut self.dense {
             return d.take(alloc);
         }
@@ -451,6 +455,15 @@ impl<'c> IndexedLedger<'c> {
         if let Some(d) = &self.dense {
             return d.fit(job);
         }
+        if self.indexed && self.changed.is_empty() {
+            // Nothing taken or released yet: the state's own index answers.
+            return fit_in(self.cluster, self.state, job);
+        }
+        self.fit_changed(job)
+    }
+
+    /// [`fit`](Self::fit) through the changed nodes and the state's index.
+    fn fit_changed(&self, job: &TrainingJob) -> Option<Allocation> {
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }
@@ -583,7 +596,7 @@ pub fn fit_in(cluster: &Cluster, state: &ClusterState, job: &TrainingJob) -> Opt
         || group_free.len() != cluster.groups.len()
         || free.len() != cluster.nodes.len()
     {
-        return IndexedLedger::new(cluster, state).fit(job);
+        return IndexedLedger::new(cluster, state).fit_changed(job);
     }
     if job.gpus as u64 > state.free_gpus() {
         return None;
@@ -606,7 +619,7 @@ pub fn fit_in(cluster: &Cluster, state: &ClusterState, job: &TrainingJob) -> Opt
             node: NodeId(n),
             ..share
         })),
-        None => IndexedLedger::new(cluster, state).fit(job),
+        None => IndexedLedger::new(cluster, state).fit_changed(job),
     }
 }
 
