@@ -202,7 +202,8 @@ fn restart_costs_never_lose_work() {
 }
 
 /// The same policy without the driver's change reports or lazy progress (issue 11): it ranks
-/// `view.active` from scratch at every call and sees every running job synced.
+/// `view.active` from scratch at every call and sees every running job synced, and it is
+/// called at every scheduling point (`may_act` keeps its default).
 struct FullRank(Box<dyn tessera_sched::Policy>);
 
 impl tessera_sched::Policy for FullRank {
@@ -232,8 +233,9 @@ fn decisions(r: &SimReport) -> Vec<(Option<SimTime>, Option<SimTime>, u32)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// The baselines' incremental queue (and FIFO's lazy progress) decide exactly what
-    /// ranking every active job at every call decides.
+    /// The baselines' incremental queue (and FIFO's lazy progress, and the scheduling points
+    /// skipped when nothing waits) decide exactly what ranking every active job at every
+    /// call decides, and count the same scheduling points.
     #[test]
     fn incremental_queue_decides_as_full_ranking(
         cluster in cluster_strategy(),
@@ -265,6 +267,7 @@ proptest! {
         prop_assert_eq!(decisions(&fast), decisions(&full));
         prop_assert_eq!(fast.summary.avg_jct_s.to_bits(), full.summary.avg_jct_s.to_bits());
         prop_assert_eq!(fast.summary.events, full.summary.events);
+        prop_assert_eq!(fast.summary.scheduling_points, full.summary.scheduling_points);
     }
 }
 
