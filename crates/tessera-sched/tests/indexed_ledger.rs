@@ -1,5 +1,5 @@
 //! The indexed ledger (issue 11) places, reserves and releases exactly as the copying
-//! `Ledger` does: random clusters (several node groups and shapes), random occupancy taken
+//! `Ledger` does, and both as plain scans of the nodes would: random clusters (several node groups and shapes), random occupancy taken
 //! through `ClusterState` (so its index is the one drivers keep), then the same random
 //! sequence of placements (with and without explicit CPU requests) and releases on both —
 //! enough of them that the indexed ledger also turns into its copying form (after 1/16 of the
@@ -7,9 +7,60 @@
 
 use proptest::prelude::*;
 use tessera_model::{
-    Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, SimDuration, SimTime, TrainingJob,
+    Allocation, Bytes, Cluster, ClusterSpec, GpuCatalog, MilliCpu, NodeId, Resources, SimDuration,
+    SimTime, TrainingJob,
 };
+use tessera_sched::placement::proportional_share;
 use tessera_sched::{fit_in, ClusterState, IndexedLedger, Ledger};
+
+/// The placement rule by plain scans, the reference both ledgers' indexes must agree with:
+/// the first group that may hold the job with enough free GPUs; there the lowest-numbered
+/// node that fits it whole, else nodes emptiest first (then lowest-numbered), each taking as
+/// many of the job's GPUs as it can carry with their CPU and memory.
+fn scan_fit(c: &Cluster, free: &[Resources], j: &TrainingJob) -> Option<Allocation> {
+    if j.gpus == 0 {
+        return None;
+    }
+    for (gi, g) in c.groups.iter().enumerate() {
+        if !(j.gpu_types.is_empty() || j.gpu_types.contains(&g.gpu)) {
+            continue;
+        }
+        let nodes: Vec<usize> = (0..c.nodes.len())
+            .filter(|&n| c.nodes[n].group as usize == gi)
+            .collect();
+        let group_free: u64 = nodes.iter().map(|&n| free[n].gpus as u64).sum();
+        if group_free < j.gpus as u64 {
+            continue;
+        }
+        if j.gpus <= g.gpus_per_node {
+            let whole = |n: usize| proportional_share(j, g, NodeId(n as u32), j.gpus);
+            if let Some(&n) = nodes.iter().find(|&&n| free[n].fits(&whole(n).resources())) {
+                return Some(Allocation::single(whole(n)));
+            }
+        }
+        let mut emptiest: Vec<usize> = nodes.into_iter().filter(|&n| free[n].gpus > 0).collect();
+        emptiest.sort_by_key(|&n| (std::cmp::Reverse(free[n].gpus), n));
+        let mut needed = j.gpus;
+        let mut shares = Vec::new();
+        for n in emptiest {
+            if needed == 0 {
+                break;
+            }
+            if let Some(share) = (1..=needed.min(free[n].gpus))
+                .rev()
+                .map(|k| proportional_share(j, g, NodeId(n as u32), k))
+                .find(|s| free[n].fits(&s.resources()))
+            {
+                needed -= share.gpus;
+                shares.push(share);
+            }
+        }
+        if needed == 0 {
+            return Some(Allocation::new(shares));
+        }
+    }
+    None
+}
 
 fn cluster(groups: &[(u32, u32)]) -> Cluster {
     let node_groups = groups
@@ -74,6 +125,7 @@ proptest! {
                 let j = job(1000 + k as u32, gpus, cpu);
                 // A fit is the placement, taking nothing.
                 let fits = (plain.fit(&j), indexed.fit(&j));
+                prop_assert_eq!(&fits.0, &scan_fit(&c, plain.free(), &j));
                 let a = plain.place(&j);
                 prop_assert_eq!(&fits.0, &a);
                 prop_assert_eq!(&fits.1, &a);

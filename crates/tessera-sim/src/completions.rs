@@ -125,51 +125,83 @@ mod tests {
         ]
     }
 
-    proptest! {
-        /// Against the ordered set it replaced, kept with one entry per job as the engine
-        /// keeps it: the same first entry, pops and lookups after every operation.
-        #[test]
-        fn orders_as_the_ordered_set(ops in prop::collection::vec(op(), 0..1500)) {
-            let mut heap = Completions::default();
-            let mut set: BTreeSet<Completion> = BTreeSet::new();
-            let mut due: Vec<Option<(SimTime, u64)>> = vec![None; 40];
-            for (seq, op) in (1u64..).zip(ops) {
-                match op {
-                    Op::Insert { job, at } => {
-                        if let Some((t, s)) = due[job as usize].take() {
-                            set.remove(&(t, s, job));
-                        }
-                        let e = (SimTime::from_micros(at), seq, job);
-                        set.insert(e);
-                        due[job as usize] = Some((e.0, e.1));
-                        heap.insert(e);
+    /// Runs `ops` on a heap and on the ordered set it replaced, kept with one entry per job
+    /// as the engine keeps it, checking the same first entry, pops and lookups after every
+    /// operation. With `monotone`, an insert's instant is an offset from the last instant
+    /// popped, as the engine's are (never before its clock), spread over 1 to 2^40 µs so that
+    /// instants span many orders of magnitude; otherwise it is taken as is (inserts before the
+    /// last popped).
+    fn check(ops: Vec<Op>, monotone: bool) -> Result<(), TestCaseError> {
+        let mut heap = Completions::default();
+        let mut set: BTreeSet<Completion> = BTreeSet::new();
+        let mut due: Vec<Option<(SimTime, u64)>> = vec![None; 40];
+        let mut clock = 0u64;
+        for (seq, op) in (1u64..).zip(ops) {
+            match op {
+                Op::Insert { job, at } => {
+                    if let Some((t, s)) = due[job as usize].take() {
+                        set.remove(&(t, s, job));
                     }
-                    Op::Remove { job } => {
-                        let expected = due[job as usize].take().map(|(t, s)| (t, s, job));
-                        if let Some(e) = expected {
-                            set.remove(&e);
-                        }
-                        prop_assert_eq!(heap.remove(job), expected);
-                    }
-                    Op::Pop => {
-                        let expected = set.pop_first();
-                        if let Some(e) = expected {
-                            due[e.2 as usize] = None;
-                        }
-                        prop_assert_eq!(heap.pop_first(), expected);
-                    }
+                    let at = if monotone { clock + at } else { at };
+                    let e = (SimTime::from_micros(at), seq, job);
+                    set.insert(e);
+                    due[job as usize] = Some((e.0, e.1));
+                    heap.insert(e);
                 }
-                prop_assert_eq!(heap.first(), set.first().copied());
-                prop_assert_eq!(heap.len(), set.len());
-                // Removed entries never pile up past the rebuild threshold.
-                prop_assert!(heap.heap.len() <= 2 * heap.len() + SLACK + 1);
-                for job in 0..40u32 {
-                    prop_assert_eq!(heap.get(job), due[job as usize]);
+                Op::Remove { job } => {
+                    let expected = due[job as usize].take().map(|(t, s)| (t, s, job));
+                    if let Some(e) = expected {
+                        set.remove(&e);
+                    }
+                    prop_assert_eq!(heap.remove(job), expected);
+                }
+                Op::Pop => {
+                    let expected = set.pop_first();
+                    if let Some(e) = expected {
+                        due[e.2 as usize] = None;
+                        clock = e.0.as_micros();
+                    }
+                    prop_assert_eq!(heap.pop_first(), expected);
                 }
             }
-            // Draining gives the set's order.
-            let drained: Vec<_> = std::iter::from_fn(|| heap.pop_first()).collect();
-            prop_assert_eq!(drained, set.into_iter().collect::<Vec<_>>());
+            prop_assert_eq!(heap.first(), set.first().copied());
+            prop_assert_eq!(heap.len(), set.len());
+            // Removed entries never pile up past the rebuild threshold.
+            prop_assert!(heap.heap.len() <= 2 * heap.len() + SLACK + 1);
+            for job in 0..40u32 {
+                prop_assert_eq!(heap.get(job), due[job as usize]);
+            }
+        }
+        // Draining gives the set's order.
+        let drained: Vec<_> = std::iter::from_fn(|| heap.pop_first()).collect();
+        prop_assert_eq!(drained, set.into_iter().collect::<Vec<_>>());
+        Ok(())
+    }
+
+    /// Offsets of 0 (due now) up to 2^40 µs, each bit width about as likely.
+    fn offset() -> impl Strategy<Value = u64> {
+        (0u32..41, any::<u64>()).prop_map(|(bits, x)| if bits == 0 { 0 } else { x >> (64 - bits) })
+    }
+
+    fn monotone_op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u32..40, offset()).prop_map(|(job, at)| Op::Insert { job, at }),
+            2 => (0u32..40).prop_map(|job| Op::Remove { job }),
+            2 => Just(Op::Pop),
+        ]
+    }
+
+    proptest! {
+        /// Inserts at any instant, before the last popped included.
+        #[test]
+        fn orders_as_the_ordered_set(ops in prop::collection::vec(op(), 0..1500)) {
+            check(ops, false)?;
+        }
+
+        /// Inserts never before the last popped, as the engine makes them.
+        #[test]
+        fn orders_as_the_ordered_set_when_monotone(ops in prop::collection::vec(monotone_op(), 0..1500)) {
+            check(ops, true)?;
         }
     }
 
