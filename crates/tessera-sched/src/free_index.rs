@@ -56,9 +56,12 @@ impl FreeIndex {
     /// Records that `node` has `free` whole-free GPUs (nothing for 0 or a node outside the
     /// group). The node must not be recorded at another count.
     pub fn insert(&mut self, free: u32, node: u32) {
-        let Some((word, bit)) = self.slot(node) else {
-            return;
-        };
+        if let Some((word, bit)) = self.slot(node) {
+            self.set(free, word, bit);
+        }
+    }
+
+    fn set(&mut self, free: u32, word: usize, bit: u64) {
         if free == 0 {
             return;
         }
@@ -79,9 +82,22 @@ impl FreeIndex {
 
     /// Forgets that `node` has `free` whole-free GPUs.
     pub fn remove(&mut self, free: u32, node: u32) {
+        if let Some((word, bit)) = self.slot(node) {
+            self.clear(free, word, bit);
+        }
+    }
+
+    /// Moves `node` from `from` whole-free GPUs to `to`: [`remove`](Self::remove) then
+    /// [`insert`](Self::insert), locating the node once (every start and stop moves one).
+    pub fn relocate(&mut self, from: u32, to: u32, node: u32) {
         let Some((word, bit)) = self.slot(node) else {
             return;
         };
+        self.clear(from, word, bit);
+        self.set(to, word, bit);
+    }
+
+    fn clear(&mut self, free: u32, word: usize, bit: u64) {
         let level = free as usize;
         if let Some(w) = self.bits.get_mut(level * self.words + word) {
             if *w & bit != 0 {
@@ -236,10 +252,15 @@ mod tests {
                 let f = f * scale;
                 let n = n % span;
                 let node = base + n;
-                index.remove(free[n as usize], node);
+                // Half the moves as one relocation, half as a removal and an insertion.
+                if n % 2 == 0 {
+                    index.relocate(free[n as usize], f, node);
+                } else {
+                    index.remove(free[n as usize], node);
+                    index.insert(f, node);
+                }
                 set.remove(&(free[n as usize], node));
                 free[n as usize] = f;
-                index.insert(f, node);
                 if f > 0 {
                     set.insert((f, node));
                 }

@@ -241,8 +241,7 @@ impl ClusterState {
                 before != after,
                 group.and_then(|g| self.free_index.get_mut(g)),
             ) {
-                index.remove(before as u32, node.0);
-                index.insert(after as u32, node.0);
+                index.relocate(before as u32, after as u32, node.0);
             }
         }
     }

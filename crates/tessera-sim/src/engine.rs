@@ -1447,10 +1447,14 @@ impl<'a> Simulation<'a> {
     /// The truth rate of `job` on `alloc`, with its neighbours when truth depends on them.
     fn rate_of(&self, job: JobId, alloc: &Allocation) -> Result<f64, SimError> {
         let spec = &self.jobs[job.index()];
-        let controlled = self
-            .serving
-            .training_share(alloc, &self.devices)
-            .map(|sm| controlled_alloc(alloc, sm));
+        // Only a serving controller moves training's share (and most runs serve nothing).
+        let controlled = if self.serving.any() {
+            self.serving
+                .training_share(alloc, &self.devices)
+                .map(|sm| controlled_alloc(alloc, sm))
+        } else {
+            None
+        };
         let rate = if let Some(a) = controlled {
             // Under vertical scaling the controller decides the job's share: the truth sees
             // it as a fixed quota of that share, neighbours already accounted for.
