@@ -178,6 +178,32 @@ struct Progressing {
     integ: (f64, f64, f64),
 }
 
+impl Progressing {
+    /// A job of `total` iterations that has not started.
+    fn queued(total: f64) -> Progressing {
+        Progressing {
+            total,
+            rate: 0.0,
+            synced_at: SimTime::ZERO,
+            resumes_at: SimTime::ZERO,
+            done: 0.0,
+            due: (SimTime::ZERO, 0),
+            gpus_held: 0,
+            gpu_secs: 0.0,
+            served_gpu_us: 0,
+            finished: false,
+            first_start: NEVER,
+            finish: NEVER,
+            preemptions: 0,
+            ever_started: false,
+            restart_base_us: NEVER,
+            cur: (0.0, 0.0, 0.0),
+            held_secs: 0.0,
+            integ: (0.0, 0.0, 0.0),
+        }
+    }
+}
+
 /// What a failure rolls a job back to, kept per job only when failures are configured.
 #[derive(Clone, Debug, Default)]
 struct SafePoint {
@@ -186,6 +212,43 @@ struct SafePoint {
     every: u64,
     done: f64,
     at: SimTime,
+}
+
+/// The jobs' records, collected in place over their run state (a record is no larger and
+/// aligned alike): they reuse memory the run already touched instead of faulting in as many
+/// fresh pages, which was a fifth of a short run's wall time.
+fn records(
+    state: Vec<Progressing>,
+    jobs: &[TrainingJob],
+    outcomes: &mut BTreeMap<u32, JobOutcome>,
+) -> Vec<JobRecord> {
+    state
+        .into_iter()
+        .zip(jobs)
+        .map(|(st, job)| JobRecord {
+            job: job.id,
+            name: job.name.clone(),
+            gpus: job.gpus,
+            submit: job.submit,
+            first_start: instant(st.first_start),
+            finish: instant(st.finish),
+            outcome: if st.finished {
+                JobOutcome::Finished
+            } else {
+                outcomes
+                    .remove(&job.id.0)
+                    .unwrap_or(JobOutcome::Unfinished {
+                        reason: "never arrived before the run stopped".to_string(),
+                    })
+            },
+            preemptions: st.preemptions,
+            gpu_secs: st.gpu_secs,
+            iterations_done: st.done,
+            cpu_per_gpu: (st.held_secs > 0.0).then(|| st.integ.0 / st.held_secs),
+            mem_gib_per_gpu: (st.held_secs > 0.0).then(|| st.integ.1 / st.held_secs),
+            speedup: (st.held_secs > 0.0).then(|| st.integ.2 / st.held_secs),
+        })
+        .collect()
 }
 
 /// No instant yet (first start, finish).
@@ -394,26 +457,6 @@ impl<'a> Simulation<'a> {
         let jobs = workload.jobs();
         let tracking = policy.track_jobs();
         let round = policy.round_length().filter(|d| !d.is_zero());
-        let fresh = Progressing {
-            total: 0.0,
-            rate: 0.0,
-            synced_at: SimTime::ZERO,
-            resumes_at: SimTime::ZERO,
-            done: 0.0,
-            due: (SimTime::ZERO, 0),
-            gpus_held: 0,
-            gpu_secs: 0.0,
-            served_gpu_us: 0,
-            finished: false,
-            first_start: NEVER,
-            finish: NEVER,
-            preemptions: 0,
-            ever_started: false,
-            restart_base_us: NEVER,
-            cur: (0.0, 0.0, 0.0),
-            held_secs: 0.0,
-            integ: (0.0, 0.0, 0.0),
-        };
         let injector = config
             .failures
             .as_deref()
@@ -446,10 +489,7 @@ impl<'a> Simulation<'a> {
             .collect();
         let state: Vec<Progressing> = jobs
             .iter()
-            .map(|j| Progressing {
-                total: j.iterations as f64,
-                ..fresh.clone()
-            })
+            .map(|j| Progressing::queued(j.iterations as f64))
             .collect();
         let safe_points = match config.failures.as_deref() {
             Some(f) => jobs
@@ -1850,34 +1890,7 @@ impl<'a> Simulation<'a> {
         }
         let policy = self.policy.name().to_string();
         let mut outcomes = std::mem::take(&mut self.outcomes);
-        let jobs: Vec<JobRecord> = self
-            .jobs
-            .iter()
-            .zip(&self.state)
-            .map(|(job, st)| JobRecord {
-                job: job.id,
-                name: job.name.clone(),
-                gpus: job.gpus,
-                submit: job.submit,
-                first_start: instant(st.first_start),
-                finish: instant(st.finish),
-                outcome: if st.finished {
-                    JobOutcome::Finished
-                } else {
-                    outcomes
-                        .remove(&job.id.0)
-                        .unwrap_or(JobOutcome::Unfinished {
-                            reason: "never arrived before the run stopped".to_string(),
-                        })
-                },
-                preemptions: st.preemptions,
-                gpu_secs: st.gpu_secs,
-                iterations_done: st.done,
-                cpu_per_gpu: (st.held_secs > 0.0).then(|| st.integ.0 / st.held_secs),
-                mem_gib_per_gpu: (st.held_secs > 0.0).then(|| st.integ.1 / st.held_secs),
-                speedup: (st.held_secs > 0.0).then(|| st.integ.2 / st.held_secs),
-            })
-            .collect();
+        let jobs = records(std::mem::take(&mut self.state), self.jobs, &mut outcomes);
         let mut summary = self.summarize(&jobs);
         summary.failures = self.failure_summary();
         let (services, service_instances) = self.serving.finish(self.now);
@@ -2058,6 +2071,58 @@ impl StaleInstants {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The records take the run state's memory: a report of a million jobs then faults in
+    /// no fresh pages. Growing a record past the state (or changing its alignment) makes the
+    /// collect allocate again, silently: this says so.
+    #[test]
+    fn records_are_collected_in_place_over_the_run_state() {
+        let jobs: Vec<TrainingJob> = (0..64)
+            .map(|i| {
+                TrainingJob::simple(
+                    i,
+                    SimTime::from_secs(i.into()),
+                    1,
+                    SimDuration::from_secs(60),
+                )
+            })
+            .collect();
+        let mut state: Vec<Progressing> = jobs
+            .iter()
+            .map(|j| Progressing::queued(j.iterations as f64))
+            .collect();
+        state[3].finished = true;
+        state[3].done = state[3].total;
+        state[3].finish = 7_000_000;
+        let mut outcomes = BTreeMap::from([(
+            5,
+            JobOutcome::Unfinished {
+                reason: "stopped".to_string(),
+            },
+        )]);
+        let before = state.as_ptr().cast::<u8>();
+        let records = records(state, &jobs, &mut outcomes);
+        assert_eq!(
+            records.as_ptr().cast::<u8>(),
+            before,
+            "records were not collected in place"
+        );
+        assert_eq!(records.len(), jobs.len());
+        assert_eq!(records[3].outcome, JobOutcome::Finished);
+        assert_eq!(records[3].finish, Some(SimTime::from_secs(7)));
+        assert_eq!(
+            records[5].outcome,
+            JobOutcome::Unfinished {
+                reason: "stopped".to_string()
+            }
+        );
+        assert!(outcomes.is_empty());
+        assert!(matches!(records[6].outcome, JobOutcome::Unfinished { .. }));
+        assert!(records
+            .iter()
+            .zip(&jobs)
+            .all(|(r, j)| r.job == j.id && r.name == j.name));
+    }
 
     proptest! {
         /// The instants come out in order with their multiplicities, when keys are never
