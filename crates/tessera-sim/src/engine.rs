@@ -20,9 +20,9 @@
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use crate::completions::Completions;
+use crate::completions::{Completions, Dues, NONE as NO_COMPLETION};
 use std::sync::Arc;
 
 use tessera_model::{
@@ -151,8 +151,9 @@ struct Progressing {
     /// Progress starts only after a restart's checkpoint/restore.
     resumes_at: SimTime,
     done: f64,
-    /// The pending completion, (when, sequence), also in `Simulation::completions`; replaced
-    /// on every allocation or rate change. Sequence 0 (never issued): none pending.
+    /// The pending completion, (when, sequence), also in `Simulation::completions`, which
+    /// reads it here to tell its live entry from replaced ones; replaced on every allocation
+    /// or rate change. Sequence 0 (never issued): none pending.
     due: (SimTime, u64),
     gpus_held: u32,
     gpu_secs: f64,
@@ -187,7 +188,7 @@ impl Progressing {
             synced_at: SimTime::ZERO,
             resumes_at: SimTime::ZERO,
             done: 0.0,
-            due: (SimTime::ZERO, 0),
+            due: NO_COMPLETION,
             gpus_held: 0,
             gpu_secs: 0.0,
             served_gpu_us: 0,
@@ -201,6 +202,13 @@ impl Progressing {
             held_secs: 0.0,
             integ: (0.0, 0.0, 0.0),
         }
+    }
+}
+
+/// The engine keeps each job's live completion with the rest of its state.
+impl Dues for [Progressing] {
+    fn due(&self, job: u32) -> (SimTime, u64) {
+        self.get(job as usize).map_or(NO_COMPLETION, |st| st.due)
     }
 }
 
@@ -656,7 +664,7 @@ impl<'a> Simulation<'a> {
                 if when != t {
                     break;
                 }
-                self.completions.pop_first();
+                self.completions.pop_first(self.state.as_slice());
                 self.events += 1;
                 if self.complete(JobId(job))? {
                     trigger.completion = true;
@@ -1105,7 +1113,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn complete(&mut self, job: JobId) -> Result<bool, SimError> {
-        self.state[job.index()].due = (SimTime::ZERO, 0);
+        self.state[job.index()].due = NO_COMPLETION;
         let pos = self.active_pos[job.index()];
         if pos == NOT_ACTIVE {
             return Ok(false); // not reachable: ending a job cancels its completion
@@ -1733,9 +1741,9 @@ impl<'a> Simulation<'a> {
 
     /// Removes `job`'s pending completion, if any; its instant stays an instant of the run.
     fn cancel_completion(&mut self, job: JobId) {
-        let (at, seq) = std::mem::replace(&mut self.state[job.index()].due, (SimTime::ZERO, 0));
+        let (at, seq) = std::mem::replace(&mut self.state[job.index()].due, NO_COMPLETION);
         if seq != 0 {
-            self.completions.remove(job.0);
+            self.completions.remove(self.state.as_slice());
             self.stale.push(at);
         }
     }
@@ -1830,9 +1838,14 @@ impl<'a> Simulation<'a> {
                 self.running.len()
             ));
         }
+        let live: BTreeSet<u32> = self
+            .completions
+            .live(self.state.as_slice())
+            .map(|(_, _, job)| job)
+            .collect();
         for &j in &self.running {
-            let due = self.state[j.index()].due;
-            if due.1 == 0 || self.completions.get(j.0) != Some(due) {
+            if !live.contains(&j.0) {
+                let due = self.state[j.index()].due;
                 return Err(format!(
                     "running job {j:?} has no live completion ({due:?})"
                 ));
