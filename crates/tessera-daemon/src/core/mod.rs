@@ -1045,12 +1045,24 @@ impl Core {
                 }
             }
         }
+        let mut unverified = Vec::new();
         for run in std::mem::take(&mut self.restoring) {
             let claimed = self.by_handle.get(&run.handle).is_some_and(|&i| {
                 self.jobs[i].row.state == JobState::Running
                     && self.jobs[i].row.handle.as_deref() == Some(run.handle.as_str())
             });
             if run.state == RunState::Stop || (run.state == RunState::Live && !claimed) {
+                // A stopped run of a job requeued since and not started again (same attempt):
+                // it may have completed before the stop, so the job waits, held, for the
+                // backend to say how the run ended (as after a node failure).
+                if let Some(&idx) = self.by_id.get(&run.job_id) {
+                    let job = &mut self.jobs[idx];
+                    if job.row.state == JobState::Pending && job.row.attempt == run.attempt {
+                        job.held = true;
+                        self.verifying.insert(run.handle.clone(), idx);
+                        unverified.push(Handle(run.handle.clone()));
+                    }
+                }
                 let run = RunRow {
                     state: RunState::Stop,
                     ..run
@@ -1060,6 +1072,9 @@ impl Core {
                     preempt: false,
                 });
             }
+        }
+        if !unverified.is_empty() {
+            self.act(Command::Verify(unverified));
         }
         // Record what finished while the daemon was down.
         self.poll_runs(now);
@@ -1154,6 +1169,10 @@ impl Core {
     /// The answer to a [`Command::Stop`].
     pub fn handle_stopped(&mut self, run: RunRow, result: Result<(), BackendError>) {
         match result {
+            // A run stopped by a node failure stays `stop` in the store until the backend has
+            // said how it ended: a restart in between verifies it again instead of running
+            // its job a second time (it may have completed just before the node went down).
+            Ok(()) if self.verifying.contains_key(&run.handle) => {}
             Ok(()) => self.pending.runs.push(RunRow {
                 state: RunState::Gone,
                 ..run
@@ -1205,6 +1224,7 @@ impl Core {
                 // the answer to the Verify that follows the stop.
                 if status.is_terminal() {
                     self.verifying.remove(&h.0);
+                    self.verified_gone(idx, h.0);
                     self.verified(idx, &status, now);
                 }
                 continue;
@@ -1299,9 +1319,23 @@ impl Core {
         let now = now.as_micros();
         for (h, status) in statuses {
             if let Some(idx) = self.verifying.remove(&h.0) {
+                self.verified_gone(idx, h.0);
                 self.verified(idx, &status, now);
             }
         }
+    }
+
+    /// Records a run stopped after a node failure as over, once its ending is known (the
+    /// job has not started again meanwhile: it is held until now, so its attempt is the
+    /// run's).
+    fn verified_gone(&mut self, idx: usize, handle: String) {
+        let row = &self.jobs[idx].row;
+        self.pending.runs.push(RunRow {
+            handle,
+            job_id: row.id,
+            attempt: row.attempt,
+            state: RunState::Gone,
+        });
     }
 
     /// The last status of a run stopped because its node went down.

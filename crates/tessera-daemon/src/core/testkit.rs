@@ -239,7 +239,7 @@ impl Harness {
         }
     }
 
-    fn persist(&mut self, batch: WriteBatch) {
+    pub(crate) fn persist(&mut self, batch: WriteBatch) {
         let summary = batch.transitions.iter().map(|t| (t.job_id, t.to)).collect();
         self.events.push(Event::Persist(summary));
         for j in batch.jobs {

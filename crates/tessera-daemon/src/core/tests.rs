@@ -609,6 +609,48 @@ fn a_run_that_completed_just_before_its_node_went_down_is_not_run_again() {
     assert!(launches(&h.take_events()).is_empty(), "not run again");
 }
 
+/// The daemon dies after a node failure stopped a run, before it heard how that run had
+/// ended; the run had completed just before. The stopped run stays `stop` in the store until
+/// verified, so the restarted daemon holds the job, asks the backend, and records it
+/// completed instead of running it a second time (seen in CI as a chaos test's "completed
+/// 2 runs").
+#[test]
+fn a_restart_between_a_node_failure_and_its_verification_runs_nothing_twice() {
+    use crate::backend::NodeHealth;
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    let run = handle_of_run(&h, a);
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    // Carry out everything but the verification, then die.
+    let mut asked = false;
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Persist(b) => h.persist(b),
+            super::Command::Stop { run, .. } => h.core.handle_stopped(run, Ok(())),
+            super::Command::Verify(_) => asked = true,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(asked);
+    assert_eq!(h.store_jobs[&a].state, JobState::Pending);
+    assert_eq!(
+        h.store_runs[&run].state,
+        RunState::Stop,
+        "a stopped run is not recorded gone before its ending is known"
+    );
+    h.restart(policy("fifo", None));
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.exit_code), (JobState::Completed, Some(0)));
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    h.take_events();
+    h.schedule();
+    assert!(launches(&h.take_events()).is_empty(), "not run again");
+}
+
 #[test]
 fn node_failures_reported_by_the_backend_requeue_then_give_up() {
     let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
