@@ -167,6 +167,23 @@ impl TrainingJob {
     }
 }
 
+/// `items` sorted by `key`, stably, each item moved once. A stable sort of the items
+/// themselves moves each of them several times, and a job is a few hundred bytes: for a
+/// trace of 82k jobs that was a seventh of loading it. Here the (key, position) pairs are
+/// sorted (unique, so an unstable sort gives the stable order) and the items placed after.
+pub fn sort_stably_by_key<T>(items: Vec<T>, key: impl Fn(&T) -> u64) -> Vec<T> {
+    if items.is_sorted_by_key(&key) {
+        return items;
+    }
+    let mut order: Vec<(u64, usize)> = items.iter().map(&key).zip(0..).collect();
+    order.sort_unstable();
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, i)| slots.get_mut(i).and_then(Option::take))
+        .collect()
+}
+
 /// Training jobs sorted by submit time (stable: ties keep trace order), with ids equal to
 /// positions, and inference services sorted by start time, numbered the same way.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -177,8 +194,8 @@ pub struct Workload {
 
 impl Workload {
     /// Sorts jobs by submit time (stably) and renumbers their ids densely. No services.
-    pub fn new(mut jobs: Vec<TrainingJob>) -> Workload {
-        jobs.sort_by_key(|j| j.submit);
+    pub fn new(jobs: Vec<TrainingJob>) -> Workload {
+        let mut jobs = sort_stably_by_key(jobs, |j| j.submit.as_micros());
         for (i, j) in jobs.iter_mut().enumerate() {
             j.id = JobId(i as u32);
         }
@@ -234,6 +251,22 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The same order as the standard library's stable sort, ties (few distinct keys)
+        /// and already sorted input included.
+        #[test]
+        fn sorting_by_key_is_the_stable_sort(keys in prop::collection::vec(0u64..8, 0..200), sorted in any::<bool>()) {
+            let mut items: Vec<(u64, usize)> = keys.into_iter().zip(0..).collect();
+            if sorted {
+                items.sort_by_key(|&(k, _)| k);
+            }
+            let mut expected = items.clone();
+            expected.sort_by_key(|&(k, _)| k);
+            prop_assert_eq!(sort_stably_by_key(items, |&(k, _)| k), expected);
+        }
+    }
 
     #[test]
     fn workload_sorts_stably_and_renumbers() {

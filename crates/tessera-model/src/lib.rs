@@ -42,7 +42,10 @@ pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
 };
 pub use error::SpecError;
-pub use job::{GpuShareRequest, JobId, MigRequest, TrainingJob, Workload, MIG_RESOURCE_PREFIX};
+pub use job::{
+    sort_stably_by_key, GpuShareRequest, JobId, MigRequest, TrainingJob, Workload,
+    MIG_RESOURCE_PREFIX,
+};
 pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};

@@ -290,8 +290,8 @@ fn head(text: &str) -> &str {
 /// Sorts by submit time (stably, keeping lines aligned), makes absolute times relative and
 /// numbers the jobs.
 fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
-    let mut rows = parsed.jobs;
-    rows.sort_by_key(|(job, _)| job.submit);
+    let mut rows =
+        tessera_model::sort_stably_by_key(parsed.jobs, |(job, _)| job.submit.as_micros());
     if format.absolute_times() {
         if let Some(base) = rows.first().map(|(job, _)| job.submit) {
             for (job, _) in &mut rows {
