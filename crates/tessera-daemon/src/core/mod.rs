@@ -86,9 +86,9 @@ pub enum Command {
     /// Ask the backend for the status of these runs; answer with [`Core::handle_statuses`]
     /// (or [`Core::handle_poll_failed`]).
     Poll(Vec<Handle>),
-    /// Ask for the status of runs just stopped because their node went down, so that a run
-    /// that had already completed is recorded as such instead of run again; answer with
-    /// [`Core::handle_verified`]. Unlike [`Command::Poll`], never skipped.
+    /// Ask for the status of runs just stopped (their node went down, or the policy preempted
+    /// them), so that a run that had already completed is recorded as such instead of run
+    /// again; answer with [`Core::handle_verified`]. Unlike [`Command::Poll`], never skipped.
     Verify(Vec<Handle>),
     /// Read the inventory again (a run failed with its node: which nodes are down now?);
     /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
@@ -204,6 +204,10 @@ struct Job {
     /// Requeued after a node failure, hidden from the policy until the backend has said
     /// whether its stopped run had in fact completed.
     held: bool,
+    /// The launch of an attempt the policy started while a stopped run of the job was still
+    /// being verified (see [`Core::verifying`]): carried out once the backend has said that
+    /// run did not complete, dropped (and the job finished) if it did.
+    parked: Option<Launch>,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
@@ -211,6 +215,36 @@ struct Job {
     /// `attained_gpu_secs` is this over 10⁶): tracking policies (LAS) compute it from the
     /// start of an allocation, which only an integer count matches exactly.
     attained_us: u64,
+}
+
+/// A stopped run whose ending the backend has not told yet (in [`Core::verifying`]).
+#[derive(Debug)]
+struct Verifying {
+    /// The job, by index.
+    idx: usize,
+    /// The run's attempt (its job may be on a later one, started but not launched).
+    attempt: u32,
+    /// What stopped it, for the job's message should the run turn out to have ended on its
+    /// own just before.
+    cause: &'static str,
+    /// The backend has carried out the stop. A status read before (a Verify that overtook a
+    /// stop the driver deferred, or a stop that failed and is retried) is the last word
+    /// only if the run had already ended.
+    stopped: bool,
+    /// A Verify was answered before the stop was carried out: ask again once it is.
+    ask_again: bool,
+}
+
+impl Verifying {
+    fn new(idx: usize, attempt: u32, cause: &'static str) -> Verifying {
+        Verifying {
+            idx,
+            attempt,
+            cause,
+            stopped: false,
+            ask_again: false,
+        }
+    }
 }
 
 /// `active_pos` of a job the policy does not see.
@@ -249,8 +283,10 @@ pub struct Core {
     job_tokens: HashMap<String, usize>,
     /// Runs whose stop failed, retried at the next poll.
     to_stop: Vec<RunRow>,
-    /// Runs stopped because their node went down, until their last status is known.
-    verifying: HashMap<String, usize>,
+    /// Runs stopped (their node went down, the policy preempted them, or a restart found them
+    /// `stop`) until the backend has said how they ended: each may have completed just before
+    /// the stop, so its job must not run again until then.
+    verifying: HashMap<String, Verifying>,
     /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
     /// are down (so the policy does not place them on the dead node again).
     awaiting_inventory: Vec<usize>,
@@ -650,7 +686,13 @@ impl Core {
         };
         remap_map(&mut self.by_handle);
         remap_map(&mut self.job_tokens);
-        remap_map(&mut self.verifying);
+        self.verifying.retain(|_, v| match to(v.idx) {
+            Some(n) => {
+                v.idx = n;
+                true
+            }
+            None => false,
+        });
         self.by_id.retain(|_, idx| match to(*idx) {
             Some(n) => {
                 *idx = n;
@@ -881,6 +923,7 @@ impl Core {
             submit_failures: 0,
             lost_runs: 0,
             held: false,
+            parked: None,
             archived: false,
             attained_us,
         });
@@ -1052,14 +1095,19 @@ impl Core {
                     && self.jobs[i].row.handle.as_deref() == Some(run.handle.as_str())
             });
             if run.state == RunState::Stop || (run.state == RunState::Live && !claimed) {
-                // A stopped run of a job requeued since and not started again (same attempt):
-                // it may have completed before the stop, so the job waits, held, for the
-                // backend to say how the run ended (as after a node failure).
+                // A stopped run of a job requeued since and not run again (its attempt, or an
+                // earlier one when a start the policy decided while the run was being verified
+                // was never launched): it may have completed before the stop, so the job
+                // waits, held, for the backend to say how the run ended (as after a node
+                // failure; the policy is new, so hiding the job confuses nothing).
                 if let Some(&idx) = self.by_id.get(&run.job_id) {
                     let job = &mut self.jobs[idx];
-                    if job.row.state == JobState::Pending && job.row.attempt == run.attempt {
+                    if job.row.state == JobState::Pending && run.attempt <= job.row.attempt {
                         job.held = true;
-                        self.verifying.insert(run.handle.clone(), idx);
+                        self.verifying.insert(
+                            run.handle.clone(),
+                            Verifying::new(idx, run.attempt, "stopped right after"),
+                        );
                         unverified.push(Handle(run.handle.clone()));
                     }
                 }
@@ -1169,10 +1217,18 @@ impl Core {
     /// The answer to a [`Command::Stop`].
     pub fn handle_stopped(&mut self, run: RunRow, result: Result<(), BackendError>) {
         match result {
-            // A run stopped by a node failure stays `stop` in the store until the backend has
-            // said how it ended: a restart in between verifies it again instead of running
-            // its job a second time (it may have completed just before the node went down).
-            Ok(()) if self.verifying.contains_key(&run.handle) => {}
+            // A run being verified stays `stop` in the store until the backend has said how
+            // it ended: a restart in between verifies it again instead of running its job a
+            // second time (it may have completed just before the stop). A Verify answered
+            // before this stop was carried out is asked again now.
+            Ok(()) if self.verifying.contains_key(&run.handle) => {
+                if let Some(v) = self.verifying.get_mut(&run.handle) {
+                    v.stopped = true;
+                    if std::mem::take(&mut v.ask_again) {
+                        self.act(Command::Verify(vec![Handle(run.handle)]));
+                    }
+                }
+            }
             Ok(()) => self.pending.runs.push(RunRow {
                 state: RunState::Gone,
                 ..run
@@ -1219,14 +1275,10 @@ impl Core {
         let statuses = self.instance_statuses(now, statuses);
         let now = now.as_micros();
         for (h, status) in statuses {
-            if let Some(&idx) = self.verifying.get(&h.0) {
+            if self.verifying.contains_key(&h.0) {
                 // A poll issued before the stop: only an ending is news; otherwise wait for
                 // the answer to the Verify that follows the stop.
-                if status.is_terminal() {
-                    self.verifying.remove(&h.0);
-                    self.verified_gone(idx, h.0);
-                    self.verified(idx, &status, now);
-                }
+                self.verifying_status(h.0, &status, now, false);
                 continue;
             }
             let Some(&idx) = self.by_handle.get(&h.0) else {
@@ -1312,62 +1364,114 @@ impl Core {
         self.trigger.completion = true;
     }
 
-    /// The answer to a [`Command::Verify`]: how each run stopped after a node failure ended
-    /// (whatever the status, it is the last word: the job becomes schedulable again unless
-    /// its run had completed or failed on its own).
+    /// The answer to a [`Command::Verify`]: how each stopped run (see [`Core::verifying`])
+    /// ended. Once the stop has been carried out, whatever the status, it is the last word:
+    /// the job is finished if its run had completed or failed on its own, else it may run
+    /// again.
     pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
         let now = now.as_micros();
         for (h, status) in statuses {
-            if let Some(idx) = self.verifying.remove(&h.0) {
-                self.verified_gone(idx, h.0);
-                self.verified(idx, &status, now);
-            }
+            self.verifying_status(h.0, &status, now, true);
         }
     }
 
-    /// Records a run stopped after a node failure as over, once its ending is known (the
-    /// job has not started again meanwhile: it is held until now, so its attempt is the
-    /// run's).
-    fn verified_gone(&mut self, idx: usize, handle: String) {
-        let row = &self.jobs[idx].row;
-        self.pending.runs.push(RunRow {
-            handle,
-            job_id: row.id,
-            attempt: row.attempt,
-            state: RunState::Gone,
-        });
-    }
-
-    /// The last status of a run stopped because its node went down.
-    fn verified(&mut self, idx: usize, status: &RunStatus, now: u64) {
-        if !self.jobs[idx].held || self.jobs[idx].row.state != JobState::Pending {
+    /// A status of a run in `verifying`, from a [`Command::Verify`] (`verify`) or from a poll
+    /// issued before the stop. An ending (anything but "running", "pending" or "unknown")
+    /// settles it; so does any answer to a Verify made after the stop was carried out. A
+    /// Verify answered before that is asked again once the stop is done.
+    fn verifying_status(&mut self, handle: String, status: &RunStatus, now: u64, verify: bool) {
+        let Some(v) = self.verifying.get_mut(&handle) else {
+            return;
+        };
+        let ended = status.is_terminal() && *status != RunStatus::Unknown;
+        let settled = ended || (verify && v.stopped);
+        if !settled {
+            v.ask_again |= verify;
             return;
         }
-        self.touch(idx);
-        let job = &mut self.jobs[idx];
-        job.held = false;
-        match status {
-            RunStatus::Completed => {
-                // It finished before the node went: record that rather than run it again.
-                job.row.exit_code = Some(0);
-                self.transition(
-                    idx,
-                    JobState::Completed,
-                    now,
-                    "completed (its node went down right after)",
-                );
-            }
+        if let Some(v) = self.verifying.remove(&handle) {
+            self.verified(handle, v, status, now);
+        }
+    }
+
+    /// A stopped run's ending is known: it is recorded over (under its own attempt), and its
+    /// job, if it has not run since (queued, or started by the policy with its launch parked),
+    /// is finished when the run had completed or failed on its own, else released: shown to
+    /// the policy again, its parked launch carried out.
+    fn verified(&mut self, handle: String, v: Verifying, status: &RunStatus, now: u64) {
+        let idx = v.idx;
+        self.pending.runs.push(RunRow {
+            handle,
+            job_id: self.jobs[idx].row.id,
+            attempt: v.attempt,
+            state: RunState::Gone,
+        });
+        let job = &self.jobs[idx];
+        let unstarted = match job.row.state {
+            JobState::Pending => true,
+            JobState::Starting => job
+                .parked
+                .as_ref()
+                .is_some_and(|l| l.attempt == job.row.attempt),
+            _ => false,
+        };
+        let own_end = match status {
+            // It finished before the stop: record that rather than run it again.
+            RunStatus::Completed => Some((
+                JobState::Completed,
+                Some(0),
+                format!("completed ({})", v.cause),
+            )),
             RunStatus::Failed {
                 exit_code: Some(code),
                 reason,
-            } => {
-                job.row.exit_code = Some(*code);
-                let detail = format!("failed: {reason} (its node went down right after)");
-                self.transition(idx, JobState::Failed, now, &detail);
-            }
-            _ => {}
-        }
+            } => Some((
+                JobState::Failed,
+                Some(*code),
+                format!("failed: {reason} ({})", v.cause),
+            )),
+            _ => None,
+        };
+        self.touch(idx);
         self.trigger.completion = true;
+        if let (true, Some((to, exit, detail))) = (unstarted, own_end) {
+            // A parked start is dropped with the allocation it held.
+            self.jobs[idx].parked = None;
+            self.release(idx);
+            let job = &mut self.jobs[idx];
+            job.held = false;
+            job.row.exit_code = exit;
+            job.row.backend_state = None;
+            self.transition(idx, to, now, &detail);
+            return;
+        }
+        if self.verifying.values().any(|w| w.idx == idx) {
+            return; // another stopped run of the job is still unverified
+        }
+        let job = &mut self.jobs[idx];
+        job.held = false;
+        if let Some(launch) = job.parked.take() {
+            // Unless the attempt was given up meanwhile (cancelled, preempted, restarted).
+            if job.row.state == JobState::Starting && job.row.attempt == launch.attempt {
+                self.act(Command::Launch(launch));
+            }
+        }
+    }
+
+    /// Whether a stopped run of job `idx` is still being verified: a start decided now is
+    /// recorded, but its launch waits (see [`Job::parked`]).
+    fn awaits_verification(&self, idx: usize) -> bool {
+        self.verifying.values().any(|v| v.idx == idx)
+    }
+
+    /// Launches an attempt of job `idx` now, or parks it until the job's stopped runs are
+    /// verified.
+    fn launch_when_verified(&mut self, idx: usize, launch: Launch) {
+        if self.awaits_verification(idx) {
+            self.jobs[idx].parked = Some(launch);
+        } else {
+            self.act(Command::Launch(launch));
+        }
     }
 
     fn finish(&mut self, idx: usize, to: JobState, exit: Option<i32>, detail: &str, now: u64) {
@@ -1530,7 +1634,10 @@ impl Core {
                 "a node it ran on went down; requeued",
             );
             if let Some(run) = run {
-                self.verifying.insert(run.handle.clone(), idx);
+                self.verifying.insert(
+                    run.handle.clone(),
+                    Verifying::new(idx, run.attempt, "its node went down right after"),
+                );
                 stopped.push(run);
             }
         }
@@ -1942,6 +2049,7 @@ impl Core {
         // Record every decision; `act` persists them before the first stop or launch.
         let now_us = now.as_micros();
         let mut to_preempt: Vec<RunRow> = Vec::new();
+        let mut to_verify: Vec<Handle> = Vec::new();
         let mut to_start: Vec<Launch> = Vec::new();
         let mut to_retune: Vec<Retune> = Vec::new();
         let mut to_restart: Vec<i64> = Vec::new();
@@ -1957,7 +2065,20 @@ impl Core {
                 },
                 Plan::Preempt(idx) => {
                     *self.metrics.preemptions.entry("policy").or_default() += 1;
+                    // The run may have completed since the last poll. The job stays visible to
+                    // the policy, queued (hiding it would tell a tracking policy it ended, and
+                    // policies that re-place what they preempt, as MISO, lose track), but
+                    // none of its starts is launched until the backend has said how the run
+                    // ended: if it had completed, the job is finished instead (a start the
+                    // policy decided meanwhile is dropped, which it sees as the job ending).
+                    // Refusing those starts instead would break re-placements decided in
+                    // the same batch as the preemption.
                     if let Some(h) = self.detach_handle(idx, RunState::Stop) {
+                        self.verifying.insert(
+                            h.handle.clone(),
+                            Verifying::new(idx, h.attempt, "preempted by the policy right after"),
+                        );
+                        to_verify.push(Handle(h.handle.clone()));
                         to_preempt.push(h);
                     }
                     self.release(idx);
@@ -2038,7 +2159,12 @@ impl Core {
                     } else {
                         "started by the policy"
                     };
-                    to_start.push(self.start_attempt(idx, alloc, now_us, detail));
+                    let launch = self.start_attempt(idx, alloc, now_us, detail);
+                    if self.awaits_verification(idx) {
+                        self.jobs[idx].parked = Some(launch);
+                    } else {
+                        to_start.push(launch);
+                    }
                 }
             }
         }
@@ -2059,6 +2185,10 @@ impl Core {
         }
         for launch in to_start {
             self.act(Command::Launch(launch));
+        }
+        // Last: only the launches parked behind it wait for its answer.
+        if !to_verify.is_empty() {
+            self.act(Command::Verify(to_verify));
         }
     }
 
@@ -2123,7 +2253,8 @@ impl Core {
         if let Some(run) = run {
             self.act(Command::Stop { run, preempt: true });
         }
-        self.act(Command::Launch(launch));
+        // A start still parked behind a verification stays parked.
+        self.launch_when_verified(idx, launch);
     }
 
     /// The answer to a [`Command::Retune`]: done in place, or (the backend declined or

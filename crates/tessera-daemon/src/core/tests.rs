@@ -153,9 +153,10 @@ fn las_preempts_at_the_round_boundary_and_requeues() {
             Event::Persist(vec![(a, JobState::Pending), (b, JobState::Starting)]),
             Event::Stop(a, 1, true),
             Event::Launch(b, 1, on("n1", 1)),
+            Event::Verify(1),
             Event::Persist(vec![(b, JobState::Running)]),
         ],
-        "a has 60 GPU-s, b none: a is preempted (gracefully) for b"
+        "a has 60 GPU-s, b none: a is preempted (gracefully) for b, and asked how its run ended"
     );
     let row = h.store_jobs[&a].clone();
     assert_eq!(
@@ -1312,4 +1313,342 @@ fn miso_places_each_job_once_while_jobs_keep_arriving() {
         }
         assert!(launched >= 32, "{name}: {launched} launches");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy preemptions race completions: a run the policy preempts may have completed since the
+// last poll. Its job stays visible to the policy, but nothing of it is launched again until
+// the backend has said how the stopped run ended.
+
+/// Transitions of job `id` to `to` in the persisted batches.
+fn transitions_to(events: &[Event], id: i64, to: JobState) -> usize {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Persist(t) => Some(t.iter().filter(|&&(j, s)| j == id && s == to).count()),
+            _ => None,
+        })
+        .sum()
+}
+
+/// LAS on one GPU: `a` runs, `b` arrives 10 s later; at the 60 s round LAS preempts `a`.
+/// Returns (harness, a, b) just before that round.
+fn las_about_to_preempt() -> (Harness, i64, i64) {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+    let a = h.submit("a", 1, 1000);
+    h.schedule();
+    h.advance(10);
+    let b = h.submit("b", 1, 1000);
+    h.schedule();
+    h.advance(50);
+    (h, a, b)
+}
+
+/// A policy that returns whatever batch it was last given (and nothing after).
+struct Scripted(std::sync::Arc<std::sync::Mutex<Vec<tessera_sched::Action>>>);
+
+impl tessera_sched::Policy for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn round_length(&self) -> Option<tessera_model::SimDuration> {
+        None
+    }
+    fn schedule(
+        &mut self,
+        _view: &tessera_sched::ClusterView<'_>,
+        actions: &mut Vec<tessera_sched::Action>,
+    ) {
+        if let Ok(mut batch) = self.0.lock() {
+            actions.append(&mut batch);
+        }
+    }
+}
+
+type Script = std::sync::Arc<std::sync::Mutex<Vec<tessera_sched::Action>>>;
+
+fn scripted() -> (Box<dyn tessera_sched::Policy>, Script) {
+    let s = Script::default();
+    (Box::new(Scripted(s.clone())), s)
+}
+
+fn give(s: &Script, batch: Vec<tessera_sched::Action>) {
+    *s.lock().unwrap() = batch;
+}
+
+/// GPU `g` of the first node, whole.
+fn whole_gpu(g: u32) -> tessera_model::Allocation {
+    use tessera_model::{Bytes, DeviceAlloc, GpuMask, GpuPart, MilliCpu, NodeId, NodeShare};
+    tessera_model::Allocation::new(vec![NodeShare {
+        node: NodeId(0),
+        gpus: 1,
+        cpu: MilliCpu::from_cores(1),
+        memory: Bytes::from_gib(1),
+        devices: Some(DeviceAlloc {
+            gpus: GpuMask(1 << g),
+            part: GpuPart::Whole,
+        }),
+    }])
+}
+
+fn start(job: u32, g: u32) -> tessera_sched::Action {
+    tessera_sched::Action::Start {
+        job: tessera_model::JobId(job),
+        allocation: whole_gpu(g),
+    }
+}
+
+fn preempt(job: u32) -> tessera_sched::Action {
+    tessera_sched::Action::Preempt {
+        job: tessera_model::JobId(job),
+    }
+}
+
+/// (a) The run LAS preempts had completed since the last poll: the job is recorded completed
+/// once, from the stopped run, and never launched again.
+#[test]
+fn a_run_that_completed_just_before_a_policy_preemption_is_not_run_again() {
+    let (mut h, a, b) = las_about_to_preempt();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.take_events();
+    h.schedule();
+    let mut events = h.take_events();
+    assert!(events.contains(&Event::Stop(a, 1, true)), "{events:#?}");
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.exit_code, row.attempt),
+        (JobState::Completed, Some(0), 1),
+        "{:?}",
+        row.message
+    );
+    assert!(h
+        .store_runs
+        .values()
+        .filter(|r| r.job_id == a)
+        .all(|r| r.state == RunState::Gone));
+    for _ in 0..4 {
+        h.advance(60);
+        h.poll();
+        h.schedule();
+    }
+    h.advance(1000);
+    h.end_run(b, RunStatus::Completed);
+    h.poll();
+    h.schedule();
+    events.extend(h.take_events());
+    assert!(
+        launches(&events).iter().all(|l| l.0 != a),
+        "a launched again: {events:#?}"
+    );
+    assert_eq!(transitions_to(&events, a, JobState::Completed), 1);
+    assert_eq!(h.stored_state(b), Some(JobState::Completed));
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+/// (b) The preempted run was really stopped: the backend is asked how it ended before the
+/// job may run again, its run recorded gone then, and the job restarts at the next round.
+#[test]
+fn a_run_really_stopped_by_a_policy_preemption_runs_again_after_verification() {
+    let (mut h, a, b) = las_about_to_preempt();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.take_events();
+    h.schedule();
+    let events = h.take_events();
+    let stop = events.iter().position(|e| *e == Event::Stop(a, 1, true));
+    let verify = events.iter().position(|e| *e == Event::Verify(1));
+    assert!(
+        stop.is_some() && verify > stop,
+        "stopped, then asked how it ended: {events:#?}"
+    );
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    assert_eq!(h.state(a), JobState::Pending);
+    assert_eq!(h.state(b), JobState::Running);
+    h.advance(60);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 2, on("n1", 1))]);
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+/// (b, same batch) A policy that preempts a job and places it again in the same batch (MISO
+/// re-partitioning a GPU) is not refused: the new attempt is recorded at once, but launched
+/// only after the stopped run is verified.
+#[test]
+fn a_job_preempted_and_placed_again_in_one_batch_is_launched_after_verification() {
+    let (p, script) = scripted();
+    let mut h = Harness::new(vec![node("n1", 2)], p);
+    let a = h.submit("a", 1, 100);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    h.take_events();
+    give(&script, vec![preempt(0), start(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Pending), (a, JobState::Starting)]),
+            Event::Stop(a, 1, true),
+            Event::Verify(1),
+            Event::Persist(vec![]),
+            Event::Launch(a, 2, vec![("n1".to_string(), 1)]),
+            Event::Persist(vec![(a, JobState::Running)]),
+        ],
+        "the second attempt is launched once the first is known stopped"
+    );
+    assert_eq!(h.held_gpus().get("n1"), Some(&1));
+}
+
+/// (a, same batch) As above, but the run had completed before the preemption: the start
+/// decided with it is dropped, its GPU freed, and the job recorded completed once.
+#[test]
+fn a_start_decided_with_the_preemption_of_a_completed_run_is_dropped() {
+    let (p, script) = scripted();
+    let mut h = Harness::new(vec![node("n1", 2)], p);
+    let a = h.submit("a", 1, 100);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.take_events();
+    give(&script, vec![preempt(0), start(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "launched again: {events:#?}");
+    let row = h.store_jobs[&a].clone();
+    assert_eq!((row.state, row.exit_code), (JobState::Completed, Some(0)));
+    assert_eq!(transitions_to(&events, a, JobState::Completed), 1);
+    assert_eq!(
+        h.held_gpus().get("n1"),
+        None,
+        "the parked start's GPU is free"
+    );
+    assert!(h.core.device_state().free().iter().all(|f| f.gpus == 2));
+    h.poll();
+    h.schedule();
+    assert!(launches(&h.take_events()).is_empty());
+}
+
+/// Carries out every queued command but the verifications (the daemon dies before their
+/// answers); true when one was asked, and whether anything was launched.
+fn drain_but_verify(h: &mut Harness) -> (bool, bool) {
+    let (mut asked, mut launched) = (false, false);
+    while let Some(c) = h.core.poll_command() {
+        match c {
+            super::Command::Persist(b) => h.persist(b),
+            super::Command::Stop { run, preempt } => {
+                if let Some(r) = h.runs.get_mut(&run.handle) {
+                    if !r.status.is_terminal() {
+                        r.status = if preempt {
+                            RunStatus::Preempted
+                        } else {
+                            RunStatus::Cancelled
+                        };
+                    }
+                }
+                h.core.handle_stopped(run, Ok(()));
+            }
+            super::Command::Verify(_) => asked = true,
+            super::Command::Launch(_) => launched = true,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (asked, launched)
+}
+
+/// (c) The daemon dies after LAS preempted a run that had just completed, before it heard
+/// how that run ended. The run stays `stop` in the store, so the restarted daemon verifies
+/// it and records the job completed instead of running it a second time.
+#[test]
+fn a_restart_between_a_policy_preemption_and_its_verification_runs_nothing_twice() {
+    let (mut h, a, _b) = las_about_to_preempt();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked && launched, "b launched, a's run asked about");
+    assert_eq!(h.store_jobs[&a].state, JobState::Pending);
+    assert_eq!(
+        h.store_runs[&run].state,
+        RunState::Stop,
+        "a preempted run is not recorded gone before its ending is known"
+    );
+    h.take_events();
+    h.restart(policy("las", Some(60)));
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.exit_code), (JobState::Completed, Some(0)));
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    for _ in 0..3 {
+        h.advance(60);
+        h.poll();
+        h.schedule();
+    }
+    let events = h.take_events();
+    assert!(launches(&events).iter().all(|l| l.0 != a), "{events:#?}");
+    assert_eq!(transitions_to(&events, a, JobState::Completed), 1);
+}
+
+/// (c, same batch) The daemon dies with a start recorded for the job preempted in the same
+/// batch, its launch parked behind the verification: the restart requeues the unlaunched
+/// attempt, verifies the stopped run of the attempt before, and records the job completed.
+#[test]
+fn a_restart_with_a_start_parked_behind_a_verification_runs_nothing_twice() {
+    let (p, script) = scripted();
+    let mut h = Harness::new(vec![node("n1", 2)], p);
+    let a = h.submit("a", 1, 100);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![preempt(0), start(0, 1)]);
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked);
+    assert!(!launched, "launched before the stopped run was verified");
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Starting, 2));
+    assert_eq!(h.store_runs[&run].state, RunState::Stop);
+    h.take_events();
+    let (p, script) = scripted();
+    h.restart(p);
+    let row = &h.store_jobs[&a];
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+}
+
+/// The stop of a preempted run fails (retried at the next poll) and the Verify behind it
+/// answers "running": that says nothing of how the stopped run ends, so the job stays
+/// parked; the run completes before the retried stop, and the job is recorded completed.
+#[test]
+fn a_verification_answered_before_the_stop_was_carried_out_is_asked_again() {
+    let (mut h, a, _b) = las_about_to_preempt();
+    h.refuse_stops = 1;
+    h.take_events();
+    h.schedule();
+    let events = h.take_events();
+    assert!(events.contains(&Event::Verify(1)), "{events:#?}");
+    assert!(h.run_of(a).is_some(), "the stop failed: a still runs");
+    h.advance(60);
+    h.schedule(); // a round: nothing of a may be launched yet
+    h.end_run(a, RunStatus::Completed);
+    h.poll(); // retries the stop, then asks again
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    h.advance(60);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).iter().all(|l| l.0 != a), "{events:#?}");
 }
