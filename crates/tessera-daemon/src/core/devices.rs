@@ -327,6 +327,8 @@ fn a_declined_retune_becomes_a_checkpoint_and_restart_with_the_new_quota() {
         vec![
             Event::Retune(id, 1),
             Event::Stop(id, 1, true),
+            // The stopped run may have completed just before: launched once it did not.
+            Event::Verify(1),
             Event::Launch(id, 2, vec![("n1".into(), 0)]),
         ]
     );

@@ -86,9 +86,10 @@ pub enum Command {
     /// Ask the backend for the status of these runs; answer with [`Core::handle_statuses`]
     /// (or [`Core::handle_poll_failed`]).
     Poll(Vec<Handle>),
-    /// Ask for the status of runs just stopped (their node went down, or the policy preempted
-    /// them), so that a run that had already completed is recorded as such instead of run
-    /// again; answer with [`Core::handle_verified`]. Unlike [`Command::Poll`], never skipped.
+    /// Ask for the status of runs just stopped (their node went down, the policy preempted or
+    /// resized them, or a retune restarted them), so that a run that had already completed is
+    /// recorded as such instead of run again; answer with [`Core::handle_verified`]. Unlike
+    /// [`Command::Poll`], never skipped.
     Verify(Vec<Handle>),
     /// Read the inventory again (a run failed with its node: which nodes are down now?);
     /// answer with [`Core::handle_inventory`] or [`Core::handle_inventory_failed`].
@@ -283,9 +284,10 @@ pub struct Core {
     job_tokens: HashMap<String, usize>,
     /// Runs whose stop failed, retried at the next poll.
     to_stop: Vec<RunRow>,
-    /// Runs stopped (their node went down, the policy preempted them, or a restart found them
-    /// `stop`) until the backend has said how they ended: each may have completed just before
-    /// the stop, so its job must not run again until then.
+    /// Runs stopped (their node went down, the policy preempted or resized them, a retune
+    /// restarted them, or a restart found them `stop`) until the backend has said how they
+    /// ended: each may have completed just before the stop, so its job must not run again
+    /// until then.
     verifying: HashMap<String, Verifying>,
     /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
     /// are down (so the policy does not place them on the dead node again).
@@ -1214,6 +1216,19 @@ impl Core {
         Some(run)
     }
 
+    /// Detaches job `idx`'s run to stop it, as [`Core::detach_handle`], and keeps it in
+    /// `verifying`: the daemon hears of completions only at poll ticks, so the run may have
+    /// completed just before the stop, and no attempt of the job is launched until the
+    /// backend has said how it ended (see [`Core::launch_when_verified`]). `cause` (what
+    /// stopped it) goes into the job's message should it turn out to have ended on its own.
+    /// The caller queues the run's [`Command::Stop`], then a [`Command::Verify`] of it.
+    fn detach_to_verify(&mut self, idx: usize, cause: &'static str) -> Option<RunRow> {
+        let run = self.detach_handle(idx, RunState::Stop)?;
+        self.verifying
+            .insert(run.handle.clone(), Verifying::new(idx, run.attempt, cause));
+        Some(run)
+    }
+
     /// The answer to a [`Command::Stop`].
     pub fn handle_stopped(&mut self, run: RunRow, result: Result<(), BackendError>) {
         match result {
@@ -1621,7 +1636,7 @@ impl Core {
         let mut stopped = Vec::new();
         for &idx in victims {
             *self.metrics.preemptions.entry("node_down").or_default() += 1;
-            let run = self.detach_handle(idx, RunState::Stop);
+            let run = self.detach_to_verify(idx, "its node went down right after");
             self.release(idx);
             let job = &mut self.jobs[idx];
             job.row.preemptions += 1;
@@ -1633,13 +1648,7 @@ impl Core {
                 now_us,
                 "a node it ran on went down; requeued",
             );
-            if let Some(run) = run {
-                self.verifying.insert(
-                    run.handle.clone(),
-                    Verifying::new(idx, run.attempt, "its node went down right after"),
-                );
-                stopped.push(run);
-            }
+            stopped.extend(run);
         }
         let handles: Vec<Handle> = stopped.iter().map(|r| Handle(r.handle.clone())).collect();
         for run in stopped {
@@ -2049,7 +2058,6 @@ impl Core {
         // Record every decision; `act` persists them before the first stop or launch.
         let now_us = now.as_micros();
         let mut to_preempt: Vec<RunRow> = Vec::new();
-        let mut to_verify: Vec<Handle> = Vec::new();
         let mut to_start: Vec<Launch> = Vec::new();
         let mut to_retune: Vec<Retune> = Vec::new();
         let mut to_restart: Vec<i64> = Vec::new();
@@ -2073,14 +2081,8 @@ impl Core {
                     // policy decided meanwhile is dropped, which it sees as the job ending).
                     // Refusing those starts instead would break re-placements decided in
                     // the same batch as the preemption.
-                    if let Some(h) = self.detach_handle(idx, RunState::Stop) {
-                        self.verifying.insert(
-                            h.handle.clone(),
-                            Verifying::new(idx, h.attempt, "preempted by the policy right after"),
-                        );
-                        to_verify.push(Handle(h.handle.clone()));
-                        to_preempt.push(h);
-                    }
+                    to_preempt
+                        .extend(self.detach_to_verify(idx, "preempted by the policy right after"));
                     self.release(idx);
                     let job = &mut self.jobs[idx];
                     job.row.preemptions += 1;
@@ -2148,10 +2150,13 @@ impl Core {
                 Plan::Start(idx, alloc) | Plan::Resize(idx, alloc) => {
                     let resize = self.jobs[idx].row.state != JobState::Pending;
                     if resize {
+                        // As a preemption: the stopped run may have completed since the last
+                        // poll, so the resized attempt is launched only once the backend has
+                        // said it did not (it is dropped, and the job finished, if it did).
                         *self.metrics.preemptions.entry("resize").or_default() += 1;
-                        if let Some(h) = self.detach_handle(idx, RunState::Stop) {
-                            to_preempt.push(h);
-                        }
+                        to_preempt.extend(
+                            self.detach_to_verify(idx, "resized by the policy right after"),
+                        );
                         self.release(idx);
                     }
                     let detail = if resize {
@@ -2168,6 +2173,12 @@ impl Core {
                 }
             }
         }
+        // The runs stopped here that may have completed (all but scaled-in instances').
+        let to_verify: Vec<Handle> = to_preempt
+            .iter()
+            .filter(|r| self.verifying.contains_key(&r.handle))
+            .map(|r| Handle(r.handle.clone()))
+            .collect();
         for run in to_preempt {
             self.act(Command::Stop { run, preempt: true });
         }
@@ -2246,14 +2257,18 @@ impl Core {
         };
         *self.metrics.preemptions.entry("resize").or_default() += 1;
         *self.metrics.retunes.entry("restart").or_default() += 1;
-        let run = self.detach_handle(idx, RunState::Stop);
+        // The run may have completed since the last poll: the new attempt is launched only
+        // once the backend has said it did not.
+        let run = self.detach_to_verify(idx, "restarted with a new quota right after");
         self.release(idx);
         let detail = format!("{why}; restarted with the new quota");
         let launch = self.start_attempt(idx, alloc, now.as_micros(), &detail);
         if let Some(run) = run {
+            let handle = Handle(run.handle.clone());
             self.act(Command::Stop { run, preempt: true });
+            self.act(Command::Verify(vec![handle]));
         }
-        // A start still parked behind a verification stays parked.
+        // Parked behind that verification, or one still pending.
         self.launch_when_verified(idx, launch);
     }
 

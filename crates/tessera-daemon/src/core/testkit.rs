@@ -43,7 +43,7 @@ pub(crate) enum Event {
     Stop(i64, u32, bool),
     /// The backend was polled.
     Poll(usize),
-    /// Runs stopped after a node failure were asked how they ended.
+    /// Stopped runs (node failure, preemption, resize, restart) were asked how they ended.
     Verify(usize),
     /// The inventory was read again.
     Inventory,

@@ -1378,11 +1378,16 @@ fn give(s: &Script, batch: Vec<tessera_sched::Action>) {
 
 /// GPU `g` of the first node, whole.
 fn whole_gpu(g: u32) -> tessera_model::Allocation {
+    whole_gpu_with(g, 1)
+}
+
+/// GPU `g` of the first node, whole, with `cores` CPU cores.
+fn whole_gpu_with(g: u32, cores: u64) -> tessera_model::Allocation {
     use tessera_model::{Bytes, DeviceAlloc, GpuMask, GpuPart, MilliCpu, NodeId, NodeShare};
     tessera_model::Allocation::new(vec![NodeShare {
         node: NodeId(0),
         gpus: 1,
-        cpu: MilliCpu::from_cores(1),
+        cpu: MilliCpu::from_cores(cores),
         memory: Bytes::from_gib(1),
         devices: Some(DeviceAlloc {
             gpus: GpuMask(1 << g),
@@ -1549,6 +1554,10 @@ fn drain_but_verify(h: &mut Harness) -> (bool, bool) {
             }
             super::Command::Verify(_) => asked = true,
             super::Command::Launch(_) => launched = true,
+            super::Command::Retune(r) => {
+                let result = h.retune_error.clone().map_or(Ok(()), Err);
+                h.core.handle_retuned(h.now, r.job_id, r.attempt, result);
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -1651,4 +1660,230 @@ fn a_verification_answered_before_the_stop_was_carried_out_is_asked_again() {
     h.schedule();
     let events = h.take_events();
     assert!(launches(&events).iter().all(|l| l.0 != a), "{events:#?}");
+}
+
+// Resizes and restarts with a new quota. Both stop a run and start a new attempt of its job
+// at once; the run may have completed since the last poll, so the new attempt is launched
+// only once the backend has said how the stopped run ended, as after a policy preemption.
+
+fn resize(job: u32, g: u32) -> tessera_sched::Action {
+    tessera_sched::Action::Resize {
+        job: tessera_model::JobId(job),
+        allocation: whole_gpu(g),
+    }
+}
+
+/// A retune of `job` to `cores` CPU cores on GPU 0 (same devices).
+fn retune(job: u32, cores: u64) -> tessera_sched::Action {
+    tessera_sched::Action::Retune {
+        job: tessera_model::JobId(job),
+        allocation: whole_gpu_with(0, cores),
+    }
+}
+
+/// A scripted policy on one node of two GPUs, job `a` running on GPU 0.
+fn one_job_running() -> (Harness, Script, i64) {
+    let (p, script) = scripted();
+    let mut h = Harness::new(vec![node("n1", 2)], p);
+    let a = h.submit("a", 1, 100);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.take_events();
+    (h, script, a)
+}
+
+/// As [`one_job_running`], with a backend that cannot retune in place (as Slurm).
+fn one_job_running_no_retune() -> (Harness, Script, i64) {
+    let (mut h, script, a) = one_job_running();
+    h.retune_error = Some(crate::error::BackendError::Declined {
+        action: "retune",
+        backend: "slurm",
+    });
+    (h, script, a)
+}
+
+/// Job `a` ended completed once, from its first run (message naming `cause`), nothing of it
+/// launched in `events` nor at later scheduling points, its GPU free.
+fn completed_once_from_its_first_run(h: &mut Harness, a: i64, events: &[Event], cause: &str) {
+    assert!(events.contains(&Event::Stop(a, 1, true)), "{events:#?}");
+    assert!(launches(events).is_empty(), "launched again: {events:#?}");
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(
+        row.message.as_deref(),
+        Some(format!("completed ({cause})").as_str())
+    );
+    assert_eq!(transitions_to(events, a, JobState::Completed), 1);
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert_eq!(
+        h.held_gpus().get("n1"),
+        None,
+        "the new attempt's GPU is free"
+    );
+    assert!(h.core.device_state().free().iter().all(|f| f.gpus == 2));
+    h.advance(60);
+    h.poll();
+    h.schedule();
+    let later = h.take_events();
+    assert!(launches(&later).is_empty(), "{later:#?}");
+    assert_eq!(transitions_to(&later, a, JobState::Completed), 0);
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+/// (a) The run the policy resizes had completed since the last poll: the resized attempt is
+/// never launched, its GPU is freed, and the job is recorded completed once.
+#[test]
+fn a_run_that_completed_just_before_a_resize_is_not_run_again() {
+    let (mut h, script, a) = one_job_running();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let events = h.take_events();
+    completed_once_from_its_first_run(&mut h, a, &events, "resized by the policy right after");
+}
+
+/// (b) The resized run was really stopped: the backend is asked how it ended, after the stop,
+/// and the resized attempt is launched then, on its new GPU.
+#[test]
+fn a_run_really_stopped_by_a_resize_is_launched_again_after_verification() {
+    let (mut h, script, a) = one_job_running();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    give(&script, vec![resize(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Starting)]),
+            Event::Stop(a, 1, true),
+            Event::Verify(1),
+            Event::Persist(vec![]),
+            Event::Launch(a, 2, on("n1", 1)),
+            Event::Persist(vec![(a, JobState::Running)]),
+        ],
+        "the resized attempt is launched once the first is known stopped"
+    );
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Running, 2));
+    let live = h
+        .runs
+        .values()
+        .filter(|r| r.job_id == a && r.status == RunStatus::Running);
+    assert_eq!(live.count(), 1, "only the resized attempt runs");
+    assert_eq!(h.held_gpus().get("n1"), Some(&1));
+    let gpus = h.core.device_state().free()[0].gpus;
+    assert_eq!(gpus, 1, "one GPU held, by the resized attempt");
+}
+
+/// (a) A retune the backend declines restarts the job with its new quota; the run had
+/// completed since the last poll: the new attempt is never launched, and the job is recorded
+/// completed once.
+#[test]
+fn a_run_that_completed_just_before_a_restart_with_a_new_quota_is_not_run_again() {
+    let (mut h, script, a) = one_job_running_no_retune();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let events = h.take_events();
+    assert!(events.contains(&Event::Retune(a, 1)), "{events:#?}");
+    completed_once_from_its_first_run(&mut h, a, &events, "restarted with a new quota right after");
+}
+
+/// (b) As above, the run really stopped: asked about after the stop, then the new attempt is
+/// launched with the new quota.
+#[test]
+fn a_run_really_stopped_for_a_new_quota_is_launched_again_after_verification() {
+    let (mut h, script, a) = one_job_running_no_retune();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Persist(vec![(a, JobState::Running)]),
+            Event::Retune(a, 1),
+            Event::Persist(vec![(a, JobState::Starting)]),
+            Event::Stop(a, 1, true),
+            Event::Verify(1),
+            Event::Persist(vec![]),
+            Event::Launch(a, 2, on("n1", 1)),
+            Event::Persist(vec![(a, JobState::Running)]),
+        ],
+        "the new attempt is launched once the first is known stopped"
+    );
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Running, 2));
+    assert_eq!(row.placement[0].cpu, tessera_model::MilliCpu::from_cores(2));
+    assert_eq!(h.core.metrics().retunes.get("restart"), Some(&1));
+}
+
+/// (c) The daemon dies after a resize of a run that had just completed, before it heard how
+/// that run ended: the run stays `stop` and the resized attempt `starting` (never launched) in
+/// the store; the restarted daemon requeues the attempt, verifies the run and records the job
+/// completed instead of running it a second time.
+#[test]
+fn a_restart_between_a_resize_and_its_verification_runs_nothing_twice() {
+    let (mut h, script, a) = one_job_running();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked);
+    assert!(!launched, "launched before the stopped run was verified");
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Starting, 2));
+    assert_eq!(h.store_runs[&run].state, RunState::Stop);
+    h.take_events();
+    let (p, script) = scripted();
+    h.restart(p);
+    let row = &h.store_jobs[&a];
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+}
+
+/// (c) The daemon dies after restarting a job for a new quota, its run really stopped, before
+/// the verification: the restarted daemon verifies the run, then lets the job run again, once.
+#[test]
+fn a_restart_between_a_restart_for_a_new_quota_and_its_verification_runs_the_job_once() {
+    let (mut h, script, a) = one_job_running_no_retune();
+    let run = h.store_jobs[&a].handle.clone().unwrap();
+    give(&script, vec![retune(0, 2)]);
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked);
+    assert!(!launched, "launched before the stopped run was verified");
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Starting, 2));
+    assert_eq!(h.store_runs[&run].state, RunState::Stop);
+    h.take_events();
+    let (p, script) = scripted();
+    h.restart(p);
+    assert_eq!(h.store_jobs[&a].state, JobState::Pending);
+    assert_eq!(h.store_runs[&run].state, RunState::Gone);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert_eq!(launches(&events), vec![(a, 3, on("n1", 1))]);
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
 }
