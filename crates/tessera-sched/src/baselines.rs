@@ -27,9 +27,11 @@
 //! re-plan ranks only the running jobs a queued job might displace.
 
 use smallvec::SmallVec;
-use tessera_model::{Allocation, JobId, SimDuration, TrainingJob};
+use std::collections::BTreeMap;
 
-use crate::placement::{fit_in, IndexedLedger, Ledger};
+use tessera_model::{Allocation, Bytes, GpuModelId, JobId, MilliCpu, SimDuration, TrainingJob};
+
+use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
 use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
@@ -163,12 +165,56 @@ type Rank = (u64, u64, u32);
 /// list's entries for a job sit side by side: a preemption files the job and forgets its
 /// run, a start does the reverse, and each visits one place in this table instead of one in
 /// each of two (a cache miss apiece on a deep queue).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct JobSlot {
     /// Queued and filed: (GPU count, rank).
     queued: Option<(u32, Rank)>,
     /// Running, under LAS: its place in `LasRunning::running`.
     running: Option<u32>,
+    /// Its demand in `Queue::demands`, or [`NO_DEMAND`] before the policy has seen it.
+    demand: u32,
+}
+
+/// `JobSlot::demand` of a job not seen yet.
+const NO_DEMAND: u32 = u32::MAX;
+
+impl Default for JobSlot {
+    fn default() -> Self {
+        JobSlot {
+            queued: None,
+            running: None,
+            demand: NO_DEMAND,
+        }
+    }
+}
+
+/// A [`Demand`] owned by the policy: the distinct demands of the jobs seen, each kept once.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct OwnedDemand {
+    gpus: u32,
+    gpu_types: Box<[GpuModelId]>,
+    cpu: Option<MilliCpu>,
+    memory: Option<Bytes>,
+}
+
+impl OwnedDemand {
+    fn of(spec: &TrainingJob) -> OwnedDemand {
+        OwnedDemand {
+            gpus: spec.gpus,
+            gpu_types: spec.gpu_types.as_slice().into(),
+            cpu: spec.cpu,
+            memory: spec.memory,
+        }
+    }
+
+    fn as_demand(&self) -> Demand<'_> {
+        Demand {
+            gpus: self.gpus,
+            gpu_types: &self.gpu_types,
+            cpu: self.cpu,
+            memory: self.memory,
+        }
+    }
 }
 
 /// The slot of job index `i`, the table grown to hold it (ids arrive in order: by
@@ -188,6 +234,14 @@ struct Queue {
     buckets: Vec<(u32, RankSet<Rank>)>,
     /// Each job's slot, by job index: its (GPU count, rank) while filed here.
     slots: Vec<JobSlot>,
+    /// The distinct demands of the jobs seen (jobs ask for few), named by their slots: a
+    /// placement reads a job's demand here rather than in its spec, which a deep queue's
+    /// placements would otherwise visit at a few cache misses per job.
+    demands: Vec<OwnedDemand>,
+    /// Each demand's index in `demands`.
+    demand_index: BTreeMap<OwnedDemand, u32>,
+    /// (GPUs, index in `demands`) of the demands of GPUs alone.
+    plain: Vec<(u32, u32)>,
     /// An arrival at an empty queue since the last scheduling point, not filed yet: (GPU
     /// count, rank). Most arrivals on a cluster with room start at once, and such a job is
     /// placed without filing it (a filing and a removal per job otherwise). Any other
@@ -197,7 +251,46 @@ struct Queue {
 }
 
 impl Queue {
+    /// Notes job `id`'s demand, once, when it waits (filed on arrival, or preempted): the
+    /// placements that then try it read the demand here. Jobs that start on arrival and
+    /// never wait are not noted (a cost per job on a cluster with room).
+    fn note_demand(&mut self, id: JobId, spec: &TrainingJob) {
+        let slot = slot_mut(&mut self.slots, id.index());
+        if slot.demand != NO_DEMAND {
+            return;
+        }
+        // Most jobs ask only for GPUs (any model, CPU and memory in proportion), and for
+        // one of a few counts: found by their count before the index is searched (which
+        // builds a key to look up).
+        let plain = spec.gpu_types.is_empty() && spec.cpu.is_none() && spec.memory.is_none();
+        if let Some(&(_, d)) = self.plain.iter().find(|&&(g, _)| plain && g == spec.gpus) {
+            slot.demand = d;
+            return;
+        }
+        let next = self.demands.len() as u32;
+        let d = *self
+            .demand_index
+            .entry(OwnedDemand::of(spec))
+            .or_insert_with_key(|owned| {
+                self.demands.push(owned.clone());
+                next
+            });
+        slot.demand = d;
+        if plain {
+            self.plain.push((spec.gpus, d));
+        }
+    }
+
+    /// Job `id`'s demand: as noted, else (a job the policy has not seen) from its spec.
+    fn demand<'s>(&'s self, id: u32, jobs: &'s [TrainingJob]) -> Option<Demand<'s>> {
+        match self.slots.get(id as usize).map(|s| s.demand) {
+            Some(d) if d != NO_DEMAND => self.demands.get(d as usize).map(OwnedDemand::as_demand),
+            _ => jobs.get(id as usize).map(Demand::from),
+        }
+    }
+
     fn insert(&mut self, order: JobOrder, job: &ActiveJob, spec: &TrainingJob) {
+        self.note_demand(job.id, spec);
         if let Some(rank) = Self::rank_of(order, job, spec) {
             self.remove(job.id);
             self.file(spec.gpus, rank);
@@ -239,6 +332,7 @@ impl Queue {
             self.fresh = Some((spec.gpus, rank));
         } else {
             self.file_fresh();
+            self.note_demand(job.id, spec);
             self.file(spec.gpus, rank);
         }
     }
@@ -299,10 +393,14 @@ impl Queue {
         self.buckets.retain(|(_, b)| !b.is_empty());
         let mut slots = Vec::new();
         for (old, e) in self.slots.iter().enumerate() {
-            let (Some((gpus, (key, submit, _))), Some(n)) = (e.queued, new_id(old as u32)) else {
+            let Some(n) = new_id(old as u32) else {
                 continue;
             };
-            slot_mut(&mut slots, n.index()).queued = Some((gpus, (key, submit, n.0)));
+            let slot = slot_mut(&mut slots, n.index());
+            slot.demand = e.demand;
+            slot.queued = e
+                .queued
+                .map(|(gpus, (key, submit, _))| (gpus, (key, submit, n.0)));
         }
         self.slots = slots;
     }
@@ -499,27 +597,6 @@ fn advance(head: &mut Head<'_>) -> Option<Rank> {
     taken
 }
 
-/// What [`IndexedLedger::place`] reads of a job: two jobs of one shape get the same answer
-/// from the same ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Shape<'a> {
-    gpus: u32,
-    gpu_types: &'a [tessera_model::GpuModelId],
-    cpu: Option<tessera_model::MilliCpu>,
-    memory: Option<tessera_model::Bytes>,
-}
-
-impl<'a> Shape<'a> {
-    fn of(spec: &'a TrainingJob) -> Shape<'a> {
-        Shape {
-            gpus: spec.gpus,
-            gpu_types: &spec.gpu_types,
-            cpu: spec.cpu,
-            memory: spec.memory,
-        }
-    }
-}
-
 /// Failed shapes remembered per fill (the list is scanned per job: kept short).
 const MAX_FAILED_SHAPES: usize = 16;
 
@@ -535,7 +612,7 @@ const MAX_FAILED_SHAPES: usize = 16;
 /// in code generated around it.)
 struct ShrinkingFill<'a, 'c> {
     ledger: IndexedLedger<'c>,
-    failed: SmallVec<[Shape<'a>; 4]>,
+    failed: SmallVec<[Demand<'a>; 4]>,
     /// Where in the actions the last start is, its allocation not taken from the ledger yet.
     untaken: Option<usize>,
     /// Free GPUs once every start so far is taken.
@@ -557,9 +634,8 @@ impl<'a, 'c> ShrinkingFill<'a, 'c> {
     }
 
     /// Appends `job`'s start where it fits first; false if it fits nowhere.
-    fn start(&mut self, job: JobId, spec: &'a TrainingJob, actions: &mut Vec<Action>) -> bool {
-        let shape = Shape::of(spec);
-        if self.failed.contains(&shape) {
+    fn start(&mut self, job: JobId, demand: Demand<'a>, actions: &mut Vec<Action>) -> bool {
+        if self.failed.contains(&demand) {
             return false;
         }
         if let Some(Action::Start { allocation, .. }) =
@@ -567,7 +643,7 @@ impl<'a, 'c> ShrinkingFill<'a, 'c> {
         {
             self.ledger.take(allocation);
         }
-        match self.ledger.fit(spec) {
+        match self.ledger.fit(demand) {
             Some(allocation) => {
                 self.free = self.free.saturating_sub(allocation.gpus() as u64);
                 self.untaken = Some(actions.len());
@@ -576,7 +652,7 @@ impl<'a, 'c> ShrinkingFill<'a, 'c> {
             }
             None => {
                 if self.failed.len() < MAX_FAILED_SHAPES {
-                    self.failed.push(shape);
+                    self.failed.push(demand);
                 }
                 false
             }
@@ -664,10 +740,10 @@ impl OrderedPolicy {
                 break;
             };
             let job = JobId(id);
-            let Some(spec) = view.jobs.get(job.index()) else {
+            let Some(demand) = queue.demand(id, view.jobs) else {
                 continue;
             };
-            if fill.start(job, spec, actions) {
+            if fill.start(job, demand, actions) {
                 free = fill.free_gpus();
             }
         }
@@ -802,7 +878,7 @@ impl OrderedPolicy {
         // 3. Start the selected queued jobs in priority order.
         for &id in &picked_queued {
             let job = JobId(id);
-            if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+            if let Some(allocation) = queue.demand(id, view.jobs).and_then(|d| ledger.place(d)) {
                 actions.push(Action::Start { job, allocation });
             }
         }
@@ -833,10 +909,10 @@ impl OrderedPolicy {
                 continue;
             }
             let job = JobId(id);
-            let Some(spec) = view.jobs.get(job.index()) else {
+            let Some(demand) = queue.demand(id, view.jobs) else {
                 continue;
             };
-            if backfill.start(job, spec, actions) {
+            if backfill.start(job, demand, actions) {
                 free = backfill.free_gpus();
             }
         }
@@ -847,7 +923,7 @@ impl OrderedPolicy {
         for id in picked_queued {
             self.picked[id as usize] = false;
         }
-        drop(heads); // borrows `queue`
+        drop((heads, backfill)); // borrow `queue`
         self.queue = Some(queue);
     }
 
@@ -964,7 +1040,8 @@ impl OrderedPolicy {
             starts.clear();
             for &id in &picked_queued {
                 let job = JobId(id);
-                if let Some(allocation) = view.jobs.get(job.index()).and_then(|s| ledger.place(s)) {
+                if let Some(allocation) = queue.demand(id, view.jobs).and_then(|d| ledger.place(d))
+                {
                     starts.push(Action::Start { job, allocation });
                 }
             }
@@ -998,10 +1075,10 @@ impl OrderedPolicy {
                     continue;
                 }
                 let job = JobId(id);
-                let Some(spec) = view.jobs.get(job.index()) else {
+                let Some(demand) = queue.demand(id, view.jobs) else {
                     continue;
                 };
-                if backfill.start(job, spec, actions) {
+                if backfill.start(job, demand, actions) {
                     free = backfill.free_gpus();
                 }
             }
@@ -1125,14 +1202,17 @@ impl Policy for OrderedPolicy {
         match change {
             JobChange::Arrived(job, spec) => queue.arrive(self.order, job, spec),
             JobChange::Preempted(job, spec) => {
-                // LAS knows the job's GPUs and submission from when it started: its spec,
-                // not read since, is not read again.
+                // LAS knows the job's GPUs and submission from when it started: its spec is
+                // read only to note its demand, once per job.
                 match self
                     .las
                     .as_mut()
                     .and_then(|run| run.stop(&mut queue.slots, job.id))
                 {
-                    Some(e) => queue.insert_known(self.order, job, e.asked, e.submit),
+                    Some(e) => {
+                        queue.note_demand(job.id, spec);
+                        queue.insert_known(self.order, job, e.asked, e.submit)
+                    }
                     None => queue.insert(self.order, job, spec),
                 }
             }

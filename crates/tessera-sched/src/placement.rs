@@ -9,8 +9,35 @@
 
 use smallvec::SmallVec;
 use tessera_model::{
-    Allocation, Bytes, Cluster, MilliCpu, NodeGroup, NodeId, NodeShare, Resources, TrainingJob,
+    Allocation, Bytes, Cluster, GpuModelId, MilliCpu, NodeGroup, NodeId, NodeShare, Resources,
+    TrainingJob,
 };
+
+/// What a placement reads of a job: two jobs with the same demand get the same placement
+/// from the same free resources. A policy that keeps demands of its own places a job
+/// without reading its spec (a few cache misses per job on a deep queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Demand<'a> {
+    /// GPUs, whole.
+    pub gpus: u32,
+    /// GPU models the job may run on (empty: any).
+    pub gpu_types: &'a [GpuModelId],
+    /// Explicit CPU request (else GPU-proportional).
+    pub cpu: Option<MilliCpu>,
+    /// Explicit memory request (else GPU-proportional).
+    pub memory: Option<Bytes>,
+}
+
+impl<'a> From<&'a TrainingJob> for Demand<'a> {
+    fn from(job: &'a TrainingJob) -> Demand<'a> {
+        Demand {
+            gpus: job.gpus,
+            gpu_types: &job.gpu_types,
+            cpu: job.cpu,
+            memory: job.memory,
+        }
+    }
+}
 
 use crate::free_index::FreeIndex;
 
@@ -157,14 +184,15 @@ impl<'c> Ledger<'c> {
 
     /// Finds a consolidated placement for `job` with GPU-proportional CPU and memory and
     /// reserves it; `None` when it does not fit now.
-    pub fn place(&mut self, job: &TrainingJob) -> Option<Allocation> {
+    pub fn place<'j>(&mut self, job: impl Into<Demand<'j>>) -> Option<Allocation> {
         let alloc = self.fit(job)?;
         self.take(&alloc);
         Some(alloc)
     }
 
     /// The allocation [`place`](Self::place) would make, without taking it.
-    pub fn fit(&self, job: &TrainingJob) -> Option<Allocation> {
+    pub fn fit<'j>(&self, job: impl Into<Demand<'j>>) -> Option<Allocation> {
+        let job: Demand<'_> = job.into();
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }
@@ -185,7 +213,7 @@ impl<'c> Ledger<'c> {
         Some(alloc)
     }
 
-    fn place_in_group(&self, job: &TrainingJob, group: &NodeGroup) -> Option<Allocation> {
+    fn place_in_group(&self, job: Demand<'_>, group: &NodeGroup) -> Option<Allocation> {
         let nodes = group.first_node as usize..(group.first_node + group.count) as usize;
         // One node, first fit. The share is the same on every node of the group but for the
         // node it names, so it is computed once and the scan only compares resources.
@@ -440,7 +468,8 @@ impl<'c> IndexedLedger<'c> {
     }
 
     /// [`Ledger::place`]: the same allocation, found through the index.
-    pub fn place(&mut self, job: &TrainingJob) -> Option<Allocation> {
+    pub fn place<'j>(&mut self, job: impl Into<Demand<'j>>) -> Option<Allocation> {
+        let job: Demand<'_> = job.into();
         if let Some(d) = &mut self.dense {
             return d.place(job);
         }
@@ -451,7 +480,8 @@ impl<'c> IndexedLedger<'c> {
 
     /// The allocation [`place`](Self::place) would make, without taking it: for a single
     /// decision, where recording it in a ledger about to be dropped is wasted.
-    pub fn fit(&self, job: &TrainingJob) -> Option<Allocation> {
+    pub fn fit<'j>(&self, job: impl Into<Demand<'j>>) -> Option<Allocation> {
+        let job: Demand<'_> = job.into();
         if let Some(d) = &self.dense {
             return d.fit(job);
         }
@@ -463,7 +493,7 @@ impl<'c> IndexedLedger<'c> {
     }
 
     /// [`fit`](Self::fit) through the changed nodes and the state's index.
-    fn fit_changed(&self, job: &TrainingJob) -> Option<Allocation> {
+    fn fit_changed(&self, job: Demand<'_>) -> Option<Allocation> {
         if job.gpus == 0 || (job.gpus as u64) > self.free_gpus() {
             return None;
         }
@@ -516,12 +546,7 @@ impl<'c> IndexedLedger<'c> {
         }
     }
 
-    fn place_in_group(
-        &self,
-        job: &TrainingJob,
-        gi: usize,
-        group: &NodeGroup,
-    ) -> Option<Allocation> {
+    fn place_in_group(&self, job: Demand<'_>, gi: usize, group: &NodeGroup) -> Option<Allocation> {
         let share = proportional_share(job, group, NodeId(group.first_node), job.gpus);
         if let Some(n) = self.first_fit(gi, group, &share.resources()) {
             return Some(Allocation::single(NodeShare {
@@ -589,7 +614,12 @@ static EMPTY_INDEX: FreeIndex = FreeIndex::empty();
 /// when the job fits on one node of the first group that could take it: a lone arrival's
 /// usual case, once per job on a cluster that keeps up (the ledger's set-up and its
 /// changed-node checks were a fifth of a start's cost there).
-pub fn fit_in(cluster: &Cluster, state: &ClusterState, job: &TrainingJob) -> Option<Allocation> {
+pub fn fit_in<'j>(
+    cluster: &Cluster,
+    state: &ClusterState,
+    job: impl Into<Demand<'j>>,
+) -> Option<Allocation> {
+    let job: Demand<'_> = job.into();
     let group_free = state.group_free_gpus();
     let free = state.free();
     if job.gpus == 0
@@ -625,12 +655,13 @@ pub fn fit_in(cluster: &Cluster, state: &ClusterState, job: &TrainingJob) -> Opt
 
 /// The CPU and memory that come with `gpus` GPUs of `job` on a node of `group`: the job's
 /// explicit request split by GPUs, or the node's capacity split by GPUs.
-pub fn proportional_share(
-    job: &TrainingJob,
+pub fn proportional_share<'j>(
+    job: impl Into<Demand<'j>>,
     group: &NodeGroup,
     node: NodeId,
     gpus: u32,
 ) -> NodeShare {
+    let job: Demand<'_> = job.into();
     let split = |total: u64, of: u32| -> u64 {
         if of == 0 {
             0
