@@ -137,7 +137,7 @@ fn verify(backend: &mut dyn Backend, handles: Vec<Handle>) -> Vec<(Handle, RunSt
     match backend.poll(&handles) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!("cannot tell how runs on a failed node ended: {e}");
+            tracing::warn!("cannot tell how the stopped runs ended (they may run again): {e}");
             handles
                 .into_iter()
                 .map(|h| (h, RunStatus::Unknown))
