@@ -209,6 +209,9 @@ struct Job {
     /// being verified (see [`Core::verifying`]): carried out once the backend has said that
     /// run did not complete, dropped (and the job finished) if it did.
     parked: Option<Launch>,
+    /// Its runs in [`Core::verifying`]: counted, so that a start asks in O(1) whether it
+    /// must wait (a LAS round may stop and start thousands of jobs at once).
+    unverified_runs: u32,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
@@ -926,6 +929,7 @@ impl Core {
             lost_runs: 0,
             held: false,
             parked: None,
+            unverified_runs: 0,
             archived: false,
             attained_us,
         });
@@ -1106,7 +1110,7 @@ impl Core {
                     let job = &mut self.jobs[idx];
                     if job.row.state == JobState::Pending && run.attempt <= job.row.attempt {
                         job.held = true;
-                        self.verifying.insert(
+                        self.start_verifying(
                             run.handle.clone(),
                             Verifying::new(idx, run.attempt, "stopped right after"),
                         );
@@ -1224,9 +1228,18 @@ impl Core {
     /// The caller queues the run's [`Command::Stop`], then a [`Command::Verify`] of it.
     fn detach_to_verify(&mut self, idx: usize, cause: &'static str) -> Option<RunRow> {
         let run = self.detach_handle(idx, RunState::Stop)?;
-        self.verifying
-            .insert(run.handle.clone(), Verifying::new(idx, run.attempt, cause));
+        self.start_verifying(run.handle.clone(), Verifying::new(idx, run.attempt, cause));
         Some(run)
+    }
+
+    /// Puts a stopped run in `verifying`, counted on its job.
+    fn start_verifying(&mut self, handle: String, v: Verifying) {
+        let idx = v.idx;
+        if self.verifying.insert(handle, v).is_none() {
+            if let Some(job) = self.jobs.get_mut(idx) {
+                job.unverified_runs += 1;
+            }
+        }
     }
 
     /// The answer to a [`Command::Stop`].
@@ -1405,6 +1418,9 @@ impl Core {
             return;
         }
         if let Some(v) = self.verifying.remove(&handle) {
+            if let Some(job) = self.jobs.get_mut(v.idx) {
+                job.unverified_runs = job.unverified_runs.saturating_sub(1);
+            }
             self.verified(handle, v, status, now);
         }
     }
@@ -1460,7 +1476,7 @@ impl Core {
             self.transition(idx, to, now, &detail);
             return;
         }
-        if self.verifying.values().any(|w| w.idx == idx) {
+        if self.awaits_verification(idx) {
             return; // another stopped run of the job is still unverified
         }
         let job = &mut self.jobs[idx];
@@ -1476,7 +1492,7 @@ impl Core {
     /// Whether a stopped run of job `idx` is still being verified: a start decided now is
     /// recorded, but its launch waits (see [`Job::parked`]).
     fn awaits_verification(&self, idx: usize) -> bool {
-        self.verifying.values().any(|v| v.idx == idx)
+        self.jobs.get(idx).is_some_and(|j| j.unverified_runs > 0)
     }
 
     /// Launches an attempt of job `idx` now, or parks it until the job's stopped runs are
@@ -1874,6 +1890,16 @@ impl Core {
             let (kept, full) = (self.kept_active(), self.full_active(now));
             if kept != full {
                 self.view_mismatch = Some(format!("at {now:?}: kept {kept:?}, rebuilt {full:?}"));
+            }
+            for (i, job) in self.jobs.iter().enumerate() {
+                let n = self.verifying.values().filter(|v| v.idx == i).count();
+                if n != job.unverified_runs as usize {
+                    self.view_mismatch = Some(format!(
+                        "at {now:?}: job {i} counts {} runs being verified, {n} are",
+                        job.unverified_runs
+                    ));
+                    break;
+                }
             }
         }
         self.build_service_views(now);
