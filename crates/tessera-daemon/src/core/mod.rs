@@ -228,6 +228,9 @@ struct Verifying {
     idx: usize,
     /// The run's attempt (its job may be on a later one, started but not launched).
     attempt: u32,
+    /// When the run's attempt started (`JobRow::start_us`), if known: the job's record takes
+    /// it back should the run turn out to have finished the job (a restart does not know it).
+    start_us: Option<u64>,
     /// What stopped it, for the job's message should the run turn out to have ended on its
     /// own just before.
     cause: &'static str,
@@ -240,10 +243,11 @@ struct Verifying {
 }
 
 impl Verifying {
-    fn new(idx: usize, attempt: u32, cause: &'static str) -> Verifying {
+    fn new(idx: usize, attempt: u32, start_us: Option<u64>, cause: &'static str) -> Verifying {
         Verifying {
             idx,
             attempt,
+            start_us,
             cause,
             stopped: false,
             ask_again: false,
@@ -1154,7 +1158,7 @@ impl Core {
                         job.held = true;
                         self.start_verifying(
                             run.handle.clone(),
-                            Verifying::new(idx, run.attempt, "stopped right after"),
+                            Verifying::new(idx, run.attempt, None, "stopped right after"),
                         );
                         unverified.push(Handle(run.handle.clone()));
                     }
@@ -1276,7 +1280,9 @@ impl Core {
             self.supersede_launch(idx, cause);
             return None;
         };
-        self.start_verifying(run.handle.clone(), Verifying::new(idx, run.attempt, cause));
+        let started = self.jobs[idx].row.start_us;
+        let v = Verifying::new(idx, run.attempt, started, cause);
+        self.start_verifying(run.handle.clone(), v);
         Some(run)
     }
 
@@ -1304,8 +1310,9 @@ impl Core {
             attempt,
             state: RunState::Launching,
         });
+        let v = Verifying::new(idx, attempt, job.row.start_us, cause);
         self.launching_rows.insert(handle.clone());
-        self.start_verifying(handle, Verifying::new(idx, attempt, cause));
+        self.start_verifying(handle, v);
     }
 
     /// Puts a stopped run in `verifying`, counted on its job.
@@ -1546,6 +1553,12 @@ impl Core {
             self.jobs[idx].parked = None;
             self.release(idx);
             let job = &mut self.jobs[idx];
+            // The record is that of the run that ended, not of an attempt started since and
+            // never launched (its parked start was just dropped).
+            job.row.attempt = v.attempt;
+            if v.start_us.is_some() {
+                job.row.start_us = v.start_us;
+            }
             job.held = false;
             job.row.exit_code = exit;
             job.row.backend_state = None;

@@ -2135,3 +2135,60 @@ fn a_restart_after_a_late_launch_answer_and_before_its_verification_runs_nothing
     let events = h.take_events();
     assert!(launches(&events).is_empty(), "{events:#?}");
 }
+
+// A job finished from the verification of a stopped run while a later attempt of it waited,
+// parked: its record is that of the run that completed (attempt, start), not of the attempt
+// that never ran.
+
+/// The resize of a run that had completed, 30 s after it started.
+#[test]
+fn a_job_finished_from_a_verification_records_the_run_that_completed() {
+    let (mut h, script, a) = one_job_running();
+    let started = h.store_jobs[&a].start_us;
+    assert!(started.is_some());
+    h.advance(30);
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.schedule();
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Completed, "{:?}", row.message);
+    assert_eq!(
+        (row.attempt, row.start_us),
+        (1, started),
+        "the record names the completed run, not the parked attempt"
+    );
+    assert_eq!(row.end_us, Some(h.now.as_micros()));
+}
+
+/// The same for a retune while the first launch was in flight, answered late.
+#[test]
+fn a_job_finished_from_a_late_launch_records_the_run_that_completed() {
+    let (mut h, script, a, first) = one_job_launching();
+    let started = h.store_jobs[&a].start_us;
+    h.advance(30);
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert_eq!(h.store_jobs[&a].attempt, 2);
+    h.advance(5);
+    h.answer_launch(first, Some(RunStatus::Completed));
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Completed, "{:?}", row.message);
+    assert_eq!((row.attempt, row.start_us), (1, started));
+}
+
+/// After a restart between the resize and the verification, the attempt is that of the
+/// stopped run (its start time is not stored with the run, and the requeue cleared it).
+#[test]
+fn a_job_finished_from_a_verification_after_a_restart_records_the_attempt_that_completed() {
+    let (mut h, script, a) = one_job_running();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked && !launched);
+    assert_eq!(h.store_jobs[&a].attempt, 2);
+    let (p, _script) = scripted();
+    h.restart(p);
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Completed, 1));
+}
