@@ -1295,12 +1295,24 @@ impl Core {
     /// do when the attempt's launch was parked (never sent) or the job is not starting.
     fn supersede_launch(&mut self, idx: usize, cause: &'static str) {
         let job = &self.jobs[idx];
+        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause);
+        if let Some(handle) = self.record_launch_in_flight(idx) {
+            self.start_verifying(handle, v);
+        }
+    }
+
+    /// Records job `idx`'s launch as given up while in flight (`launching`, under its
+    /// placeholder handle), if it is starting and its launch was sent (not parked): the
+    /// run it may start has no handle yet, and a restart must still find and stop it.
+    /// Returns the placeholder.
+    pub(super) fn record_launch_in_flight(&mut self, idx: usize) -> Option<String> {
+        let job = &self.jobs[idx];
         let never_sent = job
             .parked
             .as_ref()
             .is_some_and(|l| l.attempt == job.row.attempt);
         if job.row.state != JobState::Starting || never_sent {
-            return;
+            return None;
         }
         let (job_id, attempt) = (job.row.id, job.row.attempt);
         let handle = launch_placeholder(&self.settings.instance, job_id, attempt);
@@ -1310,9 +1322,8 @@ impl Core {
             attempt,
             state: RunState::Launching,
         });
-        let v = Verifying::new(idx, attempt, job.row.start_us, cause);
         self.launching_rows.insert(handle.clone());
-        self.start_verifying(handle, v);
+        Some(handle)
     }
 
     /// Puts a stopped run in `verifying`, counted on its job.

@@ -307,10 +307,15 @@ fn a_run_launched_for_a_job_cancelled_meanwhile_is_stopped() {
             other => format!("{other:?}"),
         });
     }
+    // The launch in flight was recorded with the cancel, and closed by its answer.
+    let placeholder = "launching:tessera-test-1-1";
     assert_eq!(
         saw,
         vec![
-            "persist [Cancelled] [(\"orphan\", Stop)]".to_string(),
+            format!(
+                "persist [Cancelled] [(\"{placeholder}\", Launching), \
+                 (\"{placeholder}\", Gone), (\"orphan\", Stop)]"
+            ),
             "stop orphan".to_string()
         ]
     );
@@ -362,6 +367,10 @@ enum Op {
     RefuseLaunch,
     Restart,
     Health(bool, bool),
+    /// Launches stay in flight (or are carried out at once again).
+    Hold(bool),
+    /// A launch in flight answers: its run running, already completed, or refused.
+    Answer(usize, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -375,6 +384,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::RefuseLaunch),
         1 => Just(Op::Restart),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(n, up)| Op::Health(n, up)),
+        1 => any::<bool>().prop_map(Op::Hold),
+        2 => (0usize..8, 0u8..3).prop_map(|(i, k)| Op::Answer(i, k)),
     ]
 }
 
@@ -383,7 +394,9 @@ proptest! {
 
     /// Whatever happens, in any order: launches and stops only follow persisted decisions (the
     /// harness asserts it on every command), GPUs are never over-committed, the store agrees
-    /// with the core after every drain, and no job has two live runs.
+    /// with the core after every drain, no job has two live runs, and none completes twice —
+    /// also with launches answered late (after LAS preempted their job, say) or lost in a
+    /// restart.
     #[test]
     fn invariants_hold_under_arbitrary_events(
         ops in proptest::collection::vec(op(), 1..60),
@@ -414,7 +427,25 @@ proptest! {
                 Op::Schedule => h.schedule(),
                 Op::Poll => h.poll(),
                 Op::RefuseLaunch => h.refuse_launches += 1,
-                Op::Restart => h.restart(mk(las)),
+                Op::Restart => {
+                    // The backend carried out the launches in flight; their answers are lost.
+                    for l in std::mem::take(&mut h.held_launches) {
+                        h.start_run(&l, RunStatus::Running);
+                    }
+                    h.restart(mk(las));
+                }
+                Op::Hold(on) => h.hold_launches = on,
+                Op::Answer(i, kind) => {
+                    if !h.held_launches.is_empty() {
+                        let l = h.held_launches.remove(i % h.held_launches.len());
+                        let status = match kind {
+                            0 => Some(RunStatus::Running),
+                            1 => Some(RunStatus::Completed),
+                            _ => None,
+                        };
+                        h.answer_launch(l, status);
+                    }
+                }
                 Op::Health(first, up) => {
                     let n = if first { "n1" } else { "n2" };
                     let health = (!up).then_some(crate::backend::NodeHealth::Down);
@@ -436,6 +467,8 @@ proptest! {
                 if h.state(id).is_terminal() {
                     prop_assert_eq!(live, 0, "finished job {} still runs", id);
                 }
+                let done = h.runs.values().filter(|r| r.job_id == id && r.status == RunStatus::Completed).count();
+                prop_assert!(done <= 1, "job {} completed {} runs", id, done);
             }
         }
     }
@@ -2191,4 +2224,30 @@ fn a_job_finished_from_a_verification_after_a_restart_records_the_attempt_that_c
     h.restart(p);
     let row = &h.store_jobs[&a];
     assert_eq!((row.state, row.attempt), (JobState::Completed, 1));
+}
+
+/// The daemon dies after a cancel arrived while the job's launch was in flight, before the
+/// launch answered; the backend did start the run. The restarted daemon finds it by name and
+/// stops it (before, nothing recorded it: it ran on, for a cancelled job).
+#[test]
+fn a_restart_after_a_cancel_with_the_launch_in_flight_stops_the_run() {
+    let (mut h, _script, a, first) = one_job_launching();
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert_eq!(launching_rows(&h, a), [1]);
+    let run = h.start_run(&first, RunStatus::Running); // the answer never arrives
+    h.hold_launches = false;
+    h.take_events();
+    let (p, _script) = scripted();
+    h.restart(p);
+    let events = h.take_events();
+    assert!(events.contains(&Event::Find(a, 1)), "{events:#?}");
+    assert!(events.contains(&Event::Stop(a, 1, false)), "{events:#?}");
+    assert_ne!(
+        h.runs[&run.0].status,
+        RunStatus::Running,
+        "the run is stopped"
+    );
+    assert_eq!(h.stored_state(a), Some(JobState::Cancelled));
+    assert!(launching_rows(&h, a).is_empty());
 }
