@@ -258,7 +258,16 @@ impl Verifying {
 /// The handle under which a launch given up while in flight is known until it answers (see
 /// [`Core::supersede_launch`]): never a backend's handle, which is not known yet.
 fn launch_placeholder(instance: &str, job_id: i64, attempt: u32) -> String {
-    format!("launching:{}", Launch::run_name(instance, job_id, attempt))
+    format!("launching:{}", run_name_of(instance, job_id, attempt))
+}
+
+/// The run name of an attempt of a job, or of an instance (negative `job_id`).
+fn run_name_of(instance: &str, job_id: i64, attempt: u32) -> String {
+    if services::Services::is_instance(job_id) {
+        services::instance_run_name(instance, -job_id, attempt)
+    } else {
+        Launch::run_name(instance, job_id, attempt)
+    }
 }
 
 /// `active_pos` of a job the policy does not see.
@@ -1003,7 +1012,7 @@ impl Core {
             self.commands.push_back(Command::Find {
                 job_id: run.job_id,
                 attempt: run.attempt,
-                run_name: Launch::run_name(&self.settings.instance, run.job_id, run.attempt),
+                run_name: run_name_of(&self.settings.instance, run.job_id, run.attempt),
             });
         }
         self.restoring = open_runs;

@@ -324,7 +324,11 @@ impl Harness {
                         -l.job_id,
                         l.attempt
                     );
-                    self.launched(l);
+                    if self.hold_launches {
+                        self.held_launches.push(l);
+                    } else {
+                        self.launched(l);
+                    }
                 }
                 Command::Launch(l) => {
                     let stored = self.store_jobs.get(&l.job_id);
