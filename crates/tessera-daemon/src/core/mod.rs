@@ -309,7 +309,8 @@ pub struct Core {
     /// Runs stopped (their node went down, the policy preempted or resized them, a retune
     /// restarted them, or a restart found them `stop`) until the backend has said how they
     /// ended: each may have completed just before the stop, so its job must not run again
-    /// until then.
+    /// until then. A launch given up while in flight is in it too, under a placeholder handle
+    /// ([`launch_placeholder`]) until it answers, then under its run's.
     verifying: HashMap<String, Verifying>,
     /// Placeholder handles ([`launch_placeholder`]) of launches given up while in flight, whose
     /// `launching` row is still open in the store: the launch's answer closes it, even when
@@ -1314,7 +1315,7 @@ impl Core {
     /// placeholder handle), if it is starting and its launch was sent (not parked): the
     /// run it may start has no handle yet, and a restart must still find and stop it.
     /// Returns the placeholder.
-    pub(super) fn record_launch_in_flight(&mut self, idx: usize) -> Option<String> {
+    fn record_launch_in_flight(&mut self, idx: usize) -> Option<String> {
         let job = &self.jobs[idx];
         let never_sent = job
             .parked
