@@ -83,6 +83,9 @@ pub(crate) struct Harness {
     /// test answers them ([`Harness::answer_launch`]).
     pub(crate) hold_launches: bool,
     pub(crate) held_launches: Vec<crate::backend::Launch>,
+    /// Run lookups by name also find runs that have ended (as `squeue -t all` and the local
+    /// backend's exit file do); by default only live ones.
+    pub(crate) find_ended: bool,
     /// How the backend answers retunes (`None`: carried out).
     pub(crate) retune_error: Option<BackendError>,
     /// How the backend answers reconfigurations (`None`: carried out).
@@ -153,6 +156,7 @@ impl Harness {
             refuse_stops: 0,
             hold_launches: false,
             held_launches: Vec::new(),
+            find_ended: false,
             retune_error: None,
             reconfigure_error: None,
             next_handle: 0,
@@ -450,7 +454,9 @@ impl Harness {
                     let found = self
                         .runs
                         .iter()
-                        .find(|(_, r)| r.name == run_name && !r.status.is_terminal())
+                        .find(|(_, r)| {
+                            r.name == run_name && (self.find_ended || !r.status.is_terminal())
+                        })
                         .map(|(h, _)| Handle(h.clone()));
                     self.core.handle_found(self.now, job_id, attempt, found);
                 }

@@ -2251,3 +2251,39 @@ fn a_restart_after_a_cancel_with_the_launch_in_flight_stops_the_run() {
     assert_eq!(h.stored_state(a), Some(JobState::Cancelled));
     assert!(launching_rows(&h, a).is_empty());
 }
+
+/// (c) The daemon dies after the retune, the first launch in flight; the backend started
+/// that run and it completed while the daemon was down. The restarted daemon finds it by
+/// name (ended runs are found too), verifies it, and records the job completed from it
+/// instead of running it a second time.
+#[test]
+fn a_restart_with_a_launch_given_up_in_flight_whose_run_completed_runs_nothing_twice() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    h.start_run(&first, RunStatus::Completed); // the answer never arrives
+    h.hold_launches = false;
+    h.find_ended = true;
+    h.take_events();
+    drop(script);
+    let (p, script) = scripted();
+    h.restart(p);
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(row.attempt, 1, "recorded from the run that completed");
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+    assert_eq!(
+        transitions_to(&events, a, JobState::Completed),
+        1,
+        "completed once, at the restart"
+    );
+}
