@@ -2,7 +2,7 @@
 //!
 //! Tables: `jobs` (one row per job, rewritten at every transition), `transitions` (append-only
 //! history), `runs` (every backend run the daemon started, and whether it must still be
-//! stopped), `tenants` (hashed tokens) and `meta` (schema version). The engine writes a batch of
+//! stopped; also launches given up while in flight, until they answer), `tenants` (hashed tokens) and `meta` (schema version). The engine writes a batch of
 //! changes in one transaction and only then acts on the backend.
 
 use std::path::Path;
@@ -154,6 +154,12 @@ pub enum RunState {
     Stop,
     /// Over.
     Gone,
+    /// A launch still in flight when its attempt was given up (preempted, resized or
+    /// restarted while starting): the backend may have started the run, whose handle is not
+    /// known yet. The row's handle is a placeholder named after the attempt's run name; the
+    /// row is replaced by the run's own (`stop`) once the launch answers. A restart looks the
+    /// run up by name, stops it and verifies how it ended.
+    Launching,
 }
 
 impl RunState {
@@ -162,12 +168,14 @@ impl RunState {
             RunState::Live => "live",
             RunState::Stop => "stop",
             RunState::Gone => "gone",
+            RunState::Launching => "launching",
         }
     }
     fn parse(s: &str) -> RunState {
         match s {
             "live" => RunState::Live,
             "stop" => RunState::Stop,
+            "launching" => RunState::Launching,
             _ => RunState::Gone,
         }
     }
@@ -903,6 +911,36 @@ mod tests {
         assert_eq!(ids(one), vec![4]);
         assert_eq!(s.job(4).unwrap().map(|r| r.tenant), Some("bob".into()));
         assert_eq!(s.job(99).unwrap(), None);
+    }
+
+    #[test]
+    fn a_launch_given_up_in_flight_stays_open_until_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open(&path, SyncMode::Full).unwrap();
+        let placeholder = RunRow {
+            handle: "launching:tessera-x-1-1".into(),
+            job_id: 1,
+            attempt: 1,
+            state: RunState::Launching,
+        };
+        s.commit(&WriteBatch {
+            runs: vec![placeholder.clone()],
+            ..WriteBatch::default()
+        })
+        .unwrap();
+        drop(s);
+        let mut s = Store::open(&path, SyncMode::Full).unwrap();
+        assert_eq!(s.open_runs().unwrap(), vec![placeholder.clone()]);
+        s.commit(&WriteBatch {
+            runs: vec![RunRow {
+                state: RunState::Gone,
+                ..placeholder
+            }],
+            ..WriteBatch::default()
+        })
+        .unwrap();
+        assert_eq!(s.open_runs().unwrap(), vec![]);
     }
 
     #[test]

@@ -702,6 +702,11 @@ impl Core {
             )));
         }
         let run = self.detach_handle(idx, RunState::Stop);
+        if run.is_none() {
+            // A launch in flight: its run is stopped when it answers, or found by name and
+            // stopped by a restart before that (nothing to verify: the job is cancelled).
+            self.record_launch_in_flight(idx);
+        }
         self.release(idx);
         self.jobs[idx].row.backend_state = None;
         self.transition(

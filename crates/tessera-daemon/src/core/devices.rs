@@ -629,7 +629,7 @@ fn after_a_restart_a_mig_gpu_keeps_the_instances_its_jobs_hold() {
 }
 
 #[test]
-fn a_retune_of_a_job_still_starting_replaces_its_launch() {
+fn a_retune_of_a_job_still_starting_replaces_its_launch_once_the_old_run_is_verified() {
     let (policy, batch) = scripted();
     let mut core = core_with(&[node("n1", 1)], policy, SimTime::ZERO);
     let id = submit(&mut core, "j0", 1, "true");
@@ -660,6 +660,35 @@ fn a_retune_of_a_job_still_starting_replaces_its_launch() {
     core.request_schedule();
     core.schedule(SimTime::ZERO);
     assert!(core.refused().is_empty(), "{:?}", core.refused());
+    // The new attempt is recorded, but not launched while the old launch may start a run.
+    while let Some(c) = core.poll_command() {
+        match c {
+            Command::Persist(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The first launch answers late: its run is stopped, then asked how it ended.
+    core.handle_launched(SimTime::ZERO, id, 1, Ok(Handle("late".into())));
+    let mut stops = Vec::new();
+    let mut verified = Vec::new();
+    while let Some(c) = core.poll_command() {
+        match c {
+            Command::Stop { run, .. } => {
+                stops.push(run.handle.clone());
+                core.handle_stopped(run, Ok(()));
+            }
+            Command::Verify(handles) => verified.extend(handles),
+            Command::Persist(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(stops, ["late"]);
+    assert_eq!(verified, [Handle("late".into())]);
+    // It was stopped, not done: the attempt with the new quota goes out.
+    core.handle_verified(
+        SimTime::ZERO,
+        vec![(Handle("late".into()), RunStatus::Preempted)],
+    );
     let mut second = None;
     while let Some(c) = core.poll_command() {
         match c {
@@ -674,15 +703,6 @@ fn a_retune_of_a_job_still_starting_replaces_its_launch() {
         second.placement[0].quota(),
         Some((400, 900, Bytes::from_gib(12)))
     );
-    // The first launch answers late: its run belongs to nobody and is stopped.
-    core.handle_launched(SimTime::ZERO, id, 1, Ok(Handle("late".into())));
-    let stops: Vec<String> = std::iter::from_fn(|| core.poll_command())
-        .filter_map(|c| match c {
-            Command::Stop { run, .. } => Some(run.handle),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(stops, ["late"]);
     assert!(core.check_device_invariants().is_ok());
 }
 

@@ -33,7 +33,7 @@ mod tests;
 #[cfg(test)]
 mod validation;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use tessera_model::{
     Allocation, Bytes, GpuPart, MigInstance, MilliCpu, NodeId, ParallelPlan, Resources,
@@ -228,6 +228,9 @@ struct Verifying {
     idx: usize,
     /// The run's attempt (its job may be on a later one, started but not launched).
     attempt: u32,
+    /// When the run's attempt started (`JobRow::start_us`), if known: the job's record takes
+    /// it back should the run turn out to have finished the job (a restart does not know it).
+    start_us: Option<u64>,
     /// What stopped it, for the job's message should the run turn out to have ended on its
     /// own just before.
     cause: &'static str,
@@ -240,14 +243,30 @@ struct Verifying {
 }
 
 impl Verifying {
-    fn new(idx: usize, attempt: u32, cause: &'static str) -> Verifying {
+    fn new(idx: usize, attempt: u32, start_us: Option<u64>, cause: &'static str) -> Verifying {
         Verifying {
             idx,
             attempt,
+            start_us,
             cause,
             stopped: false,
             ask_again: false,
         }
+    }
+}
+
+/// The handle under which a launch given up while in flight is known until it answers (see
+/// [`Core::supersede_launch`]): never a backend's handle, which is not known yet.
+fn launch_placeholder(instance: &str, job_id: i64, attempt: u32) -> String {
+    format!("launching:{}", run_name_of(instance, job_id, attempt))
+}
+
+/// The run name of an attempt of a job, or of an instance (negative `job_id`).
+fn run_name_of(instance: &str, job_id: i64, attempt: u32) -> String {
+    if services::Services::is_instance(job_id) {
+        services::instance_run_name(instance, -job_id, attempt)
+    } else {
+        Launch::run_name(instance, job_id, attempt)
     }
 }
 
@@ -290,8 +309,13 @@ pub struct Core {
     /// Runs stopped (their node went down, the policy preempted or resized them, a retune
     /// restarted them, or a restart found them `stop`) until the backend has said how they
     /// ended: each may have completed just before the stop, so its job must not run again
-    /// until then.
+    /// until then. A launch given up while in flight is in it too, under a placeholder handle
+    /// ([`launch_placeholder`]) until it answers, then under its run's.
     verifying: HashMap<String, Verifying>,
+    /// Placeholder handles ([`launch_placeholder`]) of launches given up while in flight, whose
+    /// `launching` row is still open in the store: the launch's answer closes it, even when
+    /// the job has been archived (and its entry in `verifying` dropped) meanwhile.
+    launching_rows: HashSet<String>,
     /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
     /// are down (so the policy does not place them on the dead node again).
     awaiting_inventory: Vec<usize>,
@@ -425,6 +449,7 @@ impl Core {
             job_tokens: HashMap::new(),
             to_stop: Vec::new(),
             verifying: HashMap::new(),
+            launching_rows: HashSet::new(),
             awaiting_inventory: Vec::new(),
             reported_health,
             health_overrides: BTreeMap::new(),
@@ -983,6 +1008,14 @@ impl Core {
                 });
             }
         }
+        // Launches given up while in flight when the daemon stopped: did the run start?
+        for run in open_runs.iter().filter(|r| r.state == RunState::Launching) {
+            self.commands.push_back(Command::Find {
+                job_id: run.job_id,
+                attempt: run.attempt,
+                run_name: run_name_of(&self.settings.instance, run.job_id, run.attempt),
+            });
+        }
         self.restoring = open_runs;
         Ok(())
     }
@@ -990,6 +1023,29 @@ impl Core {
     /// The answer to a [`Command::Find`]: adopt the run, or requeue the job when the start
     /// never happened.
     pub fn handle_found(&mut self, now: SimTime, job_id: i64, attempt: u32, run: Option<Handle>) {
+        let launching = self.restoring.iter().position(|r| {
+            r.state == RunState::Launching && r.job_id == job_id && r.attempt == attempt
+        });
+        if let Some(i) = launching {
+            // A launch given up in flight: the run it started (if any) is a stopped run like
+            // any other, stopped and (its job not run since) verified by `finish_restore`.
+            let placeholder = self.restoring.swap_remove(i);
+            self.pending.runs.push(RunRow {
+                state: RunState::Gone,
+                ..placeholder
+            });
+            if let Some(h) = run {
+                let run = RunRow {
+                    handle: h.0,
+                    job_id,
+                    attempt,
+                    state: RunState::Stop,
+                };
+                self.pending.runs.push(run.clone());
+                self.restoring.push(run);
+            }
+            return;
+        }
         if services::Services::is_instance(job_id) {
             return self.instance_found(now, -job_id, attempt, run);
         }
@@ -1112,7 +1168,7 @@ impl Core {
                         job.held = true;
                         self.start_verifying(
                             run.handle.clone(),
-                            Verifying::new(idx, run.attempt, "stopped right after"),
+                            Verifying::new(idx, run.attempt, None, "stopped right after"),
                         );
                         unverified.push(Handle(run.handle.clone()));
                     }
@@ -1226,10 +1282,58 @@ impl Core {
     /// backend has said how it ended (see [`Core::launch_when_verified`]). `cause` (what
     /// stopped it) goes into the job's message should it turn out to have ended on its own.
     /// The caller queues the run's [`Command::Stop`], then a [`Command::Verify`] of it.
+    ///
+    /// A job still starting has no run to detach yet; if its launch is in flight, the run
+    /// that launch starts is given up the same way (see [`Core::supersede_launch`]).
     fn detach_to_verify(&mut self, idx: usize, cause: &'static str) -> Option<RunRow> {
-        let run = self.detach_handle(idx, RunState::Stop)?;
-        self.start_verifying(run.handle.clone(), Verifying::new(idx, run.attempt, cause));
+        let Some(run) = self.detach_handle(idx, RunState::Stop) else {
+            self.supersede_launch(idx, cause);
+            return None;
+        };
+        let started = self.jobs[idx].row.start_us;
+        let v = Verifying::new(idx, run.attempt, started, cause);
+        self.start_verifying(run.handle.clone(), v);
         Some(run)
+    }
+
+    /// Job `idx`'s current attempt is given up (preempted, resized, restarted) while its launch
+    /// is in flight. The run that launch may start is as much a stopped run as any: it may
+    /// even have completed by the time the launch answers (a slow backend), so it is counted
+    /// in `verifying` under a placeholder handle at once — no later attempt of the job is
+    /// launched before it is stopped and verified (see [`Core::handle_launched`]) — and
+    /// recorded `launching` in the store, so that a restart looks it up by name. Nothing to
+    /// do when the attempt's launch was parked (never sent) or the job is not starting.
+    fn supersede_launch(&mut self, idx: usize, cause: &'static str) {
+        let job = &self.jobs[idx];
+        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause);
+        if let Some(handle) = self.record_launch_in_flight(idx) {
+            self.start_verifying(handle, v);
+        }
+    }
+
+    /// Records job `idx`'s launch as given up while in flight (`launching`, under its
+    /// placeholder handle), if it is starting and its launch was sent (not parked): the
+    /// run it may start has no handle yet, and a restart must still find and stop it.
+    /// Returns the placeholder.
+    fn record_launch_in_flight(&mut self, idx: usize) -> Option<String> {
+        let job = &self.jobs[idx];
+        let never_sent = job
+            .parked
+            .as_ref()
+            .is_some_and(|l| l.attempt == job.row.attempt);
+        if job.row.state != JobState::Starting || never_sent {
+            return None;
+        }
+        let (job_id, attempt) = (job.row.id, job.row.attempt);
+        let handle = launch_placeholder(&self.settings.instance, job_id, attempt);
+        self.pending.runs.push(RunRow {
+            handle: handle.clone(),
+            job_id,
+            attempt,
+            state: RunState::Launching,
+        });
+        self.launching_rows.insert(handle.clone());
+        Some(handle)
     }
 
     /// Puts a stopped run in `verifying`, counted on its job.
@@ -1470,6 +1574,12 @@ impl Core {
             self.jobs[idx].parked = None;
             self.release(idx);
             let job = &mut self.jobs[idx];
+            // The record is that of the run that ended, not of an attempt started since and
+            // never launched (its parked start was just dropped).
+            job.row.attempt = v.attempt;
+            if v.start_us.is_some() {
+                job.row.start_us = v.start_us;
+            }
             job.held = false;
             job.row.exit_code = exit;
             job.row.backend_state = None;
@@ -2141,7 +2251,8 @@ impl Core {
                             placement: self.jobs[idx].row.placement.clone(),
                         }),
                         // Still starting: the launch in flight carries the old quota, so a
-                        // new attempt replaces it (the old one is stopped when it answers).
+                        // new attempt replaces it, launched once the run the old launch
+                        // starts has been stopped and verified (see `supersede_launch`).
                         None => to_restart.push(id),
                     }
                 }
@@ -2427,13 +2538,28 @@ impl Core {
             return self.instance_launched(now, -job_id, attempt, result);
         }
         let now_us = now.as_micros();
+        let placeholder = launch_placeholder(&self.settings.instance, job_id, attempt);
+        if self.launching_rows.remove(&placeholder) {
+            // The answer to a launch given up in flight: its `launching` row is closed in the
+            // batch that records the run (if any) `stop`, so a crash leaves one or the other.
+            self.pending.runs.push(RunRow {
+                handle: placeholder.clone(),
+                job_id,
+                attempt,
+                state: RunState::Gone,
+            });
+        }
+        if let Some(v) = self.verifying.remove(&placeholder) {
+            return self.superseded_launched(now_us, placeholder, v, result);
+        }
         let idx = self.by_id.get(&job_id).copied().filter(|&i| {
             let r = &self.jobs[i].row;
             r.state == JobState::Starting && r.attempt == attempt
         });
         let Some(idx) = idx else {
-            // The job was cancelled (or restarted) while its launch was in flight: the run
-            // belongs to nobody and must go.
+            // The job was cancelled while its launch was in flight (or the attempt was given
+            // up, and the job has finished and been archived since): the run belongs to
+            // nobody and must go.
             if let Ok(h) = result {
                 let run = RunRow {
                     handle: h.0,
@@ -2496,6 +2622,49 @@ impl Core {
                     )
                 };
                 self.transition(idx, to, now_us, &detail);
+            }
+        }
+    }
+
+    /// The answer to a launch given up while in flight (see [`Core::supersede_launch`]), its
+    /// entry `v` taken out of `verifying` under `placeholder`. A run it started is stopped and
+    /// verified as any stopped run, in `verifying` under its own handle now (the job's count
+    /// unchanged): the job's later attempt stays parked until then, and is dropped if the run
+    /// turns out to have completed. A launch that failed started nothing: the job's parked
+    /// attempt may go (unless another stopped run is still unverified).
+    fn superseded_launched(
+        &mut self,
+        now_us: u64,
+        placeholder: String,
+        v: Verifying,
+        result: Result<Handle, BackendError>,
+    ) {
+        match result {
+            Ok(h) => {
+                let run = RunRow {
+                    handle: h.0,
+                    job_id: self.jobs[v.idx].row.id,
+                    attempt: v.attempt,
+                    state: RunState::Stop,
+                };
+                self.pending.runs.push(run.clone());
+                let handle = Handle(run.handle.clone());
+                self.verifying.insert(run.handle.clone(), v);
+                self.act(Command::Stop { run, preempt: true });
+                self.act(Command::Verify(vec![handle]));
+            }
+            Err(e) => {
+                self.metrics.backend_errors += 1;
+                tracing::warn!(
+                    job = self.jobs[v.idx].row.id,
+                    attempt = v.attempt,
+                    "backend submit of an attempt given up meanwhile failed: {e}"
+                );
+                if let Some(job) = self.jobs.get_mut(v.idx) {
+                    job.unverified_runs = job.unverified_runs.saturating_sub(1);
+                }
+                // Settled as a run that never ran (records the placeholder gone again: harmless).
+                self.verified(placeholder, v, &RunStatus::Unknown, now_us);
             }
         }
     }

@@ -1132,3 +1132,70 @@ fn dilu_packs_a_training_job_and_an_instance_on_one_gpu_and_static_shares_does_n
         }
     }
 }
+
+/// An instance retuned while its launch is in flight is restarted as a new attempt; the
+/// daemon dies before the first launch answers, though the backend did start that run. The
+/// restarted daemon finds it by name and stops it (before, nothing recorded it: it ran on
+/// beside the instance's next attempt).
+#[test]
+fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
+    use super::testkit::Harness;
+    use crate::backend::RunStatus;
+    use crate::store::RunState;
+    let (policy, batch) = scripted();
+    let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+    let text = body(&["true"], serde_json::json!({}));
+    let r = h
+        .core
+        .handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
+    assert!(r.is_ok());
+    h.drain();
+    h.hold_launches = true;
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, quota(300, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    let first = h.held_launches.pop().expect("the first launch, in flight");
+    let id = -first.job_id;
+    give(
+        &batch,
+        vec![Action::RetuneInstance {
+            service: ServiceId(0),
+            instance: InstanceId(id as u32),
+            allocation: alloc(0b1, quota(400, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let second = h.held_launches.pop().expect("the restarted attempt");
+    assert_eq!((first.attempt, second.attempt), (1, 2));
+    assert!(h
+        .store_runs
+        .values()
+        .any(|r| r.job_id == -id && r.attempt == 1 && r.state == RunState::Launching));
+    let run = h.start_run(&first, RunStatus::Running); // its answer never arrives
+    h.hold_launches = false;
+    let (policy, _batch) = scripted();
+    h.restart(policy);
+    assert_ne!(
+        h.runs[&run.0].status,
+        RunStatus::Running,
+        "the first attempt's run is stopped"
+    );
+    let live = h
+        .runs
+        .values()
+        .filter(|r| r.job_id == -id && r.status == RunStatus::Running)
+        .count();
+    assert_eq!(live, 1, "one run of the instance: its new attempt");
+    assert!(h
+        .store_runs
+        .values()
+        .all(|r| r.state != RunState::Launching));
+}

@@ -21,7 +21,7 @@ use tessera_model::{Allocation, GpuPart, ParallelPlan, SimDuration, SimTime};
 use tessera_sched::{validate, Action, InstanceId, ServicePhase};
 
 use super::api::{Caller, Request, Response};
-use super::{add, sub, Command, Core, Plan, Refusal};
+use super::{add, launch_placeholder, sub, Command, Core, Plan, Refusal};
 use crate::backend::{
     mps_pinned_mem_limit, mps_thread_percentage, Handle, Launch, Payload, Retune, RunStatus,
 };
@@ -708,6 +708,7 @@ impl Core {
     /// Removes instance `id`: recorded gone, its devices free again (the local backend hands
     /// them out only once no process of the run is left); the run to stop, if it has one.
     pub(super) fn scale_in(&mut self, id: i64) -> Option<RunRow> {
+        self.record_instance_launch_in_flight(id);
         let mut inst = self.services.live.remove(&id)?;
         self.devices.release(&self.map.cluster, &inst.alloc);
         for s in &inst.alloc.shares {
@@ -758,8 +759,32 @@ impl Core {
         })
     }
 
+    /// Instance `id`'s attempt is given up (scaled in, restarted) while its launch is in
+    /// flight: the run that launch may start has no handle yet, so it is recorded `launching`
+    /// under a placeholder (as a job's, see `Core::record_launch_in_flight`). Its answer stops
+    /// the run and closes the record; a restart before that finds the run by name and stops
+    /// it, where nothing recorded it before (it ran on, beside the instance's next attempt).
+    fn record_instance_launch_in_flight(&mut self, id: i64) {
+        let Some(inst) = self.services.live.get(&id) else {
+            return;
+        };
+        if inst.row.state != InstanceState::Starting || !inst.launching {
+            return;
+        }
+        let (job_id, attempt) = (-id, inst.row.attempt);
+        let handle = launch_placeholder(&self.settings.instance, job_id, attempt);
+        self.pending.runs.push(RunRow {
+            handle: handle.clone(),
+            job_id,
+            attempt,
+            state: RunState::Launching,
+        });
+        self.launching_rows.insert(handle);
+    }
+
     /// Stops instance `id`'s run (if any) and starts a new attempt on what it holds now.
     pub(super) fn restart_instance(&mut self, id: i64, why: &str) {
+        self.record_instance_launch_in_flight(id);
         let Some(inst) = self.services.live.get_mut(&id) else {
             return;
         };
@@ -882,6 +907,16 @@ impl Core {
         attempt: u32,
         result: Result<Handle, BackendError>,
     ) {
+        let placeholder = launch_placeholder(&self.settings.instance, -id, attempt);
+        if self.launching_rows.remove(&placeholder) {
+            // Given up while in flight: the record closes with the run's `stop`, if any.
+            self.pending.runs.push(RunRow {
+                handle: placeholder,
+                job_id: -id,
+                attempt,
+                state: RunState::Gone,
+            });
+        }
         let current =
             self.services.live.get(&id).is_some_and(|i| {
                 i.row.attempt == attempt && i.row.state == InstanceState::Starting

@@ -79,6 +79,13 @@ pub(crate) struct Harness {
     pub(crate) refuse_launches: u32,
     /// Stops to refuse before accepting again.
     pub(crate) refuse_stops: u32,
+    /// Job launches are kept in `held_launches` instead of carried out: in flight until the
+    /// test answers them ([`Harness::answer_launch`]).
+    pub(crate) hold_launches: bool,
+    pub(crate) held_launches: Vec<crate::backend::Launch>,
+    /// Run lookups by name also find runs that have ended (as `squeue -t all` and the local
+    /// backend's exit file do); by default only live ones.
+    pub(crate) find_ended: bool,
     /// How the backend answers retunes (`None`: carried out).
     pub(crate) retune_error: Option<BackendError>,
     /// How the backend answers reconfigurations (`None`: carried out).
@@ -147,6 +154,9 @@ impl Harness {
             runs: BTreeMap::new(),
             refuse_launches: 0,
             refuse_stops: 0,
+            hold_launches: false,
+            held_launches: Vec::new(),
+            find_ended: false,
             retune_error: None,
             reconfigure_error: None,
             next_handle: 0,
@@ -270,19 +280,35 @@ impl Harness {
             self.refuse_launches -= 1;
             Err(BackendError::Unsupported("scripted refusal".into()))
         } else {
-            self.next_handle += 1;
-            let h = format!("run-{}", self.next_handle);
-            self.runs.insert(
-                h.clone(),
-                ScriptedRun {
-                    job_id: l.job_id,
-                    name: l.name.clone(),
-                    status: RunStatus::Running,
-                },
-            );
-            Ok(Handle(h))
+            Ok(self.start_run(&l, RunStatus::Running))
         };
         self.core.handle_launched(self.now, l.job_id, l.attempt, r);
+    }
+
+    /// The backend starts the run of a launch (its answer not yet given), now in `status`.
+    pub(crate) fn start_run(&mut self, l: &crate::backend::Launch, status: RunStatus) -> Handle {
+        self.next_handle += 1;
+        let h = format!("run-{}", self.next_handle);
+        self.runs.insert(
+            h.clone(),
+            ScriptedRun {
+                job_id: l.job_id,
+                name: l.name.clone(),
+                status,
+            },
+        );
+        Handle(h)
+    }
+
+    /// Answers a held launch (see `hold_launches`): the backend started its run, now in
+    /// `status` (`Some`), or refused it (`None`); then carries out what follows.
+    pub(crate) fn answer_launch(&mut self, l: crate::backend::Launch, status: Option<RunStatus>) {
+        let r = match status {
+            Some(status) => Ok(self.start_run(&l, status)),
+            None => Err(BackendError::Unsupported("scripted refusal".into())),
+        };
+        self.core.handle_launched(self.now, l.job_id, l.attempt, r);
+        self.drain();
     }
 
     /// Carries out every queued command, checking persist-before-act on each launch and stop.
@@ -302,7 +328,11 @@ impl Harness {
                         -l.job_id,
                         l.attempt
                     );
-                    self.launched(l);
+                    if self.hold_launches {
+                        self.held_launches.push(l);
+                    } else {
+                        self.launched(l);
+                    }
                 }
                 Command::Launch(l) => {
                     let stored = self.store_jobs.get(&l.job_id);
@@ -314,7 +344,20 @@ impl Harness {
                         l.job_id,
                         l.attempt
                     );
-                    self.launched(l);
+                    if self.hold_launches {
+                        // Sent (the event), its answer to come.
+                        self.events.push(Event::Launch(
+                            l.job_id,
+                            l.attempt,
+                            l.placement
+                                .iter()
+                                .map(|s| (s.node.clone(), s.gpus))
+                                .collect(),
+                        ));
+                        self.held_launches.push(l);
+                    } else {
+                        self.launched(l);
+                    }
                 }
                 Command::Stop { run, preempt } => {
                     let stored = self.store_runs.get(&run.handle);
@@ -411,7 +454,9 @@ impl Harness {
                     let found = self
                         .runs
                         .iter()
-                        .find(|(_, r)| r.name == run_name && !r.status.is_terminal())
+                        .find(|(_, r)| {
+                            r.name == run_name && (self.find_ended || !r.status.is_terminal())
+                        })
                         .map(|(h, _)| Handle(h.clone()));
                     self.core.handle_found(self.now, job_id, attempt, found);
                 }

@@ -307,10 +307,15 @@ fn a_run_launched_for_a_job_cancelled_meanwhile_is_stopped() {
             other => format!("{other:?}"),
         });
     }
+    // The launch in flight was recorded with the cancel, and closed by its answer.
+    let placeholder = "launching:tessera-test-1-1";
     assert_eq!(
         saw,
         vec![
-            "persist [Cancelled] [(\"orphan\", Stop)]".to_string(),
+            format!(
+                "persist [Cancelled] [(\"{placeholder}\", Launching), \
+                 (\"{placeholder}\", Gone), (\"orphan\", Stop)]"
+            ),
             "stop orphan".to_string()
         ]
     );
@@ -362,6 +367,10 @@ enum Op {
     RefuseLaunch,
     Restart,
     Health(bool, bool),
+    /// Launches stay in flight (or are carried out at once again).
+    Hold(bool),
+    /// A launch in flight answers: its run running, already completed, or refused.
+    Answer(usize, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -375,6 +384,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::RefuseLaunch),
         1 => Just(Op::Restart),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(n, up)| Op::Health(n, up)),
+        1 => any::<bool>().prop_map(Op::Hold),
+        2 => (0usize..8, 0u8..3).prop_map(|(i, k)| Op::Answer(i, k)),
     ]
 }
 
@@ -383,7 +394,9 @@ proptest! {
 
     /// Whatever happens, in any order: launches and stops only follow persisted decisions (the
     /// harness asserts it on every command), GPUs are never over-committed, the store agrees
-    /// with the core after every drain, and no job has two live runs.
+    /// with the core after every drain, no job has two live runs, and none completes twice —
+    /// also with launches answered late (after LAS preempted their job, say) or lost in a
+    /// restart.
     #[test]
     fn invariants_hold_under_arbitrary_events(
         ops in proptest::collection::vec(op(), 1..60),
@@ -414,7 +427,25 @@ proptest! {
                 Op::Schedule => h.schedule(),
                 Op::Poll => h.poll(),
                 Op::RefuseLaunch => h.refuse_launches += 1,
-                Op::Restart => h.restart(mk(las)),
+                Op::Restart => {
+                    // The backend carried out the launches in flight; their answers are lost.
+                    for l in std::mem::take(&mut h.held_launches) {
+                        h.start_run(&l, RunStatus::Running);
+                    }
+                    h.restart(mk(las));
+                }
+                Op::Hold(on) => h.hold_launches = on,
+                Op::Answer(i, kind) => {
+                    if !h.held_launches.is_empty() {
+                        let l = h.held_launches.remove(i % h.held_launches.len());
+                        let status = match kind {
+                            0 => Some(RunStatus::Running),
+                            1 => Some(RunStatus::Completed),
+                            _ => None,
+                        };
+                        h.answer_launch(l, status);
+                    }
+                }
                 Op::Health(first, up) => {
                     let n = if first { "n1" } else { "n2" };
                     let health = (!up).then_some(crate::backend::NodeHealth::Down);
@@ -436,6 +467,8 @@ proptest! {
                 if h.state(id).is_terminal() {
                     prop_assert_eq!(live, 0, "finished job {} still runs", id);
                 }
+                let done = h.runs.values().filter(|r| r.job_id == id && r.status == RunStatus::Completed).count();
+                prop_assert!(done <= 1, "job {} completed {} runs", id, done);
             }
         }
     }
@@ -1886,4 +1919,371 @@ fn a_restart_between_a_restart_for_a_new_quota_and_its_verification_runs_the_job
     let events = h.take_events();
     assert_eq!(launches(&events), vec![(a, 3, on("n1", 1))]);
     assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+// A job retuned, resized or preempted while its launch is still in flight: the run that
+// launch starts is given up as any stopped run. No later attempt of the job is launched
+// until the launch has answered and its run has been stopped and verified; a run that had
+// already completed finishes the job once.
+
+/// Job `a` started on GPU 0 of a two-GPU node, its launch in flight (held, unanswered).
+fn one_job_launching() -> (Harness, Script, i64, crate::backend::Launch) {
+    let (p, script) = scripted();
+    let mut h = Harness::new(vec![node("n1", 2)], p);
+    let a = h.submit("a", 1, 100);
+    h.hold_launches = true;
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Starting);
+    let first = h.held_launches.pop().expect("the first launch, in flight");
+    assert_eq!(first.attempt, 1);
+    h.take_events();
+    (h, script, a, first)
+}
+
+/// Attempts of job `a` whose launch, given up in flight, is recorded `launching`.
+fn launching_rows(h: &Harness, a: i64) -> Vec<u32> {
+    h.store_runs
+        .values()
+        .filter(|r| r.job_id == a && r.state == RunState::Launching)
+        .map(|r| r.attempt)
+        .collect()
+}
+
+/// Runs of job `a` the backend runs now.
+fn live_runs(h: &Harness, a: i64) -> usize {
+    h.runs
+        .values()
+        .filter(|r| r.job_id == a && r.status == RunStatus::Running)
+        .count()
+}
+
+/// (a) The launch answers after the retune, its run already completed (a slow backend, a
+/// short job): the new attempt is never launched, and the job is recorded completed once.
+#[test]
+fn a_launch_answered_after_a_retune_with_a_completed_run_finishes_the_job_once() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let mut events = h.take_events();
+    assert!(
+        launches(&events).is_empty(),
+        "the new attempt launched while the old launch is in flight: {events:#?}"
+    );
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Starting, 2));
+    assert_eq!(
+        launching_rows(&h, a),
+        [1],
+        "the launch in flight is recorded"
+    );
+    h.answer_launch(first, Some(RunStatus::Completed));
+    events.extend(h.take_events());
+    completed_once_from_its_first_run(&mut h, a, &events, "restarted with a new quota right after");
+    assert!(h.held_launches.is_empty(), "{:?}", h.held_launches);
+}
+
+/// (b) As above, the run really running: stopped, verified after the stop, and only then is
+/// the new attempt launched, with the new quota; the two never run together.
+#[test]
+fn a_launch_answered_after_a_retune_is_stopped_and_verified_before_the_new_attempt() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert!(
+        h.held_launches.is_empty(),
+        "launched before the old launch answered"
+    );
+    h.take_events();
+    h.answer_launch(first, Some(RunStatus::Running));
+    let events = h.take_events();
+    let stop = events.iter().position(|e| *e == Event::Stop(a, 1, true));
+    let verify = events.iter().position(|e| *e == Event::Verify(1));
+    let launch = events
+        .iter()
+        .position(|e| *e == Event::Launch(a, 2, on("n1", 1)));
+    assert!(
+        stop.is_some() && verify > stop && launch > verify,
+        "stopped, verified, then the new attempt: {events:#?}"
+    );
+    assert!(
+        h.store_runs.values().all(|r| r.state == RunState::Gone),
+        "{:?}",
+        h.store_runs
+    );
+    assert_eq!(live_runs(&h, a), 0, "the first run is stopped");
+    let second = h.held_launches.pop().expect("the new attempt");
+    assert_eq!(second.attempt, 2);
+    assert_eq!(
+        second.placement[0].cpu,
+        tessera_model::MilliCpu::from_cores(2)
+    );
+    h.answer_launch(second, Some(RunStatus::Running));
+    assert_eq!(h.state(a), JobState::Running);
+    assert_eq!(live_runs(&h, a), 1);
+    assert_eq!(h.held_gpus().get("n1"), Some(&1));
+}
+
+/// (b) The launch in flight fails: nothing ran, so the new attempt goes out at once.
+#[test]
+fn a_launch_refused_after_a_retune_lets_the_new_attempt_go() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    h.take_events();
+    h.answer_launch(first, None);
+    let events = h.take_events();
+    assert_eq!(launches(&events), vec![(a, 2, on("n1", 1))], "{events:#?}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Stop(..))));
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert_eq!(h.state(a), JobState::Starting);
+}
+
+/// (a) The same for a resize decided while the launch is in flight.
+#[test]
+fn a_launch_answered_after_a_resize_with_a_completed_run_finishes_the_job_once() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![resize(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    let mut events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+    h.answer_launch(first, Some(RunStatus::Completed));
+    events.extend(h.take_events());
+    completed_once_from_its_first_run(&mut h, a, &events, "resized by the policy right after");
+}
+
+/// (b) A preemption while the launch is in flight, the job placed again later: that start is
+/// launched only once the run of the first launch has been stopped and verified.
+#[test]
+fn a_start_after_a_preemption_in_flight_waits_for_the_first_run_to_be_verified() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![preempt(0)]);
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Pending);
+    give(&script, vec![start(0, 1)]);
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+    assert!(
+        h.held_launches.is_empty(),
+        "launched before the first launch answered"
+    );
+    h.take_events();
+    h.answer_launch(first, Some(RunStatus::Running));
+    let events = h.take_events();
+    let verify = events.iter().position(|e| *e == Event::Verify(1));
+    let launch = events
+        .iter()
+        .position(|e| matches!(e, Event::Launch(j, 2, _) if *j == a));
+    assert!(
+        events.contains(&Event::Stop(a, 1, true)) && verify.is_some() && launch > verify,
+        "{events:#?}"
+    );
+    assert_eq!(live_runs(&h, a), 0);
+    assert_eq!(h.held_launches.len(), 1);
+}
+
+/// (c) The daemon dies after the retune, the first launch in flight: the backend started that
+/// run, but no handle of it was ever recorded. The restarted daemon finds it by name, stops
+/// it and verifies it, then runs the job again, once.
+#[test]
+fn a_restart_with_a_launch_given_up_in_flight_stops_its_run_and_runs_the_job_once() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert_eq!(launching_rows(&h, a), [1]);
+    let run = h.start_run(&first, RunStatus::Running); // the answer never arrives
+    h.hold_launches = false;
+    h.take_events();
+    drop(script);
+    let (p, script) = scripted();
+    h.restart(p);
+    let events = h.take_events();
+    assert!(events.contains(&Event::Find(a, 1)), "{events:#?}");
+    assert!(events.contains(&Event::Verify(1)), "{events:#?}");
+    assert_ne!(
+        h.runs[&run.0].status,
+        RunStatus::Running,
+        "the first run is stopped"
+    );
+    assert_eq!(h.store_runs[&run.0].state, RunState::Gone, "and verified");
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert_eq!(h.state(a), JobState::Pending);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 3, on("n1", 1))]);
+    assert_eq!(live_runs(&h, a), 1);
+}
+
+/// (c) As above, the backend never started the first run: its record is closed at restart.
+#[test]
+fn a_restart_with_a_launch_given_up_in_flight_that_never_ran_requeues_the_job() {
+    let (mut h, script, a, _first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    h.hold_launches = false;
+    h.take_events();
+    let (p, script) = scripted();
+    h.restart(p);
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    assert_eq!(h.state(a), JobState::Pending);
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    assert_eq!(launches(&h.take_events()), vec![(a, 3, on("n1", 1))]);
+}
+
+/// (c) The daemon dies after the late answer of the first launch (its run had completed),
+/// before the verification: the run is `stop` in the store, the new attempt `starting` and
+/// never launched; the restarted daemon records the job completed instead of running it.
+#[test]
+fn a_restart_after_a_late_launch_answer_and_before_its_verification_runs_nothing_twice() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    h.hold_launches = false;
+    let run = h.start_run(&first, RunStatus::Completed);
+    h.core.handle_launched(h.now, a, 1, Ok(run.clone()));
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked, "the late run is asked about");
+    assert!(!launched, "launched before the late run was verified");
+    assert_eq!(h.store_runs[&run.0].state, RunState::Stop);
+    assert!(launching_rows(&h, a).is_empty());
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Starting, 2));
+    h.take_events();
+    drop(script);
+    let (p, script) = scripted();
+    h.restart(p);
+    let row = &h.store_jobs[&a];
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+}
+
+// A job finished from the verification of a stopped run while a later attempt of it waited,
+// parked: its record is that of the run that completed (attempt, start), not of the attempt
+// that never ran.
+
+/// The resize of a run that had completed, 30 s after it started.
+#[test]
+fn a_job_finished_from_a_verification_records_the_run_that_completed() {
+    let (mut h, script, a) = one_job_running();
+    let started = h.store_jobs[&a].start_us;
+    assert!(started.is_some());
+    h.advance(30);
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.schedule();
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Completed, "{:?}", row.message);
+    assert_eq!(
+        (row.attempt, row.start_us),
+        (1, started),
+        "the record names the completed run, not the parked attempt"
+    );
+    assert_eq!(row.end_us, Some(h.now.as_micros()));
+}
+
+/// The same for a retune while the first launch was in flight, answered late.
+#[test]
+fn a_job_finished_from_a_late_launch_records_the_run_that_completed() {
+    let (mut h, script, a, first) = one_job_launching();
+    let started = h.store_jobs[&a].start_us;
+    h.advance(30);
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    assert_eq!(h.store_jobs[&a].attempt, 2);
+    h.advance(5);
+    h.answer_launch(first, Some(RunStatus::Completed));
+    let row = &h.store_jobs[&a];
+    assert_eq!(row.state, JobState::Completed, "{:?}", row.message);
+    assert_eq!((row.attempt, row.start_us), (1, started));
+}
+
+/// After a restart between the resize and the verification, the attempt is that of the
+/// stopped run (its start time is not stored with the run, and the requeue cleared it).
+#[test]
+fn a_job_finished_from_a_verification_after_a_restart_records_the_attempt_that_completed() {
+    let (mut h, script, a) = one_job_running();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    give(&script, vec![resize(0, 1)]);
+    h.core.schedule(h.now);
+    let (asked, launched) = drain_but_verify(&mut h);
+    assert!(asked && !launched);
+    assert_eq!(h.store_jobs[&a].attempt, 2);
+    let (p, _script) = scripted();
+    h.restart(p);
+    let row = &h.store_jobs[&a];
+    assert_eq!((row.state, row.attempt), (JobState::Completed, 1));
+}
+
+/// The daemon dies after a cancel arrived while the job's launch was in flight, before the
+/// launch answered; the backend did start the run. The restarted daemon finds it by name and
+/// stops it (before, nothing recorded it: it ran on, for a cancelled job).
+#[test]
+fn a_restart_after_a_cancel_with_the_launch_in_flight_stops_the_run() {
+    let (mut h, _script, a, first) = one_job_launching();
+    h.core.cancel_job(h.now, a).unwrap();
+    h.drain();
+    assert_eq!(launching_rows(&h, a), [1]);
+    let run = h.start_run(&first, RunStatus::Running); // the answer never arrives
+    h.hold_launches = false;
+    h.take_events();
+    let (p, _script) = scripted();
+    h.restart(p);
+    let events = h.take_events();
+    assert!(events.contains(&Event::Find(a, 1)), "{events:#?}");
+    assert!(events.contains(&Event::Stop(a, 1, false)), "{events:#?}");
+    assert_ne!(
+        h.runs[&run.0].status,
+        RunStatus::Running,
+        "the run is stopped"
+    );
+    assert_eq!(h.stored_state(a), Some(JobState::Cancelled));
+    assert!(launching_rows(&h, a).is_empty());
+}
+
+/// (c) The daemon dies after the retune, the first launch in flight; the backend started
+/// that run and it completed while the daemon was down. The restarted daemon finds it by
+/// name (ended runs are found too), verifies it, and records the job completed from it
+/// instead of running it a second time.
+#[test]
+fn a_restart_with_a_launch_given_up_in_flight_whose_run_completed_runs_nothing_twice() {
+    let (mut h, script, a, first) = one_job_launching();
+    give(&script, vec![retune(0, 2)]);
+    h.schedule();
+    h.start_run(&first, RunStatus::Completed); // the answer never arrives
+    h.hold_launches = false;
+    h.find_ended = true;
+    h.take_events();
+    drop(script);
+    let (p, script) = scripted();
+    h.restart(p);
+    let row = h.store_jobs[&a].clone();
+    assert_eq!(
+        (row.state, row.exit_code),
+        (JobState::Completed, Some(0)),
+        "{:?}",
+        row.message
+    );
+    assert_eq!(row.attempt, 1, "recorded from the run that completed");
+    assert!(h.store_runs.values().all(|r| r.state == RunState::Gone));
+    give(&script, vec![start(0, 0)]);
+    h.schedule();
+    let events = h.take_events();
+    assert!(launches(&events).is_empty(), "{events:#?}");
+    assert_eq!(
+        transitions_to(&events, a, JobState::Completed),
+        1,
+        "completed once, at the restart"
+    );
 }
