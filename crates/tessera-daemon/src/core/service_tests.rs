@@ -1173,8 +1173,9 @@ fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
     h.core.request_schedule();
     h.schedule();
     assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
-    let second = h.held_launches.pop().expect("the restarted attempt");
-    assert_eq!((first.attempt, second.attempt), (1, 2));
+    // The restarted attempt waits for the first launch's answer (recorded, not launched).
+    assert!(h.held_launches.is_empty());
+    assert_eq!(h.store_instances[&id].attempt, 2);
     assert!(h
         .store_runs
         .values()
@@ -1198,4 +1199,96 @@ fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
         .store_runs
         .values()
         .all(|r| r.state != RunState::Launching));
+}
+
+/// A harness with one service whose first instance's launch is in flight (held).
+fn instance_in_flight() -> (
+    super::testkit::Harness,
+    super::devices::Batch,
+    crate::backend::Launch,
+) {
+    let (policy, batch) = scripted();
+    let mut h = super::testkit::Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+    let text = body(&["true"], serde_json::json!({}));
+    let r = h
+        .core
+        .handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
+    assert!(r.is_ok());
+    h.drain();
+    h.hold_launches = true;
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, quota(300, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    let first = h.held_launches.pop().expect("the first launch, in flight");
+    (h, batch, first)
+}
+
+/// Gives instance `id` (of the first service, on GPU 0) a new SM request.
+fn retune_to(h: &mut super::testkit::Harness, batch: &super::devices::Batch, id: i64, sm: u16) {
+    give(
+        batch,
+        vec![Action::RetuneInstance {
+            service: ServiceId(0),
+            instance: InstanceId(id as u32),
+            allocation: alloc(0b1, quota(sm, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+/// An instance retuned while its launch is in flight is restarted as a new attempt, which is
+/// launched only once that launch has answered and the run it started (if any) is stopped:
+/// launched at once, it ran beside the old run until then.
+#[test]
+fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
+    use super::testkit::Event;
+    use crate::backend::RunStatus;
+    // The first launch starts a run, or is refused.
+    for answer in [Some(RunStatus::Running), None] {
+        let (mut h, batch, first) = instance_in_flight();
+        let id = -first.job_id;
+        retune_to(&mut h, &batch, id, 400);
+        let sent: Vec<u32> = h.held_launches.iter().map(|l| l.attempt).collect();
+        assert!(
+            sent.is_empty(),
+            "attempts launched beside the first: {sent:?}"
+        );
+        assert!(h.core.instance_waiting(id));
+        let stored = &h.store_instances[&id];
+        assert_eq!(stored.attempt, 2, "the restart is recorded");
+        h.hold_launches = false;
+        h.take_events();
+        let started = answer.is_some();
+        h.answer_launch(first, answer);
+        let events = h.take_events();
+        let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
+        let launch = events
+            .iter()
+            .position(|e| matches!(e, Event::Launch(j, 2, _) if *j == -id));
+        assert!(launch.is_some(), "the new attempt is launched: {events:?}");
+        if started {
+            assert!(stop.is_some() && stop < launch, "{events:?}");
+        } else {
+            assert_eq!(stop, None, "{events:?}");
+        }
+        let running = h
+            .runs
+            .values()
+            .filter(|r| r.job_id == -id && r.status == RunStatus::Running)
+            .count();
+        assert_eq!(running, 1, "one run of the instance: its new attempt");
+        let live = h.core.instances();
+        assert!(
+            matches!(live.as_slice(), [(_, i, 2, Some(_))] if *i == id),
+            "{live:?}"
+        );
+    }
 }

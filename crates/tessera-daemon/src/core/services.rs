@@ -53,7 +53,8 @@ struct Inst {
     alloc: Allocation,
     /// Index of its service.
     svc: usize,
-    /// A launch of the current attempt is queued or in flight.
+    /// A launch of the current attempt is queued or in flight (not while it waits for an
+    /// earlier attempt's run, see [`Services::blockers`]).
     launching: bool,
     failures: u32,
     /// When its current run was seen started.
@@ -77,6 +78,11 @@ pub(crate) struct Services {
     by_handle: BTreeMap<String, i64>,
     /// Instance tokens by SHA-256.
     tokens: BTreeMap<String, i64>,
+    /// Runs of earlier attempts that may still run, by handle (the placeholder of a launch
+    /// given up while in flight, until it answers), with their instance: an instance's next
+    /// attempt is launched only once none is left, so two attempts of one instance never run
+    /// together.
+    blockers: BTreeMap<String, i64>,
     next_instance: i64,
     /// What the policy sees, rebuilt at each scheduling point.
     pub(super) views: Vec<tessera_sched::ServiceView>,
@@ -710,6 +716,8 @@ impl Core {
     pub(super) fn scale_in(&mut self, id: i64) -> Option<RunRow> {
         self.record_instance_launch_in_flight(id);
         let mut inst = self.services.live.remove(&id)?;
+        // Its earlier runs are still stopped as they answer; nothing waits for them now.
+        self.services.blockers.retain(|_, i| *i != id);
         self.devices.release(&self.map.cluster, &inst.alloc);
         for s in &inst.alloc.shares {
             let i = s.node.index();
@@ -764,12 +772,11 @@ impl Core {
     /// under a placeholder (as a job's, see `Core::record_launch_in_flight`). Its answer stops
     /// the run and closes the record; a restart before that finds the run by name and stops
     /// it, where nothing recorded it before (it ran on, beside the instance's next attempt).
-    fn record_instance_launch_in_flight(&mut self, id: i64) {
-        let Some(inst) = self.services.live.get(&id) else {
-            return;
-        };
+    /// Returns the placeholder.
+    fn record_instance_launch_in_flight(&mut self, id: i64) -> Option<String> {
+        let inst = self.services.live.get(&id)?;
         if inst.row.state != InstanceState::Starting || !inst.launching {
-            return;
+            return None;
         }
         let (job_id, attempt) = (-id, inst.row.attempt);
         let handle = launch_placeholder(&self.settings.instance, job_id, attempt);
@@ -779,12 +786,48 @@ impl Core {
             attempt,
             state: RunState::Launching,
         });
-        self.launching_rows.insert(handle);
+        self.launching_rows.insert(handle.clone());
+        Some(handle)
+    }
+
+    /// Whether an earlier attempt of instance `id` may still run (see [`Services::blockers`]).
+    fn instance_blocked(&self, id: i64) -> bool {
+        self.services.blockers.values().any(|&i| i == id)
+    }
+
+    /// The run (or launch) `handle` of an earlier attempt no longer blocks its instance: the
+    /// instance's current attempt is launched if nothing else does.
+    fn instance_unblocked(&mut self, handle: &str) {
+        let Some(id) = self.services.blockers.remove(handle) else {
+            return;
+        };
+        let waiting = self
+            .services
+            .live
+            .get(&id)
+            .is_some_and(|i| i.row.state == InstanceState::Starting && !i.launching);
+        if waiting && !self.instance_blocked(id) {
+            self.issue_token(id);
+            self.send_instance_launch(id);
+        }
+    }
+
+    /// Launches instance `id`'s current attempt (its token issued).
+    fn send_instance_launch(&mut self, id: i64) {
+        if let Some(i) = self.services.live.get_mut(&id) {
+            i.launching = true;
+        }
+        let launch = self.instance_launch(id);
+        self.act(Command::Launch(launch));
     }
 
     /// Stops instance `id`'s run (if any) and starts a new attempt on what it holds now.
+    /// While the old attempt's launch is in flight, the new one waits for its answer (and
+    /// the old run's stop): launched at once, it would run beside the old run until then.
     pub(super) fn restart_instance(&mut self, id: i64, why: &str) {
-        self.record_instance_launch_in_flight(id);
+        if let Some(placeholder) = self.record_instance_launch_in_flight(id) {
+            self.services.blockers.insert(placeholder, id);
+        }
         let Some(inst) = self.services.live.get_mut(&id) else {
             return;
         };
@@ -796,7 +839,7 @@ impl Core {
         });
         inst.row.attempt += 1;
         inst.row.state = InstanceState::Starting;
-        inst.launching = true;
+        inst.launching = false;
         self.pending.instances.push(inst.row.clone());
         let svc = inst.svc;
         tracing::info!(instance = id, "restarting: {why}");
@@ -810,8 +853,9 @@ impl Core {
             self.act(Command::Stop { run, preempt: true });
         }
         self.issue_token(id);
-        let launch = self.instance_launch(id);
-        self.act(Command::Launch(launch));
+        if !self.instance_blocked(id) {
+            self.send_instance_launch(id);
+        }
     }
 
     /// The launch of instance `id`'s current attempt.
@@ -911,7 +955,7 @@ impl Core {
         if self.launching_rows.remove(&placeholder) {
             // Given up while in flight: the record closes with the run's `stop`, if any.
             self.pending.runs.push(RunRow {
-                handle: placeholder,
+                handle: placeholder.clone(),
                 job_id: -id,
                 attempt,
                 state: RunState::Gone,
@@ -936,6 +980,8 @@ impl Core {
                     preempt: false,
                 });
             }
+            // The restarted attempt, if it waited for this answer, goes after that stop.
+            self.instance_unblocked(&placeholder);
             return;
         }
         let Some(inst) = self.services.live.get_mut(&id) else {
@@ -1098,12 +1144,10 @@ impl Core {
             .map(|i| i.row.id)
             .collect();
         for id in retry {
-            if let Some(i) = self.services.live.get_mut(&id) {
-                i.launching = true;
+            if !self.instance_blocked(id) {
+                self.issue_token(id);
+                self.send_instance_launch(id);
             }
-            self.issue_token(id);
-            let launch = self.instance_launch(id);
-            self.act(Command::Launch(launch));
         }
         self.services
             .live
@@ -1112,8 +1156,8 @@ impl Core {
             .collect()
     }
 
-    /// Whether instance `id` waits for its next attempt (a failed launch or a crash-loop
-    /// back-off): it has no run now.
+    /// Whether instance `id` waits for its next attempt (a failed launch, a crash-loop
+    /// back-off, or an earlier attempt's run still to be stopped): it has no run now.
     pub fn instance_waiting(&self, id: i64) -> bool {
         self.services
             .live
