@@ -1173,6 +1173,10 @@ impl Core {
                         unverified.push(Handle(run.handle.clone()));
                     }
                 }
+                if services::Services::is_instance(run.job_id) {
+                    // As before the restart, the instance's next attempt waits for the stop.
+                    self.block_instance(&run.handle, -run.job_id);
+                }
                 let run = RunRow {
                     state: RunState::Stop,
                     ..run
@@ -1361,10 +1365,15 @@ impl Core {
                     }
                 }
             }
-            Ok(()) => self.pending.runs.push(RunRow {
-                state: RunState::Gone,
-                ..run
-            }),
+            Ok(()) => {
+                let handle = run.handle.clone();
+                self.pending.runs.push(RunRow {
+                    state: RunState::Gone,
+                    ..run
+                });
+                // An instance's next attempt may have waited for this stop.
+                self.instance_unblocked(&handle);
+            }
             Err(e) => {
                 self.metrics.backend_errors += 1;
                 tracing::warn!(handle = %run.handle, "stopping run failed, will retry: {e}");

@@ -1251,8 +1251,14 @@ fn retune_to(h: &mut super::testkit::Harness, batch: &super::devices::Batch, id:
 fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
     use super::testkit::Event;
     use crate::backend::RunStatus;
-    // The first launch starts a run, or is refused.
-    for answer in [Some(RunStatus::Running), None] {
+    // The first launch starts a run whose stop fails once (retried at the next poll), or one
+    // stopped at once, or it is refused.
+    let cases = [
+        (Some(RunStatus::Running), 1),
+        (Some(RunStatus::Running), 0),
+        (None, 0),
+    ];
+    for (answer, refused_stops) in cases {
         let (mut h, batch, first) = instance_in_flight();
         let id = -first.job_id;
         retune_to(&mut h, &batch, id, 400);
@@ -1267,8 +1273,18 @@ fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
         h.hold_launches = false;
         h.take_events();
         let started = answer.is_some();
+        h.refuse_stops = refused_stops;
         h.answer_launch(first, answer);
-        let events = h.take_events();
+        let mut events = h.take_events();
+        if refused_stops > 0 {
+            let ahead: Vec<&Event> = events
+                .iter()
+                .filter(|e| matches!(e, Event::Launch(..)))
+                .collect();
+            assert!(ahead.is_empty(), "launched before the stop: {events:?}");
+            h.poll();
+            events = h.take_events();
+        }
         let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
         let launch = events
             .iter()
@@ -1288,6 +1304,69 @@ fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
         let live = h.core.instances();
         assert!(
             matches!(live.as_slice(), [(_, i, 2, Some(_))] if *i == id),
+            "{live:?}"
+        );
+    }
+}
+
+/// A running instance whose retune the backend declines is restarted, and the backend refuses
+/// the old run's stop (retried at the next poll): the new attempt is launched only once that
+/// stop is carried out (before, at once, beside the old run). Likewise after a daemon restart
+/// between the two: the stop recorded before the crash is carried out first.
+#[test]
+fn an_instance_restarted_after_a_declined_retune_starts_once_its_old_run_is_stopped() {
+    use super::testkit::{Event, Harness};
+    use crate::backend::RunStatus;
+    use crate::error::BackendError;
+    let running = |h: &Harness, id: i64| {
+        h.runs
+            .values()
+            .filter(|r| r.job_id == -id && r.status == RunStatus::Running)
+            .count()
+    };
+    for restart in [false, true] {
+        let (mut h, batch, first) = instance_in_flight();
+        let id = -first.job_id;
+        h.hold_launches = false;
+        h.answer_launch(first, Some(RunStatus::Running));
+        assert_eq!(running(&h, id), 1);
+        h.retune_error = Some(BackendError::Declined {
+            action: "retune",
+            backend: "slurm",
+        });
+        h.refuse_stops = 1;
+        h.take_events();
+        retune_to(&mut h, &batch, id, 400);
+        let events = h.take_events();
+        assert!(events.contains(&Event::Stop(-id, 1, true)), "{events:?}");
+        assert_eq!(running(&h, id), 1, "the old run alone: {events:?}");
+        assert!(h.core.instance_waiting(id));
+        assert_eq!(h.store_instances[&id].attempt, 2);
+        let next = if restart {
+            // The stop fails again after the restart.
+            h.refuse_stops = 1;
+            let (policy, _batch) = scripted();
+            h.restart(policy);
+            assert_eq!(running(&h, id), 1, "the old run alone after the restart");
+            3 // attempt 2 never started: a new one
+        } else {
+            2
+        };
+        h.take_events();
+        h.poll();
+        let events = h.take_events();
+        let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
+        let launch = events
+            .iter()
+            .position(|e| matches!(e, Event::Launch(j, a, _) if *j == -id && *a == next));
+        assert!(
+            stop.is_some() && launch.is_some() && stop < launch,
+            "{events:?}"
+        );
+        assert_eq!(running(&h, id), 1, "the new attempt alone");
+        let live = h.core.instances();
+        assert!(
+            matches!(live.as_slice(), [(_, i, a, Some(_))] if *i == id && *a == next),
             "{live:?}"
         );
     }

@@ -78,10 +78,10 @@ pub(crate) struct Services {
     by_handle: BTreeMap<String, i64>,
     /// Instance tokens by SHA-256.
     tokens: BTreeMap<String, i64>,
-    /// Runs of earlier attempts that may still run, by handle (the placeholder of a launch
-    /// given up while in flight, until it answers), with their instance: an instance's next
-    /// attempt is launched only once none is left, so two attempts of one instance never run
-    /// together.
+    /// Runs of earlier attempts not yet stopped, by handle (the placeholder of a launch given
+    /// up while in flight, until it answers), with their instance: an instance's next attempt
+    /// is launched only once the backend has carried out their stops, so two attempts of one
+    /// instance never run together (a stop that fails is retried at the next poll).
     blockers: BTreeMap<String, i64>,
     next_instance: i64,
     /// What the policy sees, rebuilt at each scheduling point.
@@ -790,14 +790,23 @@ impl Core {
         Some(handle)
     }
 
+    /// The run `handle` of instance `id`, found `stop` at a restart, blocks the instance's
+    /// next attempt until it is stopped (as before the restart).
+    pub(super) fn block_instance(&mut self, handle: &str, id: i64) {
+        if self.services.live.contains_key(&id) {
+            self.services.blockers.insert(handle.to_string(), id);
+        }
+    }
+
     /// Whether an earlier attempt of instance `id` may still run (see [`Services::blockers`]).
     fn instance_blocked(&self, id: i64) -> bool {
         self.services.blockers.values().any(|&i| i == id)
     }
 
-    /// The run (or launch) `handle` of an earlier attempt no longer blocks its instance: the
-    /// instance's current attempt is launched if nothing else does.
-    fn instance_unblocked(&mut self, handle: &str) {
+    /// The run `handle` of an earlier attempt of an instance is stopped (or the launch under
+    /// that placeholder started nothing): the instance's current attempt is launched if
+    /// nothing else blocks it.
+    pub(super) fn instance_unblocked(&mut self, handle: &str) {
         let Some(id) = self.services.blockers.remove(handle) else {
             return;
         };
@@ -822,8 +831,9 @@ impl Core {
     }
 
     /// Stops instance `id`'s run (if any) and starts a new attempt on what it holds now.
-    /// While the old attempt's launch is in flight, the new one waits for its answer (and
-    /// the old run's stop): launched at once, it would run beside the old run until then.
+    /// The new attempt is launched once the old run's stop is carried out (and, while the old
+    /// attempt's launch is in flight, once it has answered): launched at once, it would run
+    /// beside the old run until then.
     pub(super) fn restart_instance(&mut self, id: i64, why: &str) {
         if let Some(placeholder) = self.record_instance_launch_in_flight(id) {
             self.services.blockers.insert(placeholder, id);
@@ -848,7 +858,10 @@ impl Core {
             self.pending.services.push(s.row.clone());
         }
         if let Some(run) = old {
+            // The stop goes first in the queue, but may fail (retried at the next poll): the
+            // new attempt waits until it is carried out.
             self.services.by_handle.remove(&run.handle);
+            self.services.blockers.insert(run.handle.clone(), id);
             self.pending.runs.push(run.clone());
             self.act(Command::Stop { run, preempt: true });
         }
@@ -967,21 +980,27 @@ impl Core {
             });
         if !current {
             // Scaled in (or restarted) while its launch was in flight: the run must go.
-            if let Ok(h) = result {
-                let run = RunRow {
-                    handle: h.0,
-                    job_id: -id,
-                    attempt,
-                    state: RunState::Stop,
-                };
-                self.pending.runs.push(run.clone());
-                self.act(Command::Stop {
-                    run,
-                    preempt: false,
-                });
+            match result {
+                Ok(h) => {
+                    let run = RunRow {
+                        handle: h.0,
+                        job_id: -id,
+                        attempt,
+                        state: RunState::Stop,
+                    };
+                    // A restarted attempt waiting for this answer now waits for the stop.
+                    if let Some(i) = self.services.blockers.remove(&placeholder) {
+                        self.services.blockers.insert(run.handle.clone(), i);
+                    }
+                    self.pending.runs.push(run.clone());
+                    self.act(Command::Stop {
+                        run,
+                        preempt: false,
+                    });
+                }
+                // It started nothing: the restarted attempt may go.
+                Err(_) => self.instance_unblocked(&placeholder),
             }
-            // The restarted attempt, if it waited for this answer, goes after that stop.
-            self.instance_unblocked(&placeholder);
             return;
         }
         let Some(inst) = self.services.live.get_mut(&id) else {
