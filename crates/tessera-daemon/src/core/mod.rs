@@ -234,6 +234,10 @@ struct Verifying {
     /// What stopped it, for the job's message should the run turn out to have ended on its
     /// own just before.
     cause: &'static str,
+    /// The stop counted a preemption on the job's record (`preemptions`: a policy preemption
+    /// or a node failure), taken back should the run turn out to have ended on its own before
+    /// it: that run was not preempted.
+    preempted: bool,
     /// The backend has carried out the stop. A status read before (a Verify that overtook a
     /// stop the driver deferred, or a stop that failed and is retried) is the last word
     /// only if the run had already ended.
@@ -243,12 +247,19 @@ struct Verifying {
 }
 
 impl Verifying {
-    fn new(idx: usize, attempt: u32, start_us: Option<u64>, cause: &'static str) -> Verifying {
+    fn new(
+        idx: usize,
+        attempt: u32,
+        start_us: Option<u64>,
+        cause: &'static str,
+        preempted: bool,
+    ) -> Verifying {
         Verifying {
             idx,
             attempt,
             start_us,
             cause,
+            preempted,
             stopped: false,
             ask_again: false,
         }
@@ -1166,9 +1177,20 @@ impl Core {
                     let job = &mut self.jobs[idx];
                     if job.row.state == JobState::Pending && run.attempt <= job.row.attempt {
                         job.held = true;
+                        // A stop that left the job queued at the run's own attempt was a
+                        // preemption (policy or node failure: counted); a resize or restart
+                        // started a later attempt (not counted). A preemption followed by a
+                        // start never launched looks like the latter: its count stays.
+                        let preempted = run.attempt == job.row.attempt;
                         self.start_verifying(
                             run.handle.clone(),
-                            Verifying::new(idx, run.attempt, None, "stopped right after"),
+                            Verifying::new(
+                                idx,
+                                run.attempt,
+                                None,
+                                "stopped right after",
+                                preempted,
+                            ),
                         );
                         unverified.push(Handle(run.handle.clone()));
                     }
@@ -1289,13 +1311,21 @@ impl Core {
     ///
     /// A job still starting has no run to detach yet; if its launch is in flight, the run
     /// that launch starts is given up the same way (see [`Core::supersede_launch`]).
-    fn detach_to_verify(&mut self, idx: usize, cause: &'static str) -> Option<RunRow> {
+    ///
+    /// `preempted`: the caller counts the stop as a preemption of the job (see
+    /// [`Verifying::preempted`]).
+    fn detach_to_verify(
+        &mut self,
+        idx: usize,
+        cause: &'static str,
+        preempted: bool,
+    ) -> Option<RunRow> {
         let Some(run) = self.detach_handle(idx, RunState::Stop) else {
-            self.supersede_launch(idx, cause);
+            self.supersede_launch(idx, cause, preempted);
             return None;
         };
         let started = self.jobs[idx].row.start_us;
-        let v = Verifying::new(idx, run.attempt, started, cause);
+        let v = Verifying::new(idx, run.attempt, started, cause, preempted);
         self.start_verifying(run.handle.clone(), v);
         Some(run)
     }
@@ -1307,9 +1337,9 @@ impl Core {
     /// launched before it is stopped and verified (see [`Core::handle_launched`]) — and
     /// recorded `launching` in the store, so that a restart looks it up by name. Nothing to
     /// do when the attempt's launch was parked (never sent) or the job is not starting.
-    fn supersede_launch(&mut self, idx: usize, cause: &'static str) {
+    fn supersede_launch(&mut self, idx: usize, cause: &'static str, preempted: bool) {
         let job = &self.jobs[idx];
-        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause);
+        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause, preempted);
         if let Some(handle) = self.record_launch_in_flight(idx) {
             self.start_verifying(handle, v);
         }
@@ -1592,6 +1622,11 @@ impl Core {
             job.held = false;
             job.row.exit_code = exit;
             job.row.backend_state = None;
+            // It ended before the stop: not a preemption (the metric, a counter of stops the
+            // daemon made, keeps it).
+            if v.preempted {
+                job.row.preemptions = job.row.preemptions.saturating_sub(1);
+            }
             self.transition(idx, to, now, &detail);
             return;
         }
@@ -1771,7 +1806,7 @@ impl Core {
         let mut stopped = Vec::new();
         for &idx in victims {
             *self.metrics.preemptions.entry("node_down").or_default() += 1;
-            let run = self.detach_to_verify(idx, "its node went down right after");
+            let run = self.detach_to_verify(idx, "its node went down right after", true);
             self.release(idx);
             let job = &mut self.jobs[idx];
             job.row.preemptions += 1;
@@ -2226,8 +2261,11 @@ impl Core {
                     // policy decided meanwhile is dropped, which it sees as the job ending).
                     // Refusing those starts instead would break re-placements decided in
                     // the same batch as the preemption.
-                    to_preempt
-                        .extend(self.detach_to_verify(idx, "preempted by the policy right after"));
+                    to_preempt.extend(self.detach_to_verify(
+                        idx,
+                        "preempted by the policy right after",
+                        true,
+                    ));
                     self.release(idx);
                     let job = &mut self.jobs[idx];
                     job.row.preemptions += 1;
@@ -2300,9 +2338,11 @@ impl Core {
                         // poll, so the resized attempt is launched only once the backend has
                         // said it did not (it is dropped, and the job finished, if it did).
                         *self.metrics.preemptions.entry("resize").or_default() += 1;
-                        to_preempt.extend(
-                            self.detach_to_verify(idx, "resized by the policy right after"),
-                        );
+                        to_preempt.extend(self.detach_to_verify(
+                            idx,
+                            "resized by the policy right after",
+                            false,
+                        ));
                         self.release(idx);
                     }
                     let detail = if resize {
@@ -2405,7 +2445,7 @@ impl Core {
         *self.metrics.retunes.entry("restart").or_default() += 1;
         // The run may have completed since the last poll: the new attempt is launched only
         // once the backend has said it did not.
-        let run = self.detach_to_verify(idx, "restarted with a new quota right after");
+        let run = self.detach_to_verify(idx, "restarted with a new quota right after", false);
         self.release(idx);
         let detail = format!("{why}; restarted with the new quota");
         let launch = self.start_attempt(idx, alloc, now.as_micros(), &detail);
