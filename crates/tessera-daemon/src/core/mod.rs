@@ -60,7 +60,8 @@ pub use services::instance_run_name;
 
 /// Default run time assumed for a job without hints.
 const DEFAULT_DURATION_SECS: f64 = 3600.0;
-/// Consecutive backend submission failures before a job is marked failed.
+/// Consecutive backend submission failures before a job is marked failed (stated in
+/// `Core::handle_launched`'s public docs, which cannot link here).
 const MAX_SUBMIT_FAILURES: u32 = 3;
 /// Seconds before scheduling again after a failed backend submission.
 const SUBMIT_RETRY_SECS: u64 = 5;
@@ -626,8 +627,8 @@ impl Core {
     }
 
     /// Drops from memory the jobs that finished since the last call. The driver calls it once
-    /// their final rows are durable; from then on they are served from the store
-    /// ([`Core::answer_archived`], [`Core::list_stored`]). What remains of each is a slot with
+    /// their final rows are durable; from then on they are served from the store (the API's
+    /// reads of archived jobs and listings fall back to it). What remains of each is a slot with
     /// its id, tenant, queue and state, because the policy's job ids are indices.
     pub fn archive_finished(&mut self) {
         for idx in std::mem::take(&mut self.to_archive) {
@@ -1535,8 +1536,8 @@ impl Core {
         self.trigger.completion = true;
     }
 
-    /// The answer to a [`Command::Verify`]: how each stopped run (see [`Core::verifying`])
-    /// ended. Once the stop has been carried out, whatever the status, it is the last word:
+    /// The answer to a [`Command::Verify`]: how each stopped run (one stopped while its job
+    /// goes on, see [`Command::Verify`]) ended. Once the stop has been carried out, whatever the status, it is the last word:
     /// the job is finished if its run had completed or failed on its own, else it may run
     /// again.
     pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
@@ -2575,7 +2576,7 @@ impl Core {
     }
 
     /// The answer to a [`Command::Launch`]: the job runs, or it goes back to the queue (and
-    /// fails after [`MAX_SUBMIT_FAILURES`] refusals in a row).
+    /// fails after 3 refusals in a row, not counting resource exhaustion).
     pub fn handle_launched(
         &mut self,
         now: SimTime,
