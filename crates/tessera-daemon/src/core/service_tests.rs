@@ -565,7 +565,9 @@ mod prop {
     //! Arbitrary sequences of service actions, crashes, polls and daemon restarts through the
     //! core with a scripted backend: after every step the device invariants hold, every live
     //! instance has at most one live run (none is ever started twice), no run outlives its
-    //! instance, the store agrees with the core, and a restart changes no running instance.
+    //! instance but while its stop is retried, the store agrees with the core, and a restart changes no running instance;
+    //! also with launches answered late (or lost in a restart, their run started or not) and
+    //! stops the backend refuses once (retried at the next poll).
 
     use proptest::prelude::*;
     use tessera_model::{GpuPart, ServiceId, SimTime};
@@ -595,6 +597,12 @@ mod prop {
         Restart,
         Retire,
         Declines(bool),
+        /// Launches are held in flight from now on (true), or answered as they come.
+        Hold(bool),
+        /// A launch in flight (by position) is answered: its run started, or refused.
+        Answer(bool, usize),
+        /// The backend refuses the next stop (retried at the next poll).
+        RefuseStop,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -609,7 +617,19 @@ mod prop {
             1 => Just(Op::Restart),
             1 => Just(Op::Retire),
             1 => any::<bool>().prop_map(Op::Declines),
+            1 => any::<bool>().prop_map(Op::Hold),
+            3 => (any::<bool>(), 0usize..4).prop_map(|(s, k)| Op::Answer(s, k)),
+            1 => Just(Op::RefuseStop),
         ]
+    }
+
+    /// Answers every launch in flight (its run started) and answers later ones at once.
+    fn answer_all(h: &mut Harness) {
+        h.hold_launches = false;
+        while !h.held_launches.is_empty() {
+            let l = h.held_launches.remove(0);
+            h.answer_launch(l, Some(RunStatus::Running));
+        }
     }
 
     fn act(h: &mut Harness, batch: &Batch, actions: Vec<Action>) {
@@ -631,10 +651,18 @@ mod prop {
                 .map(|(k, _)| k)
                 .collect();
             prop_assert!(running.len() <= 1, "instance {id} runs twice: {running:?}");
-            // The backend answers at once here: a live instance always has its run (a crashed
-            // one was restarted at the poll that saw it end).
+            // A live instance has its run (a crashed one was restarted at the poll that saw it
+            // end), or its launch is in flight, or it waits (back-off, a failed launch, an
+            // earlier attempt's run not stopped yet).
             let Some(hd) = handle else {
-                prop_assert!(h.core.instance_waiting(*id), "instance {id} has no run");
+                let in_flight = h
+                    .held_launches
+                    .iter()
+                    .any(|l| l.job_id == -id && l.attempt == *attempt);
+                prop_assert!(
+                    in_flight || h.core.instance_waiting(*id),
+                    "instance {id} has no run"
+                );
                 continue;
             };
             prop_assert_eq!(running, vec![hd]);
@@ -645,7 +673,12 @@ mod prop {
             );
         }
         for (k, r) in &h.runs {
-            if r.job_id < 0 && r.status == RunStatus::Running {
+            // A stop the backend refused is retried (recorded `stop`, so a restart does too).
+            let stopping = h
+                .store_runs
+                .get(k)
+                .is_some_and(|s| s.state == crate::store::RunState::Stop);
+            if r.job_id < 0 && r.status == RunStatus::Running && !stopping {
                 prop_assert!(
                     live.iter().any(|i| i.1 == -r.job_id),
                     "run {k} of instance {} outlives it",
@@ -665,9 +698,13 @@ mod prop {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
-        fn instances_are_never_duplicated_lost_or_over_allocated(ops in proptest::collection::vec(op(), 1..40)) {
+        fn instances_are_never_duplicated_lost_or_over_allocated(
+            ops in proptest::collection::vec(op(), 1..40),
+            hold in any::<bool>(),
+        ) {
             let (policy, mut batch) = scripted();
             let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+            h.hold_launches = hold;
             for name in ["a", "b"] {
                 let text = body(&["true"], serde_json::json!({})).replace("bert", name);
                 let r = h.core.handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
@@ -715,6 +752,9 @@ mod prop {
                     }
                     Op::Poll => h.poll(),
                     Op::Later => {
+                        // The backend is healthy again and answers what it was asked.
+                        h.refuse_stops = 0;
+                        answer_all(&mut h);
                         h.advance(301);
                         h.poll();
                         for (_, id, _, handle) in h.core.instances() {
@@ -724,15 +764,31 @@ mod prop {
                     Op::Restart => {
                         // Running instances come back as they were; one waiting for its next
                         // attempt (back-off) is started at once as a new attempt.
+                        // Launches in flight are lost: the backend started the run of some.
                         let before = h.core.instances();
                         let waiting: Vec<bool> = before.iter().map(|i| h.core.instance_waiting(i.1)).collect();
+                        let in_flight: Vec<bool> = before
+                            .iter()
+                            .map(|i| h.held_launches.iter().any(|l| l.job_id == -i.1))
+                            .collect();
+                        for (k, l) in std::mem::take(&mut h.held_launches).into_iter().enumerate() {
+                            if k % 2 == 0 {
+                                h.start_run(&l, RunStatus::Running);
+                            }
+                        }
+                        h.hold_launches = false;
+                        h.refuse_stops = 0;
                         let (policy, b) = scripted();
                         batch = b;
                         h.restart(policy);
                         let after = h.core.instances();
                         prop_assert_eq!(after.len(), before.len());
-                        for ((b, a), w) in before.iter().zip(&after).zip(waiting) {
-                            if w {
+                        for (((b, a), w), f) in before.iter().zip(&after).zip(waiting).zip(in_flight) {
+                            if f {
+                                // Adopted or started again, once.
+                                prop_assert_eq!((b.0, b.1), (a.0, a.1));
+                                prop_assert!(a.2 >= b.2 && a.3.is_some(), "{a:?} after {b:?}");
+                            } else if w {
                                 prop_assert_eq!((b.0, b.1), (a.0, a.1));
                                 prop_assert!(a.2 > b.2 && a.3.is_some(), "{a:?} after {b:?}");
                             } else {
@@ -747,6 +803,20 @@ mod prop {
                     Op::Declines(on) => {
                         h.retune_error = on.then_some(BackendError::Declined { action: "retune", backend: "slurm" });
                     }
+                    Op::Hold(on) => {
+                        if on {
+                            h.hold_launches = true;
+                        } else {
+                            answer_all(&mut h);
+                        }
+                    }
+                    Op::Answer(started, k) => {
+                        if !h.held_launches.is_empty() {
+                            let l = h.held_launches.remove(k % h.held_launches.len());
+                            h.answer_launch(l, started.then_some(RunStatus::Running));
+                        }
+                    }
+                    Op::RefuseStop => h.refuse_stops = 1,
                 }
                 check(&h)?;
             }
