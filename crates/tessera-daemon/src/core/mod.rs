@@ -1537,9 +1537,9 @@ impl Core {
     }
 
     /// The answer to a [`Command::Verify`]: how each stopped run (one stopped while its job
-    /// goes on, see [`Command::Verify`]) ended. Once the stop has been carried out, whatever the status, it is the last word:
-    /// the job is finished if its run had completed or failed on its own, else it may run
-    /// again.
+    /// goes on) ended. Once the stop has been carried out, whatever the status, it is the last
+    /// word: the job is finished if its run had completed or failed on its own, else it may
+    /// run again.
     pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
         let now = now.as_micros();
         for (h, status) in statuses {

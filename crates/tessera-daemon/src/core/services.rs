@@ -821,7 +821,7 @@ impl Core {
         }
     }
 
-    /// Launches instance `id`'s current attempt (its token issued).
+    /// Launches instance `id`'s current attempt (the caller has issued its token).
     fn send_instance_launch(&mut self, id: i64) {
         if let Some(i) = self.services.live.get_mut(&id) {
             i.launching = true;
