@@ -60,7 +60,8 @@ pub use services::instance_run_name;
 
 /// Default run time assumed for a job without hints.
 const DEFAULT_DURATION_SECS: f64 = 3600.0;
-/// Consecutive backend submission failures before a job is marked failed.
+/// Consecutive backend submission failures before a job is marked failed (stated in
+/// `Core::handle_launched`'s public docs, which cannot link here).
 const MAX_SUBMIT_FAILURES: u32 = 3;
 /// Seconds before scheduling again after a failed backend submission.
 const SUBMIT_RETRY_SECS: u64 = 5;
@@ -234,6 +235,10 @@ struct Verifying {
     /// What stopped it, for the job's message should the run turn out to have ended on its
     /// own just before.
     cause: &'static str,
+    /// The stop counted a preemption on the job's record (`preemptions`: a policy preemption
+    /// or a node failure), taken back should the run turn out to have ended on its own before
+    /// it: that run was not preempted.
+    preempted: bool,
     /// The backend has carried out the stop. A status read before (a Verify that overtook a
     /// stop the driver deferred, or a stop that failed and is retried) is the last word
     /// only if the run had already ended.
@@ -243,12 +248,19 @@ struct Verifying {
 }
 
 impl Verifying {
-    fn new(idx: usize, attempt: u32, start_us: Option<u64>, cause: &'static str) -> Verifying {
+    fn new(
+        idx: usize,
+        attempt: u32,
+        start_us: Option<u64>,
+        cause: &'static str,
+        preempted: bool,
+    ) -> Verifying {
         Verifying {
             idx,
             attempt,
             start_us,
             cause,
+            preempted,
             stopped: false,
             ask_again: false,
         }
@@ -615,8 +627,8 @@ impl Core {
     }
 
     /// Drops from memory the jobs that finished since the last call. The driver calls it once
-    /// their final rows are durable; from then on they are served from the store
-    /// ([`Core::answer_archived`], [`Core::list_stored`]). What remains of each is a slot with
+    /// their final rows are durable; from then on they are served from the store (the API's
+    /// reads of archived jobs and listings fall back to it). What remains of each is a slot with
     /// its id, tenant, queue and state, because the policy's job ids are indices.
     pub fn archive_finished(&mut self) {
         for idx in std::mem::take(&mut self.to_archive) {
@@ -1166,12 +1178,27 @@ impl Core {
                     let job = &mut self.jobs[idx];
                     if job.row.state == JobState::Pending && run.attempt <= job.row.attempt {
                         job.held = true;
+                        // A stop that left the job queued at the run's own attempt was a
+                        // preemption (policy or node failure: counted); a resize or restart
+                        // started a later attempt (not counted). A preemption followed by a
+                        // start never launched looks like the latter: its count stays.
+                        let preempted = run.attempt == job.row.attempt;
                         self.start_verifying(
                             run.handle.clone(),
-                            Verifying::new(idx, run.attempt, None, "stopped right after"),
+                            Verifying::new(
+                                idx,
+                                run.attempt,
+                                None,
+                                "stopped right after",
+                                preempted,
+                            ),
                         );
                         unverified.push(Handle(run.handle.clone()));
                     }
+                }
+                if services::Services::is_instance(run.job_id) {
+                    // As before the restart, the instance's next attempt waits for the stop.
+                    self.block_instance(&run.handle, -run.job_id);
                 }
                 let run = RunRow {
                     state: RunState::Stop,
@@ -1285,13 +1312,21 @@ impl Core {
     ///
     /// A job still starting has no run to detach yet; if its launch is in flight, the run
     /// that launch starts is given up the same way (see [`Core::supersede_launch`]).
-    fn detach_to_verify(&mut self, idx: usize, cause: &'static str) -> Option<RunRow> {
+    ///
+    /// `preempted`: the caller counts the stop as a preemption of the job (see
+    /// [`Verifying::preempted`]).
+    fn detach_to_verify(
+        &mut self,
+        idx: usize,
+        cause: &'static str,
+        preempted: bool,
+    ) -> Option<RunRow> {
         let Some(run) = self.detach_handle(idx, RunState::Stop) else {
-            self.supersede_launch(idx, cause);
+            self.supersede_launch(idx, cause, preempted);
             return None;
         };
         let started = self.jobs[idx].row.start_us;
-        let v = Verifying::new(idx, run.attempt, started, cause);
+        let v = Verifying::new(idx, run.attempt, started, cause, preempted);
         self.start_verifying(run.handle.clone(), v);
         Some(run)
     }
@@ -1303,9 +1338,9 @@ impl Core {
     /// launched before it is stopped and verified (see [`Core::handle_launched`]) — and
     /// recorded `launching` in the store, so that a restart looks it up by name. Nothing to
     /// do when the attempt's launch was parked (never sent) or the job is not starting.
-    fn supersede_launch(&mut self, idx: usize, cause: &'static str) {
+    fn supersede_launch(&mut self, idx: usize, cause: &'static str, preempted: bool) {
         let job = &self.jobs[idx];
-        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause);
+        let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause, preempted);
         if let Some(handle) = self.record_launch_in_flight(idx) {
             self.start_verifying(handle, v);
         }
@@ -1361,10 +1396,15 @@ impl Core {
                     }
                 }
             }
-            Ok(()) => self.pending.runs.push(RunRow {
-                state: RunState::Gone,
-                ..run
-            }),
+            Ok(()) => {
+                let handle = run.handle.clone();
+                self.pending.runs.push(RunRow {
+                    state: RunState::Gone,
+                    ..run
+                });
+                // An instance's next attempt may have waited for this stop.
+                self.instance_unblocked(&handle);
+            }
             Err(e) => {
                 self.metrics.backend_errors += 1;
                 tracing::warn!(handle = %run.handle, "stopping run failed, will retry: {e}");
@@ -1496,10 +1536,10 @@ impl Core {
         self.trigger.completion = true;
     }
 
-    /// The answer to a [`Command::Verify`]: how each stopped run (see [`Core::verifying`])
-    /// ended. Once the stop has been carried out, whatever the status, it is the last word:
-    /// the job is finished if its run had completed or failed on its own, else it may run
-    /// again.
+    /// The answer to a [`Command::Verify`]: how each stopped run (one stopped while its job
+    /// goes on) ended. Once the stop has been carried out, whatever the status, it is the last
+    /// word: the job is finished if its run had completed or failed on its own, else it may
+    /// run again.
     pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
         let now = now.as_micros();
         for (h, status) in statuses {
@@ -1583,6 +1623,11 @@ impl Core {
             job.held = false;
             job.row.exit_code = exit;
             job.row.backend_state = None;
+            // It ended before the stop: not a preemption (the metric, a counter of stops the
+            // daemon made, keeps it).
+            if v.preempted {
+                job.row.preemptions = job.row.preemptions.saturating_sub(1);
+            }
             self.transition(idx, to, now, &detail);
             return;
         }
@@ -1762,7 +1807,7 @@ impl Core {
         let mut stopped = Vec::new();
         for &idx in victims {
             *self.metrics.preemptions.entry("node_down").or_default() += 1;
-            let run = self.detach_to_verify(idx, "its node went down right after");
+            let run = self.detach_to_verify(idx, "its node went down right after", true);
             self.release(idx);
             let job = &mut self.jobs[idx];
             job.row.preemptions += 1;
@@ -2217,8 +2262,11 @@ impl Core {
                     // policy decided meanwhile is dropped, which it sees as the job ending).
                     // Refusing those starts instead would break re-placements decided in
                     // the same batch as the preemption.
-                    to_preempt
-                        .extend(self.detach_to_verify(idx, "preempted by the policy right after"));
+                    to_preempt.extend(self.detach_to_verify(
+                        idx,
+                        "preempted by the policy right after",
+                        true,
+                    ));
                     self.release(idx);
                     let job = &mut self.jobs[idx];
                     job.row.preemptions += 1;
@@ -2291,9 +2339,11 @@ impl Core {
                         // poll, so the resized attempt is launched only once the backend has
                         // said it did not (it is dropped, and the job finished, if it did).
                         *self.metrics.preemptions.entry("resize").or_default() += 1;
-                        to_preempt.extend(
-                            self.detach_to_verify(idx, "resized by the policy right after"),
-                        );
+                        to_preempt.extend(self.detach_to_verify(
+                            idx,
+                            "resized by the policy right after",
+                            false,
+                        ));
                         self.release(idx);
                     }
                     let detail = if resize {
@@ -2396,7 +2446,7 @@ impl Core {
         *self.metrics.retunes.entry("restart").or_default() += 1;
         // The run may have completed since the last poll: the new attempt is launched only
         // once the backend has said it did not.
-        let run = self.detach_to_verify(idx, "restarted with a new quota right after");
+        let run = self.detach_to_verify(idx, "restarted with a new quota right after", false);
         self.release(idx);
         let detail = format!("{why}; restarted with the new quota");
         let launch = self.start_attempt(idx, alloc, now.as_micros(), &detail);
@@ -2526,7 +2576,7 @@ impl Core {
     }
 
     /// The answer to a [`Command::Launch`]: the job runs, or it goes back to the queue (and
-    /// fails after [`MAX_SUBMIT_FAILURES`] refusals in a row).
+    /// fails after 3 refusals in a row, not counting resource exhaustion).
     pub fn handle_launched(
         &mut self,
         now: SimTime,

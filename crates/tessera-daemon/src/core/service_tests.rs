@@ -565,7 +565,9 @@ mod prop {
     //! Arbitrary sequences of service actions, crashes, polls and daemon restarts through the
     //! core with a scripted backend: after every step the device invariants hold, every live
     //! instance has at most one live run (none is ever started twice), no run outlives its
-    //! instance, the store agrees with the core, and a restart changes no running instance.
+    //! instance but while its stop is retried, the store agrees with the core, and a restart changes no running instance;
+    //! also with launches answered late (or lost in a restart, their run started or not) and
+    //! stops the backend refuses once (retried at the next poll).
 
     use proptest::prelude::*;
     use tessera_model::{GpuPart, ServiceId, SimTime};
@@ -595,6 +597,12 @@ mod prop {
         Restart,
         Retire,
         Declines(bool),
+        /// Launches are held in flight from now on (true), or answered as they come.
+        Hold(bool),
+        /// A launch in flight (by position) is answered: its run started, or refused.
+        Answer(bool, usize),
+        /// The backend refuses the next stop (retried at the next poll).
+        RefuseStop,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -609,7 +617,19 @@ mod prop {
             1 => Just(Op::Restart),
             1 => Just(Op::Retire),
             1 => any::<bool>().prop_map(Op::Declines),
+            1 => any::<bool>().prop_map(Op::Hold),
+            3 => (any::<bool>(), 0usize..4).prop_map(|(s, k)| Op::Answer(s, k)),
+            1 => Just(Op::RefuseStop),
         ]
+    }
+
+    /// Answers every launch in flight (its run started) and answers later ones at once.
+    fn answer_all(h: &mut Harness) {
+        h.hold_launches = false;
+        while !h.held_launches.is_empty() {
+            let l = h.held_launches.remove(0);
+            h.answer_launch(l, Some(RunStatus::Running));
+        }
     }
 
     fn act(h: &mut Harness, batch: &Batch, actions: Vec<Action>) {
@@ -631,10 +651,18 @@ mod prop {
                 .map(|(k, _)| k)
                 .collect();
             prop_assert!(running.len() <= 1, "instance {id} runs twice: {running:?}");
-            // The backend answers at once here: a live instance always has its run (a crashed
-            // one was restarted at the poll that saw it end).
+            // A live instance has its run (a crashed one was restarted at the poll that saw it
+            // end), or its launch is in flight, or it waits (back-off, a failed launch, an
+            // earlier attempt's run not stopped yet).
             let Some(hd) = handle else {
-                prop_assert!(h.core.instance_waiting(*id), "instance {id} has no run");
+                let in_flight = h
+                    .held_launches
+                    .iter()
+                    .any(|l| l.job_id == -id && l.attempt == *attempt);
+                prop_assert!(
+                    in_flight || h.core.instance_waiting(*id),
+                    "instance {id} has no run"
+                );
                 continue;
             };
             prop_assert_eq!(running, vec![hd]);
@@ -645,7 +673,12 @@ mod prop {
             );
         }
         for (k, r) in &h.runs {
-            if r.job_id < 0 && r.status == RunStatus::Running {
+            // A stop the backend refused is retried (recorded `stop`, so a restart does too).
+            let stopping = h
+                .store_runs
+                .get(k)
+                .is_some_and(|s| s.state == crate::store::RunState::Stop);
+            if r.job_id < 0 && r.status == RunStatus::Running && !stopping {
                 prop_assert!(
                     live.iter().any(|i| i.1 == -r.job_id),
                     "run {k} of instance {} outlives it",
@@ -665,9 +698,13 @@ mod prop {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
-        fn instances_are_never_duplicated_lost_or_over_allocated(ops in proptest::collection::vec(op(), 1..40)) {
+        fn instances_are_never_duplicated_lost_or_over_allocated(
+            ops in proptest::collection::vec(op(), 1..40),
+            hold in any::<bool>(),
+        ) {
             let (policy, mut batch) = scripted();
             let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+            h.hold_launches = hold;
             for name in ["a", "b"] {
                 let text = body(&["true"], serde_json::json!({})).replace("bert", name);
                 let r = h.core.handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
@@ -715,6 +752,9 @@ mod prop {
                     }
                     Op::Poll => h.poll(),
                     Op::Later => {
+                        // The backend is healthy again and answers what it was asked.
+                        h.refuse_stops = 0;
+                        answer_all(&mut h);
                         h.advance(301);
                         h.poll();
                         for (_, id, _, handle) in h.core.instances() {
@@ -724,15 +764,31 @@ mod prop {
                     Op::Restart => {
                         // Running instances come back as they were; one waiting for its next
                         // attempt (back-off) is started at once as a new attempt.
+                        // Launches in flight are lost: the backend started the run of some.
                         let before = h.core.instances();
                         let waiting: Vec<bool> = before.iter().map(|i| h.core.instance_waiting(i.1)).collect();
+                        let in_flight: Vec<bool> = before
+                            .iter()
+                            .map(|i| h.held_launches.iter().any(|l| l.job_id == -i.1))
+                            .collect();
+                        for (k, l) in std::mem::take(&mut h.held_launches).into_iter().enumerate() {
+                            if k % 2 == 0 {
+                                h.start_run(&l, RunStatus::Running);
+                            }
+                        }
+                        h.hold_launches = false;
+                        h.refuse_stops = 0;
                         let (policy, b) = scripted();
                         batch = b;
                         h.restart(policy);
                         let after = h.core.instances();
                         prop_assert_eq!(after.len(), before.len());
-                        for ((b, a), w) in before.iter().zip(&after).zip(waiting) {
-                            if w {
+                        for (((b, a), w), f) in before.iter().zip(&after).zip(waiting).zip(in_flight) {
+                            if f {
+                                // Adopted or started again, once.
+                                prop_assert_eq!((b.0, b.1), (a.0, a.1));
+                                prop_assert!(a.2 >= b.2 && a.3.is_some(), "{a:?} after {b:?}");
+                            } else if w {
                                 prop_assert_eq!((b.0, b.1), (a.0, a.1));
                                 prop_assert!(a.2 > b.2 && a.3.is_some(), "{a:?} after {b:?}");
                             } else {
@@ -747,6 +803,20 @@ mod prop {
                     Op::Declines(on) => {
                         h.retune_error = on.then_some(BackendError::Declined { action: "retune", backend: "slurm" });
                     }
+                    Op::Hold(on) => {
+                        if on {
+                            h.hold_launches = true;
+                        } else {
+                            answer_all(&mut h);
+                        }
+                    }
+                    Op::Answer(started, k) => {
+                        if !h.held_launches.is_empty() {
+                            let l = h.held_launches.remove(k % h.held_launches.len());
+                            h.answer_launch(l, started.then_some(RunStatus::Running));
+                        }
+                    }
+                    Op::RefuseStop => h.refuse_stops = 1,
                 }
                 check(&h)?;
             }
@@ -1173,8 +1243,9 @@ fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
     h.core.request_schedule();
     h.schedule();
     assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
-    let second = h.held_launches.pop().expect("the restarted attempt");
-    assert_eq!((first.attempt, second.attempt), (1, 2));
+    // The restarted attempt waits for the first launch's answer (recorded, not launched).
+    assert!(h.held_launches.is_empty());
+    assert_eq!(h.store_instances[&id].attempt, 2);
     assert!(h
         .store_runs
         .values()
@@ -1198,4 +1269,175 @@ fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
         .store_runs
         .values()
         .all(|r| r.state != RunState::Launching));
+}
+
+/// A harness with one service whose first instance's launch is in flight (held).
+fn instance_in_flight() -> (
+    super::testkit::Harness,
+    super::devices::Batch,
+    crate::backend::Launch,
+) {
+    let (policy, batch) = scripted();
+    let mut h = super::testkit::Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
+    let text = body(&["true"], serde_json::json!({}));
+    let r = h
+        .core
+        .handle_request(h.now, Some(TOKEN), Request::SubmitService { body: text });
+    assert!(r.is_ok());
+    h.drain();
+    h.hold_launches = true;
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, quota(300, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    let first = h.held_launches.pop().expect("the first launch, in flight");
+    (h, batch, first)
+}
+
+/// Gives instance `id` (of the first service, on GPU 0) a new SM request.
+fn retune_to(h: &mut super::testkit::Harness, batch: &super::devices::Batch, id: i64, sm: u16) {
+    give(
+        batch,
+        vec![Action::RetuneInstance {
+            service: ServiceId(0),
+            instance: InstanceId(id as u32),
+            allocation: alloc(0b1, quota(sm, 500, 10), None),
+        }],
+    );
+    h.core.request_schedule();
+    h.schedule();
+    assert!(h.core.refused().is_empty(), "{:?}", h.core.refused());
+}
+
+/// An instance retuned while its launch is in flight is restarted as a new attempt, which is
+/// launched only once that launch has answered and the run it started (if any) is stopped:
+/// launched at once, it ran beside the old run until then.
+#[test]
+fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
+    use super::testkit::Event;
+    use crate::backend::RunStatus;
+    // The first launch starts a run whose stop fails once (retried at the next poll), or one
+    // stopped at once, or it is refused.
+    let cases = [
+        (Some(RunStatus::Running), 1),
+        (Some(RunStatus::Running), 0),
+        (None, 0),
+    ];
+    for (answer, refused_stops) in cases {
+        let (mut h, batch, first) = instance_in_flight();
+        let id = -first.job_id;
+        retune_to(&mut h, &batch, id, 400);
+        let sent: Vec<u32> = h.held_launches.iter().map(|l| l.attempt).collect();
+        assert!(
+            sent.is_empty(),
+            "attempts launched beside the first: {sent:?}"
+        );
+        assert!(h.core.instance_waiting(id));
+        let stored = &h.store_instances[&id];
+        assert_eq!(stored.attempt, 2, "the restart is recorded");
+        h.hold_launches = false;
+        h.take_events();
+        let started = answer.is_some();
+        h.refuse_stops = refused_stops;
+        h.answer_launch(first, answer);
+        let mut events = h.take_events();
+        if refused_stops > 0 {
+            let ahead: Vec<&Event> = events
+                .iter()
+                .filter(|e| matches!(e, Event::Launch(..)))
+                .collect();
+            assert!(ahead.is_empty(), "launched before the stop: {events:?}");
+            h.poll();
+            events = h.take_events();
+        }
+        let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
+        let launch = events
+            .iter()
+            .position(|e| matches!(e, Event::Launch(j, 2, _) if *j == -id));
+        assert!(launch.is_some(), "the new attempt is launched: {events:?}");
+        if started {
+            assert!(stop.is_some() && stop < launch, "{events:?}");
+        } else {
+            assert_eq!(stop, None, "{events:?}");
+        }
+        let running = h
+            .runs
+            .values()
+            .filter(|r| r.job_id == -id && r.status == RunStatus::Running)
+            .count();
+        assert_eq!(running, 1, "one run of the instance: its new attempt");
+        let live = h.core.instances();
+        assert!(
+            matches!(live.as_slice(), [(_, i, 2, Some(_))] if *i == id),
+            "{live:?}"
+        );
+    }
+}
+
+/// A running instance whose retune the backend declines is restarted, and the backend refuses
+/// the old run's stop (retried at the next poll): the new attempt is launched only once that
+/// stop is carried out (before, at once, beside the old run). Likewise after a daemon restart
+/// between the two: the stop recorded before the crash is carried out first.
+#[test]
+fn an_instance_restarted_after_a_declined_retune_starts_once_its_old_run_is_stopped() {
+    use super::testkit::{Event, Harness};
+    use crate::backend::RunStatus;
+    use crate::error::BackendError;
+    let running = |h: &Harness, id: i64| {
+        h.runs
+            .values()
+            .filter(|r| r.job_id == -id && r.status == RunStatus::Running)
+            .count()
+    };
+    for restart in [false, true] {
+        let (mut h, batch, first) = instance_in_flight();
+        let id = -first.job_id;
+        h.hold_launches = false;
+        h.answer_launch(first, Some(RunStatus::Running));
+        assert_eq!(running(&h, id), 1);
+        h.retune_error = Some(BackendError::Declined {
+            action: "retune",
+            backend: "slurm",
+        });
+        h.refuse_stops = 1;
+        h.take_events();
+        retune_to(&mut h, &batch, id, 400);
+        let events = h.take_events();
+        assert!(events.contains(&Event::Stop(-id, 1, true)), "{events:?}");
+        assert_eq!(running(&h, id), 1, "the old run alone: {events:?}");
+        assert!(h.core.instance_waiting(id));
+        assert_eq!(h.store_instances[&id].attempt, 2);
+        let next = if restart {
+            // The stop fails again after the restart.
+            h.refuse_stops = 1;
+            let (policy, _batch) = scripted();
+            h.restart(policy);
+            assert_eq!(running(&h, id), 1, "the old run alone after the restart");
+            3 // attempt 2 never started: a new one
+        } else {
+            2
+        };
+        h.take_events();
+        h.poll();
+        let events = h.take_events();
+        let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
+        let launch = events
+            .iter()
+            .position(|e| matches!(e, Event::Launch(j, a, _) if *j == -id && *a == next));
+        assert!(
+            stop.is_some() && launch.is_some() && stop < launch,
+            "{events:?}"
+        );
+        assert_eq!(running(&h, id), 1, "the new attempt alone");
+        let live = h.core.instances();
+        assert!(
+            matches!(live.as_slice(), [(_, i, a, Some(_))] if *i == id && *a == next),
+            "{live:?}"
+        );
+    }
 }

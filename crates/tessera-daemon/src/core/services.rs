@@ -53,7 +53,8 @@ struct Inst {
     alloc: Allocation,
     /// Index of its service.
     svc: usize,
-    /// A launch of the current attempt is queued or in flight.
+    /// A launch of the current attempt is queued or in flight (not while it waits for an
+    /// earlier attempt's run, see [`Services::blockers`]).
     launching: bool,
     failures: u32,
     /// When its current run was seen started.
@@ -77,6 +78,11 @@ pub(crate) struct Services {
     by_handle: BTreeMap<String, i64>,
     /// Instance tokens by SHA-256.
     tokens: BTreeMap<String, i64>,
+    /// Runs of earlier attempts not yet stopped, by handle (the placeholder of a launch given
+    /// up while in flight, until it answers), with their instance: an instance's next attempt
+    /// is launched only once the backend has carried out their stops, so two attempts of one
+    /// instance never run together (a stop that fails is retried at the next poll).
+    blockers: BTreeMap<String, i64>,
     next_instance: i64,
     /// What the policy sees, rebuilt at each scheduling point.
     pub(super) views: Vec<tessera_sched::ServiceView>,
@@ -710,6 +716,8 @@ impl Core {
     pub(super) fn scale_in(&mut self, id: i64) -> Option<RunRow> {
         self.record_instance_launch_in_flight(id);
         let mut inst = self.services.live.remove(&id)?;
+        // Its earlier runs are still stopped as they answer; nothing waits for them now.
+        self.services.blockers.retain(|_, i| *i != id);
         self.devices.release(&self.map.cluster, &inst.alloc);
         for s in &inst.alloc.shares {
             let i = s.node.index();
@@ -764,12 +772,11 @@ impl Core {
     /// under a placeholder (as a job's, see `Core::record_launch_in_flight`). Its answer stops
     /// the run and closes the record; a restart before that finds the run by name and stops
     /// it, where nothing recorded it before (it ran on, beside the instance's next attempt).
-    fn record_instance_launch_in_flight(&mut self, id: i64) {
-        let Some(inst) = self.services.live.get(&id) else {
-            return;
-        };
+    /// Returns the placeholder.
+    fn record_instance_launch_in_flight(&mut self, id: i64) -> Option<String> {
+        let inst = self.services.live.get(&id)?;
         if inst.row.state != InstanceState::Starting || !inst.launching {
-            return;
+            return None;
         }
         let (job_id, attempt) = (-id, inst.row.attempt);
         let handle = launch_placeholder(&self.settings.instance, job_id, attempt);
@@ -779,12 +786,58 @@ impl Core {
             attempt,
             state: RunState::Launching,
         });
-        self.launching_rows.insert(handle);
+        self.launching_rows.insert(handle.clone());
+        Some(handle)
+    }
+
+    /// The run `handle` of instance `id`, found `stop` at a restart, blocks the instance's
+    /// next attempt until it is stopped (as before the restart).
+    pub(super) fn block_instance(&mut self, handle: &str, id: i64) {
+        if self.services.live.contains_key(&id) {
+            self.services.blockers.insert(handle.to_string(), id);
+        }
+    }
+
+    /// Whether an earlier attempt of instance `id` may still run (see [`Services::blockers`]).
+    fn instance_blocked(&self, id: i64) -> bool {
+        self.services.blockers.values().any(|&i| i == id)
+    }
+
+    /// The run `handle` of an earlier attempt of an instance is stopped (or the launch under
+    /// that placeholder started nothing): the instance's current attempt is launched if
+    /// nothing else blocks it.
+    pub(super) fn instance_unblocked(&mut self, handle: &str) {
+        let Some(id) = self.services.blockers.remove(handle) else {
+            return;
+        };
+        let waiting = self
+            .services
+            .live
+            .get(&id)
+            .is_some_and(|i| i.row.state == InstanceState::Starting && !i.launching);
+        if waiting && !self.instance_blocked(id) {
+            self.issue_token(id);
+            self.send_instance_launch(id);
+        }
+    }
+
+    /// Launches instance `id`'s current attempt (the caller has issued its token).
+    fn send_instance_launch(&mut self, id: i64) {
+        if let Some(i) = self.services.live.get_mut(&id) {
+            i.launching = true;
+        }
+        let launch = self.instance_launch(id);
+        self.act(Command::Launch(launch));
     }
 
     /// Stops instance `id`'s run (if any) and starts a new attempt on what it holds now.
+    /// The new attempt is launched once the old run's stop is carried out (and, while the old
+    /// attempt's launch is in flight, once it has answered): launched at once, it would run
+    /// beside the old run until then.
     pub(super) fn restart_instance(&mut self, id: i64, why: &str) {
-        self.record_instance_launch_in_flight(id);
+        if let Some(placeholder) = self.record_instance_launch_in_flight(id) {
+            self.services.blockers.insert(placeholder, id);
+        }
         let Some(inst) = self.services.live.get_mut(&id) else {
             return;
         };
@@ -796,7 +849,7 @@ impl Core {
         });
         inst.row.attempt += 1;
         inst.row.state = InstanceState::Starting;
-        inst.launching = true;
+        inst.launching = false;
         self.pending.instances.push(inst.row.clone());
         let svc = inst.svc;
         tracing::info!(instance = id, "restarting: {why}");
@@ -805,13 +858,17 @@ impl Core {
             self.pending.services.push(s.row.clone());
         }
         if let Some(run) = old {
+            // The stop goes first in the queue, but may fail (retried at the next poll): the
+            // new attempt waits until it is carried out.
             self.services.by_handle.remove(&run.handle);
+            self.services.blockers.insert(run.handle.clone(), id);
             self.pending.runs.push(run.clone());
             self.act(Command::Stop { run, preempt: true });
         }
         self.issue_token(id);
-        let launch = self.instance_launch(id);
-        self.act(Command::Launch(launch));
+        if !self.instance_blocked(id) {
+            self.send_instance_launch(id);
+        }
     }
 
     /// The launch of instance `id`'s current attempt.
@@ -911,7 +968,7 @@ impl Core {
         if self.launching_rows.remove(&placeholder) {
             // Given up while in flight: the record closes with the run's `stop`, if any.
             self.pending.runs.push(RunRow {
-                handle: placeholder,
+                handle: placeholder.clone(),
                 job_id: -id,
                 attempt,
                 state: RunState::Gone,
@@ -923,18 +980,26 @@ impl Core {
             });
         if !current {
             // Scaled in (or restarted) while its launch was in flight: the run must go.
-            if let Ok(h) = result {
-                let run = RunRow {
-                    handle: h.0,
-                    job_id: -id,
-                    attempt,
-                    state: RunState::Stop,
-                };
-                self.pending.runs.push(run.clone());
-                self.act(Command::Stop {
-                    run,
-                    preempt: false,
-                });
+            match result {
+                Ok(h) => {
+                    let run = RunRow {
+                        handle: h.0,
+                        job_id: -id,
+                        attempt,
+                        state: RunState::Stop,
+                    };
+                    // A restarted attempt waiting for this answer now waits for the stop.
+                    if let Some(i) = self.services.blockers.remove(&placeholder) {
+                        self.services.blockers.insert(run.handle.clone(), i);
+                    }
+                    self.pending.runs.push(run.clone());
+                    self.act(Command::Stop {
+                        run,
+                        preempt: false,
+                    });
+                }
+                // It started nothing: the restarted attempt may go.
+                Err(_) => self.instance_unblocked(&placeholder),
             }
             return;
         }
@@ -1098,12 +1163,10 @@ impl Core {
             .map(|i| i.row.id)
             .collect();
         for id in retry {
-            if let Some(i) = self.services.live.get_mut(&id) {
-                i.launching = true;
+            if !self.instance_blocked(id) {
+                self.issue_token(id);
+                self.send_instance_launch(id);
             }
-            self.issue_token(id);
-            let launch = self.instance_launch(id);
-            self.act(Command::Launch(launch));
         }
         self.services
             .live
@@ -1112,8 +1175,8 @@ impl Core {
             .collect()
     }
 
-    /// Whether instance `id` waits for its next attempt (a failed launch or a crash-loop
-    /// back-off): it has no run now.
+    /// Whether instance `id` waits for its next attempt (a failed launch, a crash-loop
+    /// back-off, or an earlier attempt's run still to be stopped): it has no run now.
     pub fn instance_waiting(&self, id: i64) -> bool {
         self.services
             .live

@@ -2287,3 +2287,57 @@ fn a_restart_with_a_launch_given_up_in_flight_whose_run_completed_runs_nothing_t
         "completed once, at the restart"
     );
 }
+
+/// A stopped run that turns out, at its verification, to have completed was not preempted:
+/// the job's record counts no preemption for it — after a policy preemption, after a node
+/// failure, and when a daemon restart comes between the stop and its verification. A run
+/// that did not complete keeps its preemption counted.
+#[test]
+fn a_stopped_run_found_completed_counts_no_preemption() {
+    use crate::backend::NodeHealth;
+    let counted = |h: &Harness, id: i64| {
+        let row = &h.store_jobs[&id];
+        let core = h.core.job_row(id).map(|r| r.preemptions);
+        (row.state, row.preemptions, core.unwrap_or(row.preemptions))
+    };
+    // Policy preemption (LAS at its round).
+    let (mut h, a, _b) = las_about_to_preempt();
+    h.end_run(a, RunStatus::Completed); // not yet polled
+    h.schedule();
+    assert_eq!(counted(&h, a), (JobState::Completed, 0, 0), "LAS");
+    assert_eq!(h.core.metrics().preemptions.get("policy"), Some(&1));
+    // Node failure.
+    let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    h.schedule();
+    h.end_run(a, RunStatus::Completed);
+    h.core
+        .set_node_health(h.now, "n1", Some(NodeHealth::Down))
+        .unwrap();
+    h.drain();
+    assert_eq!(counted(&h, a), (JobState::Completed, 0, 0), "node down");
+    // A restart between the stop (refused, so not verified) and its verification; and a run
+    // preempted the same way that was still running when stopped.
+    for completed in [true, false] {
+        let (policy, s) = scripted();
+        let mut h = Harness::new(vec![node("n1", 1)], policy);
+        let a = h.submit("a", 1, 100);
+        give(&s, vec![start(0, 0)]);
+        h.schedule();
+        h.refuse_stops = 1;
+        give(&s, vec![preempt(0)]);
+        h.schedule();
+        assert_eq!(counted(&h, a), (JobState::Pending, 1, 1));
+        if completed {
+            h.end_run(a, RunStatus::Completed);
+        }
+        let (policy, _s) = scripted();
+        h.restart(policy);
+        let want = if completed {
+            (JobState::Completed, 0, 0)
+        } else {
+            (JobState::Pending, 1, 1)
+        };
+        assert_eq!(counted(&h, a), want, "restart, completed: {completed}");
+    }
+}
