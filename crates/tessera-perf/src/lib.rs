@@ -46,6 +46,14 @@ pub trait ThroughputModel: Send + Sync {
         false
     }
 
+    /// True when [`throughput`](Self::throughput) is always [`proportional_throughput`] of the
+    /// job's reference throughput, the GPUs its allocation holds and the GPUs it asks for,
+    /// whatever else the allocation or the cluster say: a driver may then compute it from
+    /// those three numbers, kept where it keeps the job's progress, without reading the job.
+    fn proportional_to_gpus(&self) -> bool {
+        false
+    }
+
     /// Throughput of `job` on `alloc` while `neighbours` (job, allocation) hold quota shares
     /// of the same GPUs. Default: neighbours do not matter.
     fn throughput_among(
@@ -82,12 +90,21 @@ pub struct TraceThroughput;
 
 impl ThroughputModel for TraceThroughput {
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, _cluster: &Cluster) -> f64 {
-        let held = alloc.gpus();
-        if held == 0 || job.gpus == 0 {
-            return 0.0;
-        }
-        job.reference_throughput() * held as f64 / job.gpus as f64
+        proportional_throughput(job.reference_throughput(), alloc.gpus(), job.gpus)
     }
+
+    fn proportional_to_gpus(&self) -> bool {
+        true
+    }
+}
+
+/// The throughput of a job whose speed is its reference throughput (on the GPUs it asks for)
+/// scaled by the GPUs it holds: `reference` × `held` / `asked`, 0 when either count is 0.
+pub fn proportional_throughput(reference: f64, held: u32, asked: u32) -> f64 {
+    if held == 0 || asked == 0 {
+        return 0.0;
+    }
+    reference * held as f64 / asked as f64
 }
 
 /// Seconds lost when a job is stopped and started again (checkpoint plus restore), per model.

@@ -363,20 +363,20 @@ impl Queue {
         }
     }
 
-    fn remove(&mut self, job: JobId) {
-        if self.fresh.is_some_and(|(_, rank)| rank.2 == job.0) {
+    /// Takes `job` out of the queue; its (GPU count, submit µs) if it was waiting.
+    fn remove(&mut self, job: JobId) -> Option<(u32, u64)> {
+        if let Some((gpus, rank)) = self.fresh.filter(|(_, rank)| rank.2 == job.0) {
             self.fresh = None;
+            return Some((gpus, rank.1));
         }
-        let Some((gpus, rank)) = self
+        let (gpus, rank) = self
             .slots
             .get_mut(job.index())
-            .and_then(|s| s.queued.take())
-        else {
-            return;
-        };
+            .and_then(|s| s.queued.take())?;
         if let Ok(b) = self.buckets.binary_search_by_key(&gpus, |(g, _)| *g) {
             self.buckets[b].1.remove(&rank);
         }
+        Some((gpus, rank.1))
     }
 
     /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs leave the queue.
@@ -455,20 +455,21 @@ impl LasJob {
 
 impl LasRunning {
     /// Tracks `job`, started; its place is kept in `slots` (the queue's).
-    fn start(&mut self, slots: &mut Vec<JobSlot>, job: &ActiveJob, spec: &TrainingJob) {
+    /// (`asked`, `submit`: its spec's GPUs and submission, known from its queue entry.)
+    fn start(&mut self, slots: &mut Vec<JobSlot>, job: &ActiveJob, asked: u32, submit: u64) {
         self.stop(slots, job.id);
         let Some(allocation) = &job.allocation else {
             return;
         };
-        self.asked += spec.gpus as u64;
+        self.asked += asked as u64;
         slot_mut(slots, job.id.index()).running = u32::try_from(self.running.len()).ok();
         self.running.push(LasJob {
             id: job.id.0,
-            asked: spec.gpus,
+            asked,
             held: allocation.gpus(),
             attained: job.attained_gpu_us,
             resumes: job.resumes_at.map_or(0, |r| r.as_micros()),
-            submit: spec.submit.as_micros(),
+            submit,
         });
         self.held.push(allocation.clone());
     }
@@ -1217,9 +1218,17 @@ impl Policy for OrderedPolicy {
                 }
             }
             JobChange::Started(job, spec) => {
-                queue.remove(job.id);
+                // A job started from the queue: its entry knows its GPUs and submission, and
+                // its spec (a cold line on a loaded cluster) is not read.
+                let known = queue.remove(job.id);
+                debug_assert!(
+                    known.is_none_or(|k| k == (spec.gpus, spec.submit.as_micros())),
+                    "a queue entry keeps its job's GPUs and submission"
+                );
                 if let Some(run) = &mut self.las {
-                    run.start(&mut queue.slots, job, spec);
+                    let (asked, submit) =
+                        known.unwrap_or_else(|| (spec.gpus, spec.submit.as_micros()));
+                    run.start(&mut queue.slots, job, asked, submit);
                 }
             }
             JobChange::Ended(job) => {

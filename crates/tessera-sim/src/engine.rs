@@ -168,6 +168,12 @@ struct Progressing {
     /// Ended as [`JobOutcome::Finished`]; every other outcome (rare, and carrying a reason)
     /// is in `Simulation::outcomes`.
     finished: bool,
+    /// Copies of the job's reference throughput and GPUs asked, and whether it restricts GPU
+    /// models: a (re)start then reads nothing of the spec, a cold line on a loaded cluster,
+    /// under a truth model proportional to GPUs held (see `rate_of`).
+    reference: f64,
+    asked: u32,
+    gpu_typed: bool,
     /// µs, or [`NEVER`]: a million jobs' state stays small (no `Option` tags).
     first_start: u64,
     finish: u64,
@@ -185,10 +191,13 @@ struct Progressing {
 }
 
 impl Progressing {
-    /// A job of `total` iterations that has not started.
-    fn queued(total: f64) -> Progressing {
+    /// `job`, not started.
+    fn queued(job: &TrainingJob) -> Progressing {
         Progressing {
-            total,
+            total: job.iterations as f64,
+            reference: job.reference_throughput(),
+            asked: job.gpus,
+            gpu_typed: !job.gpu_types.is_empty(),
             rate: 0.0,
             synced_at: SimTime::ZERO,
             resumes_at: SimTime::ZERO,
@@ -501,10 +510,7 @@ impl<'a> Simulation<'a> {
                 j
             })
             .collect();
-        let state: Vec<Progressing> = jobs
-            .iter()
-            .map(|j| Progressing::queued(j.iterations as f64))
-            .collect();
+        let state: Vec<Progressing> = jobs.iter().map(Progressing::queued).collect();
         let safe_points = match config.failures.as_deref() {
             Some(f) => jobs
                 .iter()
@@ -1270,7 +1276,11 @@ impl<'a> Simulation<'a> {
                 job,
                 mut allocation,
             } if self.active[pos].allocation.is_none() => {
-                let gpu_types = &self.jobs[job.index()].gpu_types;
+                // Most jobs take any GPU model: their spec (a cold line) is not read.
+                let gpu_types = match self.state.get(job.index()) {
+                    Some(st) if !st.gpu_typed => &[][..],
+                    _ => &self.jobs[job.index()].gpu_types[..],
+                };
                 if let Err(e) = self.devices.resolve_in_place(
                     self.cluster,
                     gpu_types,
@@ -1536,6 +1546,17 @@ impl<'a> Simulation<'a> {
                 .collect();
             self.truth
                 .throughput_among(spec, alloc, self.cluster, &neighbours)
+        } else if self.truth.proportional_to_gpus() {
+            // Same value, from the copies kept with the job's progress.
+            let rate = self.state.get(job.index()).map_or(0.0, |st| {
+                tessera_perf::proportional_throughput(st.reference, alloc.gpus(), st.asked)
+            });
+            debug_assert_eq!(
+                rate.to_bits(),
+                self.truth.throughput(spec, alloc, self.cluster).to_bits(),
+                "the copies kept with the job's progress must give the truth's rate"
+            );
+            rate
         } else {
             self.truth.throughput(spec, alloc, self.cluster)
         };
@@ -1689,8 +1710,8 @@ impl<'a> Simulation<'a> {
         };
         let now = self.now;
         let g = held_gpus.max(1) as f64;
-        let proportional = spec.reference_throughput() * g / spec.gpus.max(1) as f64;
         let st = &mut self.state[job.index()];
+        let proportional = st.reference * g / st.asked.max(1) as f64;
         st.cur = (
             MilliCpu(held_cpu).as_cores() / g,
             Bytes(held_memory).as_gib() / g,
@@ -1713,10 +1734,10 @@ impl<'a> Simulation<'a> {
         if st.first_start == NEVER {
             st.first_start = now.as_micros();
         }
-        let remaining = (spec.iterations as f64 - st.done).max(0.0);
+        let remaining = (st.total - st.done).max(0.0);
         let finish = st.resumes_at + SimDuration::from_secs_f64_ceil(remaining / rate);
         let served = st.served_gpu_us;
-        let remaining = spec.iterations as f64 - st.done;
+        let remaining = st.total - st.done;
         let resumes_at = st.resumes_at;
         let a = &mut self.active[pos];
         a.state = JobState::Running;
@@ -2109,10 +2130,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut state: Vec<Progressing> = jobs
-            .iter()
-            .map(|j| Progressing::queued(j.iterations as f64))
-            .collect();
+        let mut state: Vec<Progressing> = jobs.iter().map(Progressing::queued).collect();
         state[3].finished = true;
         state[3].done = state[3].total;
         state[3].finish = 7_000_000;
