@@ -9,6 +9,7 @@
 //! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
+//! - [`hint`]: [`prefetch`](hint::prefetch), a cache hint for hot loops over per-job state.
 //! - [`pyrandom`]: [`PyRandom`], CPython's `random` draw for draw (for published Python simulators' workloads).
 //!
 //! ```
@@ -24,6 +25,7 @@ pub mod alloc;
 pub mod catalog;
 pub mod cluster;
 pub mod error;
+pub mod hint;
 pub mod job;
 pub mod knowledge;
 pub mod pyrandom;

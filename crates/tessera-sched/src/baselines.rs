@@ -29,6 +29,7 @@
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
+use tessera_model::hint::prefetch;
 use tessera_model::{Allocation, Bytes, GpuModelId, JobId, MilliCpu, SimDuration, TrainingJob};
 
 use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
@@ -164,13 +165,18 @@ type Rank = (u64, u64, u32);
 /// What the tracked policy keeps of one job, by job index. The queue's and LAS's running
 /// list's entries for a job sit side by side: a preemption files the job and forgets its
 /// run, a start does the reverse, and each visits one place in this table instead of one in
-/// each of two (a cache miss apiece on a deep queue).
+/// each of two (a cache miss apiece on a deep queue). A slot fills half a cache line and
+/// never straddles two (the rank's id is the slot's index, not kept).
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct JobSlot {
-    /// Queued and filed: (GPU count, rank).
-    queued: Option<(u32, Rank)>,
-    /// Running, under LAS: its place in `LasRunning::running`.
-    running: Option<u32>,
+    /// Queued and filed: its rank's key and submission, and its GPU count.
+    key: u64,
+    submit: u64,
+    gpus: u32,
+    filed: bool,
+    /// Running, under LAS: its place in `LasRunning::running`, else [`NOT_RUNNING`].
+    running: u32,
     /// Its demand in `Queue::demands`, or [`NO_DEMAND`] before the policy has seen it.
     demand: u32,
 }
@@ -178,13 +184,50 @@ struct JobSlot {
 /// `JobSlot::demand` of a job not seen yet.
 const NO_DEMAND: u32 = u32::MAX;
 
+/// `JobSlot::running` of a job LAS does not track as running.
+const NOT_RUNNING: u32 = u32::MAX;
+
 impl Default for JobSlot {
     fn default() -> Self {
         JobSlot {
-            queued: None,
-            running: None,
+            key: 0,
+            submit: 0,
+            gpus: 0,
+            filed: false,
+            running: NOT_RUNNING,
             demand: NO_DEMAND,
         }
+    }
+}
+
+impl JobSlot {
+    /// (GPU count, rank) of job `id`, this slot's, while it is filed.
+    fn queued(&self, id: u32) -> Option<(u32, Rank)> {
+        self.filed
+            .then_some((self.gpus, (self.key, self.submit, id)))
+    }
+
+    /// Notes the job filed with `gpus` at `rank` (its id is the slot's).
+    fn file(&mut self, gpus: u32, rank: Rank) {
+        (self.key, self.submit, self.gpus, self.filed) = (rank.0, rank.1, gpus, true);
+    }
+
+    /// Unfiles job `id`, this slot's: its (GPU count, rank) if it was filed.
+    fn take_queued(&mut self, id: u32) -> Option<(u32, Rank)> {
+        let queued = self.queued(id);
+        self.filed = false;
+        queued
+    }
+
+    /// Sets (or with `None` clears) the job's place among LAS's running jobs.
+    fn set_running(&mut self, place: Option<u32>) {
+        self.running = place.unwrap_or(NOT_RUNNING);
+    }
+
+    /// Clears the job's place among LAS's running jobs, returning it.
+    fn take_running(&mut self) -> Option<u32> {
+        let place = std::mem::replace(&mut self.running, NOT_RUNNING);
+        (place != NOT_RUNNING).then_some(place)
     }
 }
 
@@ -281,6 +324,13 @@ impl Queue {
         }
     }
 
+    /// Asks for job `id`'s slot (see [`prefetch`]).
+    fn prefetch_slot(&self, id: u32) {
+        if let Some(slot) = self.slots.get(id as usize) {
+            prefetch(slot);
+        }
+    }
+
     /// Job `id`'s demand: as noted, else (a job the policy has not seen) from its spec.
     fn demand<'s>(&'s self, id: u32, jobs: &'s [TrainingJob]) -> Option<Demand<'s>> {
         match self.slots.get(id as usize).map(|s| s.demand) {
@@ -319,7 +369,7 @@ impl Queue {
             }
         };
         self.buckets[b].1.insert(rank);
-        slot_mut(&mut self.slots, rank.2 as usize).queued = Some((gpus, rank));
+        slot_mut(&mut self.slots, rank.2 as usize).file(gpus, rank);
     }
 
     /// Notes an arrival: filed, or kept aside when the queue is empty (see `fresh`).
@@ -372,7 +422,7 @@ impl Queue {
         let (gpus, rank) = self
             .slots
             .get_mut(job.index())
-            .and_then(|s| s.queued.take())?;
+            .and_then(|s| s.take_queued(job.0))?;
         if let Ok(b) = self.buckets.binary_search_by_key(&gpus, |(g, _)| *g) {
             self.buckets[b].1.remove(&rank);
         }
@@ -398,9 +448,9 @@ impl Queue {
             };
             let slot = slot_mut(&mut slots, n.index());
             slot.demand = e.demand;
-            slot.queued = e
-                .queued
-                .map(|(gpus, (key, submit, _))| (gpus, (key, submit, n.0)));
+            if let Some((gpus, (key, submit, _))) = e.queued(old as u32) {
+                slot.file(gpus, (key, submit, n.0));
+            }
         }
         self.slots = slots;
     }
@@ -462,7 +512,7 @@ impl LasRunning {
             return;
         };
         self.asked += asked as u64;
-        slot_mut(slots, job.id.index()).running = u32::try_from(self.running.len()).ok();
+        slot_mut(slots, job.id.index()).set_running(u32::try_from(self.running.len()).ok());
         self.running.push(LasJob {
             id: job.id.0,
             asked,
@@ -476,7 +526,7 @@ impl LasRunning {
 
     /// Stops tracking `job`; what was kept of it, if it was running.
     fn stop(&mut self, slots: &mut [JobSlot], job: JobId) -> Option<LasJob> {
-        let slot = slots.get_mut(job.index()).and_then(|s| s.running.take())? as usize;
+        let slot = slots.get_mut(job.index()).and_then(JobSlot::take_running)? as usize;
         if slot >= self.running.len() {
             return None;
         }
@@ -485,7 +535,7 @@ impl LasRunning {
         self.asked -= e.asked as u64;
         if let Some(moved) = self.running.get(slot) {
             if let Some(s) = slots.get_mut(moved.id as usize) {
-                s.running = Some(slot as u32);
+                s.set_running(Some(slot as u32));
             }
         }
         Some(e)
@@ -503,29 +553,24 @@ impl LasRunning {
                 continue;
             };
             e.id = n.0;
-            slot_mut(slots, n.index()).running = u32::try_from(self.running.len()).ok();
+            slot_mut(slots, n.index()).set_running(u32::try_from(self.running.len()).ok());
             self.asked += e.asked as u64;
             self.running.push(e);
             self.held.push(allocation);
         }
     }
 
-    /// What running job `id` holds (`slots`: the queue's).
-    fn allocation(&self, slots: &[JobSlot], id: u32) -> Option<&Allocation> {
-        let slot = slots.get(id as usize)?.running? as usize;
-        self.held.get(slot)
-    }
-
     /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
-    /// GPUs asked), in rank order, into `out`. (Most of them are walked: sorting them costs
-    /// less than a heap's pops, measured.)
-    fn ranked_after(&self, after: Option<Rank>, t: u64, out: &mut Vec<(Rank, u32)>) {
+    /// GPUs asked, place in `running`), in rank order, into `out`. (Most of them are walked:
+    /// sorting them costs less than a heap's pops, measured.)
+    fn ranked_after(&self, after: Option<Rank>, t: u64, out: &mut Vec<(Rank, u32, u32)>) {
         out.clear();
         out.extend(
             self.running
                 .iter()
-                .map(|e| ((e.key(t), e.submit, e.id), e.asked))
-                .filter(|&(rank, _)| after.is_none_or(|a| rank > a)),
+                .zip(0u32..)
+                .map(|(e, place)| ((e.key(t), e.submit, e.id), e.asked, place))
+                .filter(|&(rank, _, _)| after.is_none_or(|a| rank > a)),
         );
         // Ranks are distinct (ids are), so the unstable sort is deterministic. (Sorting by a
         // packed 128-bit key instead measured slower.)
@@ -690,11 +735,12 @@ pub struct OrderedPolicy {
     /// LAS's running jobs, kept between calls when the driver reports changes.
     las: Option<LasRunning>,
     /// Re-plan scratch: running jobs ranked after the first queued job that may displace one.
-    tail: Vec<(Rank, u32)>,
+    tail: Vec<(Rank, u32, u32)>,
     /// Re-plan scratch: the starts of selected queued jobs, decided before the preemptions
     /// that must precede them.
     starts: Vec<Action>,
-    /// Re-plan scratch: the queued jobs selected, and the running ones not selected.
+    /// Re-plan scratch: the queued jobs selected, and the places in `LasRunning::running` of
+    /// the running ones not selected.
     picked_queued: Vec<u32>,
     unpicked: Vec<u32>,
 }
@@ -976,17 +1022,17 @@ impl OrderedPolicy {
         if let Some(after) = exact_after {
             let mut tail = std::mem::take(&mut self.tail);
             run.ranked_after(after, t, &mut tail);
-            let tail_asked: i128 = tail.iter().map(|&(_, g)| g as i128).sum();
+            let tail_asked: i128 = tail.iter().map(|&(_, g, _)| g as i128).sum();
             let mut left = tail_asked;
             let mut budget = u64::try_from(slack + tail_asked).unwrap_or(0);
             let mut next = 0;
             let mut best = BestHead::default();
             loop {
-                while let Some(&((_, _, id), g)) = tail.get(next) {
+                while let Some(&(_, g, place)) = tail.get(next) {
                     if g as u64 <= budget {
                         break;
                     }
-                    unpicked.push(id);
+                    unpicked.push(place);
                     left -= g as i128;
                     next += 1;
                 }
@@ -996,13 +1042,13 @@ impl OrderedPolicy {
                     break; // every running job left fits: all are taken
                 }
                 let take_running = match (running, queued) {
-                    (Some((r, _)), Some(q)) => heads[q].2.is_none_or(|h| r < h),
+                    (Some((r, _, _)), Some(q)) => heads[q].2.is_none_or(|h| r < h),
                     (Some(_), None) => true,
                     (None, Some(_)) => false,
                     (None, None) => break,
                 };
                 if take_running {
-                    let g = running.map_or(0, |(_, g)| g as u64);
+                    let g = running.map_or(0, |(_, g, _)| g as u64);
                     budget -= g;
                     left -= g as i128;
                     next += 1;
@@ -1029,17 +1075,19 @@ impl OrderedPolicy {
         } else {
             // 2. Release what unselected running jobs hold.
             let mut ledger = IndexedLedger::new(view.cluster, view.state);
-            for a in unpicked
-                .iter()
-                .filter_map(|&id| run.allocation(&queue.slots, id))
-            {
+            for a in unpicked.iter().filter_map(|&p| run.held.get(p as usize)) {
                 ledger.release(a);
             }
             // 3. Start the selected queued jobs in priority order (kept aside: they follow
             //    the preemptions).
             let mut starts = std::mem::take(&mut self.starts);
             starts.clear();
-            for &id in &picked_queued {
+            for (k, &id) in picked_queued.iter().enumerate() {
+                // Each job's demand is named in its slot, scattered on a deep queue: asked
+                // for a few placements ahead.
+                if let Some(later) = picked_queued.get(k + 4) {
+                    queue.prefetch_slot(*later);
+                }
                 let job = JobId(id);
                 if let Some(allocation) = queue.demand(id, view.jobs).and_then(|d| ledger.place(d))
                 {
@@ -1049,10 +1097,11 @@ impl OrderedPolicy {
             // 4. Unselected running jobs keep their GPUs where still free; the rest are
             //    preempted (first, so that the starts that needed their GPUs are valid).
             let first_preempt = actions.len();
-            for &id in &unpicked {
-                if let Some(a) = run.allocation(&queue.slots, id) {
+            for &p in &unpicked {
+                if let (Some(e), Some(a)) = (run.running.get(p as usize), run.held.get(p as usize))
+                {
                     if !ledger.reserve(a) {
-                        actions.push(Action::Preempt { job: JobId(id) });
+                        actions.push(Action::Preempt { job: JobId(e.id) });
                     }
                 }
             }
@@ -1237,6 +1286,15 @@ impl Policy for OrderedPolicy {
                     run.stop(&mut queue.slots, job);
                 }
             }
+        }
+    }
+
+    fn expect_change(&self, job: JobId) {
+        let Some(queue) = &self.queue else { return };
+        queue.prefetch_slot(job.0);
+        // A stop moves LAS's last running job into the freed place, and updates its slot.
+        if let Some(last) = self.las.as_ref().and_then(|run| run.running.last()) {
+            queue.prefetch_slot(last.id);
         }
     }
 

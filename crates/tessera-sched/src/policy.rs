@@ -75,6 +75,13 @@ pub trait Policy: Send {
     /// One change of the active set, after [`track_jobs`](Policy::track_jobs) returned true.
     fn observe(&mut self, _change: JobChange<'_>) {}
 
+    /// A hint from a driver applying a decision's actions one by one: a change of `job` is
+    /// about to be [observed](Policy::observe). A policy may ask the CPU for the memory that
+    /// call will read (see [`prefetch`](tessera_model::hint::prefetch)), so that fetching it
+    /// overlaps the driver's work on the action before. Only speed may change. Default:
+    /// nothing.
+    fn expect_change(&self, _job: JobId) {}
+
     /// Renumbers the jobs this policy keeps state about, for a driver that drops finished
     /// jobs from its tables (the daemon, which runs for months): `map[i]` is the new id of
     /// the job with id `i`, `None` for a job that has finished (whether or not the policy was

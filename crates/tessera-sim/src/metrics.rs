@@ -30,8 +30,10 @@ pub enum JobOutcome {
     },
 }
 
-/// One job's history.
+/// One job's history. (Aligned as the engine's per-job run state, over whose memory the
+/// records of a run are collected.)
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[repr(align(64))]
 pub struct JobRecord {
     /// Dense id.
     pub job: JobId,
