@@ -50,9 +50,14 @@ pub struct Ledger<'c> {
     free: Vec<Resources>,
     /// Free GPUs per node group, to skip full groups without scanning their nodes.
     group_free_gpus: Vec<u64>,
-    /// Bit n: node n has a free GPU. On a loaded cluster most nodes have none, and a first
-    /// fit visits only those that do.
-    with_free_gpus: Vec<u64>,
+    /// Nodes by free GPU count: bit `n % 64` of word `c * words + n / 64` is set when node
+    /// `n` has exactly `c` free GPUs (`c` ≥ 1; level 0 is unused). On a loaded cluster most
+    /// nodes have none; a one-node fit of `g` GPUs visits only nodes at levels `g` and up, and
+    /// a placement over several nodes walks the levels from the top instead of every node
+    /// once per count.
+    at_level: Vec<u64>,
+    /// 64-node words per level.
+    words: usize,
 }
 
 impl<'c> Ledger<'c> {
@@ -67,39 +72,93 @@ impl<'c> Ledger<'c> {
 
     /// A ledger over `free` whose free GPUs per group are `group_free_gpus`.
     fn with(cluster: &'c Cluster, free: Vec<Resources>, group_free_gpus: Vec<u64>) -> Ledger<'c> {
-        let mut with_free_gpus = vec![0u64; free.len().div_ceil(64)];
+        let words = free.len().div_ceil(64);
+        let levels = free.iter().map(|f| f.gpus as usize).max().unwrap_or(0) + 1;
+        let mut at_level = vec![0u64; levels * words];
         for (n, f) in free.iter().enumerate() {
-            if f.gpus > 0 {
-                with_free_gpus[n / 64] |= 1 << (n % 64);
+            if let Some(word) = at_level.get_mut(f.gpus as usize * words + n / 64) {
+                *word |= 1 << (n % 64);
             }
         }
+        // Level 0 (no free GPU) is never read: cleared so that a note's clear of it is moot.
+        at_level.iter_mut().take(words).for_each(|w| *w = 0);
         Ledger {
             cluster,
             free,
             group_free_gpus,
-            with_free_gpus,
+            at_level,
+            words,
         }
     }
 
-    /// Records whether node `n` has a free GPU, after a change of its free resources.
-    fn note(&mut self, n: usize) {
-        let (Some(f), Some(word)) = (self.free.get(n), self.with_free_gpus.get_mut(n / 64)) else {
+    /// Files node `n` at its level, after a change of its free resources from `before` free
+    /// GPUs.
+    fn note(&mut self, n: usize, before: u32) {
+        let Some(after) = self.free.get(n).map(|f| f.gpus) else {
             return;
         };
-        if f.gpus > 0 {
-            *word |= 1 << (n % 64);
-        } else {
-            *word &= !(1 << (n % 64));
+        let bit = 1u64 << (n % 64);
+        if let Some(word) = self.at_level.get_mut(before as usize * self.words + n / 64) {
+            *word &= !bit;
         }
+        if after == 0 {
+            return;
+        }
+        let at = after as usize * self.words + n / 64;
+        if self.at_level.len() <= at {
+            self.at_level.resize((after as usize + 1) * self.words, 0);
+        }
+        self.at_level[at] |= bit;
+    }
+
+    /// Levels held (one past the highest free GPU count filed).
+    fn levels(&self) -> usize {
+        self.at_level.len().checked_div(self.words).unwrap_or(0)
     }
 
     /// The nodes in `nodes` with a free GPU, in order.
+    #[cfg(test)]
     fn with_free_gpus_in(&self, nodes: std::ops::Range<usize>) -> impl Iterator<Item = usize> + '_ {
+        self.with_at_least(nodes, 1)
+    }
+
+    /// The nodes in `nodes` with at least `gpus` (≥ 1) free GPUs, in order.
+    fn with_at_least(
+        &self,
+        nodes: std::ops::Range<usize>,
+        gpus: u32,
+    ) -> impl Iterator<Item = usize> + '_ {
+        let from = gpus.max(1) as usize;
+        self.nodes_where(nodes, move |w| {
+            (from..self.levels())
+                .map(|c| self.at_level[c * self.words + w])
+                .fold(0, |a, b| a | b)
+        })
+    }
+
+    /// The nodes in `nodes` with exactly `gpus` (≥ 1) free GPUs, in order.
+    fn with_exactly(
+        &self,
+        nodes: std::ops::Range<usize>,
+        gpus: u32,
+    ) -> impl Iterator<Item = usize> + '_ {
+        let at = gpus.max(1) as usize * self.words;
+        self.nodes_where(nodes, move |w| {
+            self.at_level.get(at + w).copied().unwrap_or(0)
+        })
+    }
+
+    /// The nodes in `nodes` whose bit is set in `word_of(w)` for their word `w`, in order.
+    fn nodes_where(
+        &self,
+        nodes: std::ops::Range<usize>,
+        word_of: impl Fn(usize) -> u64 + 'c,
+    ) -> impl Iterator<Item = usize> + 'c {
         let end = nodes.end.min(self.free.len());
         let mut n = nodes.start;
         std::iter::from_fn(move || {
             while n < end {
-                let word = self.with_free_gpus.get(n / 64).copied().unwrap_or(0) >> (n % 64);
+                let word = word_of(n / 64) >> (n % 64);
                 if word == 0 {
                     n = (n / 64 + 1) * 64;
                     continue;
@@ -143,10 +202,11 @@ impl<'c> Ledger<'c> {
     pub fn release(&mut self, alloc: &Allocation) {
         for s in &alloc.shares {
             if let Some(f) = self.free.get_mut(s.node.index()) {
+                let before = f.gpus;
                 f.add(&s.resources());
                 self.group_free_gpus[self.cluster.nodes[s.node.index()].group as usize] +=
                     s.gpus as u64;
-                self.note(s.node.index());
+                self.note(s.node.index(), before);
             }
         }
     }
@@ -174,11 +234,12 @@ impl<'c> Ledger<'c> {
             let (Some(f), Some(node)) = (self.free.get_mut(n), self.cluster.nodes.get(n)) else {
                 continue;
             };
+            let before = f.gpus;
             f.sub(&s.resources());
             if let Some(sum) = self.group_free_gpus.get_mut(node.group as usize) {
                 *sum -= s.gpus as u64;
             }
-            self.note(n);
+            self.note(n, before);
         }
     }
 
@@ -223,7 +284,7 @@ impl<'c> Ledger<'c> {
         // node has more GPUs than its group's nodes have.
         if job.gpus <= group.gpus_per_node {
             if let Some(n) = self
-                .with_free_gpus_in(nodes.clone())
+                .with_at_least(nodes.clone(), job.gpus)
                 .find(|&n| self.free[n].fits(&wanted))
             {
                 return Some(Allocation::single(NodeShare {
@@ -233,23 +294,16 @@ impl<'c> Ledger<'c> {
             }
         }
         // Several nodes: emptiest first (most free GPUs, then node order), so the job spans
-        // as few as possible. The nodes are visited count by count from the highest rather
-        // than sorted: the job usually has its GPUs within the first counts visited.
-        let most_free = self
-            .with_free_gpus_in(nodes.clone())
-            .map(|n| self.free[n].gpus)
-            .max()?;
+        // as few as possible, level by level from the highest (the job usually has its GPUs
+        // within the first levels visited).
         let mut shares = Vec::new();
         let mut needed = job.gpus;
-        'counts: for count in (1..=most_free).rev() {
-            for n in self.with_free_gpus_in(nodes.clone()) {
+        'counts: for count in (1..self.levels() as u32).rev() {
+            for n in self.with_exactly(nodes.clone(), count) {
                 if needed == 0 {
                     break 'counts;
                 }
                 let node = &self.free[n];
-                if node.gpus != count {
-                    continue;
-                }
                 // As many of the job's GPUs as the node can carry with their CPU and memory:
                 // a job with a large explicit request may need to spread down to one GPU per
                 // node (which `Cluster::can_ever_fit` counts on).
@@ -767,8 +821,9 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The nodes a first fit visits are exactly those with a free GPU, in order, after
-        /// any sequence of placements and releases (ranges crossing 64-node words included).
+        /// The nodes a first fit visits are exactly those with a free GPU (or with at least,
+        /// or exactly, a given count), in order, after any sequence of placements and
+        /// releases (ranges crossing 64-node words included).
         #[test]
         fn nodes_with_free_gpus_are_tracked(
             nodes in 1u32..150,
@@ -790,9 +845,21 @@ mod tests {
                 let range = from..from + len;
                 let tracked: Vec<usize> = l.with_free_gpus_in(range.clone()).collect();
                 let scanned: Vec<usize> = range
+                    .clone()
                     .filter(|&n| l.free().get(n).is_some_and(|f| f.gpus > 0))
                     .collect();
                 proptest::prop_assert_eq!(tracked, scanned);
+                for g in 1..=5u32 {
+                    let free_of = |n: usize| l.free().get(n).map_or(0, |f| f.gpus);
+                    let at_least: Vec<usize> = l.with_at_least(range.clone(), g).collect();
+                    let scanned: Vec<usize> =
+                        range.clone().filter(|&n| free_of(n) >= g).collect();
+                    proptest::prop_assert_eq!(at_least, scanned);
+                    let exactly: Vec<usize> = l.with_exactly(range.clone(), g).collect();
+                    let scanned: Vec<usize> =
+                        range.clone().filter(|&n| free_of(n) == g).collect();
+                    proptest::prop_assert_eq!(exactly, scanned);
+                }
             }
         }
     }
