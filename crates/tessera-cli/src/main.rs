@@ -19,6 +19,28 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
+// mimalloc, in 2 MiB pages where the kernel grants them (transparent huge pages): a
+// simulation's per-job tables are touched once or twice per job, scattered, and span up to
+// hundreds of MiB on a million-job run. With 4 KiB pages glibc's allocator paid a page fault
+// per 4 KiB on first touch and a page walk on most later misses. Measured in BENCHMARKS.md
+// (issue 11, part 20).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Lets mimalloc ask for large OS pages from here on (its default is not to). Its own
+/// environment variable, read when the process starts, still decides when set.
+fn allow_large_os_pages() {
+    let set = |name| std::env::var_os(name).is_some();
+    if set("MIMALLOC_ALLOW_LARGE_OS_PAGES") || set("MIMALLOC_LARGE_OS_PAGES") {
+        return;
+    }
+    // SAFETY: sets one entry of mimalloc's option table, which it reads only when it next
+    // asks the OS for memory; no memory is touched and nothing is held across the call.
+    unsafe {
+        libmimalloc_sys::mi_option_set_enabled(libmimalloc_sys::mi_option_large_os_pages, true);
+    }
+}
+
 fn run() -> anyhow::Result<()> {
     let matches = args::with_registry(args::Cli::command()).get_matches();
     match matches.subcommand() {
@@ -29,6 +51,7 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    allow_large_os_pages();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
