@@ -22,7 +22,7 @@
 //! ranked once when it enters the queue, not at every scheduling point. The queue is split by
 //! GPU count, so that filling visits only jobs that can fit in what is free. The decisions
 //! are the same as ranking `view.active` from scratch (FTF, whose key moves with time, always
-//! does). LAS also keeps its running jobs (see `LasRunning`): their attained service is
+//! does). LAS also keeps its running jobs (see `RunningJobs`): their attained service is
 //! computed from when they started, so the driver need not bring them up to date, and a
 //! re-plan ranks only the running jobs a queued job might displace.
 
@@ -30,12 +30,16 @@ use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
 use tessera_model::hint::prefetch;
-use tessera_model::{Allocation, Bytes, GpuModelId, JobId, MilliCpu, SimDuration, TrainingJob};
+use tessera_model::{
+    Allocation, Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob,
+};
 
 use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
-use crate::view::{Action, ActiveJob, ClusterView, JobState, Trigger};
+use crate::view::{
+    remaining_secs, Action, ActiveJob, ClusterView, JobState, ProgressLine, Trigger,
+};
 
 /// The baseline policies, one per [`JobOrder`].
 pub const POLICIES: &[PolicyInfo] = &[
@@ -162,7 +166,7 @@ fn ordered_bits(x: f64) -> u64 {
 /// A job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
 type Rank = (u64, u64, u32);
 
-/// What the tracked policy keeps of one job, by job index. The queue's and LAS's running
+/// What the tracked policy keeps of one job, by job index. The queue's and the running
 /// list's entries for a job sit side by side: a preemption files the job and forgets its
 /// run, a start does the reverse, and each visits one place in this table instead of one in
 /// each of two (a cache miss apiece on a deep queue). A slot fills half a cache line and
@@ -175,7 +179,7 @@ struct JobSlot {
     submit: u64,
     gpus: u32,
     filed: bool,
-    /// Running, under LAS: its place in `LasRunning::running`, else [`NOT_RUNNING`].
+    /// Running, under LAS or SRTF: its place in `RunningJobs::running`, else [`NOT_RUNNING`].
     running: u32,
     /// Its demand in `Queue::demands`, or [`NO_DEMAND`] before the policy has seen it.
     demand: u32,
@@ -184,7 +188,7 @@ struct JobSlot {
 /// `JobSlot::demand` of a job not seen yet.
 const NO_DEMAND: u32 = u32::MAX;
 
-/// `JobSlot::running` of a job LAS does not track as running.
+/// `JobSlot::running` of a job not tracked as running.
 const NOT_RUNNING: u32 = u32::MAX;
 
 impl Default for JobSlot {
@@ -219,12 +223,17 @@ impl JobSlot {
         queued
     }
 
-    /// Sets (or with `None` clears) the job's place among LAS's running jobs.
+    /// Sets (or with `None` clears) the job's place among the tracked running jobs.
     fn set_running(&mut self, place: Option<u32>) {
         self.running = place.unwrap_or(NOT_RUNNING);
     }
 
-    /// Clears the job's place among LAS's running jobs, returning it.
+    /// The job's place among the tracked running jobs, if it runs.
+    fn running_place(&self) -> Option<u32> {
+        (self.running != NOT_RUNNING).then_some(self.running)
+    }
+
+    /// Clears the job's place among the tracked running jobs, returning it.
     fn take_running(&mut self) -> Option<u32> {
         let place = std::mem::replace(&mut self.running, NOT_RUNNING);
         (place != NOT_RUNNING).then_some(place)
@@ -359,7 +368,8 @@ impl Queue {
         Some((order.queued_key(job)?, spec.submit.as_micros(), job.id.0))
     }
 
-    /// Files a rank into its bucket.
+    /// Files a rank into its bucket. (Inlined always, as [`RunningJobs::stop`].)
+    #[inline(always)]
     fn file(&mut self, gpus: u32, rank: Rank) {
         let b = match self.buckets.binary_search_by_key(&gpus, |(g, _)| *g) {
             Ok(b) => b,
@@ -430,7 +440,7 @@ impl Queue {
     }
 
     /// Renumbers by `map` (see [`Policy::renumber_jobs`]); unmapped jobs leave the queue.
-    /// The slots' running places are dropped: [`LasRunning::renumber`] sets them again.
+    /// The slots' running places are dropped: [`RunningJobs::renumber`] sets them again.
     fn renumber(&mut self, map: &[Option<JobId>]) {
         self.file_fresh();
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
@@ -464,21 +474,29 @@ impl Queue {
     }
 }
 
-/// LAS's running jobs, kept between calls so that a re-plan brings no job's progress up to
-/// date. A running job's attained service at an instant t is a + g·(t − r) once it resumes
-/// at r (past any checkpoint restore), and a before: a its service when it started, g the
-/// GPUs it holds. A re-plan that must rank running jobs computes that for each and sorts the
-/// ones it needs; between re-plans, a start or a stop is O(1). (An ordered set per GPU count,
+/// LAS's and SRTF's running jobs, kept between calls so that a re-plan brings no job's
+/// progress up to date. Under LAS, a running job's attained service at an instant t is
+/// a + g·(t − r) once it resumes at r (past any checkpoint restore), and a before: a its
+/// service when it started, g the GPUs it holds. Under SRTF, its remaining work follows from
+/// the [`ProgressLine`] the driver sends after each start or change of rate (a driver that
+/// sends none, the daemon, leaves SRTF ranking from the view). A re-plan that must rank
+/// running jobs computes the key of each and sorts the ones it needs; between re-plans, a
+/// start or a stop is O(1). (An ordered set per GPU count,
 /// tried before, paid a B-tree insert and remove per preemption to save a scan of at most
 /// one entry per GPU at each exact re-plan: more than it saved on a loaded cluster.)
 #[derive(Debug, Default)]
-struct LasRunning {
+struct RunningJobs {
     /// The running jobs, in no particular order.
     running: Vec<LasJob>,
     /// Each running job's allocation, at its place in `running`.
     held: Vec<Allocation>,
     /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
     asked: u64,
+    /// SRTF's: each running job's progress line (`None` until the driver tells it) and
+    /// throughput estimate, at its place in `running`; LAS keeps none.
+    lines: Option<Vec<(Option<ProgressLine>, f64)>>,
+    /// Running jobs whose line is not known: while any is, SRTF ranks from the view.
+    unknown_lines: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -503,7 +521,36 @@ impl LasJob {
     }
 }
 
-impl LasRunning {
+impl RunningJobs {
+    /// Running jobs ranked by remaining work (SRTF) rather than attained service.
+    fn by_remaining_work() -> RunningJobs {
+        RunningJobs {
+            lines: Some(Vec::new()),
+            ..RunningJobs::default()
+        }
+    }
+
+    /// Whether every running job's key can be computed at any instant.
+    fn keys_known(&self) -> bool {
+        self.unknown_lines == 0
+    }
+
+    /// Notes how `job`'s progress goes (SRTF); nothing for a job not tracked as running.
+    /// (Out of line: inlined, it made `observe` too large to inline LAS's stop and filing.)
+    #[inline(never)]
+    fn set_line(&mut self, slots: &[JobSlot], job: JobId, line: ProgressLine) {
+        let Some(lines) = &mut self.lines else { return };
+        let Some(place) = slots.get(job.index()).and_then(JobSlot::running_place) else {
+            return;
+        };
+        if let Some(entry) = lines.get_mut(place as usize) {
+            if entry.0.is_none() {
+                self.unknown_lines -= 1;
+            }
+            entry.0 = Some(line);
+        }
+    }
+
     /// Tracks `job`, started; its place is kept in `slots` (the queue's).
     /// (`asked`, `submit`: its spec's GPUs and submission, known from its queue entry.)
     fn start(&mut self, slots: &mut Vec<JobSlot>, job: &ActiveJob, asked: u32, submit: u64) {
@@ -522,9 +569,36 @@ impl LasRunning {
             submit,
         });
         self.held.push(allocation.clone());
+        if self.lines.is_some() {
+            self.add_line(job.throughput_estimate);
+        }
     }
 
-    /// Stops tracking `job`; what was kept of it, if it was running.
+    /// SRTF: a place for the line of the job just started, unknown until the driver tells it.
+    /// (Out of line, as is [`drop_line`](Self::drop_line): LAS's start and stop, the
+    /// per-preemption path of a loaded run, stay as they were.)
+    #[inline(never)]
+    fn add_line(&mut self, estimate: f64) {
+        if let Some(lines) = &mut self.lines {
+            lines.push((None, estimate));
+            self.unknown_lines += 1;
+        }
+    }
+
+    /// SRTF: forgets the line at `place`, as `running` forgets the job there.
+    #[inline(never)]
+    fn drop_line(&mut self, place: usize) {
+        if let Some(lines) = &mut self.lines {
+            if lines.swap_remove(place).0.is_none() {
+                self.unknown_lines -= 1;
+            }
+        }
+    }
+
+    /// Stops tracking `job`; what was kept of it, if it was running. (Inlined into `observe`
+    /// always: a call of its own per preemption measured 1% more instructions on a loaded
+    /// LAS run.)
+    #[inline(always)]
     fn stop(&mut self, slots: &mut [JobSlot], job: JobId) -> Option<LasJob> {
         let slot = slots.get_mut(job.index()).and_then(JobSlot::take_running)? as usize;
         if slot >= self.running.len() {
@@ -532,6 +606,9 @@ impl LasRunning {
         }
         let e = self.running.swap_remove(slot);
         self.held.swap_remove(slot);
+        if self.lines.is_some() {
+            self.drop_line(slot);
+        }
         self.asked -= e.asked as u64;
         if let Some(moved) = self.running.get(slot) {
             if let Some(s) = slots.get_mut(moved.id as usize) {
@@ -547,8 +624,11 @@ impl LasRunning {
         let new_id = |id: u32| map.get(id as usize).copied().flatten();
         let running = std::mem::take(&mut self.running);
         let held = std::mem::take(&mut self.held);
+        let mut lines = self.lines.as_mut().map(std::mem::take).map(Vec::into_iter);
         self.asked = 0;
+        self.unknown_lines = 0;
         for (mut e, allocation) in running.into_iter().zip(held) {
+            let line = lines.as_mut().and_then(Iterator::next);
             let Some(n) = new_id(e.id) else {
                 continue;
             };
@@ -557,21 +637,42 @@ impl LasRunning {
             self.asked += e.asked as u64;
             self.running.push(e);
             self.held.push(allocation);
+            if let (Some(kept), Some(line)) = (&mut self.lines, line) {
+                self.unknown_lines += usize::from(line.0.is_none());
+                kept.push(line);
+            }
         }
     }
 
     /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
     /// GPUs asked, place in `running`), in rank order, into `out`. (Most of them are walked:
     /// sorting them costs less than a heap's pops, measured.)
-    fn ranked_after(&self, after: Option<Rank>, t: u64, out: &mut Vec<(Rank, u32, u32)>) {
+    fn ranked_after(&self, after: Option<Rank>, t: SimTime, out: &mut Vec<(Rank, u32, u32)>) {
         out.clear();
-        out.extend(
-            self.running
-                .iter()
-                .zip(0u32..)
-                .map(|(e, place)| ((e.key(t), e.submit, e.id), e.asked, place))
-                .filter(|&(rank, _, _)| after.is_none_or(|a| rank > a)),
-        );
+        if let Some(lines) = &self.lines {
+            // SRTF: remaining work as the driver would show it now, over the estimate.
+            out.extend(
+                self.running
+                    .iter()
+                    .zip(lines)
+                    .zip(0u32..)
+                    .map(|((e, &(line, estimate)), place)| {
+                        let remaining = line.map_or(f64::INFINITY, |l| l.remaining_at(t));
+                        let key = ordered_bits(remaining_secs(remaining, estimate));
+                        ((key, e.submit, e.id), e.asked, place)
+                    })
+                    .filter(|&(rank, _, _)| after.is_none_or(|a| rank > a)),
+            );
+        } else {
+            let t = t.as_micros();
+            out.extend(
+                self.running
+                    .iter()
+                    .zip(0u32..)
+                    .map(|(e, place)| ((e.key(t), e.submit, e.id), e.asked, place))
+                    .filter(|&(rank, _, _)| after.is_none_or(|a| rank > a)),
+            );
+        }
         // Ranks are distinct (ids are), so the unstable sort is deterministic. (Sorting by a
         // packed 128-bit key instead measured slower.)
         out.sort_unstable();
@@ -732,14 +833,14 @@ pub struct OrderedPolicy {
     queue: Option<Queue>,
     /// Re-plan scratch, by job index: selected this round (cleared after each re-plan).
     picked: Vec<bool>,
-    /// LAS's running jobs, kept between calls when the driver reports changes.
-    las: Option<LasRunning>,
+    /// LAS's and SRTF's running jobs, kept between calls when the driver reports changes.
+    running: Option<RunningJobs>,
     /// Re-plan scratch: running jobs ranked after the first queued job that may displace one.
     tail: Vec<(Rank, u32, u32)>,
     /// Re-plan scratch: the starts of selected queued jobs, decided before the preemptions
     /// that must precede them.
     starts: Vec<Action>,
-    /// Re-plan scratch: the queued jobs selected, and the places in `LasRunning::running` of
+    /// Re-plan scratch: the queued jobs selected, and the places in `RunningJobs::running` of
     /// the running ones not selected.
     picked_queued: Vec<u32>,
     unpicked: Vec<u32>,
@@ -754,7 +855,7 @@ impl OrderedPolicy {
             ranked: Vec::new(),
             queue: None,
             picked: Vec::new(),
-            las: None,
+            running: None,
             tail: Vec::new(),
             starts: Vec::new(),
             picked_queued: Vec::new(),
@@ -974,20 +1075,20 @@ impl OrderedPolicy {
         self.queue = Some(queue);
     }
 
-    /// LAS's re-plan over the tracked queue and running jobs: the same five steps and the
-    /// same decisions as [`replan_tracked`](Self::replan_tracked), without bringing any
-    /// running job up to date or ranking all of them.
+    /// LAS's and SRTF's re-plan over the tracked queue and running jobs: the same five steps
+    /// and the same decisions as [`replan_tracked`](Self::replan_tracked), without bringing
+    /// any running job up to date or ranking all of them (each running job's key at any
+    /// instant follows from what was kept at its start: see [`RunningJobs`]).
     ///
     /// Selection walks running and queued jobs in rank order, taking each that fits in what
     /// is left of the GPU capacity. While the queued jobs taken so far fit in the capacity the
     /// running ones leave (the slack), every running job is sure to be taken wherever it
     /// ranks, so only queued jobs are visited. From the first queued job that does not fit the
     /// slack on, the walk is done exactly, over the running jobs ranked after it.
-    fn replan_las(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
-        let (Some(queue), Some(run)) = (self.queue.take(), self.las.take()) else {
+    fn replan_running(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let (Some(queue), Some(run)) = (self.queue.take(), self.running.take()) else {
             return;
         };
-        let t = view.now.as_micros();
         if self.picked.len() < view.jobs.len() {
             self.picked.resize(view.jobs.len(), false);
         }
@@ -1021,7 +1122,7 @@ impl OrderedPolicy {
         }
         if let Some(after) = exact_after {
             let mut tail = std::mem::take(&mut self.tail);
-            run.ranked_after(after, t, &mut tail);
+            run.ranked_after(after, view.now, &mut tail);
             let tail_asked: i128 = tail.iter().map(|&(_, g, _)| g as i128).sum();
             let mut left = tail_asked;
             let mut budget = u64::try_from(slack + tail_asked).unwrap_or(0);
@@ -1140,7 +1241,7 @@ impl OrderedPolicy {
         self.unpicked = unpicked;
         drop(heads); // borrows `queue`
         self.queue = Some(queue);
-        self.las = Some(run);
+        self.running = Some(run);
     }
 
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
@@ -1223,8 +1324,8 @@ impl Policy for OrderedPolicy {
             }
             queue.file_fresh();
         }
-        if replan_now && self.las.is_some() {
-            self.replan_las(view, actions);
+        if replan_now && self.running.as_ref().is_some_and(RunningJobs::keys_known) {
+            self.replan_running(view, actions);
         } else if replan_now && self.queue.is_some() {
             self.replan_tracked(view, actions);
         } else if replan_now {
@@ -1241,8 +1342,10 @@ impl Policy for OrderedPolicy {
             return false;
         }
         self.queue = Some(Queue::default());
-        if self.order == JobOrder::Las {
-            self.las = Some(LasRunning::default());
+        match self.order {
+            JobOrder::Las => self.running = Some(RunningJobs::default()),
+            JobOrder::Srtf => self.running = Some(RunningJobs::by_remaining_work()),
+            JobOrder::Fifo | JobOrder::Ftf => {}
         }
         true
     }
@@ -1252,10 +1355,10 @@ impl Policy for OrderedPolicy {
         match change {
             JobChange::Arrived(job, spec) => queue.arrive(self.order, job, spec),
             JobChange::Preempted(job, spec) => {
-                // LAS knows the job's GPUs and submission from when it started: its spec is
+                // LAS and SRTF know the job's GPUs and submission from when it started: its spec is
                 // read only to note its demand, once per job.
                 match self
-                    .las
+                    .running
                     .as_mut()
                     .and_then(|run| run.stop(&mut queue.slots, job.id))
                 {
@@ -1274,7 +1377,7 @@ impl Policy for OrderedPolicy {
                     known.is_none_or(|k| k == (spec.gpus, spec.submit.as_micros())),
                     "a queue entry keeps its job's GPUs and submission"
                 );
-                if let Some(run) = &mut self.las {
+                if let Some(run) = &mut self.running {
                     let (asked, submit) =
                         known.unwrap_or_else(|| (spec.gpus, spec.submit.as_micros()));
                     run.start(&mut queue.slots, job, asked, submit);
@@ -1282,18 +1385,28 @@ impl Policy for OrderedPolicy {
             }
             JobChange::Ended(job) => {
                 queue.remove(job);
-                if let Some(run) = &mut self.las {
+                if let Some(run) = &mut self.running {
                     run.stop(&mut queue.slots, job);
                 }
             }
+            JobChange::Progress(job, line) => {
+                if let Some(run) = &mut self.running {
+                    run.set_line(&queue.slots, job, line);
+                }
+            }
         }
+    }
+
+    /// SRTF ranks running jobs by the remaining work their progress lines give.
+    fn follows_progress(&self) -> bool {
+        self.order == JobOrder::Srtf
     }
 
     fn expect_change(&self, job: JobId) {
         let Some(queue) = &self.queue else { return };
         queue.prefetch_slot(job.0);
         // A stop moves LAS's last running job into the freed place, and updates its slot.
-        if let Some(last) = self.las.as_ref().and_then(|run| run.running.last()) {
+        if let Some(last) = self.running.as_ref().and_then(|run| run.running.last()) {
             queue.prefetch_slot(last.id);
         }
     }
@@ -1303,7 +1416,7 @@ impl Policy for OrderedPolicy {
     fn renumber_jobs(&mut self, map: &[Option<JobId>]) -> bool {
         if let Some(queue) = &mut self.queue {
             queue.renumber(map);
-            if let Some(run) = &mut self.las {
+            if let Some(run) = &mut self.running {
                 run.renumber(&mut queue.slots, map);
             }
         }
@@ -1315,10 +1428,13 @@ impl Policy for OrderedPolicy {
         true
     }
 
-    /// FIFO never reads progress, nor does LAS over its tracked running jobs (it computes
-    /// their attained service itself). The other preemptive orders read it when they re-plan.
+    /// FIFO never reads progress, nor do LAS and SRTF over their tracked running jobs once
+    /// they can compute every running job's key themselves (LAS's attained service, SRTF's
+    /// remaining work from progress lines). The others read it when they re-plan.
     fn reads_running_progress(&self, trigger: &Trigger) -> bool {
-        self.order.preemptive() && self.las.is_none() && (self.round.is_none() || trigger.round)
+        self.order.preemptive()
+            && self.running.as_ref().is_none_or(|run| !run.keys_known())
+            && (self.round.is_none() || trigger.round)
     }
 
     /// Between re-plans only waiting jobs can start: a tracked queue with none decides

@@ -30,6 +30,6 @@ pub use placement::{fit_in, IndexedLedger, Ledger};
 pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{
-    Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ServicePhase, ServiceView,
-    Trigger,
+    Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ProgressLine, ServicePhase,
+    ServiceView, Trigger,
 };

@@ -4,7 +4,7 @@
 use tessera_model::{JobId, SimDuration, TrainingJob};
 use thiserror::Error;
 
-use crate::view::{Action, ActiveJob, ClusterView, Trigger};
+use crate::view::{Action, ActiveJob, ClusterView, ProgressLine, Trigger};
 
 /// A change of the active set, reported to a policy that tracks jobs
 /// ([`Policy::track_jobs`]) so that it can keep its own ordered queue instead of re-ranking
@@ -21,6 +21,11 @@ pub enum JobChange<'a> {
     Preempted(&'a ActiveJob, &'a TrainingJob),
     /// The job left the active set (it finished).
     Ended(JobId),
+    /// A running job's progress changed course: it started, or its rate changed. Sent after
+    /// [`Started`](JobChange::Started) and after every change of a running job's rate, only
+    /// to a policy that [follows progress](Policy::follows_progress) and only by a driver
+    /// that counts it exactly (the simulator).
+    Progress(JobId, ProgressLine),
 }
 
 /// A scheduling policy: given a view of the world, decide what to start, stop or move.
@@ -74,6 +79,14 @@ pub trait Policy: Send {
 
     /// One change of the active set, after [`track_jobs`](Policy::track_jobs) returned true.
     fn observe(&mut self, _change: JobChange<'_>) {}
+
+    /// Asked once, after [`track_jobs`](Policy::track_jobs) returned true: whether the
+    /// policy wants [`JobChange::Progress`] for its running jobs (a policy ranking them by
+    /// remaining work computes it from those lines instead of having every running job
+    /// brought up to date). Default: false.
+    fn follows_progress(&self) -> bool {
+        false
+    }
 
     /// A hint from a driver applying a decision's actions one by one: a change of `job` is
     /// about to be [observed](Policy::observe). A policy may ask the CPU for the memory that

@@ -72,11 +72,48 @@ impl ActiveJob {
     /// Estimated seconds of work left on the requested allocation (infinite when the
     /// estimate is zero).
     pub fn remaining_secs_estimate(&self) -> f64 {
-        if self.throughput_estimate > 0.0 {
-            self.remaining_iters / self.throughput_estimate
-        } else {
-            f64::INFINITY
-        }
+        remaining_secs(self.remaining_iters, self.throughput_estimate)
+    }
+}
+
+/// Seconds to do `remaining` iterations at `estimate` per second (infinite when the estimate
+/// is zero): [`ActiveJob::remaining_secs_estimate`], for a policy that computes the
+/// remaining iterations itself.
+pub(crate) fn remaining_secs(remaining: f64, estimate: f64) -> f64 {
+    if estimate > 0.0 {
+        remaining / estimate
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// How a running job's remaining iterations fall from the last change of its course (a
+/// start, or a change of its rate), for a driver that counts progress exactly (the
+/// simulator): a policy that keeps it can compute them at any later instant exactly as the
+/// driver would show them in [`ActiveJob::remaining_iters`], without the driver bringing
+/// every running job up to date (see [`JobChange::Progress`](crate::JobChange::Progress)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProgressLine {
+    /// The job's iterations in all.
+    pub total: f64,
+    /// Iterations done as of the change.
+    pub done: f64,
+    /// Iterations per second from `since` on.
+    pub rate: f64,
+    /// When progress resumes: the change, or the end of a restart's checkpoint restore.
+    pub since: SimTime,
+}
+
+impl ProgressLine {
+    /// Iterations still to do at `t`. The one formula the simulator shows progress by.
+    pub fn remaining_at(&self, t: SimTime) -> f64 {
+        self.total - self.done_at(t)
+    }
+
+    /// Iterations done at `t`, never more than `total`.
+    pub fn done_at(&self, t: SimTime) -> f64 {
+        let worked = t.saturating_since(self.since);
+        (self.done + self.rate * worked.as_secs_f64()).min(self.total)
     }
 }
 

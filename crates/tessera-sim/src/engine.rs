@@ -33,7 +33,7 @@ use tessera_model::{
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{
     validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobChange,
-    JobState, Policy, Trigger,
+    JobState, Policy, ProgressLine, Trigger,
 };
 use thiserror::Error;
 
@@ -194,6 +194,16 @@ struct Progressing {
 }
 
 impl Progressing {
+    /// How its progress goes from the last fold (see [`Simulation::refresh`]).
+    fn line(&self) -> ProgressLine {
+        ProgressLine {
+            total: self.total,
+            done: self.done,
+            rate: self.rate,
+            since: self.synced_at.max(self.resumes_at),
+        }
+    }
+
     /// `job`, not started.
     fn queued(job: &TrainingJob) -> Progressing {
         Progressing {
@@ -319,6 +329,9 @@ pub struct Simulation<'a> {
     config: SimConfig,
     /// The policy keeps its own queue: it is told every change of the active set.
     tracking: bool,
+    /// The policy is told each running job's [`ProgressLine`] (see
+    /// [`Policy::follows_progress`]).
+    follows_progress: bool,
 
     now: SimTime,
     seq: u64,
@@ -482,6 +495,7 @@ impl<'a> Simulation<'a> {
     ) -> Simulation<'a> {
         let jobs = workload.jobs();
         let tracking = policy.track_jobs();
+        let follows_progress = tracking && policy.follows_progress();
         let round = policy.round_length().filter(|d| !d.is_zero());
         let injector = config
             .failures
@@ -531,6 +545,7 @@ impl<'a> Simulation<'a> {
             policy,
             config,
             tracking,
+            follows_progress,
             now: SimTime::ZERO,
             seq: 0,
             heap: BinaryHeap::new(),
@@ -1118,10 +1133,18 @@ impl<'a> Simulation<'a> {
     fn refresh(&mut self, job: JobId) {
         let now = self.now;
         let st = &self.state[job.index()];
-        let worked = now.saturating_since(st.synced_at.max(st.resumes_at));
-        let done = (st.done + st.rate * worked.as_secs_f64()).min(st.total);
+        let line = st.line();
+        let worked = now.saturating_since(line.since);
         let served = st.served_gpu_us + st.gpus_held as u64 * worked.as_micros();
-        self.show_progress(job, served, st.total - done);
+        self.show_progress(job, served, line.remaining_at(now));
+    }
+
+    /// Tells a policy that follows progress how a running job's progress goes from now.
+    fn tell_progress(&mut self, job: JobId) {
+        if self.follows_progress {
+            let line = self.state[job.index()].line();
+            self.policy.observe(JobChange::Progress(job, line));
+        }
     }
 
     fn show_progress(&mut self, job: JobId, served_gpu_us: u64, remaining: f64) {
@@ -1548,13 +1571,16 @@ impl<'a> Simulation<'a> {
         let now = self.now;
         let spec = &self.jobs[job.index()];
         let st = &mut self.state[job.index()];
-        if rate == st.rate {
-            return Ok(());
+        if rate != st.rate {
+            st.rate = rate;
+            let remaining = (spec.iterations as f64 - st.done).max(0.0);
+            let finish = st.resumes_at.max(now) + SimDuration::from_secs_f64_ceil(remaining / rate);
+            self.schedule_completion(job, finish);
         }
-        st.rate = rate;
-        let remaining = (spec.iterations as f64 - st.done).max(0.0);
-        let finish = st.resumes_at.max(now) + SimDuration::from_secs_f64_ceil(remaining / rate);
-        self.schedule_completion(job, finish);
+        // Progress was folded now, rate changed or not: later values count from here.
+        if self.tracking {
+            self.tell_progress(job);
+        }
         Ok(())
     }
 
@@ -1820,6 +1846,7 @@ impl<'a> Simulation<'a> {
             let jobs = self.jobs;
             self.policy
                 .observe(JobChange::Started(&self.active[pos], &jobs[job.index()]));
+            self.tell_progress(job);
         }
         self.schedule_completion(job, finish);
         if self.truth.depends_on_neighbours() {

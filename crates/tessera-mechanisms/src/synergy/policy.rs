@@ -1699,7 +1699,7 @@ impl Policy for SynergyPolicy {
                 t.dirty.push(job.id);
             }
             JobChange::Preempted(job, _) => t.dirty.push(job.id),
-            JobChange::Started(..) => {}
+            JobChange::Started(..) | JobChange::Progress(..) => {}
             JobChange::Ended(id) => t.end(id),
         }
     }
