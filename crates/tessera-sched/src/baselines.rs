@@ -16,15 +16,17 @@
 //!
 //! Between rounds they only fill free resources, as FIFO does.
 //!
-//! Under a driver that reports changes of the active set ([`Policy::track_jobs`]), FIFO, SRTF
-//! and LAS keep their queued jobs in an ordered queue between calls: a queued job's key
-//! (arrival, remaining work, attained service) does not change while it waits, so it is
-//! ranked once when it enters the queue, not at every scheduling point. The queue is split by
-//! GPU count, so that filling visits only jobs that can fit in what is free. The decisions
-//! are the same as ranking `view.active` from scratch (FTF, whose key moves with time, always
-//! does). LAS also keeps its running jobs (see `RunningJobs`): their attained service is
-//! computed from when they started, so the driver need not bring them up to date, and a
-//! re-plan ranks only the running jobs a queued job might displace.
+//! Under a driver that reports changes of the active set ([`Policy::track_jobs`]), the
+//! baselines keep their queued jobs in an ordered queue between calls: a queued job's key
+//! under FIFO, SRTF and LAS (arrival, remaining work, attained service) does not change while
+//! it waits, so it is ranked once when it enters the queue, not at every scheduling point.
+//! FTF's moves with time at a rate of its own, and its queue is re-keyed at the scheduling
+//! points that read it (see `Fairness`). The queue is split by GPU count, so that filling
+//! visits only jobs that can fit in what is free. The decisions are the same as ranking
+//! `view.active` from scratch. LAS, SRTF and FTF also keep their running jobs (see
+//! `RunningJobs`): LAS's attained service is computed from when a job started, SRTF's and
+//! FTF's remaining work from the progress line the driver sends, so the driver need not bring
+//! them up to date, and a re-plan ranks only the running jobs a queued job might displace.
 
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
@@ -113,11 +115,12 @@ impl JobOrder {
             JobOrder::Fifo => 0.0,
             JobOrder::Srtf => job.remaining_secs_estimate(),
             JobOrder::Las => job.attained_gpu_secs,
-            JobOrder::Ftf => {
-                let isolated = spec.duration.as_secs_f64().max(1e-9);
-                let in_system = view.now.saturating_since(spec.submit).as_secs_f64();
-                -((in_system + job.remaining_secs_estimate()) / isolated)
-            }
+            JobOrder::Ftf => fairness_key(
+                view.now,
+                spec.submit,
+                job.remaining_secs_estimate(),
+                isolated_secs(spec),
+            ),
         }
     }
 
@@ -133,12 +136,10 @@ impl JobOrder {
 
     /// The key of a queued job when it does not change while the job waits (everything but
     /// FTF), as an integer ordered as (`key`, `exact_key`) are; equal at any later instant
-    /// until the job starts.
+    /// until the job starts. FTF's moves with time: a placeholder, until the queue is
+    /// re-keyed at the scheduling point (see [`Queue::rekey`]).
     fn queued_key(self, job: &ActiveJob) -> Option<u64> {
-        match self {
-            JobOrder::Ftf => None,
-            _ => Some(self.live_key(job)),
-        }
+        Some(self.live_key(job))
     }
 
     /// [`queued_key`](Self::queued_key) of a job as of the view it is read from (running or
@@ -151,6 +152,41 @@ impl JobOrder {
             JobOrder::Las => job.attained_gpu_us,
         }
     }
+}
+
+/// FTF's key at `now`: −ρ, ρ = (time in system + remaining) / isolated time, in seconds.
+/// The one formula for a job ranked from the view, from its queue entry and from its
+/// progress line, so that the three order jobs alike.
+fn fairness_key(now: SimTime, submit: SimTime, remaining_secs: f64, isolated_secs: f64) -> f64 {
+    let in_system = now.saturating_since(submit).as_secs_f64();
+    -((in_system + remaining_secs) / isolated_secs)
+}
+
+/// Sorts ranks that are nearly in order (FTF's queue re-keyed a moment after the last
+/// keying: few ranks have crossed): an insertion sort, O(n + inversions), turning into a
+/// general sort once the inversions exceed a few per rank.
+fn sort_nearly_sorted(ranks: &mut [Rank]) {
+    let budget = 4 * ranks.len() + 64;
+    let mut moved = 0;
+    for i in 1..ranks.len() {
+        let rank = ranks[i];
+        let mut j = i;
+        while j > 0 && ranks[j - 1] > rank {
+            ranks[j] = ranks[j - 1];
+            j -= 1;
+        }
+        ranks[j] = rank;
+        moved += i - j;
+        if moved > budget {
+            ranks.sort_unstable();
+            return;
+        }
+    }
+}
+
+/// A job's isolated time under FTF: its trace duration, in seconds (never zero).
+fn isolated_secs(spec: &TrainingJob) -> f64 {
+    spec.duration.as_secs_f64().max(1e-9)
 }
 
 /// An `f64` as a `u64` whose order is `f64::total_cmp`'s.
@@ -179,7 +215,7 @@ struct JobSlot {
     submit: u64,
     gpus: u32,
     filed: bool,
-    /// Running, under LAS or SRTF: its place in `RunningJobs::running`, else [`NOT_RUNNING`].
+    /// Running, under LAS, SRTF or FTF: its place in `RunningJobs::running`, else [`NOT_RUNNING`].
     running: u32,
     /// Its demand in `Queue::demands`, or [`NO_DEMAND`] before the policy has seen it.
     demand: u32,
@@ -300,6 +336,66 @@ struct Queue {
     /// arrival files it first (a driver reporting thousands of arrivals before a decision
     /// leaves the decision nothing to file).
     fresh: Option<(u32, Rank)>,
+    /// FTF's: what its keys follow from, and when they were computed. (Boxed: the queue
+    /// moves in and out of the policy at each re-plan, and the other orders' stays small.)
+    fair: Option<Box<Fairness>>,
+}
+
+/// What FTF keeps to rank its jobs at any instant: a queued job's key, −(t − submit +
+/// remaining) / isolated, moves with time at a rate of its own, so the order of the queue
+/// changes between scheduling points. The queue is re-keyed at each scheduling point that
+/// reads it (once per instant), from what was kept when each job was filed: O(queued), not
+/// O(active), and nothing for an empty queue. (Ranks move little between two scheduling
+/// points, so the re-sort runs over nearly sorted input.)
+#[derive(Debug, Default)]
+struct Fairness {
+    /// By job index: (estimated seconds of work left when it was filed, isolated seconds).
+    /// Kept while the job runs (its isolated time ranks it there too).
+    params: Vec<(f64, f64)>,
+    /// (GPU count, when its bucket was last keyed), by GPU count; `None` after a filing.
+    /// A fill reads only the buckets of jobs that fit in what is free: only those are keyed.
+    keyed_at: Vec<(u32, Option<SimTime>)>,
+    /// Re-keying scratch.
+    scratch: Vec<Rank>,
+}
+
+impl Fairness {
+    /// Notes a filing into the bucket of `gpus`: its ranks need keying again.
+    fn filed(&mut self, gpus: u32) {
+        match self.keyed_at.binary_search_by_key(&gpus, |k| k.0) {
+            Ok(k) => self.keyed_at[k].1 = None,
+            Err(k) => self.keyed_at.insert(k, (gpus, None)),
+        }
+    }
+
+    /// Whether the bucket of `gpus` needs keying at `now`, noting that it is keyed.
+    fn keyed(&mut self, gpus: u32, now: SimTime) -> bool {
+        match self.keyed_at.binary_search_by_key(&gpus, |k| k.0) {
+            Ok(k) => self.keyed_at[k].1.replace(now) != Some(now),
+            Err(k) => {
+                self.keyed_at.insert(k, (gpus, Some(now)));
+                true
+            }
+        }
+    }
+
+    /// Notes what `job`'s key follows from while it waits: its remaining work as the view
+    /// shows it now (the driver brought it up to date when it stopped) and its isolated
+    /// time. (Out of line: the other orders' `observe` stays as it was.)
+    #[inline(never)]
+    fn note(&mut self, job: &ActiveJob, spec: &TrainingJob) {
+        let i = job.id.index();
+        if self.params.len() <= i {
+            self.params
+                .resize((i + 1).next_power_of_two(), (f64::INFINITY, 1.0));
+        }
+        self.params[i] = (job.remaining_secs_estimate(), isolated_secs(spec));
+    }
+
+    /// Job `id`'s isolated seconds (1 for a job never noted).
+    fn isolated(&self, id: u32) -> f64 {
+        self.params.get(id as usize).map_or(1.0, |p| p.1)
+    }
 }
 
 impl Queue {
@@ -380,6 +476,52 @@ impl Queue {
         };
         self.buckets[b].1.insert(rank);
         slot_mut(&mut self.slots, rank.2 as usize).file(gpus, rank);
+        if let Some(fair) = &mut self.fair {
+            fair.filed(gpus);
+        }
+    }
+
+    /// FTF: notes what job's key follows from while it waits (see [`Fairness::note`]);
+    /// nothing for the other orders.
+    #[inline(always)]
+    fn note_fairness(&mut self, job: &ActiveJob, spec: &TrainingJob) {
+        if let Some(fair) = &mut self.fair {
+            fair.note(job, spec);
+        }
+    }
+
+    /// FTF: re-ranks the filed jobs asking at most `limit` GPUs by their keys at `now` (a
+    /// bucket once per instant; nothing for the other orders, whose keys stay put).
+    fn rekey(&mut self, now: SimTime, limit: u64) {
+        let Some(fair) = &mut self.fair else { return };
+        let mut scratch = std::mem::take(&mut fair.scratch);
+        for (gpus, bucket) in &mut self.buckets {
+            if *gpus as u64 > limit {
+                break;
+            }
+            if bucket.is_empty() || !fair.keyed(*gpus, now) {
+                continue;
+            }
+            // In the order of the last keying, which the new one mostly keeps.
+            scratch.clear();
+            scratch.extend(bucket.iter().map(|&(_, submit, id)| {
+                let (remaining, isolated) = fair
+                    .params
+                    .get(id as usize)
+                    .copied()
+                    .unwrap_or((f64::INFINITY, 1.0));
+                let key = fairness_key(now, SimTime::from_micros(submit), remaining, isolated);
+                (ordered_bits(key), submit, id)
+            }));
+            sort_nearly_sorted(&mut scratch);
+            for &(key, _, id) in &scratch {
+                if let Some(slot) = self.slots.get_mut(id as usize) {
+                    slot.key = key;
+                }
+            }
+            bucket.refill_sorted(&scratch);
+        }
+        fair.scratch = scratch;
     }
 
     /// Notes an arrival: filed, or kept aside when the queue is empty (see `fresh`).
@@ -463,6 +605,19 @@ impl Queue {
             }
         }
         self.slots = slots;
+        if let Some(fair) = &mut self.fair {
+            let mut params = Vec::new();
+            for (old, &p) in fair.params.iter().enumerate() {
+                if let Some(n) = new_id(old as u32) {
+                    if params.len() <= n.index() {
+                        params.resize(n.index() + 1, (f64::INFINITY, 1.0));
+                    }
+                    params[n.index()] = p;
+                }
+            }
+            fair.params = params;
+            fair.keyed_at.clear();
+        }
     }
 
     /// GPUs of the smallest queued job, if any.
@@ -474,15 +629,14 @@ impl Queue {
     }
 }
 
-/// LAS's and SRTF's running jobs, kept between calls so that a re-plan brings no job's
+/// LAS's, SRTF's and FTF's running jobs, kept between calls so that a re-plan brings no job's
 /// progress up to date. Under LAS, a running job's attained service at an instant t is
 /// a + g·(t − r) once it resumes at r (past any checkpoint restore), and a before: a its
-/// service when it started, g the GPUs it holds. Under SRTF, its remaining work follows from
-/// the [`ProgressLine`] the driver sends after each start or change of rate (a driver that
-/// sends none, the daemon, leaves SRTF ranking from the view). A re-plan that must rank
-/// running jobs computes the key of each and sorts the ones it needs; between re-plans, a
-/// start or a stop is O(1). (An ordered set per GPU count,
-/// tried before, paid a B-tree insert and remove per preemption to save a scan of at most
+/// service when it started, g the GPUs it holds. Under SRTF and FTF, its remaining work
+/// follows from the [`ProgressLine`] the driver sends after each start or change of rate (a
+/// driver that sends none, the daemon, leaves them ranking from the view). A re-plan that
+/// must rank running jobs computes the key of each and sorts the ones it needs; between
+/// re-plans, a start or a stop is O(1). (An ordered set per GPU count, tried before, paid a B-tree insert and remove per preemption to save a scan of at most
 /// one entry per GPU at each exact re-plan: more than it saved on a loaded cluster.)
 #[derive(Debug, Default)]
 struct RunningJobs {
@@ -492,10 +646,10 @@ struct RunningJobs {
     held: Vec<Allocation>,
     /// Σ GPUs the running jobs ask for (their specs), as the selection budgets them.
     asked: u64,
-    /// SRTF's: each running job's progress line (`None` until the driver tells it) and
+    /// SRTF's and FTF's: each running job's progress line (`None` until the driver tells it) and
     /// throughput estimate, at its place in `running`; LAS keeps none.
     lines: Option<Vec<(Option<ProgressLine>, f64)>>,
-    /// Running jobs whose line is not known: while any is, SRTF ranks from the view.
+    /// Running jobs whose line is not known: while any is, SRTF and FTF rank from the view.
     unknown_lines: usize,
 }
 
@@ -522,7 +676,7 @@ impl LasJob {
 }
 
 impl RunningJobs {
-    /// Running jobs ranked by remaining work (SRTF) rather than attained service.
+    /// Running jobs ranked by remaining work (SRTF, FTF) rather than attained service.
     fn by_remaining_work() -> RunningJobs {
         RunningJobs {
             lines: Some(Vec::new()),
@@ -535,7 +689,7 @@ impl RunningJobs {
         self.unknown_lines == 0
     }
 
-    /// Notes how `job`'s progress goes (SRTF); nothing for a job not tracked as running.
+    /// Notes how `job`'s progress goes (SRTF, FTF); nothing for a job not tracked as running.
     /// (Out of line: inlined, it made `observe` too large to inline LAS's stop and filing.)
     #[inline(never)]
     fn set_line(&mut self, slots: &[JobSlot], job: JobId, line: ProgressLine) {
@@ -574,7 +728,7 @@ impl RunningJobs {
         }
     }
 
-    /// SRTF: a place for the line of the job just started, unknown until the driver tells it.
+    /// SRTF, FTF: a place for the line of the job just started, unknown until the driver tells it.
     /// (Out of line, as is [`drop_line`](Self::drop_line): LAS's start and stop, the
     /// per-preemption path of a loaded run, stay as they were.)
     #[inline(never)]
@@ -585,7 +739,7 @@ impl RunningJobs {
         }
     }
 
-    /// SRTF: forgets the line at `place`, as `running` forgets the job there.
+    /// SRTF, FTF: forgets the line at `place`, as `running` forgets the job there.
     #[inline(never)]
     fn drop_line(&mut self, place: usize) {
         if let Some(lines) = &mut self.lines {
@@ -645,11 +799,37 @@ impl RunningJobs {
     }
 
     /// The running jobs ranked after `after` (all of them for `None`) at `t` µs, as (rank,
-    /// GPUs asked, place in `running`), in rank order, into `out`. (Most of them are walked:
-    /// sorting them costs less than a heap's pops, measured.)
-    fn ranked_after(&self, after: Option<Rank>, t: SimTime, out: &mut Vec<(Rank, u32, u32)>) {
+    /// GPUs asked, place in `running`), in rank order, into `out`; by finish-time fairness
+    /// when `fair` is given (FTF). (Most of them are walked: sorting them costs less than a
+    /// heap's pops, measured.)
+    fn ranked_after(
+        &self,
+        after: Option<Rank>,
+        t: SimTime,
+        fair: Option<&Fairness>,
+        out: &mut Vec<(Rank, u32, u32)>,
+    ) {
         out.clear();
-        if let Some(lines) = &self.lines {
+        if let (Some(lines), Some(fair)) = (&self.lines, fair) {
+            // FTF: remaining work from the line, as SRTF's, over the isolated time.
+            out.extend(
+                self.running
+                    .iter()
+                    .zip(lines)
+                    .zip(0u32..)
+                    .map(|((e, &(line, estimate)), place)| {
+                        let remaining = line.map_or(f64::INFINITY, |l| l.remaining_at(t));
+                        let key = fairness_key(
+                            t,
+                            SimTime::from_micros(e.submit),
+                            remaining_secs(remaining, estimate),
+                            fair.isolated(e.id),
+                        );
+                        ((ordered_bits(key), e.submit, e.id), e.asked, place)
+                    })
+                    .filter(|&(rank, _, _)| after.is_none_or(|a| rank > a)),
+            );
+        } else if let Some(lines) = &self.lines {
             // SRTF: remaining work as the driver would show it now, over the estimate.
             out.extend(
                 self.running
@@ -833,7 +1013,7 @@ pub struct OrderedPolicy {
     queue: Option<Queue>,
     /// Re-plan scratch, by job index: selected this round (cleared after each re-plan).
     picked: Vec<bool>,
-    /// LAS's and SRTF's running jobs, kept between calls when the driver reports changes.
+    /// LAS's, SRTF's and FTF's running jobs, kept between calls when the driver reports changes.
     running: Option<RunningJobs>,
     /// Re-plan scratch: running jobs ranked after the first queued job that may displace one.
     tail: Vec<(Rank, u32, u32)>,
@@ -959,7 +1139,10 @@ impl OrderedPolicy {
                 continue;
             }
             let Some(spec) = view.spec(job) else { continue };
-            let key = self.order.live_key(job);
+            let key = match self.order {
+                JobOrder::Ftf => ordered_bits(self.order.key(view, job, spec)),
+                _ => self.order.live_key(job),
+            };
             self.ranked
                 .push((0.0, key, spec.submit.as_micros(), job.id.0, i));
         }
@@ -1075,7 +1258,7 @@ impl OrderedPolicy {
         self.queue = Some(queue);
     }
 
-    /// LAS's and SRTF's re-plan over the tracked queue and running jobs: the same five steps
+    /// LAS's, SRTF's and FTF's re-plan over the tracked queue and running jobs: the same five steps
     /// and the same decisions as [`replan_tracked`](Self::replan_tracked), without bringing
     /// any running job up to date or ranking all of them (each running job's key at any
     /// instant follows from what was kept at its start: see [`RunningJobs`]).
@@ -1122,7 +1305,7 @@ impl OrderedPolicy {
         }
         if let Some(after) = exact_after {
             let mut tail = std::mem::take(&mut self.tail);
-            run.ranked_after(after, view.now, &mut tail);
+            run.ranked_after(after, view.now, queue.fair.as_deref(), &mut tail);
             let tail_asked: i128 = tail.iter().map(|&(_, g, _)| g as i128).sum();
             let mut left = tail_asked;
             let mut budget = u64::try_from(slack + tail_asked).unwrap_or(0);
@@ -1323,6 +1506,13 @@ impl Policy for OrderedPolicy {
                 }
             }
             queue.file_fresh();
+            // A re-plan reads every bucket; a fill only those that fit in what is free.
+            let limit = if replan_now {
+                u64::MAX
+            } else {
+                view.state.free_gpus()
+            };
+            queue.rekey(view.now, limit);
         }
         if replan_now && self.running.as_ref().is_some_and(RunningJobs::keys_known) {
             self.replan_running(view, actions);
@@ -1338,25 +1528,31 @@ impl Policy for OrderedPolicy {
     }
 
     fn track_jobs(&mut self) -> bool {
-        if self.order == JobOrder::Ftf {
-            return false;
-        }
-        self.queue = Some(Queue::default());
+        let mut queue = Queue::default();
         match self.order {
             JobOrder::Las => self.running = Some(RunningJobs::default()),
             JobOrder::Srtf => self.running = Some(RunningJobs::by_remaining_work()),
-            JobOrder::Fifo | JobOrder::Ftf => {}
+            JobOrder::Ftf => {
+                queue.fair = Some(Box::default());
+                self.running = Some(RunningJobs::by_remaining_work());
+            }
+            JobOrder::Fifo => {}
         }
+        self.queue = Some(queue);
         true
     }
 
     fn observe(&mut self, change: JobChange<'_>) {
         let Some(queue) = &mut self.queue else { return };
         match change {
-            JobChange::Arrived(job, spec) => queue.arrive(self.order, job, spec),
+            JobChange::Arrived(job, spec) => {
+                queue.note_fairness(job, spec);
+                queue.arrive(self.order, job, spec)
+            }
             JobChange::Preempted(job, spec) => {
-                // LAS and SRTF know the job's GPUs and submission from when it started: its spec is
-                // read only to note its demand, once per job.
+                queue.note_fairness(job, spec);
+                // LAS, SRTF and FTF know the job's GPUs and submission from when it started:
+                // its spec is read only to note its demand (once per job) and FTF's times.
                 match self
                     .running
                     .as_mut()
@@ -1397,9 +1593,9 @@ impl Policy for OrderedPolicy {
         }
     }
 
-    /// SRTF ranks running jobs by the remaining work their progress lines give.
+    /// SRTF and FTF rank running jobs by the remaining work their progress lines give.
     fn follows_progress(&self) -> bool {
-        self.order == JobOrder::Srtf
+        matches!(self.order, JobOrder::Srtf | JobOrder::Ftf)
     }
 
     fn expect_change(&self, job: JobId) {
@@ -1428,9 +1624,10 @@ impl Policy for OrderedPolicy {
         true
     }
 
-    /// FIFO never reads progress, nor do LAS and SRTF over their tracked running jobs once
-    /// they can compute every running job's key themselves (LAS's attained service, SRTF's
-    /// remaining work from progress lines). The others read it when they re-plan.
+    /// FIFO never reads progress, nor do LAS, SRTF and FTF over their tracked running jobs
+    /// once they can compute every running job's key themselves (LAS's attained service,
+    /// SRTF's and FTF's remaining work from progress lines). The others read it when they
+    /// re-plan.
     fn reads_running_progress(&self, trigger: &Trigger) -> bool {
         self.order.preemptive()
             && self.running.as_ref().is_none_or(|run| !run.keys_known())
@@ -1441,5 +1638,32 @@ impl Policy for OrderedPolicy {
     /// nothing (the untracked path cannot tell without the view).
     fn may_act(&self, trigger: &Trigger) -> bool {
         self.replans_at(trigger) || self.queue.as_ref().is_none_or(|q| !q.nothing_waiting())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The same order as a full sort, for input nearly in order (a few ranks moved, the
+        /// insertion sort's case) and for any input (past its budget, the general sort's).
+        #[test]
+        fn sorting_nearly_sorted_ranks_sorts(
+            n in 0usize..300,
+            moves in prop::collection::vec((0usize..300, 0usize..300), 0..400),
+        ) {
+            let mut ranks: Vec<Rank> = (0..n as u32).map(|i| (u64::from(i / 3), 7, i)).collect();
+            for (a, b) in moves {
+                if a < n && b < n {
+                    ranks.swap(a, b);
+                }
+            }
+            let mut expected = ranks.clone();
+            expected.sort_unstable();
+            sort_nearly_sorted(&mut ranks);
+            prop_assert_eq!(ranks, expected);
+        }
     }
 }

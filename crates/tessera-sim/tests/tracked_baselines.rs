@@ -1,7 +1,7 @@
 //! The preemptive baselines keep their queue and their running jobs between calls when the
-//! driver reports changes (issue 11), and SRTF ranks its running jobs from the progress lines
-//! the simulator sends instead of having every running job brought up to date at each
-//! re-plan. All three ways must decide alike, job for job: ranking everything from
+//! driver reports changes (issue 11), SRTF and FTF rank their running jobs from the progress
+//! lines the simulator sends instead of having every running job brought up to date at each
+//! re-plan, and FTF re-keys its queue at the scheduling points that read it. All three ways must decide alike, job for job: ranking everything from
 //! `view.active` (no tracking), tracking without progress lines (as the daemon runs it), and
 //! tracking with them.
 
@@ -115,7 +115,7 @@ proptest! {
     #[test]
     fn tracked_with_and_without_progress_lines_decide_as_untracked(
         jobs in jobs(),
-        order in prop::sample::select(vec!["srtf", "las"]),
+        order in prop::sample::select(vec!["srtf", "las", "ftf"]),
         round in prop::option::of(60u64..900),
     ) {
         let c = cluster();
