@@ -1211,6 +1211,8 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
         ("fifo", None, false),
         ("las", Some(30), false),
         ("srtf", Some(30), false),
+        ("ftf", Some(30), false),
+        ("ftf", None, false),
         ("dilu", None, false),
         ("serve-exclusive", None, false),
         ("crius", Some(30), false),
