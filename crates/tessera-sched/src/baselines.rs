@@ -1567,7 +1567,10 @@ impl Policy for OrderedPolicy {
             }
             JobChange::Started(job, spec) => {
                 // A job started from the queue: its entry knows its GPUs and submission, and
-                // its spec (a cold line on a loaded cluster) is not read.
+                // its spec (a cold line on a loaded cluster) is not read, but by FTF, for a
+                // job a driver shows running before it was seen waiting (the daemon's
+                // recovery), whose isolated time ranks it.
+                queue.note_fairness(job, spec);
                 let known = queue.remove(job.id);
                 debug_assert!(
                     known.is_none_or(|k| k == (spec.gpus, spec.submit.as_micros())),
