@@ -535,7 +535,10 @@ impl Queue {
         }
     }
 
-    /// Takes `job` out of the queue; its (GPU count, submit µs) if it was waiting.
+    /// Takes `job` out of the queue; its (GPU count, submit µs) if it was waiting. (Inlined
+    /// always: the check for FTF's trees made it a call of its own, +0.9% instructions on
+    /// `bench philly`.)
+    #[inline(always)]
     fn remove(&mut self, job: JobId) -> Option<(u32, u64)> {
         if let Some((gpus, rank)) = self.fresh.filter(|(_, rank)| rank.2 == job.0) {
             self.fresh = None;
