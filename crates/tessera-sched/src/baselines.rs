@@ -20,8 +20,8 @@
 //! baselines keep their queued jobs in an ordered queue between calls: a queued job's key
 //! under FIFO, SRTF and LAS (arrival, remaining work, attained service) does not change while
 //! it waits, so it is ranked once when it enters the queue, not at every scheduling point.
-//! FTF's moves with time at a rate of its own, and its queue is re-keyed at the scheduling
-//! points that read it (see `Fairness`). The queue is split by GPU count, so that filling
+//! FTF's moves with time at a rate of its own: its queued jobs are also kept in a kinetic
+//! tournament per bucket (see `Fairness` and `kinetic`). The queue is split by GPU count, so that filling
 //! visits only jobs that can fit in what is free. The decisions are the same as ranking
 //! `view.active` from scratch. LAS, SRTF and FTF also keep their running jobs (see
 //! `RunningJobs`): LAS's attained service is computed from when a job started, SRTF's and
@@ -36,6 +36,8 @@ use tessera_model::{
     Allocation, Bytes, GpuModelId, JobId, MilliCpu, SimDuration, SimTime, TrainingJob,
 };
 
+// A job's rank, `Rank`: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
+use crate::kinetic::{fairness_key, ordered_bits, FairLine, InOrder, Rank, Tournament};
 use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
 use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
@@ -137,7 +139,7 @@ impl JobOrder {
     /// The key of a queued job when it does not change while the job waits (everything but
     /// FTF), as an integer ordered as (`key`, `exact_key`) are; equal at any later instant
     /// until the job starts. FTF's moves with time: a placeholder, until the queue is
-    /// re-keyed at the scheduling point (see [`Queue::rekey`]).
+    /// ranked by its [`Tournament`].
     fn queued_key(self, job: &ActiveJob) -> Option<u64> {
         Some(self.live_key(job))
     }
@@ -154,53 +156,10 @@ impl JobOrder {
     }
 }
 
-/// FTF's key at `now`: −ρ, ρ = (time in system + remaining) / isolated time, in seconds.
-/// The one formula for a job ranked from the view, from its queue entry and from its
-/// progress line, so that the three order jobs alike.
-fn fairness_key(now: SimTime, submit: SimTime, remaining_secs: f64, isolated_secs: f64) -> f64 {
-    let in_system = now.saturating_since(submit).as_secs_f64();
-    -((in_system + remaining_secs) / isolated_secs)
-}
-
-/// Sorts ranks that are nearly in order (FTF's queue re-keyed a moment after the last
-/// keying: few ranks have crossed): an insertion sort, O(n + inversions), turning into a
-/// general sort once the inversions exceed a few per rank.
-fn sort_nearly_sorted(ranks: &mut [Rank]) {
-    let budget = 4 * ranks.len() + 64;
-    let mut moved = 0;
-    for i in 1..ranks.len() {
-        let rank = ranks[i];
-        let mut j = i;
-        while j > 0 && ranks[j - 1] > rank {
-            ranks[j] = ranks[j - 1];
-            j -= 1;
-        }
-        ranks[j] = rank;
-        moved += i - j;
-        if moved > budget {
-            ranks.sort_unstable();
-            return;
-        }
-    }
-}
-
 /// A job's isolated time under FTF: its trace duration, in seconds (never zero).
 fn isolated_secs(spec: &TrainingJob) -> f64 {
     spec.duration.as_secs_f64().max(1e-9)
 }
-
-/// An `f64` as a `u64` whose order is `f64::total_cmp`'s.
-fn ordered_bits(x: f64) -> u64 {
-    let bits = x.to_bits();
-    if bits >> 63 == 1 {
-        !bits
-    } else {
-        bits | (1 << 63)
-    }
-}
-
-/// A job's rank: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
-type Rank = (u64, u64, u32);
 
 /// What the tracked policy keeps of one job, by job index. The queue's and the running
 /// list's entries for a job sit side by side: a preemption files the job and forgets its
@@ -343,40 +302,71 @@ struct Queue {
 
 /// What FTF keeps to rank its jobs at any instant: a queued job's key, −(t − submit +
 /// remaining) / isolated, moves with time at a rate of its own, so the order of the queue
-/// changes between scheduling points. The queue is re-keyed at each scheduling point that
-/// reads it (once per instant), from what was kept when each job was filed: O(queued), not
-/// O(active), and nothing for an empty queue. (Ranks move little between two scheduling
-/// points, so the re-sort runs over nearly sorted input.)
+/// changes between scheduling points. Each bucket's jobs are also filed in a kinetic
+/// [`Tournament`], brought to the instant of each scheduling point that reads the bucket and
+/// walked in rank order from there: the work is proportional to the changes of order among
+/// the best-ranked, not to the queue. (The bucket's `RankSet` still keeps its members, in
+/// submission order, for everything but the order.)
 #[derive(Debug, Default)]
 struct Fairness {
     /// By job index: (estimated seconds of work left when it was filed, isolated seconds).
     /// Kept while the job runs (its isolated time ranks it there too).
     params: Vec<(f64, f64)>,
-    /// (GPU count, when its bucket was last keyed), by GPU count; `None` after a filing.
-    /// A fill reads only the buckets of jobs that fit in what is free: only those are keyed.
-    keyed_at: Vec<(u32, Option<SimTime>)>,
-    /// Re-keying scratch.
-    scratch: Vec<Rank>,
+    /// (GPU count, its jobs), by GPU count.
+    trees: Vec<(u32, Tournament)>,
+    /// By job index: its leaf in its bucket's tree while it is filed.
+    leaves: Vec<u32>,
 }
 
+/// `Fairness::leaves` of a job not filed.
+const NO_LEAF: u32 = u32::MAX;
+
 impl Fairness {
-    /// Notes a filing into the bucket of `gpus`: its ranks need keying again.
-    fn filed(&mut self, gpus: u32) {
-        match self.keyed_at.binary_search_by_key(&gpus, |k| k.0) {
-            Ok(k) => self.keyed_at[k].1 = None,
-            Err(k) => self.keyed_at.insert(k, (gpus, None)),
+    /// Files job `id` (submitted at `submit` µs) in the tree of `gpus`.
+    #[inline(never)]
+    fn file(&mut self, gpus: u32, submit: u64, id: u32) {
+        let (remaining, isolated) = self
+            .params
+            .get(id as usize)
+            .copied()
+            .unwrap_or((f64::INFINITY, 1.0));
+        let t = match self.trees.binary_search_by_key(&gpus, |t| t.0) {
+            Ok(t) => t,
+            Err(t) => {
+                self.trees.insert(t, (gpus, Tournament::default()));
+                t
+            }
+        };
+        let leaf = self.trees[t].1.insert(FairLine {
+            submit,
+            id,
+            remaining,
+            isolated,
+        });
+        let i = id as usize;
+        if self.leaves.len() <= i {
+            self.leaves.resize((i + 1).next_power_of_two(), NO_LEAF);
+        }
+        self.leaves[i] = leaf;
+    }
+
+    /// Takes job `id` out of the tree of `gpus`.
+    #[inline(never)]
+    fn unfile(&mut self, gpus: u32, id: u32) {
+        let Some(leaf) = self.leaves.get_mut(id as usize) else {
+            return;
+        };
+        let leaf = std::mem::replace(leaf, NO_LEAF);
+        if let Ok(t) = self.trees.binary_search_by_key(&gpus, |t| t.0) {
+            self.trees[t].1.remove(leaf);
         }
     }
 
-    /// Whether the bucket of `gpus` needs keying at `now`, noting that it is keyed.
-    fn keyed(&mut self, gpus: u32, now: SimTime) -> bool {
-        match self.keyed_at.binary_search_by_key(&gpus, |k| k.0) {
-            Ok(k) => self.keyed_at[k].1.replace(now) != Some(now),
-            Err(k) => {
-                self.keyed_at.insert(k, (gpus, Some(now)));
-                true
-            }
-        }
+    /// The jobs asking `gpus` GPUs in rank order, as of the instant their tree was last
+    /// brought to.
+    fn in_order(&self, gpus: u32) -> Option<InOrder<'_>> {
+        let t = self.trees.binary_search_by_key(&gpus, |t| t.0).ok()?;
+        Some(self.trees[t].1.in_order())
     }
 
     /// Notes what `job`'s key follows from while it waits: its remaining work as the view
@@ -477,7 +467,7 @@ impl Queue {
         self.buckets[b].1.insert(rank);
         slot_mut(&mut self.slots, rank.2 as usize).file(gpus, rank);
         if let Some(fair) = &mut self.fair {
-            fair.filed(gpus);
+            fair.file(gpus, rank.1, rank.2);
         }
     }
 
@@ -490,38 +480,18 @@ impl Queue {
         }
     }
 
-    /// FTF: re-ranks the filed jobs asking at most `limit` GPUs by their keys at `now` (a
-    /// bucket once per instant; nothing for the other orders, whose keys stay put).
-    fn rekey(&mut self, now: SimTime, limit: u64) {
+    /// FTF: brings the ranks of the filed jobs asking at most `limit` GPUs to `now` (nothing
+    /// for the other orders, whose keys stay put).
+    fn advance(&mut self, now: SimTime, limit: u64) {
         let Some(fair) = &mut self.fair else { return };
-        let mut scratch = std::mem::take(&mut fair.scratch);
-        for (gpus, bucket) in &mut self.buckets {
+        for (gpus, tree) in &mut fair.trees {
             if *gpus as u64 > limit {
                 break;
             }
-            if bucket.is_empty() || !fair.keyed(*gpus, now) {
-                continue;
+            if !tree.is_empty() {
+                tree.advance(now);
             }
-            // In the order of the last keying, which the new one mostly keeps.
-            scratch.clear();
-            scratch.extend(bucket.iter().map(|&(_, submit, id)| {
-                let (remaining, isolated) = fair
-                    .params
-                    .get(id as usize)
-                    .copied()
-                    .unwrap_or((f64::INFINITY, 1.0));
-                let key = fairness_key(now, SimTime::from_micros(submit), remaining, isolated);
-                (ordered_bits(key), submit, id)
-            }));
-            sort_nearly_sorted(&mut scratch);
-            for &(key, _, id) in &scratch {
-                if let Some(slot) = self.slots.get_mut(id as usize) {
-                    slot.key = key;
-                }
-            }
-            bucket.refill_sorted(&scratch);
         }
-        fair.scratch = scratch;
     }
 
     /// Notes an arrival: filed, or kept aside when the queue is empty (see `fresh`).
@@ -565,7 +535,10 @@ impl Queue {
         }
     }
 
-    /// Takes `job` out of the queue; its (GPU count, submit µs) if it was waiting.
+    /// Takes `job` out of the queue; its (GPU count, submit µs) if it was waiting. (Inlined
+    /// always: the check for FTF's trees made it a call of its own, +0.9% instructions on
+    /// `bench philly`.)
+    #[inline(always)]
     fn remove(&mut self, job: JobId) -> Option<(u32, u64)> {
         if let Some((gpus, rank)) = self.fresh.filter(|(_, rank)| rank.2 == job.0) {
             self.fresh = None;
@@ -577,6 +550,9 @@ impl Queue {
             .and_then(|s| s.take_queued(job.0))?;
         if let Ok(b) = self.buckets.binary_search_by_key(&gpus, |(g, _)| *g) {
             self.buckets[b].1.remove(&rank);
+        }
+        if let Some(fair) = &mut self.fair {
+            fair.unfile(gpus, job.0);
         }
         Some((gpus, rank.1))
     }
@@ -616,7 +592,13 @@ impl Queue {
                 }
             }
             fair.params = params;
-            fair.keyed_at.clear();
+            fair.trees.clear();
+            fair.leaves.clear();
+            for (gpus, bucket) in &self.buckets {
+                for &(_, submit, id) in bucket.iter() {
+                    fair.file(*gpus, submit, id);
+                }
+            }
         }
     }
 
@@ -860,7 +842,25 @@ impl RunningJobs {
 }
 
 /// A cursor over one queue bucket: (GPU count, the rest, the head).
-type Head<'q> = (u64, crate::rank_set::Iter<'q, Rank>, Option<Rank>);
+type Head<'q> = (u64, BucketIter<'q>, Option<Rank>);
+
+/// The ranks of one bucket in order: its `RankSet`'s, or FTF's tournament's.
+enum BucketIter<'q> {
+    Ranks(crate::rank_set::Iter<'q, Rank>),
+    Fair(InOrder<'q>),
+}
+
+impl Iterator for BucketIter<'_> {
+    type Item = Rank;
+
+    #[inline]
+    fn next(&mut self) -> Option<Rank> {
+        match self {
+            BucketIter::Ranks(it) => it.next().copied(),
+            BucketIter::Fair(it) => it.next(),
+        }
+    }
+}
 
 /// Cursors over the buckets of jobs asking at most `limit` GPUs (inline: made at every
 /// scheduling point, and jobs ask for few distinct GPU counts).
@@ -871,8 +871,11 @@ fn bucket_heads(queue: &Queue, limit: u64) -> SmallVec<[Head<'_>; 8]> {
         .take_while(|&&(g, _)| g as u64 <= limit)
         .filter(|(_, bucket)| !bucket.is_empty())
         .map(|(g, bucket)| {
-            let mut it = bucket.iter();
-            let head = it.next().copied();
+            let mut it = match queue.fair.as_ref().and_then(|f| f.in_order(*g)) {
+                Some(fair) => BucketIter::Fair(fair),
+                None => BucketIter::Ranks(bucket.iter()),
+            };
+            let head = it.next();
             (*g as u64, it, head)
         })
         .collect()
@@ -920,7 +923,7 @@ impl BestHead {
 /// Takes a cursor's head and moves it on.
 fn advance(head: &mut Head<'_>) -> Option<Rank> {
     let taken = head.2;
-    head.2 = head.1.next().copied();
+    head.2 = head.1.next();
     taken
 }
 
@@ -1512,7 +1515,7 @@ impl Policy for OrderedPolicy {
             } else {
                 view.state.free_gpus()
             };
-            queue.rekey(view.now, limit);
+            queue.advance(view.now, limit);
         }
         if replan_now && self.running.as_ref().is_some_and(RunningJobs::keys_known) {
             self.replan_running(view, actions);
@@ -1641,32 +1644,5 @@ impl Policy for OrderedPolicy {
     /// nothing (the untracked path cannot tell without the view).
     fn may_act(&self, trigger: &Trigger) -> bool {
         self.replans_at(trigger) || self.queue.as_ref().is_none_or(|q| !q.nothing_waiting())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The same order as a full sort, for input nearly in order (a few ranks moved, the
-        /// insertion sort's case) and for any input (past its budget, the general sort's).
-        #[test]
-        fn sorting_nearly_sorted_ranks_sorts(
-            n in 0usize..300,
-            moves in prop::collection::vec((0usize..300, 0usize..300), 0..400),
-        ) {
-            let mut ranks: Vec<Rank> = (0..n as u32).map(|i| (u64::from(i / 3), 7, i)).collect();
-            for (a, b) in moves {
-                if a < n && b < n {
-                    ranks.swap(a, b);
-                }
-            }
-            let mut expected = ranks.clone();
-            expected.sort_unstable();
-            sort_nearly_sorted(&mut ranks);
-            prop_assert_eq!(ranks, expected);
-        }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod baselines;
 pub mod free_index;
+mod kinetic;
 pub mod placement;
 pub mod policy;
 mod rank_set;

@@ -1,9 +1,9 @@
 //! The preemptive baselines keep their queue and their running jobs between calls when the
 //! driver reports changes (issue 11), SRTF and FTF rank their running jobs from the progress
 //! lines the simulator sends instead of having every running job brought up to date at each
-//! re-plan, and FTF re-keys its queue at the scheduling points that read it. All three ways must decide alike, job for job: ranking everything from
-//! `view.active` (no tracking), tracking without progress lines (as the daemon runs it), and
-//! tracking with them.
+//! re-plan, and FTF keeps its queue in kinetic tournaments. All three ways must decide alike,
+//! job for job: ranking everything from `view.active` (no tracking), tracking without
+//! progress lines (as the daemon runs it), and tracking with them.
 
 use std::sync::{Arc, Mutex};
 
