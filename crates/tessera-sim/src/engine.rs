@@ -70,7 +70,52 @@ pub struct SimConfig {
     /// Nodes and GPUs failing and coming back, and checkpoint intervals
     /// ([`crate::failures`]); `None`: nothing fails.
     pub failures: Option<Arc<FailureSpec>>,
+    /// Most events the run may process before it stops with [`SimError::EventBudget`];
+    /// `None`: [`default_event_budget`] of the inputs.
+    pub max_events: Option<u64>,
 }
+
+/// Events every run may use, whatever its inputs.
+pub const BASE_EVENT_BUDGET: u64 = 10_000_000;
+/// Events allowed per job and per service on top of [`BASE_EVENT_BUDGET`]: hundreds of times
+/// what the loaded 82k-job LAS bench uses per job (26, most of them preemptions).
+pub const EVENTS_PER_JOB: u64 = 10_000;
+
+/// The event budget of a run of `workload` whose policy has rounds of `round` (if any): a
+/// base, an allowance per job and service, and one event per round over the services'
+/// lifetime (a serving policy ticks through it even when nothing else happens). Runs that
+/// would exceed it (failures that keep interrupting jobs that never checkpoint, years of
+/// rounds) stop with [`SimError::EventBudget`] instead of running for hours.
+pub fn default_event_budget(workload: &Workload, round: Option<SimDuration>) -> u64 {
+    let holders = (workload.jobs().len() + workload.services().len()) as u64;
+    let serving_rounds = match (round, workload.services()) {
+        (Some(r), services) if !r.is_zero() && !services.is_empty() => {
+            let start = services
+                .iter()
+                .map(|s| s.start)
+                .min()
+                .unwrap_or(SimTime::ZERO);
+            let end = services
+                .iter()
+                .map(|s| s.end)
+                .max()
+                .unwrap_or(SimTime::ZERO);
+            end.saturating_since(start).as_micros() / r.as_micros().max(1)
+        }
+        _ => 0,
+    };
+    BASE_EVENT_BUDGET
+        .saturating_add(EVENTS_PER_JOB.saturating_mul(holders))
+        .saturating_add(serving_rounds)
+}
+
+/// Consecutive scheduling points that change nothing (no arrival, completion or
+/// reconfiguration before them, no action from the policy, nothing running) after which the
+/// engine asks whether anything still pending could change that.
+const IDLE_POINTS_BEFORE_CHECK: u32 = 1000;
+
+/// Jobs named in a [`SimError::Stalled`] message (the rest are counted).
+const STALLED_NAMED: usize = 5;
 
 /// Default [`SimConfig::reconfigure_time`]: the order of `nvidia-smi mig` destroy + create.
 pub const DEFAULT_RECONFIGURE_TIME: SimDuration = SimDuration::from_secs(5);
@@ -87,6 +132,7 @@ impl Default for SimConfig {
             reconfigure_time: DEFAULT_RECONFIGURE_TIME,
             serving: ServingConfig::default(),
             failures: None,
+            max_events: None,
         }
     }
 }
@@ -117,6 +163,49 @@ pub enum SimError {
         rate: f64,
         /// When.
         now: SimTime,
+    },
+    /// Jobs are queued that no future event can place: the run cannot progress.
+    #[error(
+        "policy {policy} at {now}: the run cannot progress: {count} queued job(s) ({jobs}) and {why}"
+    )]
+    Stalled {
+        /// Policy name.
+        policy: String,
+        /// When it was detected.
+        now: SimTime,
+        /// The first few queued jobs by id, named.
+        jobs: String,
+        /// How many jobs are queued.
+        count: usize,
+        /// Why nothing can change.
+        why: String,
+    },
+    /// The run used its event budget ([`SimConfig::max_events`]).
+    #[error(
+        "policy {policy} at {now}: stopped after {limit} events, the run's event budget \
+         ({done} of {total} jobs ended); raise it with --max-events (SimConfig::max_events) if \
+         the run is expected to be this long"
+    )]
+    EventBudget {
+        /// Policy name.
+        policy: String,
+        /// When.
+        now: SimTime,
+        /// The budget.
+        limit: u64,
+        /// Jobs ended so far, and in all.
+        done: usize,
+        /// Jobs in the workload.
+        total: usize,
+    },
+    /// An event fell at the end of the clock's range (about 584,000 years: an arrival or a
+    /// completion that saturated), where times no longer mean anything.
+    #[error("policy {policy}: an event falls at the end of the clock's range ({what}); no input may reach it")]
+    TimeOverflow {
+        /// Policy name.
+        policy: String,
+        /// What was due then.
+        what: String,
     },
 }
 
@@ -405,6 +494,10 @@ pub struct Simulation<'a> {
     failed_jobs: Vec<FailedJob>,
     /// Job shapes [`Cluster::can_ever_fit`] accepted (borrowing the workload's specs).
     fitting_shapes: Vec<FitShape<'a>>,
+    /// The run's event budget ([`SimConfig::max_events`]).
+    max_events: u64,
+    /// Consecutive scheduling points that changed nothing (see `note_point`).
+    idle_points: u32,
 }
 
 /// `alloc` with every quota part fixed at `sm` permille (request = limit).
@@ -528,6 +621,9 @@ impl<'a> Simulation<'a> {
             })
             .collect();
         let state: Vec<Progressing> = jobs.iter().map(Progressing::queued).collect();
+        let max_events = config
+            .max_events
+            .unwrap_or_else(|| default_event_budget(workload, round));
         let safe_points = match config.failures.as_deref() {
             Some(f) => jobs
                 .iter()
@@ -590,6 +686,8 @@ impl<'a> Simulation<'a> {
             failure_stats,
             failed_jobs: Vec::new(),
             fitting_shapes: Vec::new(),
+            max_events,
+            idle_points: 0,
         };
         sim.stale = StaleInstants::new(sim.skips_stale());
         sim
@@ -636,6 +734,15 @@ impl<'a> Simulation<'a> {
         if self.finished {
             return Ok(false);
         }
+        if self.events >= self.max_events {
+            return Err(SimError::EventBudget {
+                policy: self.policy.name().to_string(),
+                now: self.now,
+                limit: self.max_events,
+                done: self.done_jobs,
+                total: self.jobs.len(),
+            });
+        }
         let limit = self.config.time_limit;
         let Some(t) = self.next_instant_or_failure() else {
             // Only skipped instants may be left: the run ends at the last (or at the limit),
@@ -645,11 +752,22 @@ impl<'a> Simulation<'a> {
             if let Some(last) = last {
                 self.advance_clock(last);
             }
+            let capacity_short = self
+                .injector
+                .as_ref()
+                .is_some_and(|inj| inj.stall_horizon.is_some());
+            if !self.active.is_empty() && !capacity_short {
+                // Queued jobs, nothing running, nothing pending: nothing can ever place them.
+                return Err(self.stalled(None));
+            }
             if let (Some(limit), false) = (limit, self.stale.is_empty()) {
                 self.advance_clock(limit);
                 self.finish_run("time limit reached");
             } else {
-                self.finish_run("no further events: the job could never be placed");
+                self.finish_run(
+                    "drawn failures kept capacity short: still queued when every GPU down \
+                     had come back once",
+                );
             }
             return Ok(false);
         };
@@ -664,6 +782,9 @@ impl<'a> Simulation<'a> {
                 self.finish_run("time limit reached");
                 return Ok(false);
             }
+        }
+        if t == SimTime::MAX {
+            return Err(self.time_overflow());
         }
         self.advance_clock(t);
         if self.serving.any() && self.serving.sample_controllers(t) {
@@ -775,7 +896,8 @@ impl<'a> Simulation<'a> {
                 || trigger.wakeup
                 || trigger.reconfigured)
         {
-            self.schedule(trigger)?;
+            let acted = self.schedule(trigger)?;
+            self.note_point(&trigger, acted)?;
         }
         if self.done_jobs == self.jobs.len() && !self.serving.live(t) {
             self.finish();
@@ -1216,11 +1338,12 @@ impl<'a> Simulation<'a> {
         self.state[job.index()].running_pos = NOT_ACTIVE;
     }
 
-    fn schedule(&mut self, trigger: Trigger) -> Result<(), SimError> {
+    /// Calls the policy and applies its actions; returns whether it asked for any.
+    fn schedule(&mut self, trigger: Trigger) -> Result<bool, SimError> {
         if !self.policy.may_act(&trigger) {
             // The point happened; the policy's answer (nothing) is known without the call.
             self.scheduling_points += 1;
-            return Ok(());
+            return Ok(false);
         }
         // Syncs are independent per job, so their order does not matter. A policy that does
         // not read running jobs' progress now leaves it to be brought up to date when the job
@@ -1285,7 +1408,132 @@ impl<'a> Simulation<'a> {
         if changed {
             self.record_sample();
         }
-        Ok(())
+        Ok(changed)
+    }
+
+    /// Counts scheduling points that change nothing: no arrival, completion, failure or
+    /// reconfiguration led to them, the policy asked for nothing, and nothing runs. Such a
+    /// point repeats identically (a round, a wake-up) unless something pending changes what
+    /// the policy sees; after [`IDLE_POINTS_BEFORE_CHECK`] of them in a row, a run with
+    /// nothing pending cannot progress and stops with [`SimError::Stalled`]. (Cheap on the
+    /// hot path: a point where something happened only resets a counter.)
+    #[inline]
+    fn note_point(&mut self, trigger: &Trigger, acted: bool) -> Result<(), SimError> {
+        if acted
+            || trigger.arrival
+            || trigger.completion
+            || trigger.reconfigured
+            || !self.running.is_empty()
+        {
+            self.idle_points = 0;
+            return Ok(());
+        }
+        self.idle_points += 1;
+        if self.idle_points < IDLE_POINTS_BEFORE_CHECK {
+            return Ok(());
+        }
+        self.idle_points = 0;
+        if self.something_pending() {
+            return Ok(());
+        }
+        Err(self.stalled(Some(IDLE_POINTS_BEFORE_CHECK)))
+    }
+
+    /// Whether anything still to come could change what the policy sees while nothing
+    /// runs: an arrival, the end of a profiling or of a reconfiguration, the repair of a GPU
+    /// that is down, a service starting, serving or ending.
+    fn something_pending(&self) -> bool {
+        if self.next_arrival < self.jobs.len() {
+            return true;
+        }
+        if self
+            .heap
+            .iter()
+            .any(|Reverse((_, _, e))| !matches!(e, Event::Wakeup))
+        {
+            return true;
+        }
+        if self.serving.any()
+            && (self.serving.live(self.now) || self.serving.peek_boundary().is_some())
+        {
+            return true;
+        }
+        self.injector
+            .as_ref()
+            .is_some_and(|inj| inj.any_down() && inj.all_up_by().is_some_and(|t| t > self.now))
+    }
+
+    /// [`SimError::Stalled`] for the jobs queued now; `points`: how many scheduling points
+    /// in a row changed nothing (`None`: no event at all is left).
+    fn stalled(&self, points: Option<u32>) -> SimError {
+        let mut ids: Vec<JobId> = self.active.iter().map(|a| a.id).collect();
+        ids.sort_unstable();
+        let mut jobs: Vec<String> = ids
+            .iter()
+            .take(STALLED_NAMED)
+            .map(|id| {
+                let j = &self.jobs[id.index()];
+                format!(
+                    "{} ({} GPU{})",
+                    j.name,
+                    j.gpus,
+                    if j.gpus == 1 { "" } else { "s" }
+                )
+            })
+            .collect();
+        if ids.len() > STALLED_NAMED {
+            jobs.push(format!("and {} more", ids.len() - STALLED_NAMED));
+        }
+        let down = self.injector.as_ref().map_or(0, |inj| inj.down_gpus());
+        let mut why = if down > 0 {
+            format!(
+                "{down} of {} GPUs are down with no repair to come; nothing runs",
+                self.capacity.0
+            )
+        } else {
+            "nothing runs".to_string()
+        };
+        match points {
+            Some(k) => why.push_str(&format!(
+                ", nothing is pending (arrival, profiling, reconfiguration, repair, service) and \
+                 the policy placed none of them at {k} scheduling points in a row"
+            )),
+            None => why.push_str(
+                ", no event is left (arrival, profiling, reconfiguration, repair, service, \
+                 round or wake-up) and the policy placed none of them",
+            ),
+        }
+        SimError::Stalled {
+            policy: self.policy.name().to_string(),
+            now: self.now,
+            jobs: jobs.join(", "),
+            count: ids.len(),
+            why,
+        }
+    }
+
+    /// [`SimError::TimeOverflow`], naming what was due at the end of the clock.
+    fn time_overflow(&self) -> SimError {
+        let what = if let Some(j) = self
+            .jobs
+            .get(self.next_arrival)
+            .filter(|j| j.submit == SimTime::MAX)
+        {
+            format!("job {} arrives there", j.name)
+        } else if let Some((_, _, j)) = self
+            .completions
+            .first()
+            .filter(|(t, _, _)| *t == SimTime::MAX)
+        {
+            let name = self.jobs.get(j as usize).map_or("?", |j| &*j.name);
+            format!("job {name} would complete there")
+        } else {
+            "an event of the run".to_string()
+        };
+        SimError::TimeOverflow {
+            policy: self.policy.name().to_string(),
+            what,
+        }
     }
 
     /// Asks for the run state of `action`'s job (see [`schedule`](Self::schedule)).

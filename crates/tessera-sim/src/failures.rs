@@ -564,6 +564,11 @@ impl Injector {
         self.down_now > 0
     }
 
+    /// GPUs down now.
+    pub(crate) fn down_gpus(&self) -> u64 {
+        self.down_now
+    }
+
     /// An instant by which every GPU down now has come back at least once (listed ups are
     /// bounded by the last listed event; drawn nodes by their scheduled repair).
     pub(crate) fn all_up_by(&self) -> Option<SimTime> {

@@ -35,7 +35,10 @@ pub mod failures;
 pub mod metrics;
 pub mod serving;
 
-pub use engine::{Progress, SimConfig, SimError, Simulation, DEFAULT_RECONFIGURE_TIME};
+pub use engine::{
+    default_event_budget, Progress, SimConfig, SimError, Simulation, BASE_EVENT_BUDGET,
+    DEFAULT_RECONFIGURE_TIME, EVENTS_PER_JOB,
+};
 pub use failures::{FailureEvent, FailureSpec, FailureSpecError, GroupMtbf, Health};
 pub use metrics::{
     FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord, RestartStats,

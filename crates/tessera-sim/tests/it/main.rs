@@ -4,6 +4,7 @@ mod chaos;
 mod devices;
 mod failures;
 mod invariants;
+mod progress;
 mod scenarios;
 mod serving;
 
