@@ -64,7 +64,11 @@ const SIMULATE_EXAMPLES: &str = "Examples:
   tessera simulate --cluster c.yaml --trace jobs.csv --policy fifo --policy las --out out/
       compare two policies on your files; out/ gets CSVs, summary.json and plots
   tessera simulate --cluster pai_machine_spec.csv --trace cluster_log.csv --reject-unfit
-      a Helios log on Alibaba PAI's 2020 machines; jobs that never fit are reported, not fatal";
+      a Helios log on Alibaba PAI's 2020 machines; jobs that never fit are reported, not fatal
+
+Exit status: 0 when every policy ran; 1 for bad input; 2 for an internal error; 3 when at
+least one policy failed (its row shows the error, the others' results are printed and --out
+is written).";
 
 const SERVE_EXAMPLES: &str = "Examples:
   tessera serve --config tessera.yaml
@@ -297,6 +301,19 @@ pub struct SimulateArgs {
     /// overrides the failures file. Default: always requeued.
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<u32>,
+
+    /// Stop every run at this simulated time (seconds, or a number with s/m/h/d: `30m`,
+    /// `2h`); jobs still queued or running then are reported unfinished. Default: a run ends
+    /// when its workload is done (every job ended, every service over).
+    #[arg(long, value_name = "DURATION")]
+    pub horizon: Option<String>,
+
+    /// Most events one run may process before it stops with an error (a guard against runs
+    /// that would take hours: failures that never let jobs finish, years of short rounds).
+    /// Default: 10 million + 10,000 per job and per service (+ one per round over the
+    /// services' lifetime).
+    #[arg(long, value_name = "N")]
+    pub max_events: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,8 @@
 //! This binary is glue: arguments (`args`), one module per command (`cmd`), and rendering.
 //! Errors print as `error: …` followed by `caused by: …` lines; exit 0 on success, 1 for bad
 //! input or a failed command, 2 for internal errors (a policy bug caught by the simulator),
-//! and 0 when stdout is closed early (`tessera … | head`).
+//! 3 when `simulate` ran several policies and some failed (the others' results stand), and
+//! 0 when stdout is closed early (`tessera … | head`).
 
 mod args;
 mod builtin;
@@ -71,6 +72,13 @@ fn main() -> ExitCode {
                     eprintln!("  caused by: {text}");
                     shown = text;
                 }
+            }
+            // Some policies failed, the others' results were printed and written.
+            if err
+                .downcast_ref::<cmd::simulate::PoliciesFailed>()
+                .is_some()
+            {
+                return ExitCode::from(cmd::simulate::PoliciesFailed::EXIT_CODE);
             }
             // A policy or model bug exits 2 whichever command surfaced it.
             let internal = err.chain().any(|c| {

@@ -7,12 +7,16 @@ use serde::Serialize;
 use tessera_sim::{JobOutcome, SimReport, Summary};
 
 /// One policy's line of `summary.json` (a stable contract: extend, do not break): the policy,
-/// every field of the simulator's [`Summary`] flattened beside it, and the wall time.
+/// every field of the simulator's [`Summary`] flattened beside it, and the wall time; for a
+/// policy whose run failed, no summary and the `error` instead.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicySummary {
     pub policy: String,
     #[serde(flatten)]
-    pub summary: Summary,
+    pub summary: Option<Summary>,
+    /// Why the policy's run failed (the other policies' results stand); absent when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub wall_s: f64,
     /// Policy counters (e.g. Synergy-OPT's solve time and gap), as [name, value] pairs;
     /// absent for policies without any.
@@ -28,12 +32,44 @@ impl PolicySummary {
     pub fn new(report: &SimReport, wall_s: f64) -> PolicySummary {
         PolicySummary {
             policy: report.policy.clone(),
-            summary: report.summary.clone(),
+            summary: Some(report.summary.clone()),
+            error: None,
             wall_s,
             policy_stats: report.policy_stats.clone(),
             setup: None,
         }
     }
+
+    /// The row of a policy whose run failed with `error`.
+    pub fn failed(policy: &str, error: String, wall_s: f64) -> PolicySummary {
+        PolicySummary {
+            policy: policy.to_string(),
+            summary: None,
+            error: Some(error),
+            wall_s,
+            policy_stats: Vec::new(),
+            setup: None,
+        }
+    }
+}
+
+/// The rows whose policy ran, with their summaries.
+fn ran(summaries: &[PolicySummary]) -> impl Iterator<Item = (&PolicySummary, &Summary)> {
+    summaries
+        .iter()
+        .filter_map(|p| p.summary.as_ref().map(|s| (p, s)))
+}
+
+/// One line per failed policy, under a table: `POLICY: failed: ERROR`.
+pub fn failed_notes(summaries: &[PolicySummary]) -> String {
+    summaries
+        .iter()
+        .filter_map(|p| {
+            p.error
+                .as_ref()
+                .map(|e| format!("{}: failed: {e}\n", p.policy))
+        })
+        .collect()
 }
 
 /// Truth model and engine semantics of a run, when not the defaults (trace, exact).
@@ -95,12 +131,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// The serving and device-activity comparison, one row per policy and service; empty when
 /// the workload has no services.
 pub fn serving_table(summaries: &[PolicySummary]) -> String {
-    if summaries.iter().all(|p| p.summary.services.is_empty()) {
+    if ran(summaries).all(|(_, s)| s.services.is_empty()) {
         return String::new();
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
-    for p in summaries {
-        let s = &p.summary;
+    for (p, s) in ran(summaries) {
         for v in &s.services {
             rows.push(vec![
                 p.policy.clone(),
@@ -118,8 +153,8 @@ pub fn serving_table(summaries: &[PolicySummary]) -> String {
         }
     }
     let mut notes = String::new();
-    for p in summaries {
-        for v in &p.summary.services {
+    for (p, s) in ran(summaries) {
+        for v in &s.services {
             if let Some(why) = &v.unschedulable {
                 notes.push_str(&format!(
                     "{} under {}: unschedulable: {why}\n",
@@ -152,13 +187,13 @@ pub fn serving_table(summaries: &[PolicySummary]) -> String {
 /// Failures injected per policy (issue 9), when any were: down events, capacity down, GPU
 /// time and work lost since the last checkpoints, restarts per job, jobs failed (with why).
 pub fn failures_table(summaries: &[PolicySummary]) -> String {
-    if summaries.iter().all(|p| p.summary.failures.is_none()) {
+    if ran(summaries).all(|(_, s)| s.failures.is_none()) {
         return String::new();
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut notes = String::new();
-    for p in summaries {
-        let Some(f) = &p.summary.failures else {
+    for (p, s) in ran(summaries) {
+        let Some(f) = &s.failures else {
             continue;
         };
         rows.push(vec![
@@ -192,16 +227,22 @@ pub fn failures_table(summaries: &[PolicySummary]) -> String {
     )
 }
 
-/// The comparison table of `tessera simulate`; speed-ups are relative to the first policy.
+/// The comparison table of `tessera simulate`; speed-ups are relative to the first policy
+/// that ran. A policy whose run failed has a row saying so, and its error below the table.
 pub fn comparison_table(summaries: &[PolicySummary]) -> String {
-    let base = summaries
-        .first()
-        .map(|p| p.summary.avg_jct_s)
+    let base = ran(summaries)
+        .next()
+        .map(|(_, s)| s.avg_jct_s)
         .unwrap_or(0.0);
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|p| {
-            let s = &p.summary;
+            let Some(s) = &p.summary else {
+                let mut row = vec![p.policy.clone(), "FAILED".to_string()];
+                row.resize(12, "-".to_string());
+                row.push(format!("{:.2} s", p.wall_s));
+                return row;
+            };
             let speedup = if s.avg_jct_s > 0.0 {
                 format!("{:.2}x", base / s.avg_jct_s)
             } else {
@@ -241,7 +282,7 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
             "wall",
         ],
         &rows,
-    )
+    ) + &failed_notes(summaries)
 }
 
 /// Writes `jobs.csv` (one row per job and policy), `summary.json` and `timeseries.csv`.

@@ -257,10 +257,9 @@ pub struct ServingSetup {
     /// uses it unless the user named a truth model; `None` = the run's.
     pub truth: Option<Arc<dyn ThroughputModel>>,
     /// Window of the recent load figures the policy reads; `None` = the simulator's.
+    /// (A setup never ends a run: a run ends when its workload is done, or at a horizon its
+    /// driver sets, e.g. an experiment measuring the services' lifetime.)
     pub window: Option<tessera_model::SimDuration>,
-    /// The run measures the services' lifetime: it stops when the last service ends
-    /// (training still running then is reported unfinished). Ignored without services.
-    pub until_services_end: bool,
 }
 
 #[cfg(feature = "experiments")]
@@ -272,20 +271,18 @@ impl std::fmt::Debug for ServingSetup {
             .field("controller", &self.controller)
             .field("truth", &self.truth.is_some())
             .field("window", &self.window)
-            .field("until_services_end", &self.until_services_end)
             .finish()
     }
 }
 
 #[cfg(feature = "experiments")]
 impl ServingSetup {
-    /// Sets a run's serving settings (arrivals seeded by `seed`) and, for a workload with
-    /// services and `until_services_end`, its time limit (the earlier of the given one and
-    /// the last service's end). The truth is the caller's to pick ([`ServingSetup::truth`]).
+    /// Sets a run's serving settings (arrivals seeded by `seed`); the time limit stays the
+    /// driver's. The truth is the caller's to pick ([`ServingSetup::truth`]).
     pub fn apply(
         &self,
         config: &mut tessera_sim::SimConfig,
-        workload: &tessera_model::Workload,
+        _workload: &tessera_model::Workload,
         seed: u64,
     ) {
         config.serving.model = Arc::clone(&self.model);
@@ -293,10 +290,6 @@ impl ServingSetup {
         config.serving.seed = seed;
         if let Some(w) = self.window {
             config.serving.window = w;
-        }
-        let end = workload.services().iter().map(|s| s.end).max();
-        if let (true, Some(end)) = (self.until_services_end, end) {
-            config.time_limit = Some(config.time_limit.map_or(end, |t| t.min(end)));
         }
     }
 }

@@ -184,7 +184,7 @@ pub enum SimError {
     #[error(
         "policy {policy} at {now}: stopped after {limit} events, the run's event budget \
          ({done} of {total} jobs ended); raise it with --max-events (SimConfig::max_events) if \
-         the run is expected to be this long"
+         the run is expected to be this long, or end it earlier with --horizon"
     )]
     EventBudget {
         /// Policy name.

@@ -4,7 +4,7 @@ mod builtins;
 pub mod daemon;
 pub mod experiment;
 pub mod plan;
-mod simulate;
+pub(crate) mod simulate;
 pub mod sweep;
 mod trace;
 

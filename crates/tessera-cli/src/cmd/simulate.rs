@@ -9,7 +9,7 @@ use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, mechanism_of_policy, serving_setup, truths,
     ServingSetup, Truth, TruthOptions, EXACT_ENGINE,
 };
-use tessera_model::{Cluster, SimDuration, Workload};
+use tessera_model::{Cluster, SimDuration, SimTime, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
 use tessera_sched::PolicyOptions;
 use tessera_sim::{
@@ -146,7 +146,9 @@ fn resolve_truth(name: &str, runs: &[PolicyRun], options: &TruthOptions) -> Resu
 /// What `tessera simulate` computed: the `summary.json` document, the reports behind it, and
 /// the reader's remarks (detected format, unfit jobs) that `run` prints on stderr.
 pub struct Simulated {
+    /// Every policy's row, failed ones with their error.
     pub doc: SummaryDoc,
+    /// The reports of the policies that ran (failed ones have none).
     pub reports: Vec<SimReport>,
     pub notes: Vec<String>,
     /// Jobs in the (possibly re-timed) workload.
@@ -154,6 +156,53 @@ pub struct Simulated {
     /// Nodes of the cluster.
     pub nodes: usize,
 }
+
+/// Some policies' runs failed; the others' results were printed and written. `tessera`
+/// exits with [`PoliciesFailed::EXIT_CODE`].
+#[derive(Debug)]
+pub struct PoliciesFailed {
+    /// The failed policies, in input order.
+    pub failed: Vec<String>,
+    /// Policies run in all.
+    pub total: usize,
+}
+
+impl PoliciesFailed {
+    /// The exit status of `tessera simulate` when any policy failed (documented in --help).
+    pub const EXIT_CODE: u8 = 3;
+
+    fn of(doc: &SummaryDoc) -> Option<PoliciesFailed> {
+        let failed: Vec<String> = doc
+            .policies
+            .iter()
+            .filter(|p| p.error.is_some())
+            .map(|p| p.policy.clone())
+            .collect();
+        (!failed.is_empty()).then(|| PoliciesFailed {
+            failed,
+            total: doc.policies.len(),
+        })
+    }
+}
+
+impl std::fmt::Display for PoliciesFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} policies failed ({}){}",
+            self.failed.len(),
+            self.total,
+            self.failed.join(", "),
+            if self.failed.len() < self.total {
+                "; the others' results stand"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl std::error::Error for PoliciesFailed {}
 
 pub fn run(args: &SimulateArgs) -> Result<()> {
     if let Some(format) = tessera_mechanisms::experiment::replay_formats()
@@ -235,7 +284,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
         eprintln!("wrote {}", written.join(", "));
     }
-    Ok(())
+    match PoliciesFailed::of(&doc) {
+        Some(failed) => Err(failed.into()),
+        None => Ok(()),
+    }
 }
 
 /// A workload format a mechanism replays with its own engine (e.g. a packing workload):
@@ -280,6 +332,21 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let mut trace = load_trace(&args.trace, format, &catalog, args.skip_invalid, args.seed)?;
     let arrivals: Arrivals = args.arrivals.parse().context("--arrivals")?;
     trace.workload = with_arrivals(&trace.workload, arrivals, args.seed);
+    if let Some(last) = trace.workload.jobs().last().map(|j| j.submit) {
+        // A very low rate draws arrivals past any meaningful time (they saturate at the end
+        // of the clock, where a job would seem to finish without starting).
+        if arrivals != Arrivals::Trace
+            && last > SimTime::ZERO + SimDuration::from_secs(tessera_model::MAX_INPUT_SECS)
+        {
+            bail!(
+                "--arrivals {}: the drawn arrivals reach {:.3e} s, past the limit of {} s \
+                 (about 31.7 years): use a higher rate",
+                args.arrivals,
+                last.as_secs_f64(),
+                tessera_model::MAX_INPUT_SECS
+            );
+        }
+    }
     let arrivals_label = (arrivals != Arrivals::Trace).then(|| arrivals.to_string());
     if trace.detected {
         notes.push(format!(
@@ -358,7 +425,23 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             engine: semantics.map_or(EXACT_ENGINE, |e| e.name),
         },
     )?;
+    let horizon = args
+        .horizon
+        .as_deref()
+        .map(|h| {
+            let d = parse_duration(h).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?;
+            if d.is_zero() {
+                bail!("--horizon must be > 0");
+            }
+            Ok(SimTime::ZERO + d)
+        })
+        .transpose()?;
+    if args.max_events == Some(0) {
+        bail!("--max-events must be at least 1");
+    }
     let config = SimConfig {
+        time_limit: horizon,
+        max_events: args.max_events,
         restart_costs: if args.no_restart_cost || semantics.is_some() {
             RestartCosts::free()
         } else {
@@ -395,9 +478,12 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let summaries: Vec<PolicySummary> = results
         .iter()
         .zip(&runs)
-        .map(|((r, wall), run)| PolicySummary {
-            setup: run.setup.as_ref().map(|s| s.about.to_string()),
-            ..PolicySummary::new(r, *wall)
+        .map(|((r, wall), run)| match r {
+            Ok(r) => PolicySummary {
+                setup: run.setup.as_ref().map(|s| s.about.to_string()),
+                ..PolicySummary::new(r, *wall)
+            },
+            Err(e) => PolicySummary::failed(&run.name, format!("{e:#}"), *wall),
         })
         .collect();
     // Reported when it is not the default (trace truth, exact engine), so the default
@@ -426,7 +512,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         trace_dropped: (trace.dropped > 0).then_some(trace.dropped),
         policies: summaries,
     };
-    let reports = results.into_iter().map(|(r, _)| r).collect();
+    let reports = results.into_iter().filter_map(|(r, _)| r.ok()).collect();
     Ok(Simulated {
         doc,
         reports,
@@ -517,53 +603,72 @@ fn failure_spec(args: &SimulateArgs, cluster: &Cluster) -> Result<Option<Failure
     Ok(Some(spec))
 }
 
+/// One policy's result: its report, or why its run failed; and its wall time in seconds.
+pub type PolicyResult = (Result<SimReport>, f64);
+
 /// Runs each policy (at most `threads` at once) under `engine`; results in input order with
-/// their wall time in seconds.
+/// their wall time in seconds. One policy's failure (an error, or a panic: a bug) is its own
+/// result: the others run to the end.
 pub fn run_policies_with(
     cluster: &Cluster,
     workload: &Workload,
     runs: &[PolicyRun],
     engine: &Engine,
     threads: usize,
-) -> Result<Vec<(SimReport, f64)>> {
+) -> Result<Vec<PolicyResult>> {
     let truth = engine.truth.model.as_ref();
     let bars = Bars::new();
+    let one = |spec: &PolicyRun| -> Result<SimReport> {
+        let policy = build_policy(&spec.name, &spec.options)?;
+        let report = match (engine.semantics, &spec.setup) {
+            (Some(e), _) => (e.run)(cluster, workload, truth, policy, &engine.config),
+            (None, Some(setup)) => {
+                // The policy's own serving truth and settings: the same as its
+                // mechanism's experiments use.
+                let mut config = engine.config.clone();
+                setup.apply(&mut config, workload, engine.seed);
+                let truth = match (&setup.truth, engine.truth_given) {
+                    (Some(t), false) => {
+                        config.profiler = None;
+                        t.as_ref()
+                    }
+                    _ => truth,
+                };
+                let mut bar = bars.bar(&spec.name, workload.len());
+                Simulation::new(cluster, workload, truth, policy, config).run(&mut bar)
+            }
+            (None, None) => {
+                let mut bar = bars.bar(&spec.name, workload.len());
+                Simulation::new(cluster, workload, truth, policy, engine.config.clone())
+                    .run(&mut bar)
+            }
+        }
+        .with_context(|| format!("simulating policy {}", spec.name))?;
+        Ok(report)
+    };
     let results = run_parallel(
         runs,
         threads,
         |_| 1.0,
-        |spec| -> Result<(SimReport, f64)> {
-            let policy = build_policy(&spec.name, &spec.options)?;
+        |spec| -> PolicyResult {
             let started = Instant::now();
-            let report = match (engine.semantics, &spec.setup) {
-                (Some(e), _) => (e.run)(cluster, workload, truth, policy, &engine.config),
-                (None, Some(setup)) => {
-                    // The policy's own serving truth and settings: the same as its
-                    // mechanism's experiments use.
-                    let mut config = engine.config.clone();
-                    setup.apply(&mut config, workload, engine.seed);
-                    let truth = match (&setup.truth, engine.truth_given) {
-                        (Some(t), false) => {
-                            config.profiler = None;
-                            t.as_ref()
-                        }
-                        _ => truth,
-                    };
-                    let mut bar = bars.bar(&spec.name, workload.len());
-                    Simulation::new(cluster, workload, truth, policy, config).run(&mut bar)
-                }
-                (None, None) => {
-                    let mut bar = bars.bar(&spec.name, workload.len());
-                    Simulation::new(cluster, workload, truth, policy, engine.config.clone())
-                        .run(&mut bar)
-                }
-            }
-            .with_context(|| format!("simulating policy {}", spec.name))?;
-            Ok((report, started.elapsed().as_secs_f64()))
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| one(spec)))
+                .unwrap_or_else(|payload| {
+                    let text = payload
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    Err(anyhow::anyhow!(
+                        "simulating policy {}: it panicked (a bug): {text}",
+                        spec.name
+                    ))
+                });
+            (result, started.elapsed().as_secs_f64())
         },
         &|_, _| {},
     )?;
-    results.into_iter().collect()
+    Ok(results)
 }
 
 #[cfg(test)]
@@ -588,14 +693,14 @@ mod tests {
         serde_json::to_value(v).unwrap()
     }
 
-    /// "Same policy code in every driver": `simulate` on part (b)'s built-ins gives exactly
-    /// the figures `repro dilu --parts b` computes for the same seed, every field of the
-    /// summary (device activity, per-service violations, served RPS, p99) and the policy's
-    /// counters.
+    /// "Same policy code in every driver": `simulate` on part (b)'s built-ins, given the
+    /// horizon part (b) measures (the services' lifetime), gives exactly the figures
+    /// `repro dilu --parts b` computes for the same seed, every field of the summary (device
+    /// activity, per-service violations, served RPS, p99) and the policy's counters.
     #[test]
     fn dilu_policies_in_simulate_match_the_repro_exactly() {
         use tessera_mechanisms::dilu::serve_repro::{
-            run_serving, scenario_cluster, scenario_workload,
+            run_serving, scenario_cluster, scenario_workload, services_end,
         };
         let policies = [
             "dilu-exclusive",
@@ -603,6 +708,8 @@ mod tests {
             "dilu-no-vertical",
             "dilu",
         ];
+        let (cluster, workload) = (scenario_cluster().unwrap(), scenario_workload().unwrap());
+        let horizon = format!("{}", services_end(&workload).unwrap().as_secs_f64());
         let mut argv = vec![
             "--cluster",
             "builtin:dilu-4x4",
@@ -610,12 +717,13 @@ mod tests {
             "builtin:dilu-serving",
             "--seed",
             "2",
+            "--horizon",
+            &horizon,
         ];
         for p in policies {
             argv.extend(["--policy", p]);
         }
         let got = execute(&args(&argv)).unwrap();
-        let (cluster, workload) = (scenario_cluster().unwrap(), scenario_workload().unwrap());
         assert_eq!(got.reports.len(), 4);
         for ((p, report), summary) in policies.iter().zip(&got.reports).zip(&got.doc.policies) {
             let want = run_serving(&cluster, &workload, p, 2, false).unwrap();
@@ -637,6 +745,8 @@ mod tests {
             "builtin:dilu-serving",
             "--seed",
             "3",
+            "--horizon",
+            &horizon,
             "--policy",
             "dilu",
         ]))
@@ -649,7 +759,7 @@ mod tests {
 
     /// A policy without a serving setup runs as before: trace truth, the default serving
     /// model, no controller, no time limit, arrivals seeded 0; a Dilu policy in the same
-    /// run changes nothing for it.
+    /// run changes nothing for it, and runs its training to the end too.
     #[test]
     fn policies_without_a_setup_are_unchanged() {
         let catalog = tessera_model::GpuCatalog::builtin();
@@ -688,10 +798,11 @@ mod tests {
             assert_eq!(got.doc.policies[0].setup, None);
             assert!(json(&got.doc.policies[0]).get("setup").is_none());
         }
-        // The training job (120 s) outlives the services (60 s): only dilu's setup stops at
-        // the services' end.
+        // The training job (120 s) outlives the services (60 s): no policy's run ends with
+        // the services (issue 36: it did under dilu's setup, leaving the job unfinished).
         assert_eq!(mixed.reports[0].summary.unfinished, 0);
-        assert_eq!(mixed.reports[1].summary.unfinished, 1);
+        assert_eq!(mixed.reports[1].summary.unfinished, 0);
+        assert_eq!(mixed.reports[1].summary.finished, 1);
         assert!(mixed.doc.policies[1].setup.is_some());
     }
 

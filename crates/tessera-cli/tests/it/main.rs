@@ -4,6 +4,7 @@ mod dilu;
 mod failures;
 mod plan;
 mod plots;
+mod progress;
 mod realmode;
 mod sweep;
 mod synergy_reference;

@@ -304,6 +304,11 @@ pub fn scenario_workload_with(scenario: &Scenario) -> Result<Workload, ScenarioE
     Ok(Workload::with_services(jobs, services))
 }
 
+/// The end of the last service of `workload`: part (b)'s horizon.
+pub fn services_end(workload: &Workload) -> Option<tessera_model::SimTime> {
+    workload.services().iter().map(|s| s.end).max()
+}
+
 /// Runs one policy of part (b) with `seed` (arrivals) on the policy's serving setup
 /// ([`super::setup::serving_setup`]: Dilu's controller for `dilu`); `check` checks the simulator's invariants after every step.
 pub fn run_serving(
@@ -318,8 +323,12 @@ pub fn run_serving(
     // The setup `tessera simulate` uses too: one code path for both drivers.
     let setup = super::setup::serving_setup(policy)
         .ok_or_else(|| ScenarioError::UnknownPolicy(policy.to_string()))??;
+    // Part (b) measures the services' lifetime: its horizon is the last service's end
+    // (training still running then is reported unfinished). `tessera simulate --horizon`
+    // gives the same runs.
     let mut config = SimConfig {
         record_timeseries: false,
+        time_limit: services_end(workload),
         ..SimConfig::default()
     };
     setup.apply(&mut config, workload, seed);

@@ -54,7 +54,7 @@ spec:
 #[cfg(feature = "experiments")]
 pub const WORKLOAD: BuiltinWorkload = BuiltinWorkload {
     name: "dilu-serving",
-    about: "Dilu's serving scenario (repro dilu part b): RoBERTa-large bursty, BERT-base periodic, LLaMA2-7B Poisson, four training jobs; on builtin:dilu-4x4 with the dilu policies",
+    about: "Dilu's serving scenario (repro dilu part b): RoBERTa-large bursty, BERT-base periodic, LLaMA2-7B Poisson, four never-ending training jobs; on builtin:dilu-4x4 with the dilu policies and --horizon 1007 (the services' lifetime)",
     generate: serving_workload,
 };
 
@@ -79,24 +79,28 @@ pub fn workloads() -> &'static [BuiltinWorkload] {
 /// `static-shares`, `dilu-exclusive`; case-insensitive); `None` for any other name.
 ///
 /// All four run on the tables ([`DiluServingModel`]) and [`DiluTruth`] with a 2 s window (at
-/// each 1 s tick the horizontal scaler reads the last whole second) and stop when the last
-/// service ends; only `dilu` gets the overflow controller ([`DiluController`]).
+/// each 1 s tick the horizontal scaler reads the last whole second); only `dilu` gets the
+/// overflow controller ([`DiluController`]). A run ends when its workload is done, training
+/// included; part (b) measures the services' lifetime with an explicit horizon
+/// ([`super::serve_repro::run_serving`]).
 #[cfg(feature = "experiments")]
 pub fn serving_setup(policy: &str) -> Option<Result<ServingSetup, TableError>> {
     let p = DiluServe::by_name(policy)?;
     let vertical = p.name() == "dilu";
-    Some(DiluServingModel::shipped().map(|model| ServingSetup {
-        about: if vertical {
-            "Dilu latency tables, quota training truth, vertical scaling, until the services end"
-        } else {
-            "Dilu latency tables, quota training truth, static shares, until the services end"
-        },
-        model: Arc::new(model),
-        controller: vertical
-            .then(|| Arc::new(DiluController) as Arc<dyn tessera_sim::serving::ShareController>),
-        truth: Some(Arc::new(DiluTruth)),
-        window: Some(SimDuration::from_secs(2)),
-        until_services_end: true,
+    Some(DiluServingModel::shipped().map(|model| {
+        ServingSetup {
+            about: if vertical {
+                "Dilu latency tables, quota training truth, vertical scaling"
+            } else {
+                "Dilu latency tables, quota training truth, static shares"
+            },
+            model: Arc::new(model),
+            controller: vertical.then(|| {
+                Arc::new(DiluController) as Arc<dyn tessera_sim::serving::ShareController>
+            }),
+            truth: Some(Arc::new(DiluTruth)),
+            window: Some(SimDuration::from_secs(2)),
+        }
     }))
 }
 
@@ -127,7 +131,7 @@ mod tests {
         ] {
             let s = serving_setup(name).unwrap().unwrap();
             assert_eq!(s.controller.is_some(), vertical, "{name}");
-            assert!(s.truth.is_some() && s.until_services_end, "{name}");
+            assert!(s.truth.is_some(), "{name}");
             assert_eq!(s.window, Some(SimDuration::from_secs(2)));
         }
         for name in ["las", "serve-exclusive", "exclusive", "dilu-"] {
@@ -139,25 +143,22 @@ mod tests {
     }
 
     #[test]
-    fn apply_sets_the_serving_config_and_stops_with_the_services() {
+    fn apply_sets_the_serving_config_and_leaves_the_horizon_to_the_driver() {
         let w = super::super::serve_repro::scenario_workload().unwrap();
-        let end = w.services().iter().map(|s| s.end).max().unwrap();
         let s = serving_setup("dilu").unwrap().unwrap();
         let mut c = tessera_sim::SimConfig::default();
         s.apply(&mut c, &w, 7);
         assert_eq!(c.serving.seed, 7);
         assert_eq!(c.serving.window, SimDuration::from_secs(2));
         assert!(c.serving.controller.is_some());
-        assert_eq!(c.time_limit, Some(end));
-        // An earlier limit the driver set wins; no services, no limit.
+        // Training does not end with the services (issue 36): no limit unless the driver
+        // sets one, and the driver's stays.
+        assert_eq!(c.time_limit, None);
         let mut c = tessera_sim::SimConfig {
             time_limit: Some(tessera_model::SimTime::from_secs(10)),
             ..Default::default()
         };
         s.apply(&mut c, &w, 7);
         assert_eq!(c.time_limit, Some(tessera_model::SimTime::from_secs(10)));
-        let mut c = tessera_sim::SimConfig::default();
-        s.apply(&mut c, &tessera_model::Workload::new(Vec::new()), 7);
-        assert_eq!(c.time_limit, None);
     }
 }
