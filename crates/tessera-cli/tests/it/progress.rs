@@ -116,15 +116,8 @@ fn horizon_ends_the_run_and_takes_units() {
     assert_eq!(run(&["--horizon", "30m"]), (Some(1), Some(1)));
     assert_eq!(run(&["--horizon", "2h"]), (Some(2), Some(0)));
     for bad in ["0", "-5", "soon"] {
-        let o = tessera(&[
-            "simulate",
-            "--cluster",
-            &cluster,
-            "--trace",
-            &trace,
-            "--horizon",
-            bad,
-        ]);
+        let flag = format!("--horizon={bad}");
+        let o = tessera(&["simulate", "--cluster", &cluster, "--trace", &trace, &flag]);
         assert_eq!(o.status.code(), Some(1), "{bad}");
         assert!(stderr(&o).contains("--horizon"), "{bad}: {}", stderr(&o));
     }
