@@ -91,8 +91,24 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
     })
 }
 
-/// Reads `builtin:NAME` (generated with `seed`) or a trace file.
+/// Reads `builtin:NAME` (generated with `seed`) or a trace file, and checks its services'
+/// bounds (rates, burstiness, requests in all) before anything runs.
 pub fn load_trace(
+    source: &str,
+    format: Option<TraceFormat>,
+    catalog: &GpuCatalog,
+    skip_invalid: bool,
+    seed: u64,
+) -> Result<LoadedTrace> {
+    let trace = read_trace_or_builtin(source, format, catalog, skip_invalid, seed)?;
+    trace
+        .workload
+        .check_services()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", printable(source)))?;
+    Ok(trace)
+}
+
+fn read_trace_or_builtin(
     source: &str,
     format: Option<TraceFormat>,
     catalog: &GpuCatalog,

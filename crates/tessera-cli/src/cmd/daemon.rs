@@ -157,7 +157,7 @@ fn client(args: &ClientArgs) -> Client {
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
@@ -220,7 +220,7 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
         return print_json(&job);
     }
     writeln!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "submitted job {} ({}), {}",
         job.id,
         job.name,
@@ -248,7 +248,7 @@ pub fn list(args: &ListArgs) -> Result<()> {
     if args.client.json {
         return print_json(&jobs);
     }
-    write!(std::io::stdout(), "{}", job_rows(&jobs))?;
+    write!(crate::output::stdout(), "{}", job_rows(&jobs))?;
     Ok(())
 }
 
@@ -287,7 +287,7 @@ pub fn describe(args: &IdArgs) -> Result<()> {
         return print_json(&detail);
     }
     let j = &detail.job;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "job {} ({}), tenant {}, queue {}",
@@ -369,7 +369,7 @@ pub fn cancel(args: &IdArgs) -> Result<()> {
         return print_json(&job);
     }
     writeln!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "job {} ({}): {}",
         job.id,
         job.name,
@@ -418,7 +418,7 @@ pub fn nodes(args: &ClientArgs) -> Result<()> {
         })
         .collect();
     write!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "{}",
         table(
             &["node", "gpu", "health", "gpus", "cpu", "memory", "devices"],
@@ -433,7 +433,7 @@ pub fn queue(args: &ClientArgs) -> Result<()> {
     if args.json {
         return print_json(&q);
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(out, "policy: {}\n", q.policy)?;
     let rows: Vec<Vec<String>> = q
         .queues

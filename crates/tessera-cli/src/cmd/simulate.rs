@@ -171,7 +171,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     for note in &notes {
         eprintln!("{note}");
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -252,7 +252,7 @@ fn run_replay(
     let ctx = tessera_mechanisms::experiment::RunContext::quiet(threads);
     let output = (format.run)(&text, &args.policies, &ctx)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.trace))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&output.summary)?)?;
     } else {

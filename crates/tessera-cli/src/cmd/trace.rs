@@ -27,7 +27,7 @@ fn inspect(args: &InspectArgs) -> Result<()> {
         args.skip_invalid,
         1,
     )?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "{}: format {}{}",
@@ -58,7 +58,7 @@ fn inspect(args: &InspectArgs) -> Result<()> {
 
 fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCatalog) -> Result<()> {
     if output == "-" {
-        tessera_trace::write_tessera_csv(std::io::stdout().lock(), workload, catalog)?;
+        tessera_trace::write_tessera_csv(crate::output::stdout(), workload, catalog)?;
     } else {
         let file = std::fs::File::create(output).with_context(|| format!("creating {output}"))?;
         tessera_trace::write_tessera_csv(std::io::BufWriter::new(file), workload, catalog)
@@ -120,7 +120,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         Ok(n)
     };
     if args.output == "-" {
-        write(&mut std::io::stdout().lock())?;
+        write(&mut crate::output::stdout())?;
     } else {
         let file = std::fs::File::create(&args.output)
             .with_context(|| format!("creating {}", args.output))?;
@@ -154,7 +154,8 @@ fn generate_registered(args: &GenerateArgs) -> Result<()> {
         variant: Some(args.trace.clone()),
         gpus: args.gpus,
     };
-    let workload = (generator.generate)(&options)
+    let workload = generator
+        .run(&options)
         .map_err(|e| anyhow::anyhow!("--generator {}: {e}", generator.name))?;
     write_csv(&args.output, &workload, &GpuCatalog::builtin())
 }

@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use tessera_trace::printable;
 
 use exec::{run_local, run_state, write_plan, RunState};
 use spec::{value_text, Plan, RunKind, Spec};
@@ -320,26 +321,28 @@ fn check_repro_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
 
 fn plan_cmd(args: &PlanArgs) -> Result<()> {
     let (plan, _) = plan_spec(&args.spec)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
         return Ok(());
     }
     let spec = &plan.spec;
+    let axes = spec
+        .axes
+        .iter()
+        .map(|a| format!("{} {}", a.values.len(), a.name))
+        .collect::<Vec<_>>()
+        .join(" x ");
     writeln!(
         out,
         "sweep {}: {} runs of {} ({})",
-        spec.name,
+        printable(&spec.name),
         plan.runs.len(),
         spec.run,
-        spec.axes
-            .iter()
-            .map(|a| format!("{} {}", a.values.len(), a.name))
-            .collect::<Vec<_>>()
-            .join(" x ")
+        printable(&axes)
     )?;
     for (k, v) in &spec.fixed {
-        writeln!(out, "  fixed {k} = {}", value_text(v))?;
+        writeln!(out, "  fixed {} = {}", printable(k), printable(&value_text(v)))?;
     }
     let header: Vec<&str> = ["index", "id"]
         .into_iter()
@@ -388,7 +391,7 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
         for r in &plan.runs {
             if run_state(&args.out, &r.id) == RunState::Failed {
                 let err = slurm::read_error(&args.out, &r.id);
-                eprintln!("  failed {} (index {}): {err}", r.id, r.index);
+                eprintln!("  failed {} (index {}): {}", r.id, r.index, printable(&err));
             }
         }
         bail!(
