@@ -174,7 +174,7 @@ pub fn report_skips(source: &str, trace: &LoadedTrace) {
     if trace.skipped > 0 {
         eprintln!("{source}: skipped {} malformed rows, first:", trace.skipped);
         for e in &trace.skipped_examples {
-            eprintln!("  {e}");
+            eprintln!("  {}", printable(&e.to_string()));
         }
         if trace.skipped > trace.skipped_examples.len() {
             eprintln!(

@@ -50,3 +50,12 @@ impl Write for Stdout {
         note(self.0.flush())
     }
 }
+
+/// `text` for the terminal, line by line: control characters that input names carry (a
+/// model, tensor or tenant name) are escaped, the line breaks of the listing itself kept.
+pub fn printable_lines(text: &str) -> String {
+    text.split('\n')
+        .map(tessera_trace::printable)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -577,7 +577,11 @@ mod tests {
                 load: 1e-300,
                 ..GeneratorOptions::default()
             };
-            assert!(g.run(&o).unwrap_err().contains("past the limit"), "{}", g.name);
+            assert!(
+                g.run(&o).unwrap_err().contains("past the limit"),
+                "{}",
+                g.name
+            );
         }
     }
 }

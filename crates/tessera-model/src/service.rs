@@ -417,19 +417,28 @@ mod tests {
             cv: 1e6,
         })
         .unwrap_err();
-        assert!(e.contains("s.arrivals.gamma.cv") && e.contains("limit of 100"), "{e}");
+        assert!(
+            e.contains("s.arrivals.gamma.cv") && e.contains("limit of 100"),
+            "{e}"
+        );
         assert!(with(ArrivalProcess::Gamma {
             rate: 20.0,
             cv: MAX_ARRIVAL_CV
         })
         .is_ok());
         let e = with(ArrivalProcess::Poisson { rate: 1e9 }).unwrap_err();
-        assert!(e.contains("s.arrivals.poisson.rate") && e.contains("limit of 1e6"), "{e}");
+        assert!(
+            e.contains("s.arrivals.poisson.rate") && e.contains("limit of 1e6"),
+            "{e}"
+        );
         let e = with(ArrivalProcess::RateSeries {
             rates: vec![1.0, 1e12],
         })
         .unwrap_err();
-        assert!(e.contains("rate_series[1]") && e.contains("limit of 1e6"), "{e}");
+        assert!(
+            e.contains("rate_series[1]") && e.contains("limit of 1e6"),
+            "{e}"
+        );
         assert!(with(ArrivalProcess::Poisson { rate: f64::NAN }).is_err());
         assert!(with(ArrivalProcess::Poisson {
             rate: MAX_REQUEST_RATE
@@ -450,7 +459,10 @@ mod tests {
             .collect();
         let w = crate::Workload::with_services(Vec::new(), long);
         let e = w.check_services().unwrap_err().to_string();
-        assert!(e.contains("2.000e9 requests") && e.contains("MAX_EXPECTED_REQUESTS"), "{e}");
+        assert!(
+            e.contains("2.000e9 requests") && e.contains("MAX_EXPECTED_REQUESTS"),
+            "{e}"
+        );
         let w = crate::Workload::with_services(Vec::new(), vec![svc()]);
         assert!(w.check_services().is_ok());
     }

@@ -94,7 +94,7 @@ pub struct SearchResult {
 }
 
 /// States one search may create before it gives up (each holds its steps, its frontier and
-/// a best-cost entry: a few hundred bytes, so some 200 MB at the limit). Wide graphs (many
+/// a best-cost entry: some 700 bytes, so about 350 MB at the limit). Wide graphs (many
 /// tensors live at once) grow the state space exponentially; the budget bounds time and
 /// memory whatever the graph. `tessera plan --max-search-states` overrides it.
 pub const MAX_SEARCH_STATES: u64 = 500_000;

@@ -66,7 +66,13 @@ fn data_parallel_within(
     max_states: u64,
 ) -> Result<(Program, f64), PlanError> {
     let model = CostModel::new(graph, devices, ratios);
-    let res = search_within(graph, &model, Space::DataParallel, f64::INFINITY, max_states);
+    let res = search_within(
+        graph,
+        &model,
+        Space::DataParallel,
+        f64::INFINITY,
+        max_states,
+    );
     match res.program {
         Some(p) => Ok((p, res.cost)),
         None if res.exhausted => Err(PlanError::SearchBudget {

@@ -581,7 +581,9 @@ fn wide_graphs_stay_within_the_search_budget() {
     let started = std::time::Instant::now();
     let plan = synth::plan_within(&graph, &devices, 5_000).unwrap();
     assert!(plan.search_exhausted);
-    assert!(plan.iteration_s.is_finite() && plan.iteration_s <= plan.dp_proportional_s * (1.0 + 1e-9));
+    assert!(
+        plan.iteration_s.is_finite() && plan.iteration_s <= plan.dp_proportional_s * (1.0 + 1e-9)
+    );
     assert!(synth::listing(&plan).contains("state budget"));
     assert!(started.elapsed().as_secs_f64() < 5.0);
     match synth::plan_within(&graph, &devices, 2) {

@@ -88,7 +88,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let config = DaemonConfig::from_file(&args.config)
         .with_context(|| format!("reading daemon config {}", args.config.display()))?;
     for w in config.warnings() {
-        eprintln!("warning: {}: {w}", args.config.display());
+        eprintln!(
+            "warning: {}: {}",
+            args.config.display(),
+            tessera_trace::printable(&w.to_string())
+        );
     }
     tessera_daemon::run(config).context("daemon stopped")?;
     Ok(())

@@ -77,7 +77,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
     } else {
-        write!(out, "{}", synth::listing(&plan))?;
+        write!(
+            out,
+            "{}",
+            crate::output::printable_lines(&synth::listing(&plan))
+        )?;
         writeln!(out, "\nsynthesis and baselines took {elapsed:.3} s")?;
     }
     Ok(())

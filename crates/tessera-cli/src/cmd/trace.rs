@@ -31,14 +31,14 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     writeln!(
         out,
         "{}: format {}{}",
-        args.path,
+        tessera_trace::printable(&args.path),
         format_label(&args.path, &trace),
         if trace.detected { " (detected)" } else { "" }
     )?;
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
         for e in &trace.skipped_examples {
-            writeln!(out, "  {e}")?;
+            writeln!(out, "  {}", tessera_trace::printable(&e.to_string()))?;
         }
     }
     if trace.dropped > 0 {
@@ -52,7 +52,11 @@ fn inspect(args: &InspectArgs) -> Result<()> {
         writeln!(out, "no jobs")?;
         return Ok(());
     }
-    write!(out, "{}", TraceStats::of(&trace.workload))?;
+    write!(
+        out,
+        "{}",
+        crate::output::printable_lines(&TraceStats::of(&trace.workload).to_string())
+    )?;
     Ok(())
 }
 

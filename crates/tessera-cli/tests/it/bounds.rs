@@ -64,7 +64,10 @@ fn refused(args: &[&str], needle: &str) {
     assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
     assert!(err.contains(needle), "{args:?}: want {needle:?} in {err}");
     assert!(!err.contains("panicked"), "{args:?}: {err}");
-    assert!(!has_control(&err), "{args:?}: raw control characters in {err:?}");
+    assert!(
+        !has_control(&err),
+        "{args:?}: raw control characters in {err:?}"
+    );
 }
 
 fn has_control(text: &str) -> bool {
@@ -76,7 +79,14 @@ fn every_generator_refuses_job_counts_past_its_limit_before_allocating() {
     for generator in ["crius", "synergy-reference", "miso-synthetic"] {
         for jobs in ["18446744073709551615", "100000001", "10000001"] {
             refused(
-                &["trace", "generate", "--generator", generator, "--jobs", jobs],
+                &[
+                    "trace",
+                    "generate",
+                    "--generator",
+                    generator,
+                    "--jobs",
+                    jobs,
+                ],
                 "limit of 10000000 jobs",
             );
         }
@@ -95,7 +105,14 @@ fn every_generator_refuses_job_counts_past_its_limit_before_allocating() {
         );
         for load in ["nan", "inf"] {
             refused(
-                &["trace", "generate", "--generator", generator, "--load", load],
+                &[
+                    "trace",
+                    "generate",
+                    "--generator",
+                    generator,
+                    "--load",
+                    load,
+                ],
                 "--load",
             );
         }
@@ -131,9 +148,23 @@ fn a_closed_stdout_ends_every_command_quietly() {
     let cluster = data("four_gpus.yaml");
     let cases: Vec<Vec<&str>> = vec![
         vec!["plan", "--model", "vgg19", "--cluster", "builtin:hap-1"],
-        vec!["plan", "--model", "vgg19", "--cluster", "builtin:hap-1", "--json"],
+        vec![
+            "plan",
+            "--model",
+            "vgg19",
+            "--cluster",
+            "builtin:hap-1",
+            "--json",
+        ],
         vec!["trace", "generate", "--jobs", "100000"],
-        vec!["trace", "generate", "--generator", "crius", "--jobs", "2000"],
+        vec![
+            "trace",
+            "generate",
+            "--generator",
+            "crius",
+            "--jobs",
+            "2000",
+        ],
         vec!["trace", "inspect", &trace],
         vec!["builtins"],
         vec!["simulate", "--cluster", &cluster, "--trace", &trace],
@@ -142,7 +173,10 @@ fn a_closed_stdout_ends_every_command_quietly() {
         let o = with_stdout_closed(&args);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
-        assert!(!err.contains("panicked") && !err.contains("error"), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("error"),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -206,13 +240,22 @@ fn bench_and_repro_parameters_are_bounded() {
             "MAX_EXPECTED_REQUESTS",
         ),
         (vec!["repro", "synergy", "--servers", "0"], "servers"),
-        (vec!["repro", "synergy", "--servers", "4294967295"], "servers"),
+        (
+            vec!["repro", "synergy", "--servers", "4294967295"],
+            "servers",
+        ),
         (
             vec!["repro", "synergy", "--jobs", "18446744073709551615"],
             "jobs",
         ),
-        (vec!["repro", "synergy", "--profile-error", "nan"], "profile-error"),
-        (vec!["repro", "synergy", "--profile-cost", "1e300"], "profile-cost"),
+        (
+            vec!["repro", "synergy", "--profile-error", "nan"],
+            "profile-error",
+        ),
+        (
+            vec!["repro", "synergy", "--profile-cost", "1e300"],
+            "profile-cost",
+        ),
     ] {
         refused(&args, needle);
     }
@@ -255,21 +298,43 @@ fn plan_search_on_a_wide_graph_stays_within_its_state_budget() {
     let cluster = data("plan_cluster.yaml");
     let g = graph.to_str().unwrap();
     let o = bounded(
-        &["plan", "--model", g, "--cluster", &cluster, "--max-search-states", "20000"],
+        &[
+            "plan",
+            "--model",
+            g,
+            "--cluster",
+            &cluster,
+            "--max-search-states",
+            "20000",
+        ],
         20,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("search stopped at its state budget"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("search stopped at its state budget"),
+        "{}",
+        stdout(&o)
+    );
     // Not even data parallelism fits in two states: a clear error naming the flag.
     refused(
-        &["plan", "--model", g, "--cluster", &cluster, "--max-search-states", "2"],
+        &[
+            "plan",
+            "--model",
+            g,
+            "--cluster",
+            &cluster,
+            "--max-search-states",
+            "2",
+        ],
         "--max-search-states",
     );
 }
 
 #[test]
 fn control_characters_from_inputs_never_reach_the_terminal() {
-    const ESC: &str = "\u{1b}[2J\u{7}";
+    // Raw in CSV; as YAML escapes (`\e`, `\a`) in YAML, whose parser refuses them raw.
+    const RAW: &str = "\u{1b}[2J\u{7}";
+    const YAML: &str = r"\e[2J\a";
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str, text: String| {
         let p = dir.path().join(name);
@@ -278,48 +343,103 @@ fn control_characters_from_inputs_never_reach_the_terminal() {
     };
     let cluster = data("four_gpus.yaml");
     let trace = data("small.csv");
-    let csv = path(
-        "bad.csv",
-        format!("job_id,submit_s,gpus,duration_s\nj{ESC},0,{ESC},10\n"),
+    let header = path(
+        "header.csv",
+        format!("job_id,submit_s,gpus,duration_s,x{RAW},x{RAW}\nj,0,1,10,1,1\n"),
+    );
+    let value = path(
+        "value.csv",
+        format!("job_id,submit_s,gpus,duration_s,gpu_types\nj,0,1,10,V{RAW}\n"),
     );
     let failures = path(
         "failures.yaml",
-        format!("kind: Failures\nevents:\n  - {{ time: 10, node: \"node{ESC}\", duration: 5 }}\n"),
+        format!("kind: Failures\nevents:\n  - {{ time: 10, node: \"node{YAML}\", duration: 5 }}\n"),
+    );
+    let gpu = format!(
+        "{{name: \"X{YAML}\", memoryGiB: 16, fp16Tflops: 1, fp32Tflops: 1, memoryBandwidthGBs: 1, sms: 1}}"
     );
     let catalog = path(
         "catalog.yaml",
-        format!(
-            "apiVersion: tessera/v1\nkind: GpuCatalog\nspec:\n  gpus:\n    - {{name: \"X{ESC}\", memoryGiB: -1}}\n"
-        ),
+        format!("apiVersion: tessera/v1\nkind: GpuCatalog\ngpus:\n  - {gpu}\n  - {gpu}\n"),
     );
     let graph = path(
         "graph.yaml",
         format!(
-            "name: g\nloss: loss\ntensors:\n  - {{name: \"x{ESC}\", shape: [4, 4], role: input}}\n  \
-             - {{name: loss, shape: []}}\nops:\n  - {{name: l, kind: loss, inputs: [\"y{ESC}\"], \
+            "name: \"g{YAML}\"\nloss: loss\ntensors:\n  - {{name: x, shape: [4, 4], role: input}}\n  \
+             - {{name: loss, shape: []}}\nops:\n  - {{name: \"l{YAML}\", kind: loss, inputs: [x], \
+             output: loss, dims: \"nc->\"}}\n"
+        ),
+    );
+    let bad_graph = path(
+        "bad_graph.yaml",
+        format!(
+            "name: g\nloss: loss\ntensors:\n  - {{name: x, shape: [4, 4], role: input}}\n  \
+             - {{name: loss, shape: []}}\nops:\n  - {{name: l, kind: loss, inputs: [\"y{YAML}\"], \
              output: loss, dims: \"nc->\"}}\n"
         ),
     );
     let sweep = path(
         "sweep.yaml",
         format!(
-            "apiVersion: tessera/v1\nkind: Sweep\nmetadata: {{name: \"s{ESC}\"}}\nspec:\n  fixed: \
-             {{cluster: \"c{ESC}\"}}\n  axes:\n    policy: [fifo, \"p{ESC}\"]\n"
+            "apiVersion: tessera/v1\nkind: Sweep\nmetadata: {{name: \"s{YAML}\"}}\nspec:\n  \
+             axes:\n    seed: [1, 2]\n"
         ),
     );
+    let sweep_bad = path(
+        "sweep_bad.yaml",
+        format!(
+            "apiVersion: tessera/v1\nkind: Sweep\nspec:\n  fixed: {{cluster: \"c{YAML}\"}}\n  \
+             axes:\n    policy: [fifo]\n"
+        ),
+    );
+    let policy = format!("f{RAW}");
     let cases: Vec<Vec<&str>> = vec![
-        vec!["simulate", "--cluster", &cluster, "--trace", &csv],
-        vec!["trace", "inspect", &csv, "--skip-invalid"],
-        vec!["simulate", "--cluster", &cluster, "--trace", &trace, "--failures", &failures],
-        vec!["simulate", "--cluster", &cluster, "--trace", &trace, "--gpu-catalog", &catalog],
+        vec!["simulate", "--cluster", &cluster, "--trace", &header],
+        vec!["simulate", "--cluster", &cluster, "--trace", &value],
+        vec!["trace", "inspect", &header, "--skip-invalid"],
+        vec![
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--failures",
+            &failures,
+        ],
+        vec![
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--gpu-catalog",
+            &catalog,
+        ],
         vec!["plan", "--model", &graph, "--cluster", "builtin:hap-1"],
+        vec!["plan", "--model", &bad_graph, "--cluster", "builtin:hap-1"],
         vec!["sweep", "plan", &sweep],
-        vec!["simulate", "--cluster", &cluster, "--trace", &trace, "--policy", &format!("f{ESC}")],
+        vec!["sweep", "plan", &sweep_bad],
+        vec![
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            &policy,
+        ],
     ];
     for args in cases {
         let o = bounded(&args, 20);
         let (out, err) = (stdout(&o), stderr(&o));
-        assert!(!has_control(&out) && !has_control(&err), "{args:?}: {out:?} {err:?}");
+        assert!(
+            !has_control(&out) && !has_control(&err),
+            "{args:?}: {out:?} {err:?}"
+        );
+        assert!(
+            out.contains("\\u{1b}") || err.contains("\\u{1b}"),
+            "{args:?}: {out:?} {err:?}"
+        );
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

@@ -290,7 +290,11 @@ impl Experiment for ServingBench {
         let workload = Workload::with_services(Vec::new(), specs);
         // Rates (NaN, past one per microsecond) and the requests in all, before the run.
         workload.check_services().map_err(|e| {
-            ExperimentError::param("rate", &rate.to_string(), &format!("with --secs {secs}: {e}"))
+            ExperimentError::param(
+                "rate",
+                &rate.to_string(),
+                &format!("with --secs {secs}: {e}"),
+            )
         })?;
         let config = SimConfig {
             record_timeseries: false,

@@ -808,7 +808,10 @@ mod tests {
         };
         let far = line("0001-01-01 00:00:00", "a") + &line("9999-12-31 23:59:59", "b");
         let e = parse_dict_lines(&far).unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("beyond the limit"), "{e}");
+        assert!(
+            e.contains("line 2") && e.contains("beyond the limit"),
+            "{e}"
+        );
         // 31 years later is within it.
         let near = line("2000-01-01 00:00:00", "a") + &line("2031-01-01 00:00:00", "b");
         assert!(parse_dict_lines(&near).is_ok());

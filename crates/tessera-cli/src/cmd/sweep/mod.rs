@@ -342,7 +342,12 @@ fn plan_cmd(args: &PlanArgs) -> Result<()> {
         printable(&axes)
     )?;
     for (k, v) in &spec.fixed {
-        writeln!(out, "  fixed {} = {}", printable(k), printable(&value_text(v)))?;
+        writeln!(
+            out,
+            "  fixed {} = {}",
+            printable(k),
+            printable(&value_text(v))
+        )?;
     }
     let header: Vec<&str> = ["index", "id"]
         .into_iter()
@@ -380,7 +385,7 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
     let tally = run_local(&args.out, &plan, threads)?;
     eprintln!(
         "sweep {}: {} runs: {} ran now, {} already done, {} failed ({:.1} s on {threads} threads)",
-        plan.spec.name,
+        printable(&plan.spec.name),
         tally.total,
         tally.done,
         tally.already,

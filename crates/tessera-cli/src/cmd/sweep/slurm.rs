@@ -103,7 +103,7 @@ pub fn run_one(args: &RunOneArgs) -> Result<()> {
             eprintln!(
                 "run {} ({i}) failed: {}",
                 run.id,
-                read_error(&args.dir, &run.id)
+                tessera_trace::printable(&read_error(&args.dir, &run.id))
             );
             failed.push(run.id.clone());
         }
@@ -320,7 +320,10 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         Vec::new()
     } else {
         live_tasks(&subs).unwrap_or_else(|e| {
-            eprintln!("warning: {e:#}; showing what the files say");
+            eprintln!(
+                "warning: {}; showing what the files say",
+                tessera_trace::printable(&format!("{e:#}"))
+            );
             Vec::new()
         })
     };

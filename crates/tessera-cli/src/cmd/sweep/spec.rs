@@ -472,6 +472,11 @@ spec:
             "apiVersion: tessera/v1\nkind: Sweep\nspec:\n  axes:\n{}",
             axis("seed")
         );
-        assert_eq!(Spec::from_yaml(&text, "t.yaml").unwrap().axes[0].values.len(), 1000);
+        assert_eq!(
+            Spec::from_yaml(&text, "t.yaml").unwrap().axes[0]
+                .values
+                .len(),
+            1000
+        );
     }
 }
