@@ -71,7 +71,7 @@ pub use formats::tessera::TesseraCsvWriter;
 pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
 pub use services::parse_workload_spec;
 pub use stats::{human_duration, TraceStats};
-pub use synthetic::{with_arrivals, Arrivals, BadArrivals, GenerateError};
+pub use synthetic::{with_arrivals, with_arrivals_checked, Arrivals, BadArrivals, GenerateError};
 
 /// The most GPUs one job may ask for; every reader refuses larger counts.
 pub const MAX_GPUS_PER_JOB: u64 = fields::MAX_GPUS;

@@ -15,7 +15,7 @@ use tessera_sched::PolicyOptions;
 use tessera_sim::{
     failures::parse_duration, FailureSpec, GroupMtbf, SimConfig, SimReport, Simulation,
 };
-use tessera_trace::{with_arrivals, Arrivals};
+use tessera_trace::Arrivals;
 
 use crate::args::SimulateArgs;
 use crate::inputs::{
@@ -279,7 +279,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let format = parse_format(&args.trace_format)?;
     let mut trace = load_trace(&args.trace, format, &catalog, args.skip_invalid, args.seed)?;
     let arrivals: Arrivals = args.arrivals.parse().context("--arrivals")?;
-    trace.workload = with_arrivals(&trace.workload, arrivals, args.seed);
+    trace.workload = tessera_trace::with_arrivals_checked(&trace.workload, arrivals, args.seed)
+        .context("--arrivals")?;
     let arrivals_label = (arrivals != Arrivals::Trace).then(|| arrivals.to_string());
     if trace.detected {
         notes.push(format!(

@@ -83,7 +83,8 @@ fn convert(args: &ConvertArgs) -> Result<()> {
     )?;
     crate::inputs::report_skips(&args.input, &trace);
     let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
-    let workload = tessera_trace::with_arrivals(&trace.workload, arrivals, args.seed);
+    let workload = tessera_trace::with_arrivals_checked(&trace.workload, arrivals, args.seed)
+        .context("--arrivals")?;
     write_csv(&args.output, &workload, &catalog)
 }
 

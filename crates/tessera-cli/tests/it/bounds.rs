@@ -256,9 +256,39 @@ fn bench_and_repro_parameters_are_bounded() {
             vec!["repro", "synergy", "--profile-cost", "1e300"],
             "profile-cost",
         ),
+        (
+            vec!["repro", "synergy", "--parts", "c", "--loads", "1e-300"],
+            "loads",
+        ),
     ] {
         refused(&args, needle);
     }
+    // Redrawn arrivals overflowed the engine's clock ("attempt to multiply with overflow").
+    let (cluster, trace) = (data("four_gpus.yaml"), data("small.csv"));
+    refused(
+        &[
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--arrivals",
+            "poisson:1e-300",
+        ],
+        "past the limit of 1000000000 s",
+    );
+    refused(
+        &[
+            "trace",
+            "convert",
+            &trace,
+            "--arrivals",
+            "poisson:1e-300",
+            "-o",
+            "-",
+        ],
+        "past the limit of 1000000000 s",
+    );
 }
 
 /// A graph of `branches` parallel layers over one input, summed: every branch's output is

@@ -278,6 +278,17 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
     if let Some(l) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
         return Err(bad("loads", &l.to_string(), "loads must be positive"));
     }
+    // The arrivals of the most jobs either workload generates must stay well within the
+    // clock's input range (half of it, as for every generator).
+    let jobs = args.jobs.unwrap_or(REFERENCE_JOBS.max(16_000)) as f64;
+    let max_span = tessera_model::MAX_INPUT_SECS as f64 / 2.0;
+    if let Some(l) = loads.iter().find(|l| jobs * 3600.0 / **l > max_span) {
+        return Err(bad(
+            "loads",
+            &l.to_string(),
+            &format!("{jobs} jobs at this rate arrive over more than {max_span} s"),
+        ));
+    }
     let reference_workload = match args.workload.as_str() {
         "synthetic" => false,
         "reference" => true,
