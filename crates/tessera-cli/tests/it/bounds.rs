@@ -260,6 +260,17 @@ fn bench_and_repro_parameters_are_bounded() {
             vec!["repro", "synergy", "--parts", "c", "--loads", "1e-300"],
             "loads",
         ),
+        (
+            vec!["repro", "crius", "--jobs", "18446744073709551615"],
+            "MAX_GENERATOR_JOBS",
+        ),
+        (vec!["repro", "crius", "--load", "1e-300"], "past the limit"),
+        (vec!["repro", "miso", "--mean", "inf"], "mean"),
+        (vec!["repro", "miso", "--early-mean", "1e308"], "early-mean"),
+        (
+            vec!["repro", "dilu", "--parts", "b", "--load-scale", "1e19"],
+            "limit of 1e6",
+        ),
     ] {
         refused(&args, needle);
     }

@@ -380,7 +380,8 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
     crate::progress::hide_run_bars();
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     let started = Instant::now();
     let tally = run_local(&args.out, &plan, threads)?;
     eprintln!(
