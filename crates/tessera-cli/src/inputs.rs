@@ -91,8 +91,24 @@ pub fn parse_format(name: &str) -> Result<Option<TraceFormat>> {
     })
 }
 
-/// Reads `builtin:NAME` (generated with `seed`) or a trace file.
+/// Reads `builtin:NAME` (generated with `seed`) or a trace file, and checks its services'
+/// bounds (rates, burstiness, requests in all) before anything runs.
 pub fn load_trace(
+    source: &str,
+    format: Option<TraceFormat>,
+    catalog: &GpuCatalog,
+    skip_invalid: bool,
+    seed: u64,
+) -> Result<LoadedTrace> {
+    let trace = read_trace_or_builtin(source, format, catalog, skip_invalid, seed)?;
+    trace
+        .workload
+        .check_services()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", printable(source)))?;
+    Ok(trace)
+}
+
+fn read_trace_or_builtin(
     source: &str,
     format: Option<TraceFormat>,
     catalog: &GpuCatalog,
@@ -158,7 +174,7 @@ pub fn report_skips(source: &str, trace: &LoadedTrace) {
     if trace.skipped > 0 {
         eprintln!("{source}: skipped {} malformed rows, first:", trace.skipped);
         for e in &trace.skipped_examples {
-            eprintln!("  {e}");
+            eprintln!("  {}", printable(&e.to_string()));
         }
         if trace.skipped > trace.skipped_examples.len() {
             eprintln!(

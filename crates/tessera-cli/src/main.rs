@@ -11,6 +11,7 @@ mod args;
 mod builtin;
 mod cmd;
 mod inputs;
+mod output;
 mod plot;
 mod progress;
 mod report;
@@ -51,25 +52,54 @@ fn run() -> anyhow::Result<()> {
     }
 }
 
+/// A `print!` or `eprint!` anywhere (a library's progress line, a thread) panics when its
+/// stream's reader has gone; that is a closed pipe, not a bug: end quietly with exit 0, as
+/// for the commands' own writes. Every other panic keeps the default report.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.starts_with("failed printing to std") && text.contains("Broken pipe") {
+            output::mark_closed();
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// An error's text for the terminal: whatever it quotes from the input, control characters
+/// and other unprintable ones are escaped (one line per cause, so a newline is escaped too).
+fn for_terminal(text: &str) -> String {
+    tessera_trace::printable(text)
+}
+
 fn main() -> ExitCode {
     allow_large_os_pages();
+    quiet_on_closed_pipe();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            if err.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)
-            }) {
+            if output::closed()
+                || err.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>()
+                        .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)
+                })
+            {
                 return ExitCode::SUCCESS;
             }
             // One line per distinct fact: a cause already spelled out by the message above it
             // is not repeated.
             let mut shown = err.to_string();
-            eprintln!("error: {shown}");
+            eprintln!("error: {}", for_terminal(&shown));
             for cause in err.chain().skip(1) {
                 let text = cause.to_string();
                 if !shown.contains(&text) {
-                    eprintln!("  caused by: {text}");
+                    eprintln!("  caused by: {}", for_terminal(&text));
                     shown = text;
                 }
             }

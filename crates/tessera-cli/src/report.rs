@@ -125,7 +125,14 @@ pub fn human_secs(s: f64) -> String {
 
 /// Renders rows as an aligned text table (first column left-aligned, others right).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    tessera_mechanisms::experiment::text_table(header, rows)
+    // Cells quote input (service, job, node and axis names): no raw control characters.
+    let header: Vec<String> = header.iter().map(|h| tessera_trace::printable(h)).collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| tessera_trace::printable(c)).collect())
+        .collect();
+    tessera_mechanisms::experiment::text_table(&header, &rows)
 }
 
 /// The serving and device-activity comparison, one row per policy and service; empty when

@@ -157,8 +157,54 @@ pub struct WorkloadGenerator {
     pub name: &'static str,
     /// One line for listings, naming its variants.
     pub about: &'static str,
-    /// Generates a workload; the error says which option is wrong.
+    /// Generates a workload; the error says which option is wrong. Call it through
+    /// [`WorkloadGenerator::run`], which checks the options' bounds first.
     pub generate: fn(&GeneratorOptions) -> Result<tessera_model::Workload, String>,
+}
+
+/// Most jobs a registered generator may build. They are built in memory before anything is
+/// written (some 250 bytes each, so about 2.5 GB at the limit); `--generator philly` streams
+/// and goes further. Raise it here if you have the memory.
+pub const MAX_GENERATOR_JOBS: usize = 10_000_000;
+
+/// Checks what every generator needs before it allocates or draws anything: at most
+/// [`MAX_GENERATOR_JOBS`] jobs, and (for a positive rate) arrivals expected well within the
+/// clock's input range (half of it, so that random gaps stay inside).
+pub fn check_generator_options(o: &GeneratorOptions) -> Result<(), String> {
+    if o.jobs > MAX_GENERATOR_JOBS {
+        return Err(format!(
+            "--jobs {} is more than the limit of {MAX_GENERATOR_JOBS} jobs for a generator that \
+             builds its workload in memory (tessera_mechanisms::MAX_GENERATOR_JOBS; \
+             --generator philly streams larger traces)",
+            o.jobs
+        ));
+    }
+    if o.load.is_nan() || o.load.is_infinite() {
+        return Err(format!(
+            "--load must be a finite number of jobs per hour, got {}",
+            o.load
+        ));
+    }
+    if o.load > 0.0 {
+        let span_s = o.jobs as f64 * 3600.0 / o.load;
+        let max = tessera_model::MAX_INPUT_SECS as f64 / 2.0;
+        if span_s > max {
+            return Err(format!(
+                "{} jobs at {} jobs/h arrive over about {span_s:e} s, past the limit of {max} s \
+                 (half the clock's input range): raise --load or lower --jobs",
+                o.jobs, o.load
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl WorkloadGenerator {
+    /// Checks the options' bounds ([`check_generator_options`]), then generates.
+    pub fn run(&self, o: &GeneratorOptions) -> Result<tessera_model::Workload, String> {
+        check_generator_options(o)?;
+        (self.generate)(o)
+    }
 }
 
 /// A sweep spec a mechanism ships (`tessera sweep run builtin:NAME`).
@@ -494,5 +540,41 @@ mod tests {
         assert_eq!(edit_distance("fifo", "fif"), 1);
         assert_eq!(did_you_mean("srft", ["srtf", "fifo"]), Some("srtf"));
         assert_eq!(did_you_mean("zzzzzz", ["srtf", "fifo"]), None);
+    }
+
+    /// Issue 36: `--jobs 18446744073709551615` overflowed a capacity, 100,000,001 asked for
+    /// 21.6 GB: every registered generator refuses past the limit before allocating.
+    #[test]
+    fn every_generator_checks_its_bounds_first() {
+        for g in generators() {
+            for jobs in [usize::MAX, MAX_GENERATOR_JOBS + 1] {
+                let o = GeneratorOptions {
+                    jobs,
+                    load: 10.0,
+                    ..GeneratorOptions::default()
+                };
+                let e = (g.generate)(&o).unwrap_err();
+                assert!(e.contains("MAX_GENERATOR_JOBS"), "{}: {e}", g.name);
+                assert_eq!(g.run(&o).unwrap_err(), e);
+            }
+            for load in [f64::NAN, f64::INFINITY] {
+                let o = GeneratorOptions {
+                    jobs: 10,
+                    load,
+                    ..GeneratorOptions::default()
+                };
+                assert!((g.generate)(&o).is_err(), "{}: load {load}", g.name);
+            }
+            let o = GeneratorOptions {
+                jobs: 100,
+                load: 1e-300,
+                ..GeneratorOptions::default()
+            };
+            assert!(
+                g.run(&o).unwrap_err().contains("past the limit"),
+                "{}",
+                g.name
+            );
+        }
     }
 }

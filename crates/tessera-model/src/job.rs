@@ -217,6 +217,38 @@ impl Workload {
         w
     }
 
+    /// Checks every service ([`InferenceService::check`]: rates, burstiness, SLO, batch) and
+    /// that all of them together are expected to receive at most
+    /// [`MAX_EXPECTED_REQUESTS`](crate::service::MAX_EXPECTED_REQUESTS) requests, so that a run's
+    /// serving work is bounded before it starts. Fields are named `services[i]` (by start
+    /// order) and the service.
+    pub fn check_services(&self) -> Result<(), crate::SpecError> {
+        use crate::service::MAX_EXPECTED_REQUESTS;
+        let mut total = 0.0;
+        for (i, s) in self.services.iter().enumerate() {
+            s.check(&format!("services[{i}]"))?;
+            total += s.expected_requests();
+        }
+        if total > MAX_EXPECTED_REQUESTS {
+            let busiest = self
+                .services
+                .iter()
+                .max_by(|a, b| a.expected_requests().total_cmp(&b.expected_requests()));
+            return Err(crate::SpecError::Invalid {
+                line: None,
+                field: "services".to_string(),
+                reason: format!(
+                    "the services are expected to receive {total:.3e} requests, more than the \
+                     limit of {MAX_EXPECTED_REQUESTS:e} (tessera_model::MAX_EXPECTED_REQUESTS); \
+                     the busiest is {:?} with {:.3e}: lower its rate or shorten it",
+                    busiest.map_or("", |s| s.name.as_str()),
+                    busiest.map_or(0.0, |s| s.expected_requests())
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The inference services, in start order.
     pub fn services(&self) -> &[InferenceService] {
         &self.services

@@ -26,6 +26,21 @@ impl ServiceId {
     }
 }
 
+/// Highest request rate a service may ask for, per second: one request per microsecond, the
+/// clock's resolution (faster streams would arrive many to an instant, without end).
+pub const MAX_REQUEST_RATE: f64 = 1e6;
+
+/// Largest coefficient of variation of Gamma inter-arrival times. Far beyond it the gaps
+/// round to zero microseconds almost always (the shape `1/cv²` underflows the sampler), so
+/// requests would pile up at one instant without end.
+pub const MAX_ARRIVAL_CV: f64 = 100.0;
+
+/// Most requests a workload's services may be expected to receive in all (mean rate × span,
+/// summed): each request is a few events, so this bounds a run's serving work (about a
+/// quarter of an hour at the limit). Checked by [`Workload::check_services`](crate::Workload::check_services);
+/// raise it here for longer runs.
+pub const MAX_EXPECTED_REQUESTS: f64 = 1e9;
+
 /// How requests arrive, from the service's start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -80,35 +95,69 @@ impl ArrivalProcess {
         }
     }
 
-    fn check(&self, field: &str) -> Result<(), SpecError> {
-        let rate_ok = |r: f64| r.is_finite() && r >= 0.0;
+    /// Requests expected over `span` from the start (exact for timestamps).
+    pub fn expected_requests(&self, span: SimDuration) -> f64 {
         match self {
-            ArrivalProcess::Poisson { rate } if !rate_ok(*rate) => Err(SpecError::invalid(
-                &format!("{field}.poisson.rate"),
-                format!("{rate} is not a non-negative rate"),
-            )),
+            ArrivalProcess::Poisson { rate } | ArrivalProcess::Gamma { rate, .. } => {
+                rate * span.as_secs_f64()
+            }
+            ArrivalProcess::RateSeries { rates } => {
+                let n = (span.as_secs_f64().ceil() as usize).min(rates.len());
+                rates[..n].iter().sum()
+            }
+            ArrivalProcess::Timestamps { offsets } => {
+                offsets.iter().filter(|o| **o < span).count() as f64
+            }
+        }
+    }
+
+    fn check(&self, field: &str) -> Result<(), SpecError> {
+        let rate_error = |f: String, r: f64| -> Result<(), SpecError> {
+            if !(r.is_finite() && r >= 0.0) {
+                Err(SpecError::invalid(
+                    &f,
+                    format!("{r} is not a non-negative rate"),
+                ))
+            } else if r > MAX_REQUEST_RATE {
+                Err(SpecError::invalid(
+                    &f,
+                    format!(
+                        "{r} requests/s is more than the limit of {MAX_REQUEST_RATE:e} \
+                         (one per microsecond, the clock's resolution; \
+                         tessera_model::MAX_REQUEST_RATE)"
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            ArrivalProcess::Poisson { rate } => rate_error(format!("{field}.poisson.rate"), *rate),
             ArrivalProcess::Gamma { rate, cv } => {
-                if !rate_ok(*rate) {
-                    return Err(SpecError::invalid(
-                        &format!("{field}.gamma.rate"),
-                        format!("{rate} is not a non-negative rate"),
-                    ));
-                }
+                rate_error(format!("{field}.gamma.rate"), *rate)?;
                 if !(cv.is_finite() && *cv > 0.0) {
                     return Err(SpecError::invalid(
                         &format!("{field}.gamma.cv"),
                         format!("{cv} is not a positive coefficient of variation"),
                     ));
                 }
+                if *cv > MAX_ARRIVAL_CV {
+                    return Err(SpecError::invalid(
+                        &format!("{field}.gamma.cv"),
+                        format!(
+                            "{cv} is more than the limit of {MAX_ARRIVAL_CV} \
+                             (tessera_model::MAX_ARRIVAL_CV): gaps that bursty round to zero"
+                        ),
+                    ));
+                }
                 Ok(())
             }
-            ArrivalProcess::RateSeries { rates } => match rates.iter().position(|r| !rate_ok(*r)) {
-                Some(i) => Err(SpecError::invalid(
-                    &format!("{field}.rate_series[{i}]"),
-                    format!("{} is not a non-negative rate", rates[i]),
-                )),
-                None => Ok(()),
-            },
+            ArrivalProcess::RateSeries { rates } => {
+                for (i, r) in rates.iter().enumerate() {
+                    rate_error(format!("{field}.rate_series[{i}]"), *r)?;
+                }
+                Ok(())
+            }
             ArrivalProcess::Timestamps { offsets } => {
                 match offsets.windows(2).position(|w| w[1] < w[0]) {
                     Some(i) => Err(SpecError::invalid(
@@ -118,7 +167,6 @@ impl ArrivalProcess {
                     None => Ok(()),
                 }
             }
-            ArrivalProcess::Poisson { .. } => Ok(()),
         }
     }
 }
@@ -269,6 +317,12 @@ impl InferenceService {
         self.arrivals.check(&format!("{field}.arrivals"))
     }
 
+    /// Requests this service is expected to receive from start to end.
+    pub fn expected_requests(&self) -> f64 {
+        self.arrivals
+            .expected_requests(self.end.saturating_since(self.start))
+    }
+
     /// Why no instance of this service could ever be placed on `cluster` (no GPU model it may
     /// use, device memory larger than every allowed GPU, host CPU or memory larger than every
     /// node), or `None` when one instance fits on an empty cluster.
@@ -347,6 +401,70 @@ mod tests {
         s.end = SimTime::ZERO;
         s.start = SimTime::from_secs(1);
         assert!(s.check("s").is_err());
+    }
+
+    /// Issue 36: a Gamma CV of 10^6 drew zero gaps forever; 10^9 requests/s (or a series of
+    /// 10^12) arrived many to a microsecond without end.
+    #[test]
+    fn rates_burstiness_and_totals_are_bounded() {
+        let with = |arrivals: ArrivalProcess| {
+            let mut s = svc();
+            s.arrivals = arrivals;
+            s.check("s").map_err(|e| e.to_string())
+        };
+        let e = with(ArrivalProcess::Gamma {
+            rate: 20.0,
+            cv: 1e6,
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("s.arrivals.gamma.cv") && e.contains("limit of 100"),
+            "{e}"
+        );
+        assert!(with(ArrivalProcess::Gamma {
+            rate: 20.0,
+            cv: MAX_ARRIVAL_CV
+        })
+        .is_ok());
+        let e = with(ArrivalProcess::Poisson { rate: 1e9 }).unwrap_err();
+        assert!(
+            e.contains("s.arrivals.poisson.rate") && e.contains("limit of 1e6"),
+            "{e}"
+        );
+        let e = with(ArrivalProcess::RateSeries {
+            rates: vec![1.0, 1e12],
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("rate_series[1]") && e.contains("limit of 1e6"),
+            "{e}"
+        );
+        assert!(with(ArrivalProcess::Poisson { rate: f64::NAN }).is_err());
+        assert!(with(ArrivalProcess::Poisson {
+            rate: MAX_REQUEST_RATE
+        })
+        .is_ok());
+
+        // 10 s at 5/s is 50 requests; ten services of 10^8 s at 2/s are past the total.
+        assert_eq!(svc().expected_requests(), 50.0);
+        let long: Vec<InferenceService> = (0..10)
+            .map(|i| {
+                InferenceService::simple(
+                    &format!("s{i}"),
+                    SimTime::ZERO,
+                    SimTime::from_secs(100_000_000),
+                    2.0,
+                )
+            })
+            .collect();
+        let w = crate::Workload::with_services(Vec::new(), long);
+        let e = w.check_services().unwrap_err().to_string();
+        assert!(
+            e.contains("2.000e9 requests") && e.contains("MAX_EXPECTED_REQUESTS"),
+            "{e}"
+        );
+        let w = crate::Workload::with_services(Vec::new(), vec![svc()]);
+        assert!(w.check_services().is_ok());
     }
 
     #[test]

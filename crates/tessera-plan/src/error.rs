@@ -33,6 +33,18 @@ pub enum PlanError {
         /// Comma-separated built-in names.
         known: String,
     },
+    /// A search needed more states than allowed (a graph with many tensors live at once).
+    #[error(
+        "the search for graph {graph:?} needed more than {max_states} states (the graph is too \
+         wide: too many tensors live at once); raise --max-search-states \
+         (tessera_plan::MAX_SEARCH_STATES) or narrow the graph"
+    )]
+    SearchBudget {
+        /// Graph name.
+        graph: String,
+        /// The budget.
+        max_states: u64,
+    },
     /// The search found no program (the graph admits no valid sharding; a bug in a rule set).
     #[error("no valid program for graph {graph:?}")]
     NoProgram {

@@ -34,4 +34,5 @@ pub mod synth;
 pub use cluster::{Devices, PlanClusterSpec};
 pub use error::PlanError;
 pub use graph::{Graph, GraphSpec, Prop};
+pub use search::MAX_SEARCH_STATES;
 pub use synth::Plan;

@@ -88,7 +88,16 @@ pub struct SearchResult {
     pub cost: f64,
     /// States popped from the queue and expanded.
     pub expanded: u64,
+    /// The search stopped at its state budget before finishing: `program` is `None` and
+    /// nothing is known about programs cheaper than the upper bound.
+    pub exhausted: bool,
 }
+
+/// States one search may create before it gives up (each holds its steps, its frontier and
+/// a best-cost entry: some 700 bytes, so about 350 MB at the limit). Wide graphs (many
+/// tensors live at once) grow the state space exponentially; the budget bounds time and
+/// memory whatever the graph. `tessera plan --max-search-states` overrides it.
+pub const MAX_SEARCH_STATES: u64 = 500_000;
 
 const IDENTITY_BIT: u16 = 1;
 const REDUCE_BIT: u16 = 2;
@@ -153,12 +162,24 @@ impl Ord for Entry {
 }
 
 /// Searches the cheapest program for `graph` under `model`'s ratios, within `space`, pruning
-/// states whose bound exceeds `upper_bound` (use `f64::INFINITY` for none).
+/// states whose bound exceeds `upper_bound` (use `f64::INFINITY` for none), within
+/// [`MAX_SEARCH_STATES`].
 pub fn search(
     graph: &Graph,
     model: &CostModel<'_>,
     space: Space,
     upper_bound: f64,
+) -> SearchResult {
+    search_within(graph, model, space, upper_bound, MAX_SEARCH_STATES)
+}
+
+/// [`search`] creating at most `max_states` states; past it the result is `exhausted`.
+pub fn search_within(
+    graph: &Graph,
+    model: &CostModel<'_>,
+    space: Space,
+    upper_bound: f64,
+    max_states: u64,
 ) -> SearchResult {
     let n = graph.ops.len();
     let total_speed: f64 = model.devices.speeds().iter().sum();
@@ -233,6 +254,7 @@ pub fn search(
                 program: Some(Program { steps: prog }),
                 cost: e.g,
                 expanded,
+                exhausted: false,
             };
         }
         let op = &graph.ops[e.op];
@@ -328,6 +350,14 @@ pub fn search(
                     continue;
                 }
             }
+            if nodes.len() as u64 >= max_states {
+                return SearchResult {
+                    program: None,
+                    cost: f64::INFINITY,
+                    expanded,
+                    exhausted: true,
+                };
+            }
             nodes.push(Node {
                 parent: e.node,
                 steps: steps.clone(),
@@ -349,6 +379,7 @@ pub fn search(
         program: None,
         cost: f64::INFINITY,
         expanded,
+        exhausted: false,
     }
 }
 

@@ -13,7 +13,9 @@ use crate::cost::{shard_lengths, CostModel, Exchange};
 use crate::error::PlanError;
 use crate::graph::{Graph, Prop, Role};
 use crate::lp::solve_ratios;
-use crate::search::{evaluate, refresh_exchanges, search, validate, Program, Space, Step};
+use crate::search::{
+    evaluate, refresh_exchanges, search_within, validate, Program, Space, Step, MAX_SEARCH_STATES,
+};
 
 /// Rounds of search + LP at most (each round must improve, so it usually stops sooner).
 pub const MAX_ROUNDS: usize = 8;
@@ -43,6 +45,9 @@ pub struct Synthesis {
     pub history: Vec<f64>,
     /// Search states expanded over all rounds.
     pub expanded: u64,
+    /// A search hit its state budget: the program is the best found within it (data
+    /// parallelism at worst), not necessarily the cheapest.
+    pub exhausted: bool,
 }
 
 /// Data parallelism under `ratios`: (program, seconds).
@@ -51,10 +56,29 @@ pub fn data_parallel(
     devices: &Devices,
     ratios: &[f64],
 ) -> Result<(Program, f64), PlanError> {
+    data_parallel_within(graph, devices, ratios, MAX_SEARCH_STATES)
+}
+
+fn data_parallel_within(
+    graph: &Graph,
+    devices: &Devices,
+    ratios: &[f64],
+    max_states: u64,
+) -> Result<(Program, f64), PlanError> {
     let model = CostModel::new(graph, devices, ratios);
-    let res = search(graph, &model, Space::DataParallel, f64::INFINITY);
+    let res = search_within(
+        graph,
+        &model,
+        Space::DataParallel,
+        f64::INFINITY,
+        max_states,
+    );
     match res.program {
         Some(p) => Ok((p, res.cost)),
+        None if res.exhausted => Err(PlanError::SearchBudget {
+            graph: graph.name.clone(),
+            max_states,
+        }),
         None => Err(PlanError::NoProgram {
             graph: graph.name.clone(),
         }),
@@ -65,19 +89,36 @@ pub fn data_parallel(
 /// ratios (bounded by data parallelism's cost), LP over the ratios for the program found,
 /// search again under the LP's ratios, while the rounded cost improves.
 pub fn synthesize(graph: &Graph, devices: &Devices) -> Result<Synthesis, PlanError> {
+    synthesize_within(graph, devices, MAX_SEARCH_STATES)
+}
+
+/// [`synthesize`] with each search limited to `max_states` states. A full search that hits
+/// the limit keeps the best program so far (data parallelism at worst) and marks the
+/// synthesis `exhausted`; a data-parallel search that hits it is an error.
+pub fn synthesize_within(
+    graph: &Graph,
+    devices: &Devices,
+    max_states: u64,
+) -> Result<Synthesis, PlanError> {
     let mut ratios = proportional(devices);
-    let (dp, dp_cost) = data_parallel(graph, devices, &ratios)?;
+    let (dp, dp_cost) = data_parallel_within(graph, devices, &ratios, max_states)?;
     let mut best = Synthesis {
         program: dp,
         ratios: ratios.clone(),
         seconds: dp_cost,
         history: Vec::new(),
         expanded: 0,
+        exhausted: false,
     };
     for _ in 0..MAX_ROUNDS {
         let model = CostModel::new(graph, devices, &ratios);
-        let res = search(graph, &model, Space::Full, best.seconds);
+        let res = search_within(graph, &model, Space::Full, best.seconds, max_states);
         best.expanded += res.expanded;
+        if res.exhausted {
+            best.exhausted = true;
+            best.history.push(best.seconds);
+            break;
+        }
         if let Some(program) = res.program {
             if res.cost <= best.seconds {
                 best.program = program;
@@ -210,6 +251,9 @@ pub struct Plan {
     pub speedup_vs_dp_equal: f64,
     /// Search states expanded.
     pub states_expanded: u64,
+    /// A search hit its state budget: the plan is the best found within it, not necessarily
+    /// the cheapest.
+    pub search_exhausted: bool,
     /// Cost after each round of search + LP.
     pub rounds: Vec<f64>,
     /// Per tensor its sharding.
@@ -222,9 +266,15 @@ pub struct Plan {
 
 /// Synthesizes and reports a plan with its baselines.
 pub fn plan(graph: &Graph, devices: &Devices) -> Result<Plan, PlanError> {
-    let (_, dp_equal_s) = data_parallel(graph, devices, &equal(devices))?;
-    let (_, dp_proportional_s) = data_parallel(graph, devices, &proportional(devices))?;
-    let syn = synthesize(graph, devices)?;
+    plan_within(graph, devices, MAX_SEARCH_STATES)
+}
+
+/// [`plan`] with each search limited to `max_states` states (see [`synthesize_within`]).
+pub fn plan_within(graph: &Graph, devices: &Devices, max_states: u64) -> Result<Plan, PlanError> {
+    let (_, dp_equal_s) = data_parallel_within(graph, devices, &equal(devices), max_states)?;
+    let (_, dp_proportional_s) =
+        data_parallel_within(graph, devices, &proportional(devices), max_states)?;
+    let syn = synthesize_within(graph, devices, max_states)?;
     Ok(report(graph, devices, &syn, dp_equal_s, dp_proportional_s))
 }
 
@@ -336,6 +386,7 @@ fn report(
         dp_proportional_s,
         speedup_vs_dp_equal: dp_equal_s / ev.seconds,
         states_expanded: syn.expanded,
+        search_exhausted: syn.exhausted,
         rounds: syn.history.clone(),
         tensors,
         steps,
@@ -384,6 +435,13 @@ pub fn listing(plan: &Plan) -> String {
         plan.states_expanded,
         plan.rounds.len()
     );
+    if plan.search_exhausted {
+        let _ = writeln!(
+            out,
+            "  search stopped at its state budget (--max-search-states): the best plan found \
+             within it, not necessarily the cheapest"
+        );
+    }
     let _ = writeln!(out, "\nper rank (shard length of each split axis length):");
     let header: Vec<String> = plan
         .shards

@@ -534,3 +534,65 @@ fn cluster_files_default_from_the_catalog_and_accept_overrides() {
         .validate(&GpuCatalog::builtin())
         .is_err());
 }
+
+/// `branches` parallel layers over one input, summed: every branch output is live at once.
+fn wide_graph(branches: usize) -> GraphSpec {
+    let mut tensors = vec![
+        r#"{"name": "x", "shape": [64, 32], "role": "input"}"#.to_string(),
+        r#"{"name": "labels", "shape": [64], "dtype": "i64", "role": "input"}"#.to_string(),
+        r#"{"name": "loss", "shape": []}"#.to_string(),
+    ];
+    let mut ops = Vec::new();
+    for b in 0..branches {
+        tensors.push(format!(
+            r#"{{"name": "w{b}", "shape": [32, 32], "role": "parameter"}}"#
+        ));
+        tensors.push(format!(r#"{{"name": "h{b}", "shape": [64, 32]}}"#));
+        ops.push(format!(
+            r#"{{"name": "fc{b}", "kind": "einsum", "inputs": ["x", "w{b}"], "output": "h{b}", "dims": "nd,dh->nh"}}"#
+        ));
+    }
+    let mut acc = "h0".to_string();
+    for b in 1..branches {
+        tensors.push(format!(r#"{{"name": "s{b}", "shape": [64, 32]}}"#));
+        ops.push(format!(
+            r#"{{"name": "add{b}", "kind": "add", "inputs": ["{acc}", "h{b}"], "output": "s{b}", "dims": "nh,nh->nh"}}"#
+        ));
+        acc = format!("s{b}");
+    }
+    ops.push(format!(
+        r#"{{"name": "loss", "kind": "loss", "inputs": ["{acc}", "labels"], "output": "loss", "dims": "nc,n->", "fixed": "c"}}"#
+    ));
+    GraphSpec::from_text(&format!(
+        r#"{{"name": "wide", "loss": "loss", "tensors": [{}], "ops": [{}]}}"#,
+        tensors.join(","),
+        ops.join(",")
+    ))
+    .unwrap()
+}
+
+/// Issue 36: the search grew x4 in time and memory per 2 branches (28 s and 3.3 GiB at 20).
+/// Within a budget it stops: a full search keeps data parallelism and says so; a budget that
+/// not even data parallelism fits is an error naming the limit.
+#[test]
+fn wide_graphs_stay_within_the_search_budget() {
+    let graph = wide_graph(20).validate().unwrap();
+    let devices = builtin::mixed_cluster(1, 1, 1);
+    let started = std::time::Instant::now();
+    let plan = synth::plan_within(&graph, &devices, 5_000).unwrap();
+    assert!(plan.search_exhausted);
+    assert!(
+        plan.iteration_s.is_finite() && plan.iteration_s <= plan.dp_proportional_s * (1.0 + 1e-9)
+    );
+    assert!(synth::listing(&plan).contains("state budget"));
+    assert!(started.elapsed().as_secs_f64() < 5.0);
+    match synth::plan_within(&graph, &devices, 2) {
+        Err(e @ PlanError::SearchBudget { .. }) => {
+            assert!(e.to_string().contains("--max-search-states"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A narrow graph is not affected by the default budget.
+    let narrow = synth::plan(&two_op_graph().validate().unwrap(), &devices).unwrap();
+    assert!(!narrow.search_exhausted);
+}

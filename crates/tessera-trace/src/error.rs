@@ -73,6 +73,19 @@ pub enum TraceErrorKind {
     /// clock can add up without saturating.
     #[error("{0} s is beyond the limit of {max} s (about 31.7 years)", max = tessera_model::MAX_INPUT_SECS)]
     TimeTooLarge(String),
+    /// An absolute submit time further after the earliest job's than
+    /// [`tessera_model::MAX_INPUT_SECS`].
+    #[error(
+        "{seconds} s after the earliest job's (line {earliest_line}), beyond the limit of {max} s \
+         (about 31.7 years)",
+        max = tessera_model::MAX_INPUT_SECS
+    )]
+    SubmitSpanTooLarge {
+        /// Whole seconds after the earliest submit time.
+        seconds: u64,
+        /// Line of the earliest job.
+        earliest_line: u64,
+    },
     /// The header names a column twice.
     #[error("column {0:?} appears twice in the header")]
     DuplicateColumn(String),

@@ -71,7 +71,7 @@ pub use formats::tessera::TesseraCsvWriter;
 pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
 pub use services::parse_workload_spec;
 pub use stats::{human_duration, TraceStats};
-pub use synthetic::{with_arrivals, Arrivals, BadArrivals, GenerateError};
+pub use synthetic::{with_arrivals, with_arrivals_checked, Arrivals, BadArrivals, GenerateError};
 
 /// The most GPUs one job may ask for; every reader refuses larger counts.
 pub const MAX_GPUS_PER_JOB: u64 = fields::MAX_GPUS;
@@ -159,6 +159,15 @@ impl TraceFormat {
             TraceFormat::AlibabaGpu2023 => {
                 "Alibaba GPU 2023 pod list: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,...,creation_time,deletion_time,scheduled_time"
             }
+        }
+    }
+
+    /// The column of an absolute-time format's submit times.
+    fn submit_column(self) -> &'static str {
+        match self {
+            TraceFormat::PolluxPhilly => "timestamp",
+            TraceFormat::PhillyJson => "submitted_time",
+            _ => "submit_time",
         }
     }
 
@@ -275,7 +284,7 @@ pub fn parse_trace(
         TraceFormat::Acme => formats::acme::parse(&ctx, text),
         TraceFormat::AlibabaGpu2023 => formats::alibaba_gpu_2023::parse(&ctx, text),
     }?;
-    Ok(finish(parsed, format, detected))
+    finish(parsed, format, detected, source)
 }
 
 /// The first few KiB of `text`, cut at a character boundary.
@@ -288,12 +297,33 @@ fn head(text: &str) -> &str {
 }
 
 /// Sorts by submit time (stably, keeping lines aligned), makes absolute times relative and
-/// numbers the jobs.
-fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
+/// numbers the jobs. Relative submit times are held to [`tessera_model::MAX_INPUT_SECS`] as
+/// every read span is: a date-time of year 9999 after one of year 1 is an error at its line.
+fn finish(
+    parsed: Parsed,
+    format: TraceFormat,
+    detected: bool,
+    source: &str,
+) -> Result<LoadedTrace, TraceError> {
     let mut rows =
         tessera_model::sort_stably_by_key(parsed.jobs, |(job, _)| job.submit.as_micros());
     if format.absolute_times() {
-        if let Some(base) = rows.first().map(|(job, _)| job.submit) {
+        if let Some((base, base_line)) = rows.first().map(|(job, line)| (job.submit, *line)) {
+            let limit = tessera_model::MAX_INPUT_SECS * 1_000_000;
+            if let Some((job, line)) = rows.last() {
+                let span = (job.submit - base).as_micros();
+                if span > limit {
+                    return Err(TraceError::at(
+                        source,
+                        *line,
+                        Some(format.submit_column()),
+                        TraceErrorKind::SubmitSpanTooLarge {
+                            seconds: span / 1_000_000,
+                            earliest_line: base_line,
+                        },
+                    ));
+                }
+            }
             for (job, _) in &mut rows {
                 job.submit = SimTime::from_micros((job.submit - base).as_micros());
             }
@@ -301,7 +331,7 @@ fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
     }
     let lines = rows.iter().map(|(_, line)| *line).collect();
     let workload = Workload::new(rows.into_iter().map(|(job, _)| job).collect());
-    LoadedTrace {
+    Ok(LoadedTrace {
         format,
         detected,
         workload,
@@ -309,7 +339,7 @@ fn finish(parsed: Parsed, format: TraceFormat, detected: bool) -> LoadedTrace {
         skipped: parsed.skipped,
         skipped_examples: parsed.skipped_examples,
         dropped: parsed.dropped,
-    }
+    })
 }
 
 /// Recognises a format from the first non-blank line of the text (its header, or a Gavel

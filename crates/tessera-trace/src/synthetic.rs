@@ -240,6 +240,36 @@ impl std::fmt::Display for Arrivals {
     }
 }
 
+/// [`with_arrivals`] held to the clock's input range: the expected span of the redrawn
+/// arrivals must be within half of [`tessera_model::MAX_INPUT_SECS`] (checked before any
+/// draw), and a drawn arrival past the whole of it is an error too, never a saturated time
+/// (`--arrivals poisson:1e-300` overflowed the engine's clock).
+pub fn with_arrivals_checked(
+    workload: &Workload,
+    arrivals: Arrivals,
+    seed: u64,
+) -> Result<Workload, GenerateError> {
+    let Arrivals::Poisson { jobs_per_hour } = arrivals else {
+        return Ok(workload.clone());
+    };
+    let jobs = workload.len();
+    let too_long = |span_s: f64| GenerateError::SpanTooLong {
+        jobs,
+        jobs_per_hour,
+        span_s,
+    };
+    let expected_s = jobs.saturating_sub(1) as f64 * 3600.0 / jobs_per_hour;
+    if !(expected_s <= tessera_model::MAX_INPUT_SECS as f64 / 2.0) {
+        return Err(too_long(expected_s));
+    }
+    let w = with_arrivals(workload, arrivals, seed);
+    let last = w.jobs().last().map_or(SimTime::ZERO, |j| j.submit);
+    if last > SimTime::from_secs(tessera_model::MAX_INPUT_SECS) {
+        return Err(too_long(last.as_secs_f64()));
+    }
+    Ok(w)
+}
+
 /// Applies `arrivals` to `workload`: unchanged for [`Arrivals::Trace`]; for
 /// [`Arrivals::Poisson`], the jobs keep their order (by the trace's submit time) and get
 /// submit times 0, then cumulative exponential gaps of mean 3600 / rate seconds drawn from

@@ -9,7 +9,7 @@ use tessera_mechanisms::MECHANISMS;
 use crate::builtin;
 
 pub fn run() -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(out, "Mechanisms:")?;
     for m in MECHANISMS {
         writeln!(out, "  {:<20} {}", m.name(), m.about())?;

@@ -88,7 +88,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let config = DaemonConfig::from_file(&args.config)
         .with_context(|| format!("reading daemon config {}", args.config.display()))?;
     for w in config.warnings() {
-        eprintln!("warning: {}: {w}", args.config.display());
+        eprintln!(
+            "warning: {}: {}",
+            args.config.display(),
+            tessera_trace::printable(&w.to_string())
+        );
     }
     tessera_daemon::run(config).context("daemon stopped")?;
     Ok(())
@@ -157,7 +161,7 @@ fn client(args: &ClientArgs) -> Client {
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
@@ -220,7 +224,7 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
         return print_json(&job);
     }
     writeln!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "submitted job {} ({}), {}",
         job.id,
         job.name,
@@ -248,7 +252,7 @@ pub fn list(args: &ListArgs) -> Result<()> {
     if args.client.json {
         return print_json(&jobs);
     }
-    write!(std::io::stdout(), "{}", job_rows(&jobs))?;
+    write!(crate::output::stdout(), "{}", job_rows(&jobs))?;
     Ok(())
 }
 
@@ -287,7 +291,7 @@ pub fn describe(args: &IdArgs) -> Result<()> {
         return print_json(&detail);
     }
     let j = &detail.job;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "job {} ({}), tenant {}, queue {}",
@@ -369,7 +373,7 @@ pub fn cancel(args: &IdArgs) -> Result<()> {
         return print_json(&job);
     }
     writeln!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "job {} ({}): {}",
         job.id,
         job.name,
@@ -418,7 +422,7 @@ pub fn nodes(args: &ClientArgs) -> Result<()> {
         })
         .collect();
     write!(
-        std::io::stdout(),
+        crate::output::stdout(),
         "{}",
         table(
             &["node", "gpu", "health", "gpus", "cpu", "memory", "devices"],
@@ -433,7 +437,7 @@ pub fn queue(args: &ClientArgs) -> Result<()> {
     if args.json {
         return print_json(&q);
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(out, "policy: {}\n", q.policy)?;
     let rows: Vec<Vec<String>> = q
         .queues

@@ -39,7 +39,7 @@ pub fn run(kind: Kind, matches: &ArgMatches) -> Result<()> {
     };
     let output = run_one(exp, sub)?;
     let json = sub.get_flag("json");
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&output.summary)?)?;
     } else {
@@ -84,7 +84,7 @@ fn run_one(exp: &dyn Experiment, sub: &ArgMatches) -> Result<ReproOutput> {
 /// `tessera bench all`: every benchmark with its defaults.
 fn run_all(json: bool) -> Result<()> {
     let mut docs = serde_json::Map::new();
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     for (i, b) in benches().enumerate() {
         let args = ExperimentArgs::new(b.params(), [])?;
         let out = b

@@ -1,5 +1,6 @@
 //! `tessera plan`: a sharding plan for one training step on mixed GPUs (HAP, DESIGN §5.5).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -29,6 +30,11 @@ pub struct PlanArgs {
     /// Print the plan as JSON instead of the per-rank listing.
     #[arg(long)]
     pub json: bool,
+    /// Most states each search may create (bounds time and memory on wide graphs). A full
+    /// search that reaches it keeps the best plan found so far (data parallelism at worst)
+    /// and says so; a data-parallel search that reaches it is an error.
+    #[arg(long, default_value_t = tessera_plan::MAX_SEARCH_STATES, value_name = "N")]
+    pub max_search_states: u64,
 }
 
 fn load_cluster(source: &str, catalog_path: Option<&Path>) -> Result<Devices> {
@@ -65,13 +71,18 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         .validate()
         .with_context(|| format!("in graph {}", args.model))?;
     let start = Instant::now();
-    let plan = synth::plan(&graph, &devices)?;
+    let plan = synth::plan_within(&graph, &devices, args.max_search_states)?;
     let elapsed = start.elapsed().as_secs_f64();
+    let mut out = crate::output::stdout();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
     } else {
-        print!("{}", synth::listing(&plan));
-        println!("\nsynthesis and baselines took {elapsed:.3} s");
+        write!(
+            out,
+            "{}",
+            crate::output::printable_lines(&synth::listing(&plan))
+        )?;
+        writeln!(out, "\nsynthesis and baselines took {elapsed:.3} s")?;
     }
     Ok(())
 }

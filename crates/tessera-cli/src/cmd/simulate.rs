@@ -15,7 +15,7 @@ use tessera_sched::PolicyOptions;
 use tessera_sim::{
     failures::parse_duration, FailureSpec, GroupMtbf, SimConfig, SimReport, Simulation,
 };
-use tessera_trace::{with_arrivals, Arrivals};
+use tessera_trace::Arrivals;
 
 use crate::args::SimulateArgs;
 use crate::inputs::{
@@ -220,7 +220,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     for note in &notes {
         eprintln!("{note}");
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -304,7 +304,7 @@ fn run_replay(
     let ctx = tessera_mechanisms::experiment::RunContext::quiet(threads);
     let output = (format.run)(&text, &args.policies, &ctx)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.trace))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&output.summary)?)?;
     } else {
@@ -331,22 +331,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let format = parse_format(&args.trace_format)?;
     let mut trace = load_trace(&args.trace, format, &catalog, args.skip_invalid, args.seed)?;
     let arrivals: Arrivals = args.arrivals.parse().context("--arrivals")?;
-    trace.workload = with_arrivals(&trace.workload, arrivals, args.seed);
-    if let Some(last) = trace.workload.jobs().last().map(|j| j.submit) {
-        // A very low rate draws arrivals past any meaningful time (they saturate at the end
-        // of the clock, where a job would seem to finish without starting).
-        if arrivals != Arrivals::Trace
-            && last > SimTime::ZERO + SimDuration::from_secs(tessera_model::MAX_INPUT_SECS)
-        {
-            bail!(
-                "--arrivals {}: the drawn arrivals reach {:.3e} s, past the limit of {} s \
-                 (about 31.7 years): use a higher rate",
-                args.arrivals,
-                last.as_secs_f64(),
-                tessera_model::MAX_INPUT_SECS
-            );
-        }
-    }
+    trace.workload = tessera_trace::with_arrivals_checked(&trace.workload, arrivals, args.seed)
+        .context("--arrivals")?;
     let arrivals_label = (arrivals != Arrivals::Trace).then(|| arrivals.to_string());
     if trace.detected {
         notes.push(format!(

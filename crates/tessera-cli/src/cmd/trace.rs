@@ -27,18 +27,18 @@ fn inspect(args: &InspectArgs) -> Result<()> {
         args.skip_invalid,
         1,
     )?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "{}: format {}{}",
-        args.path,
+        tessera_trace::printable(&args.path),
         format_label(&args.path, &trace),
         if trace.detected { " (detected)" } else { "" }
     )?;
     if trace.skipped > 0 {
         writeln!(out, "skipped rows: {}", trace.skipped)?;
         for e in &trace.skipped_examples {
-            writeln!(out, "  {e}")?;
+            writeln!(out, "  {}", tessera_trace::printable(&e.to_string()))?;
         }
     }
     if trace.dropped > 0 {
@@ -52,13 +52,17 @@ fn inspect(args: &InspectArgs) -> Result<()> {
         writeln!(out, "no jobs")?;
         return Ok(());
     }
-    write!(out, "{}", TraceStats::of(&trace.workload))?;
+    write!(
+        out,
+        "{}",
+        crate::output::printable_lines(&TraceStats::of(&trace.workload).to_string())
+    )?;
     Ok(())
 }
 
 fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCatalog) -> Result<()> {
     if output == "-" {
-        tessera_trace::write_tessera_csv(std::io::stdout().lock(), workload, catalog)?;
+        tessera_trace::write_tessera_csv(crate::output::stdout(), workload, catalog)?;
     } else {
         let file = std::fs::File::create(output).with_context(|| format!("creating {output}"))?;
         tessera_trace::write_tessera_csv(std::io::BufWriter::new(file), workload, catalog)
@@ -79,7 +83,8 @@ fn convert(args: &ConvertArgs) -> Result<()> {
     )?;
     crate::inputs::report_skips(&args.input, &trace);
     let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
-    let workload = tessera_trace::with_arrivals(&trace.workload, arrivals, args.seed);
+    let workload = tessera_trace::with_arrivals_checked(&trace.workload, arrivals, args.seed)
+        .context("--arrivals")?;
     write_csv(&args.output, &workload, &catalog)
 }
 
@@ -120,7 +125,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         Ok(n)
     };
     if args.output == "-" {
-        write(&mut std::io::stdout().lock())?;
+        write(&mut crate::output::stdout())?;
     } else {
         let file = std::fs::File::create(&args.output)
             .with_context(|| format!("creating {}", args.output))?;
@@ -154,7 +159,8 @@ fn generate_registered(args: &GenerateArgs) -> Result<()> {
         variant: Some(args.trace.clone()),
         gpus: args.gpus,
     };
-    let workload = (generator.generate)(&options)
+    let workload = generator
+        .run(&options)
         .map_err(|e| anyhow::anyhow!("--generator {}: {e}", generator.name))?;
     write_csv(&args.output, &workload, &GpuCatalog::builtin())
 }

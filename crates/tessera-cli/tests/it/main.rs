@@ -1,5 +1,6 @@
 //! End-to-end tests of the `tessera` binary: output contracts and bad-input handling.
 
+mod bounds;
 mod dilu;
 mod failures;
 mod plan;

@@ -149,6 +149,11 @@ const SERVING_PARAMS: &[Param] = &[
     },
 ];
 
+/// Most services `bench serving` simulates.
+const MAX_SERVING_BENCH_SERVICES: u32 = 10_000;
+/// Most instances per service of `bench serving` (the cluster has one node per 8).
+const MAX_SERVING_BENCH_INSTANCES: usize = 1_000;
+
 /// Places `instances` whole-GPU instances per service when it starts (first free GPUs),
 /// removes them when it ends; nothing else.
 struct StaticInstances {
@@ -230,6 +235,28 @@ impl Experiment for ServingBench {
         let rate: f64 = args.parse("rate")?;
         let secs: u64 = args.parse("secs")?;
         let instances: usize = args.parse("instances")?;
+        // The cluster is built up front (one node per 8 instances): bound it before that.
+        if !(1..=MAX_SERVING_BENCH_SERVICES).contains(&services) {
+            return Err(ExperimentError::param(
+                "services",
+                &services.to_string(),
+                &format!("must be 1..={MAX_SERVING_BENCH_SERVICES}"),
+            ));
+        }
+        if !(1..=MAX_SERVING_BENCH_INSTANCES).contains(&instances) {
+            return Err(ExperimentError::param(
+                "instances",
+                &instances.to_string(),
+                &format!("must be 1..={MAX_SERVING_BENCH_INSTANCES} per service"),
+            ));
+        }
+        if secs == 0 || secs > tessera_model::MAX_INPUT_SECS {
+            return Err(ExperimentError::param(
+                "secs",
+                &secs.to_string(),
+                &format!("must be 1..={}", tessera_model::MAX_INPUT_SECS),
+            ));
+        }
         let per_node = 8u32;
         let nodes = (services as usize * instances)
             .div_ceil(per_node as usize)
@@ -261,6 +288,14 @@ impl Experiment for ServingBench {
             })
             .collect();
         let workload = Workload::with_services(Vec::new(), specs);
+        // Rates (NaN, past one per microsecond) and the requests in all, before the run.
+        workload.check_services().map_err(|e| {
+            ExperimentError::param(
+                "rate",
+                &rate.to_string(),
+                &format!("with --secs {secs}: {e}"),
+            )
+        })?;
         let config = SimConfig {
             record_timeseries: false,
             ..SimConfig::default()

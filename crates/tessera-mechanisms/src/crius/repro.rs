@@ -261,6 +261,13 @@ impl Experiment for CriusRepro {
                 "need a seed and jobs > 0",
             ));
         }
+        // The generator's bounds, before any workload is drawn.
+        crate::check_generator_options(&crate::GeneratorOptions {
+            jobs,
+            load,
+            ..crate::GeneratorOptions::default()
+        })
+        .map_err(|e| ExperimentError::param("jobs", &jobs.to_string(), &e))?;
         let mut notes = Vec::new();
         let mut policies = Vec::new();
         for p in &wanted {

@@ -540,6 +540,17 @@ pub fn parse_dict_lines(text: &str) -> Result<PackingWorkload, InstancesError> {
         if secs < base {
             return Err(err(n, format!("Time {time:?} is before the first event")));
         }
+        // The same limit as every span read elsewhere (years 1 to 9999 would overflow it).
+        if (secs - base) as u64 > tessera_model::MAX_INPUT_SECS {
+            return Err(err(
+                n,
+                format!(
+                    "Time {time:?} is {} s after the first event, beyond the limit of {} s",
+                    secs - base,
+                    tessera_model::MAX_INPUT_SECS
+                ),
+            ));
+        }
         let action = match s(v.get("Action"), "Action")?.as_str() {
             "start" => EventAction::Start,
             "delete" | "stop" => EventAction::Stop,
@@ -783,6 +794,27 @@ mod tests {
         ] {
             assert!(parse_dict_lines(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Issue 36: years 0001-9999 were accepted, spans far past the input limit.
+    #[test]
+    fn dict_line_times_are_held_to_the_input_limit() {
+        let line = |time: &str, name: &str| {
+            format!(
+                "{{'Time': '{time}', 'Action': 'start', 'Instance': {{'service_name': '{name}', \
+                 'type': 'inference', 'gpu_num': 1, 'sm_requests': 0.3, 'sm_limits': 0.5, \
+                 'memory': [4]}}}}\n"
+            )
+        };
+        let far = line("0001-01-01 00:00:00", "a") + &line("9999-12-31 23:59:59", "b");
+        let e = parse_dict_lines(&far).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2") && e.contains("beyond the limit"),
+            "{e}"
+        );
+        // 31 years later is within it.
+        let near = line("2000-01-01 00:00:00", "a") + &line("2031-01-01 00:00:00", "b");
+        assert!(parse_dict_lines(&near).is_ok());
     }
 
     #[test]

@@ -57,6 +57,14 @@ pub const SERVING_CLAIM: &str = "Dilu (ASPLOS'25): up to 1.8x inference throughp
 /// Why the scenario cannot be built.
 #[derive(Debug, Error)]
 pub enum ScenarioError {
+    /// The scaled services are past the simulator's bounds (rates, requests in all).
+    #[error("load scale {scale}: {source}")]
+    Bounds {
+        /// The load scale.
+        scale: f64,
+        /// Which bound.
+        source: tessera_model::SpecError,
+    },
     /// A rate series is bad.
     #[error("rate series {name}: {source}")]
     Series {
@@ -301,7 +309,11 @@ pub fn scenario_workload_with(scenario: &Scenario) -> Result<Workload, ScenarioE
         training(2, "resnet152-train", DiluModel::Resnet152, 2, t_resnet),
         training(3, "llama2-train", DiluModel::Llama2_7b, 4, t_llama),
     ];
-    Ok(Workload::with_services(jobs, services))
+    let workload = Workload::with_services(jobs, services);
+    workload
+        .check_services()
+        .map_err(|source| ScenarioError::Bounds { scale: k, source })?;
+    Ok(workload)
 }
 
 /// The end of the last service of `workload`: part (b)'s horizon.

@@ -463,6 +463,18 @@ impl Experiment for MisoRepro {
                 "1 to 64",
             ));
         }
+        // The trace's 100 arrivals must stay well within the clock's input range: past it
+        // they saturated and the run failed as a policy error ("job is not active").
+        let max_mean_s = tessera_model::MAX_INPUT_SECS as f64 / 1000.0;
+        for (name, v) in [("mean", spec.mean_s), ("early-mean", spec.early_mean_s)] {
+            if v > max_mean_s {
+                return Err(ExperimentError::param(
+                    name,
+                    &v.to_string(),
+                    &format!("at most {max_mean_s} s, so that the trace's jobs arrive within the clock's range"),
+                ));
+            }
+        }
         if !(spec.mean_s > 0.0 && spec.early_mean_s > 0.0) {
             return Err(ExperimentError::param(
                 "mean",

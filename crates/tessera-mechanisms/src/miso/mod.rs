@@ -106,6 +106,7 @@ fn trace_100(seed: u64) -> Result<tessera_model::Workload, String> {
 }
 
 fn generate_synthetic(o: &GeneratorOptions) -> Result<tessera_model::Workload, String> {
+    crate::check_generator_options(o)?;
     workload::synthetic(o.jobs, o.load, o.seed.unwrap_or(1))
 }
 

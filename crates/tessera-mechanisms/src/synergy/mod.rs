@@ -142,6 +142,7 @@ fn reference_multi_4(_: u64) -> Result<tessera_model::Workload, String> {
 /// `--generator synergy-reference`: the reference simulator's own workload, job for job.
 fn generate_reference(o: &GeneratorOptions) -> Result<tessera_model::Workload, String> {
     use reference_workload::{ReferenceTrace, ReferenceWorkload, REFERENCE_SEED};
+    crate::check_generator_options(o)?;
     if o.gpus.is_some() {
         return Err("--gpus does not apply to synergy-reference (use --trace single|multi)".into());
     }

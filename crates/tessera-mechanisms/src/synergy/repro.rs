@@ -48,6 +48,9 @@ const PARAMS: &[Param] = &[
     Param { name: "restart-costs", default: "false", help: "Charge checkpoint/restore costs when allocations change (exact semantics)." },
 ];
 
+/// Most servers of `--servers` (8 GPUs each).
+const MAX_SERVERS: u32 = 4096;
+
 /// Parsed parameters.
 struct SynergyArgs {
     workload: String,
@@ -236,9 +239,55 @@ fn run(args: &SynergyArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, Experime
             "must be a non-negative number of seconds",
         ));
     }
+    if args.profile_cost > tessera_model::MAX_INPUT_SECS as f64 {
+        return Err(bad(
+            "profile-cost",
+            &args.profile_cost.to_string(),
+            &format!("must be at most {} s", tessera_model::MAX_INPUT_SECS),
+        ));
+    }
+    if !(args.profile_error.is_finite() && (0.0..=1.0).contains(&args.profile_error)) {
+        return Err(bad(
+            "profile-error",
+            &args.profile_error.to_string(),
+            "must be a relative error in 0..=1",
+        ));
+    }
+    // Zero servers is a cluster no job fits (runs never end); past the limit the cluster
+    // alone would fill memory.
+    if !(1..=MAX_SERVERS).contains(&args.servers) {
+        return Err(bad(
+            "servers",
+            &args.servers.to_string(),
+            &format!("must be 1..={MAX_SERVERS}"),
+        ));
+    }
+    if let Some(jobs) = args.jobs {
+        if jobs > crate::MAX_GENERATOR_JOBS {
+            return Err(bad(
+                "jobs",
+                &jobs.to_string(),
+                &format!(
+                    "more than the limit of {} jobs (tessera_mechanisms::MAX_GENERATOR_JOBS)",
+                    crate::MAX_GENERATOR_JOBS
+                ),
+            ));
+        }
+    }
     let loads = args.loads.clone();
     if let Some(l) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
         return Err(bad("loads", &l.to_string(), "loads must be positive"));
+    }
+    // The arrivals of the most jobs either workload generates must stay well within the
+    // clock's input range (half of it, as for every generator).
+    let jobs = args.jobs.unwrap_or(REFERENCE_JOBS.max(16_000)) as f64;
+    let max_span = tessera_model::MAX_INPUT_SECS as f64 / 2.0;
+    if let Some(l) = loads.iter().find(|l| jobs * 3600.0 / **l > max_span) {
+        return Err(bad(
+            "loads",
+            &l.to_string(),
+            &format!("{jobs} jobs at this rate arrive over more than {max_span} s"),
+        ));
     }
     let reference_workload = match args.workload.as_str() {
         "synthetic" => false,

@@ -72,7 +72,8 @@ impl SynergyWorkload {
         };
         let mut jobs = Vec::with_capacity(self.jobs);
         for i in 0..self.jobs {
-            t += (3600.0 * rng.exponential(rate)).ceil() as u64;
+            // Saturating: callers hold jobs / rate to the clock's range (repro synergy --loads).
+            t = t.saturating_add((3600.0 * rng.exponential(rate)).ceil() as u64);
             let minutes = if rng.uniform() >= 0.8 {
                 10f64.powf(rng.uniform_range(3.0, 4.0))
             } else {

@@ -518,3 +518,43 @@ fn philly_json_bad_jobs() {
     );
     assert_eq!(tessera_trace::detect_format("x.json", "{\"a\": 1}"), None);
 }
+
+/// Issue 36: date-time columns took any year 0001-9999, so relative submit times ran far past
+/// the 10^9 s every other span is held to. The latest row is blamed, naming the earliest.
+#[test]
+fn date_time_spans_are_held_to_the_input_limit() {
+    let absolute = [
+        (TraceFormat::PolluxPhilly, "2017", "timestamp"),
+        (TraceFormat::Helios, "2020", "submit_time"),
+        (TraceFormat::Acme, "2023", "submit_time"),
+    ];
+    for (format, year, field) in absolute {
+        let case = CASES.iter().find(|c| c.format == format).unwrap();
+        let early = case.good.replacen(year, "0001", 1);
+        let late = case.good.replacen(year, "9999", 1);
+        let text = text_with(case, &[&late, &early]);
+        let err = parse(&text, Some(format)).expect_err("9999 after 0001");
+        let shown = err.to_string();
+        assert_eq!(err.line, Some(2), "{format}: {shown}");
+        assert_eq!(err.field.as_deref(), Some(field), "{format}: {shown}");
+        assert!(
+            shown.contains("after the earliest job's (line 3)")
+                && shown.contains("beyond the limit of 1000000000 s"),
+            "{format}: {shown}"
+        );
+        // Thirty years apart is within the limit.
+        let later = case.good.replacen(year, "2047", 1);
+        let near = text_with(case, &[case.good, &later]);
+        assert_eq!(parse(&near, Some(format)).unwrap().workload.len(), 2);
+    }
+    let job = |id: &str, year: &str| {
+        format!(
+            r#"{{"status": "Pass", "vc": "v", "jobid": "{id}", "submitted_time": "{year}-01-01 00:00:00",
+  "attempts": [{{"start_time": "{year}-01-01 00:00:00", "end_time": "{year}-01-01 00:01:00", "detail": [{{"ip": "m1", "gpus": ["gpu0"]}}]}}]}}"#
+        )
+    };
+    let text = format!("[{}, {}]", job("a", "0001"), job("b", "9999"));
+    let err = parse(&text, Some(TraceFormat::PhillyJson)).expect_err("philly json span");
+    assert!(err.to_string().contains("beyond the limit"), "{err}");
+    assert_eq!(err.field.as_deref(), Some("submitted_time"), "{err}");
+}

@@ -231,7 +231,7 @@ pub fn collect(args: &CollectArgs) -> Result<()> {
     }
     eprintln!(
         "{}: {} of {} runs collected ({} rows), {} failed, {} missing -> {}/results.csv, results.json{}",
-        plan.spec.name,
+        tessera_trace::printable(&plan.spec.name),
         plan.runs.len() - results.failed.len() - results.missing.len(),
         plan.runs.len(),
         rows.len(),
@@ -245,7 +245,12 @@ pub fn collect(args: &CollectArgs) -> Result<()> {
         }
     );
     for f in &results.failed {
-        eprintln!("  failed {} (index {}): {}", f.run_id, f.index, f.error);
+        eprintln!(
+            "  failed {} (index {}): {}",
+            f.run_id,
+            f.index,
+            tessera_trace::printable(&f.error)
+        );
     }
     Ok(())
 }

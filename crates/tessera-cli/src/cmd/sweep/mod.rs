@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use tessera_trace::printable;
 
 use exec::{run_local, run_state, write_plan, RunState};
 use spec::{value_text, Plan, RunKind, Spec};
@@ -320,26 +321,33 @@ fn check_repro_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
 
 fn plan_cmd(args: &PlanArgs) -> Result<()> {
     let (plan, _) = plan_spec(&args.spec)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
         return Ok(());
     }
     let spec = &plan.spec;
+    let axes = spec
+        .axes
+        .iter()
+        .map(|a| format!("{} {}", a.values.len(), a.name))
+        .collect::<Vec<_>>()
+        .join(" x ");
     writeln!(
         out,
         "sweep {}: {} runs of {} ({})",
-        spec.name,
+        printable(&spec.name),
         plan.runs.len(),
         spec.run,
-        spec.axes
-            .iter()
-            .map(|a| format!("{} {}", a.values.len(), a.name))
-            .collect::<Vec<_>>()
-            .join(" x ")
+        printable(&axes)
     )?;
     for (k, v) in &spec.fixed {
-        writeln!(out, "  fixed {k} = {}", value_text(v))?;
+        writeln!(
+            out,
+            "  fixed {} = {}",
+            printable(k),
+            printable(&value_text(v))
+        )?;
     }
     let header: Vec<&str> = ["index", "id"]
         .into_iter()
@@ -372,12 +380,13 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
     crate::progress::hide_run_bars();
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     let started = Instant::now();
     let tally = run_local(&args.out, &plan, threads)?;
     eprintln!(
         "sweep {}: {} runs: {} ran now, {} already done, {} failed ({:.1} s on {threads} threads)",
-        plan.spec.name,
+        printable(&plan.spec.name),
         tally.total,
         tally.done,
         tally.already,
@@ -388,7 +397,7 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
         for r in &plan.runs {
             if run_state(&args.out, &r.id) == RunState::Failed {
                 let err = slurm::read_error(&args.out, &r.id);
-                eprintln!("  failed {} (index {}): {err}", r.id, r.index);
+                eprintln!("  failed {} (index {}): {}", r.id, r.index, printable(&err));
             }
         }
         bail!(

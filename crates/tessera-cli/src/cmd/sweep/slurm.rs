@@ -103,7 +103,7 @@ pub fn run_one(args: &RunOneArgs) -> Result<()> {
             eprintln!(
                 "run {} ({i}) failed: {}",
                 run.id,
-                read_error(&args.dir, &run.id)
+                tessera_trace::printable(&read_error(&args.dir, &run.id))
             );
             failed.push(run.id.clone());
         }
@@ -212,7 +212,11 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
         .map(|r| r.index)
         .collect();
     if todo.is_empty() {
-        println!("all {} runs are done; nothing to submit", plan.runs.len());
+        writeln!(
+            crate::output::stdout(),
+            "all {} runs are done; nothing to submit",
+            plan.runs.len()
+        )?;
         return Ok(());
     }
     let tasks: Vec<Vec<usize>> = todo
@@ -288,7 +292,7 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
         sub.tasks.len(),
         dir.display()
     );
-    println!("{job_id}");
+    writeln!(crate::output::stdout(), "{job_id}")?;
     Ok(())
 }
 
@@ -316,7 +320,10 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         Vec::new()
     } else {
         live_tasks(&subs).unwrap_or_else(|e| {
-            eprintln!("warning: {e:#}; showing what the files say");
+            eprintln!(
+                "warning: {}; showing what the files say",
+                tessera_trace::printable(&format!("{e:#}"))
+            );
             Vec::new()
         })
     };
@@ -358,7 +365,7 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             (RunState::Missing, None) => doc.missing += 1,
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());

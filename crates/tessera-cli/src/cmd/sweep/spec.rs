@@ -37,6 +37,11 @@ impl fmt::Display for RunKind {
 /// Options the sweep sets itself; a spec may not.
 const RESERVED: &[&str] = &["out", "json", "jobs", "threads", "help"];
 
+/// Most runs one sweep spec may expand to (the product of its axes' lengths). The plan is
+/// built in memory and every run gets a directory, so the limit is checked before anything is
+/// expanded; split a larger sweep into several specs, or raise this constant.
+pub const MAX_SWEEP_RUNS: usize = 100_000;
+
 /// One swept parameter and its values, in the spec's order.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Axis {
@@ -178,17 +183,41 @@ impl Spec {
             if items.is_empty() {
                 bail!("{origin}: spec.axes.{name}: an axis needs at least one value");
             }
+            if items.len() > MAX_SWEEP_RUNS {
+                bail!(
+                    "{origin}: spec.axes.{name}: {} values, more than the limit of \
+                     {MAX_SWEEP_RUNS} runs per sweep (split the sweep into several specs)",
+                    items.len()
+                );
+            }
             let values = items
                 .iter()
                 .map(|i| to_json(&name, i))
                 .collect::<Result<Vec<_>>>()
                 .with_context(|| format!("{origin}: spec.axes"))?;
-            for (i, a) in values.iter().enumerate() {
-                if values[..i].contains(a) {
+            // By their canonical JSON text: linear, where comparing every pair was quadratic.
+            let mut seen_values = std::collections::HashSet::with_capacity(values.len());
+            for a in &values {
+                if !seen_values.insert(a.to_string()) {
                     bail!("{origin}: spec.axes.{name}: value {a} appears twice");
                 }
             }
             axes.push(Axis { name, values });
+        }
+        let runs = axes
+            .iter()
+            .try_fold(1usize, |n, a| n.checked_mul(a.values.len()))
+            .filter(|n| *n <= MAX_SWEEP_RUNS);
+        if runs.is_none() {
+            let sizes: Vec<String> = axes
+                .iter()
+                .map(|a| format!("{} {}", a.values.len(), a.name))
+                .collect();
+            bail!(
+                "{origin}: spec.axes: {} expand to more than the limit of {MAX_SWEEP_RUNS} runs \
+                 per sweep (split the sweep into several specs)",
+                sizes.join(" x ")
+            );
         }
         let mut seen: Vec<&str> = Vec::new();
         for name in fixed
@@ -417,5 +446,37 @@ spec:
             let err = format!("{:#}", Spec::from_yaml(&text, "t.yaml").unwrap_err());
             assert!(err.contains(want), "{want:?} not in {err:?}");
         }
+    }
+
+    /// Issue 36: three 1,000-value axes (10^9 runs) tried to allocate 80 GB in `expand`.
+    #[test]
+    fn a_sweep_past_the_run_limit_is_refused_before_expanding() {
+        let axis = |name: &str| {
+            let values: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+            format!("    {name}: [{}]\n", values.join(", "))
+        };
+        let text = format!(
+            "apiVersion: tessera/v1\nkind: Sweep\nspec:\n  axes:\n{}{}{}",
+            axis("seed"),
+            axis("round"),
+            axis("max-restarts")
+        );
+        let err = format!("{:#}", Spec::from_yaml(&text, "t.yaml").unwrap_err());
+        assert!(
+            err.contains("1000 seed x 1000 round x 1000 max-restarts")
+                && err.contains(&format!("limit of {MAX_SWEEP_RUNS} runs")),
+            "{err}"
+        );
+        // At the limit's scale, two axes still plan.
+        let text = format!(
+            "apiVersion: tessera/v1\nkind: Sweep\nspec:\n  axes:\n{}",
+            axis("seed")
+        );
+        assert_eq!(
+            Spec::from_yaml(&text, "t.yaml").unwrap().axes[0]
+                .values
+                .len(),
+            1000
+        );
     }
 }
