@@ -52,5 +52,8 @@ pub use knowledge::Knowledge;
 pub use pyrandom::PyRandom;
 pub use quantity::{Bytes, MilliCpu, QuantityError};
 pub use rng::SimRng;
-pub use service::{ArrivalProcess, GpuDemand, InferenceService, InstanceDemand, ServiceId};
+pub use service::{
+    ArrivalProcess, GpuDemand, InferenceService, InstanceDemand, ServiceId, MAX_ARRIVAL_CV,
+    MAX_EXPECTED_REQUESTS, MAX_REQUEST_RATE,
+};
 pub use time::{SimDuration, SimTime, TimeRangeError, MAX_INPUT_SECS};

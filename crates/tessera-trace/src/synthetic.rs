@@ -259,7 +259,7 @@ pub fn with_arrivals_checked(
         span_s,
     };
     let expected_s = jobs.saturating_sub(1) as f64 * 3600.0 / jobs_per_hour;
-    if !(expected_s <= tessera_model::MAX_INPUT_SECS as f64 / 2.0) {
+    if expected_s.is_nan() || expected_s > tessera_model::MAX_INPUT_SECS as f64 / 2.0 {
         return Err(too_long(expected_s));
     }
     let w = with_arrivals(workload, arrivals, seed);
@@ -325,6 +325,21 @@ mod tests {
         }
         .generate();
         assert_eq!(with_arrivals(&w, Arrivals::Trace, 1), w);
+        // Issue 36: poisson:1e-300 saturated the submit times and overflowed the engine.
+        let slow = Arrivals::Poisson {
+            jobs_per_hour: 1e-300,
+        };
+        assert!(matches!(
+            with_arrivals_checked(&w, slow, 1),
+            Err(GenerateError::SpanTooLong { .. })
+        ));
+        let ten = Arrivals::Poisson {
+            jobs_per_hour: 10.0,
+        };
+        assert_eq!(
+            with_arrivals_checked(&w, ten, 7),
+            Ok(with_arrivals(&w, ten, 7))
+        );
         let a = with_arrivals(
             &w,
             Arrivals::Poisson {
