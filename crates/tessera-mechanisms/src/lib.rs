@@ -200,7 +200,11 @@ pub trait Mechanism: Sync {
     /// and the cluster's GPUs are ones its tables describe. `--perf auto` picks a truth from
     /// the inputs only (never from the policies asked for): the one mechanism that covers
     /// them, else the trace's throughput. Default: never.
-    fn covers(&self, _cluster: &tessera_model::Cluster, _workload: &tessera_model::Workload) -> bool {
+    fn covers(
+        &self,
+        _cluster: &tessera_model::Cluster,
+        _workload: &tessera_model::Workload,
+    ) -> bool {
         false
     }
     /// Its tables' name for a model of the catalogue (canonical name, see
@@ -430,7 +434,9 @@ pub fn run_profiler(
 ) -> Option<Arc<dyn Profiler>> {
     let own = mechanism_of_policy(policy).and_then(|m| {
         let same = mechanism_of_truth(truth.name).is_some_and(|t| t.name() == m.name());
-        (!same).then(|| m.policy_profiler(policy, options)).flatten()
+        (!same)
+            .then(|| m.policy_profiler(policy, options))
+            .flatten()
     });
     match (truth.profiler.clone(), own) {
         (None, own) => own,
@@ -510,7 +516,12 @@ pub fn models_markdown() -> String {
     let mechs: Vec<&dyn Mechanism> = MECHANISMS
         .iter()
         .copied()
-        .filter(|m| catalog.models().iter().any(|e| m.model_key(&e.name).is_some()))
+        .filter(|m| {
+            catalog
+                .models()
+                .iter()
+                .any(|e| m.model_key(&e.name).is_some())
+        })
         .collect();
     let mut out = String::from("| model | aliases | family | class | parameters |");
     for m in &mechs {

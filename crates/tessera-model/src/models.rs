@@ -152,7 +152,10 @@ impl ModelCatalog {
             for name in std::iter::once(&m.name).chain(&m.aliases) {
                 let key = normalise(name);
                 if key.is_empty() {
-                    return Err(invalid(format!("models[{i}].aliases"), "an empty name".into()));
+                    return Err(invalid(
+                        format!("models[{i}].aliases"),
+                        "an empty name".into(),
+                    ));
                 }
                 if index.insert(key, i).is_some() {
                     return Err(invalid(
@@ -310,7 +313,10 @@ mod tests {
         for (bad, field) in [
             (ok.replace("name: a,", "name: A,"), "models[0].name"),
             (ok.replace("family: f,", "family: g,"), "models[0].family"),
-            (ok.replace("default: a", "default: b"), "families[0].default"),
+            (
+                ok.replace("default: a", "default: b"),
+                "families[0].default",
+            ),
             (
                 ok.replace("class: c}", "class: c, aliases: [A]}"),
                 "models[0]",

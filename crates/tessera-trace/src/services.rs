@@ -418,7 +418,10 @@ fn job_share(
         ));
     }
     if mig {
-        return Err(invalid(field, "give either smRequest or a MIG limit, not both"));
+        return Err(invalid(
+            field,
+            "give either smRequest or a MIG limit, not both",
+        ));
     }
     let memory = r
         .gpu_memory
@@ -697,9 +700,14 @@ pub fn write_workload_spec(
             };
             let mut arrivals = ArrivalsSpec::default();
             match &s.arrivals {
-                ArrivalProcess::Poisson { rate } => arrivals.poisson = Some(RateSpec { rate: *rate }),
+                ArrivalProcess::Poisson { rate } => {
+                    arrivals.poisson = Some(RateSpec { rate: *rate })
+                }
                 ArrivalProcess::Gamma { rate, cv } => {
-                    arrivals.gamma = Some(GammaSpec { rate: *rate, cv: *cv })
+                    arrivals.gamma = Some(GammaSpec {
+                        rate: *rate,
+                        cv: *cv,
+                    })
                 }
                 ArrivalProcess::RateSeries { rates } => arrivals.rate_series = Some(rates.clone()),
                 ArrivalProcess::Timestamps { offsets } => {
@@ -735,7 +743,9 @@ pub fn write_workload_spec(
         spec: Spec { jobs, services },
     };
     match format {
-        SpecFormat::Yaml => serde_norway::to_string(&doc).map_err(|e| SpecWriteError(e.to_string())),
+        SpecFormat::Yaml => {
+            serde_norway::to_string(&doc).map_err(|e| SpecWriteError(e.to_string()))
+        }
         SpecFormat::Json => {
             serde_json::to_string_pretty(&doc).map_err(|e| SpecWriteError(e.to_string()))
         }

@@ -152,12 +152,16 @@ impl Mechanism for Crius {
     }
 
     /// Every job's model is a large model of the cell model (any GPU type of the catalog).
-    fn covers(&self, _cluster: &tessera_model::Cluster, workload: &tessera_model::Workload) -> bool {
+    fn covers(
+        &self,
+        _cluster: &tessera_model::Cluster,
+        workload: &tessera_model::Workload,
+    ) -> bool {
         !workload.jobs().is_empty()
             && workload
                 .jobs()
                 .iter()
-                .all(|j| perf::large_model(&j.model).is_some())
+                .all(|j| tessera_perf::cells::LargeModel::from_name(&j.model).is_some())
     }
 
     /// The Crius policies pick cells from the estimator's views; `fcfs` reads none.

@@ -123,12 +123,13 @@ impl Mechanism for Gavel {
             && workload
                 .jobs()
                 .iter()
-                .all(|j| matrix.knows(&matrix.key_of(j)))
+                .all(|j| matrix.knows(&JobTypeKey::of_job(j)))
             && !cluster.groups.is_empty()
-            && cluster
-                .groups
-                .iter()
-                .all(|g| matrix.matrix_type(&cluster.catalog.get(g.gpu).name).is_some())
+            && cluster.groups.iter().all(|g| {
+                matrix
+                    .matrix_type(&cluster.catalog.get(g.gpu).name)
+                    .is_some()
+            })
     }
 
     /// Every Gavel policy allocates by the matrix rows its profiler attaches.

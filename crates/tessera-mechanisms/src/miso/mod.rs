@@ -169,7 +169,7 @@ impl Mechanism for Miso {
             && workload
                 .jobs()
                 .iter()
-                .all(|j| table.get(&truth::job_key(j)).is_some() || table.resolve(j).is_some())
+                .all(|j| table.get(&truth::job_key(j)).is_some())
             && !cluster.groups.is_empty()
             && cluster
                 .groups

@@ -213,15 +213,16 @@ impl Mechanism for Synergy {
         })
     }
 
-    /// Every job's model has a sensitivity profile and every GPU is a V100 (the tables were
-    /// measured on V100 servers).
+    /// Every job's model has a sensitivity profile under its own name (a workload in
+    /// Synergy's own names; aliases apply within the truth, not to choose it) and every GPU
+    /// is a V100 (the tables were measured on V100 servers).
     fn covers(&self, cluster: &Cluster, workload: &tessera_model::Workload) -> bool {
         let profiles = perf::SynergyProfiles::builtin();
         !workload.jobs().is_empty()
             && workload
                 .jobs()
                 .iter()
-                .all(|j| profiles.resolve(&j.model).is_some())
+                .all(|j| profiles.exact(&j.model, 1).is_some())
             && !cluster.groups.is_empty()
             && cluster.groups.iter().all(|g| {
                 cluster

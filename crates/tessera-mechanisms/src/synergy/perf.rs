@@ -909,7 +909,11 @@ mod tests {
     #[test]
     fn unmeasured_allocations_run_at_the_best_measured_point_within_them() {
         let t4 = &profiles().exact("alexnet", 4).unwrap().table;
-        assert_eq!(t4.relative(8.0, 64.0), 0.0, "interpolates towards 9 CPUs, unmeasured");
+        assert_eq!(
+            t4.relative(8.0, 64.0),
+            0.0,
+            "interpolates towards 9 CPUs, unmeasured"
+        );
         assert_eq!(t4.relative_measured(8.0, 64.0), 1.75, "6 CPUs, 62.5 GB");
         assert_eq!(t4.relative_measured(12.0, 128.0), 1.75);
         assert_eq!(t4.relative_measured(4.0, 62.5), t4.relative(4.0, 62.5));
