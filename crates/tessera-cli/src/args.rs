@@ -352,9 +352,14 @@ pub struct ConvertArgs {
 
     /// Input trace file or `builtin:NAME`.
     pub input: Source,
-    /// Output CSV (canonical Tessera format); `-` for stdout.
+    /// Output file; `-` for stdout.
     #[arg(long, short, default_value = "-")]
     pub output: String,
+    /// Output format: `csv` (canonical Tessera CSV: training jobs only), `yaml` or `json` (a
+    /// `kind: Workload` spec: jobs and inference services); `auto` = from the output's
+    /// extension (`.yaml`/`.yml`, `.json`), else csv.
+    #[arg(long, default_value = "auto", value_name = "auto|csv|yaml|json")]
+    pub output_format: String,
     /// Input format (default: detect).
     #[arg(long, default_value = "auto")]
     pub trace_format: String,

@@ -147,9 +147,8 @@ fn read_trace_or_builtin(
     }
     if is_workload_spec(source) {
         let text = std::fs::read_to_string(source).with_context(|| format!("reading {source}"))?;
-        let workload = tessera_trace::parse_workload_spec(&text, catalog)
+        let (workload, lines) = tessera_trace::parse_workload_spec_with_lines(&text, catalog)
             .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-        let lines = (1..=workload.len() as u64).collect();
         return Ok(LoadedTrace {
             format: TraceFormat::Tessera,
             detected: false,

@@ -87,6 +87,15 @@ pub struct EngineSummary {
     pub profile_error: Option<f64>,
 }
 
+/// Which truth model a run used and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct TruthSummary {
+    /// `trace` or a registered truth's name.
+    pub name: String,
+    /// `auto: …` (what in the inputs chose it) or `given by --perf`.
+    pub why: String,
+}
+
 /// The whole `summary.json` document.
 #[derive(Debug, Serialize)]
 pub struct SummaryDoc {
@@ -99,6 +108,8 @@ pub struct SummaryDoc {
     /// Truth and semantics, present only when not the defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineSummary>,
+    /// The truth the runs used and why (`--perf auto` picks it from the inputs).
+    pub truth: TruthSummary,
     /// Re-drawn arrivals (`poisson:RATE`), present only when not the trace's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<String>,

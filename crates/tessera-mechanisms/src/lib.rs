@@ -237,9 +237,32 @@ pub trait Mechanism: Sync {
     fn build_truth(&self, _name: &str, _options: &TruthOptions) -> Option<Truth> {
         None
     }
-    /// The truth its policies need when the user asks for `--perf auto`; `None` = the
-    /// trace's throughput is fine.
+    /// Its own truth (the one `--perf auto` picks for its built-in workloads and for inputs
+    /// it [covers](Self::covers)); `None` = the trace's throughput.
     fn preferred_truth(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether its preferred truth models these inputs: every job's model is in its tables
+    /// and the cluster's GPUs are ones its tables describe. `--perf auto` picks a truth from
+    /// the inputs only (never from the policies asked for): the one mechanism that covers
+    /// them, else the trace's throughput. Default: never.
+    fn covers(
+        &self,
+        _cluster: &tessera_model::Cluster,
+        _workload: &tessera_model::Workload,
+    ) -> bool {
+        false
+    }
+    /// Its tables' name for a model of the catalogue (canonical name, see
+    /// [`tessera_model::models`]); `None` when its tables lack it (its documented fallback
+    /// applies). Listed in docs/models.md.
+    fn model_key(&self, _canonical: &str) -> Option<String> {
+        None
+    }
+    /// The profiler its policy `policy` needs (what the policy reads from a job's
+    /// knowledge), attached by drivers to that policy's run whatever the truth; `None` when
+    /// the policy reads no knowledge (or is not one of its own).
+    fn policy_profiler(&self, _policy: &str, _options: &TruthOptions) -> Option<Arc<dyn Profiler>> {
         None
     }
     /// Built-in clusters.
@@ -430,6 +453,152 @@ pub fn truths() -> impl Iterator<Item = (&'static dyn Mechanism, &'static TruthI
 /// Builds a registered truth model by name; `None` for an unknown name.
 pub fn build_truth(name: &str, options: &TruthOptions) -> Option<Truth> {
     MECHANISMS.iter().find_map(|m| m.build_truth(name, options))
+}
+
+/// The mechanism whose truth is named `truth`, if any.
+pub fn mechanism_of_truth(truth: &str) -> Option<&'static dyn Mechanism> {
+    truths()
+        .find(|(_, t)| t.name.eq_ignore_ascii_case(truth))
+        .map(|(m, _)| m)
+}
+
+/// The profiler a run of `policy` uses under `truth`: the truth's own (every policy's jobs
+/// go through it, as they always have), plus the profiler the policy's mechanism declares
+/// for it ([`Mechanism::policy_profiler`]) when the truth is another mechanism's, so that a
+/// policy that reads knowledge gets it under any truth.
+pub fn run_profiler(
+    policy: &str,
+    truth: &Truth,
+    options: &TruthOptions,
+) -> Option<Arc<dyn Profiler>> {
+    let own = mechanism_of_policy(policy).and_then(|m| {
+        let same = mechanism_of_truth(truth.name).is_some_and(|t| t.name() == m.name());
+        (!same)
+            .then(|| m.policy_profiler(policy, options))
+            .flatten()
+    });
+    match (truth.profiler.clone(), own) {
+        (None, own) => own,
+        (Some(t), None) => Some(t),
+        (Some(t), Some(o)) => Some(Arc::new(tessera_perf::Profilers::new(vec![t, o]))),
+    }
+}
+
+/// The truth `--perf auto` picks for a run's inputs, and why (for the report's header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AutoTruth {
+    /// A registered truth's name; `None` = the trace's throughput.
+    pub truth: Option<&'static str>,
+    /// Why, in a few words (`builtin:crius-1900 is crius's workload`).
+    pub why: String,
+}
+
+/// The truth for `--perf auto`, chosen from the inputs only, never from the policies asked
+/// for (so that each policy's figures do not depend on its company): a mechanism's built-in
+/// workload (`trace_source` = `builtin:NAME`) runs under that mechanism's truth; otherwise
+/// the one mechanism that [covers](Mechanism::covers) the cluster and workload gives its
+/// truth; none or several: the trace's throughput.
+pub fn auto_truth(
+    trace_source: &str,
+    cluster: &tessera_model::Cluster,
+    workload: &tessera_model::Workload,
+) -> AutoTruth {
+    if let Some(name) = trace_source.strip_prefix("builtin:") {
+        let owner = MECHANISMS
+            .iter()
+            .find(|m| m.workloads().iter().any(|w| w.name == name));
+        if let Some(m) = owner {
+            if let Some(t) = m.preferred_truth() {
+                return AutoTruth {
+                    truth: Some(t),
+                    why: format!("{trace_source} is {}'s workload", m.name()),
+                };
+            }
+        }
+    }
+    let covering: Vec<&dyn Mechanism> = MECHANISMS
+        .iter()
+        .copied()
+        .filter(|m| m.preferred_truth().is_some() && m.covers(cluster, workload))
+        .collect();
+    match covering.as_slice() {
+        [m] => AutoTruth {
+            truth: m.preferred_truth(),
+            why: format!(
+                "every job's model is in {}'s tables, for this cluster's GPUs",
+                m.name()
+            ),
+        },
+        [] if workload.jobs().iter().all(|j| j.model.is_empty()) => AutoTruth {
+            truth: None,
+            why: "the jobs name no models".into(),
+        },
+        [] => AutoTruth {
+            truth: None,
+            why: "no mechanism's tables cover every job's model on this cluster's GPUs".into(),
+        },
+        many => AutoTruth {
+            truth: None,
+            why: format!(
+                "the inputs fit the tables of several mechanisms ({})",
+                many.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+            ),
+        },
+    }
+}
+
+/// The model catalogue as a Markdown table: each model, its aliases, family, class and
+/// parameters, and its key in each mechanism's tables (docs/models.md holds it, checked by a
+/// test).
+pub fn models_markdown() -> String {
+    let catalog = tessera_model::models::ModelCatalog::builtin();
+    let mechs: Vec<&dyn Mechanism> = MECHANISMS
+        .iter()
+        .copied()
+        .filter(|m| {
+            catalog
+                .models()
+                .iter()
+                .any(|e| m.model_key(&e.name).is_some())
+        })
+        .collect();
+    let mut out = String::from("| model | aliases | family | class | parameters |");
+    for m in &mechs {
+        out.push_str(&format!(" {} |", m.name()));
+    }
+    out.push_str("\n|---|---|---|---|---|");
+    for _ in &mechs {
+        out.push_str("---|");
+    }
+    out.push('\n');
+    for e in catalog.models() {
+        let params = match e.params {
+            Some(p) if p >= 1e9 => format!("{}B", p / 1e9),
+            Some(p) => format!("{}M", p / 1e6),
+            None => "—".into(),
+        };
+        let aliases = if e.aliases.is_empty() {
+            "—".to_string()
+        } else {
+            e.aliases
+                .iter()
+                .map(|a| format!("`{a}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!(
+            "| `{}` | {aliases} | {} | {} | {params} |",
+            e.name, e.family, e.class
+        ));
+        for m in &mechs {
+            match m.model_key(&e.name) {
+                Some(k) => out.push_str(&format!(" `{k}` |")),
+                None => out.push_str(" — |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Every built-in cluster of every mechanism.

@@ -7,6 +7,8 @@
 //! - [`job`]: [`TrainingJob`] and [`Workload`] (jobs and services).
 //! - [`service`]: [`InferenceService`]s, their instances' demand and arrival processes.
 //! - [`knowledge`]: [`Knowledge`], typed facts a profiler learned about a job.
+//! - [`models`]: the model catalogue, one namespace of model names for every mechanism's
+//!   tables (built-in YAML data, docs/models.md).
 //! - [`alloc`]: [`Allocation`]s of GPUs, CPU and memory on nodes.
 //! - [`rng`]: [`SimRng`], a seeded generator with stable draws.
 //! - [`hint`]: [`prefetch`](hint::prefetch), a cache hint for hot loops over per-job state.
@@ -28,6 +30,7 @@ pub mod error;
 pub mod hint;
 pub mod job;
 pub mod knowledge;
+pub mod models;
 pub mod pyrandom;
 pub mod quantity;
 pub mod rng;

@@ -82,6 +82,40 @@ pub trait Profiler: Send + Sync + fmt::Debug {
     fn profile(&self, job: &TrainingJob, cluster: &Cluster, rng: &mut SimRng) -> Knowledge;
 }
 
+/// Several profilers run one after the other on each arriving job (e.g. the truth's own and
+/// the one a policy of another mechanism reads): their knowledge merged, their costs added,
+/// the most GPUs any of them occupies.
+#[derive(Debug, Clone)]
+pub struct Profilers(Vec<std::sync::Arc<dyn Profiler>>);
+
+impl Profilers {
+    /// The profilers, run in this order (each draws its noise from the run's seeded stream
+    /// in turn).
+    pub fn new(profilers: Vec<std::sync::Arc<dyn Profiler>>) -> Profilers {
+        Profilers(profilers)
+    }
+}
+
+impl Profiler for Profilers {
+    fn cost(&self) -> SimDuration {
+        self.0
+            .iter()
+            .fold(SimDuration::ZERO, |acc, p| acc + p.cost())
+    }
+
+    fn gpus(&self) -> u32 {
+        self.0.iter().map(|p| p.gpus()).max().unwrap_or(0)
+    }
+
+    fn profile(&self, job: &TrainingJob, cluster: &Cluster, rng: &mut SimRng) -> Knowledge {
+        let mut k = Knowledge::new();
+        for p in &self.0 {
+            k.merge(p.profile(job, cluster, rng));
+        }
+        k
+    }
+}
+
 /// The trace is the truth: reference throughput on the requested GPU count, scaled linearly
 /// with the GPUs actually held (the usual assumption of trace-driven simulators when nothing
 /// better is known).

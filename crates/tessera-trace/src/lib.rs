@@ -69,7 +69,9 @@ pub use error::{printable, TraceError, TraceErrorKind};
 pub use formats::tessera::write_tessera_csv;
 pub use formats::tessera::TesseraCsvWriter;
 pub use pai::{looks_like_pai_machine_spec, read_pai_machine_spec, PaiCluster};
-pub use services::parse_workload_spec;
+pub use services::{
+    parse_workload_spec, parse_workload_spec_with_lines, write_workload_spec, SpecFormat,
+};
 pub use stats::{human_duration, TraceStats};
 pub use synthetic::{with_arrivals, with_arrivals_checked, Arrivals, BadArrivals, GenerateError};
 

@@ -8,78 +8,119 @@
 //! assert_eq!(w.services()[0].instance.sm_request(), 300);
 //! ```
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tessera_model::{
-    error::locate_field, ArrivalProcess, Bytes, GpuCatalog, GpuDemand, InferenceService,
-    InstanceDemand, MigRequest, MilliCpu, ServiceId, SimDuration, SimTime, SpecError, TrainingJob,
-    Workload, MIG_RESOURCE_PREFIX,
+    error::locate_field, ArrivalProcess, Bytes, GpuCatalog, GpuDemand, GpuShareRequest,
+    InferenceService, InstanceDemand, MigRequest, MilliCpu, ServiceId, SimDuration, SimTime,
+    SpecError, TrainingJob, Workload, MIG_RESOURCE_PREFIX,
 };
 
-#[derive(Deserialize)]
+// The same structs read and write a spec, so that what the writer emits is what the reader
+// takes (`write_workload_spec`, checked by a round-trip test).
+
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Doc {
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     api_version: Option<String>,
     kind: String,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     metadata: Option<serde_norway::Value>,
     spec: Spec,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct Spec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     jobs: Vec<JobSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     services: Vec<ServiceSpec>,
 }
 
-#[derive(Deserialize)]
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_zero_i32(x: &i32) -> bool {
+    *x == 0
+}
+
+/// A training job: the canonical CSV's columns, camel-cased (`batch_size` → `batchSize`),
+/// with CPU, memory, a GPU share and a MIG instance under `resources` as services say them.
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct JobSpec {
     name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     submit_seconds: f64,
-    gpus: u32,
+    gpus: u64,
     duration_seconds: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iterations: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     model: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     tenant: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    priority: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     gpu_types: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     resources: Option<JobResourcesSpec>,
 }
 
-/// Kubernetes-style extended resources of a training job: `limits: {nvidia.com/mig-3g.20gb:
-/// 1}` (or `nvidia.com/mig-any: 1`, the scheduler chooses the slice).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A training job's resources, all optional: `cpu` and `memory` for the whole job (Kubernetes
+/// quantities, as the CSV's columns; absent = a share in proportion to GPUs), `smRequest` a
+/// fraction of one GPU (the CSV's `gpu_share` / 1000) with `gpuMemory` the device memory it
+/// needs, and `limits` with one MIG instance (`nvidia.com/mig-3g.20gb: 1`, or
+/// `nvidia.com/mig-any: 1`, the scheduler chooses the slice).
+#[derive(Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct JobResourcesSpec {
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "opt_quantity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    cpu: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "opt_quantity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    memory: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sm_request: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "opt_quantity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    gpu_memory: Option<String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     limits: std::collections::BTreeMap<String, u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ServiceSpec {
     name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     model: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     tenant: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     start_seconds: f64,
     end_seconds: Option<f64>,
     slo_milliseconds: f64,
     #[serde(default = "one")]
     max_batch: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     cold_start_seconds: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     gpu_types: Vec<String>,
     resources: ResourcesSpec,
     arrivals: ArrivalsSpec,
@@ -89,34 +130,72 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ResourcesSpec {
+    #[serde(deserialize_with = "quantity")]
     cpu: String,
+    #[serde(deserialize_with = "quantity")]
     memory: String,
+    #[serde(deserialize_with = "quantity")]
     gpu_memory: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     sm_request: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     sm_limit: Option<f64>,
+}
+
+/// A Kubernetes quantity as text, from a YAML string or number (`cpu: 8`, `cpu: 500m`,
+/// `memory: 16Gi`); parsed and checked where its field is known.
+fn quantity<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a quantity such as 8, 500m or 16Gi")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn opt_quantity<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    quantity(d).map(Some)
 }
 
 /// Exactly one of the four processes (a struct rather than an enum: YAML readers want tags
 /// for enums, and a spec writer should not need them).
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ArrivalsSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     poisson: Option<RateSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     gamma: Option<GammaSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     rate_series: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     timestamps: Option<Vec<f64>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RateSpec {
     rate: f64,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct GammaSpec {
     rate: f64,
@@ -152,6 +231,16 @@ fn permille(field: String, f: f64) -> Result<u16, SpecError> {
 /// the canonical fields and inference services with Kubernetes quantities. Errors name the
 /// field and, where it can be found, its line; nothing panics on any input.
 pub fn parse_workload_spec(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> {
+    parse_workload_spec_with_lines(text, catalog).map(|(w, _)| w)
+}
+
+/// [`parse_workload_spec`], with the 1-based line of each job (aligned with
+/// `workload.jobs()`, found as error messages find fields: best effort, 0 when not found), for
+/// messages about a job after parsing (`FILE:LINE: …`).
+pub fn parse_workload_spec_with_lines(
+    text: &str,
+    catalog: &GpuCatalog,
+) -> Result<(Workload, Vec<u64>), SpecError> {
     parse_inner(text, catalog).map_err(|e| match e {
         SpecError::Invalid {
             line: None,
@@ -179,7 +268,7 @@ fn locate(text: &str, field: &str) -> Option<usize> {
     }
 }
 
-fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> {
+fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<(Workload, Vec<u64>), SpecError> {
     let doc: Doc = serde_norway::from_str(text).map_err(|e| {
         let loc = e.location();
         SpecError::Syntax {
@@ -196,28 +285,153 @@ fn parse_inner(text: &str, catalog: &GpuCatalog) -> Result<Workload, SpecError> 
     }
     let mut jobs = Vec::with_capacity(doc.spec.jobs.len());
     for (i, j) in doc.spec.jobs.into_iter().enumerate() {
-        let f = |name: &str| format!("spec.jobs[{i}].{name}");
-        if j.gpus == 0 {
-            return Err(invalid(f("gpus"), "must be at least 1"));
-        }
-        let submit = seconds(f("submitSeconds"), j.submit_seconds)?;
-        let dur = duration(f("durationSeconds"), j.duration_seconds)?;
-        if dur.is_zero() {
-            return Err(invalid(f("durationSeconds"), "must be positive"));
-        }
-        let mut job = TrainingJob::simple(i as u32, submit, j.gpus, dur);
-        job.gpu_types = gpu_types(&j.gpu_types, catalog, &f)?;
-        job.mig = job_mig(&j, &job.gpu_types, catalog, &f)?;
-        job.name = j.name.into();
-        job.model = j.model;
-        job.tenant = j.tenant;
-        jobs.push(job);
+        let line = locate_field(text, &format!("spec.jobs[{i}]")).unwrap_or(0) as u64;
+        jobs.push((job(i, j, catalog)?, line));
     }
+    // Sorted as `Workload::new` sorts them (stably by submit time), lines alongside.
+    let jobs = tessera_model::sort_stably_by_key(jobs, |(j, _)| j.submit.as_micros());
+    let lines = jobs.iter().map(|(_, l)| *l).collect();
+    let jobs = jobs.into_iter().map(|(j, _)| j).collect();
     let mut services = Vec::with_capacity(doc.spec.services.len());
     for (i, s) in doc.spec.services.into_iter().enumerate() {
         services.push(service(i, s, catalog)?);
     }
-    Ok(Workload::with_services(jobs, services))
+    Ok((Workload::with_services(jobs, services), lines))
+}
+
+/// Most GPUs one job may ask for (as the CSV readers).
+const MAX_JOB_GPUS: u64 = crate::MAX_GPUS_PER_JOB;
+
+fn job(i: usize, j: JobSpec, catalog: &GpuCatalog) -> Result<TrainingJob, SpecError> {
+    let f = |name: &str| format!("spec.jobs[{i}].{name}");
+    if !(1..=MAX_JOB_GPUS).contains(&j.gpus) {
+        return Err(invalid(
+            f("gpus"),
+            format!("{} is not a GPU count in 1..={MAX_JOB_GPUS}", j.gpus),
+        ));
+    }
+    let gpus = j.gpus as u32;
+    let submit = seconds(f("submitSeconds"), j.submit_seconds)?;
+    let dur = duration(f("durationSeconds"), j.duration_seconds)?;
+    if dur.is_zero() {
+        return Err(invalid(f("durationSeconds"), "must be positive"));
+    }
+    let mut job = TrainingJob::simple(i as u32, submit, gpus, dur);
+    job.iterations = match j.iterations {
+        Some(0) => return Err(invalid(f("iterations"), "must be at least 1")),
+        Some(n) => n,
+        // One per second of run time, rounded up, as the CSV's empty column.
+        None => dur.as_micros().div_ceil(1_000_000).max(1),
+    };
+    job.batch_size = match j.batch_size {
+        None => None,
+        Some(b) if (1..=u64::from(u32::MAX)).contains(&b) => Some(b as u32),
+        Some(b) => {
+            return Err(invalid(
+                f("batchSize"),
+                format!("{b} is not a batch size in 1..={}", u32::MAX),
+            ))
+        }
+    };
+    job.gpu_types = gpu_types(&j.gpu_types, catalog, &f)?;
+    job.mig = job_mig(&j, &job.gpu_types, catalog, &f)?;
+    if let Some(r) = &j.resources {
+        let quantity_field = |name: &str| f(&format!("resources.{name}"));
+        job.cpu = r
+            .cpu
+            .as_deref()
+            .map(|v| parse_cpu(v).map_err(|e| invalid(quantity_field("cpu"), e)))
+            .transpose()?;
+        job.memory = r
+            .memory
+            .as_deref()
+            .map(|v| parse_bytes(v).map_err(|e| invalid(quantity_field("memory"), e)))
+            .transpose()?;
+        job.gpu_share = job_share(r, gpus, job.mig.is_some(), &f)?;
+    }
+    job.name = j.name.into();
+    job.model = j.model;
+    job.tenant = j.tenant;
+    job.priority = j.priority;
+    Ok(job)
+}
+
+/// CPU as a Kubernetes quantity; whole cores and millicores exactly (the general parser goes
+/// through f64).
+fn parse_cpu(v: &str) -> Result<MilliCpu, String> {
+    let t = v.trim();
+    let plain = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    let exact = match t.strip_suffix('m') {
+        Some(milli) => plain(milli),
+        None => plain(t).and_then(|c| c.checked_mul(1000)),
+    };
+    match exact {
+        Some(m) => Ok(MilliCpu(m)),
+        None => t.parse::<MilliCpu>().map_err(|e| e.to_string()),
+    }
+}
+
+/// Memory as a Kubernetes quantity; plain bytes exactly.
+fn parse_bytes(v: &str) -> Result<Bytes, String> {
+    let t = v.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        if let Ok(b) = t.parse::<u64>() {
+            return Ok(Bytes(b));
+        }
+    }
+    t.parse::<Bytes>().map_err(|e| e.to_string())
+}
+
+/// A job's share of one GPU: `smRequest` in (0, 1) as permille 1..=999 (the CSV's
+/// `gpu_share`), with `gpuMemory` beside it; only for one-GPU jobs without a MIG instance.
+fn job_share(
+    r: &JobResourcesSpec,
+    gpus: u32,
+    mig: bool,
+    f: &dyn Fn(&str) -> String,
+) -> Result<Option<GpuShareRequest>, SpecError> {
+    let Some(req) = r.sm_request else {
+        if r.gpu_memory.is_some() {
+            return Err(invalid(
+                f("resources.gpuMemory"),
+                "a job's gpuMemory goes with smRequest (a share of one GPU)",
+            ));
+        }
+        return Ok(None);
+    };
+    let field = f("resources.smRequest");
+    if !(req.is_finite() && req > 0.0 && req < 1.0) {
+        return Err(invalid(
+            field,
+            format!("{req} is not a fraction of one GPU in (0, 1) (a whole GPU: leave it out)"),
+        ));
+    }
+    let permille = ((req * 1000.0).round() as u16).clamp(1, 999);
+    if gpus != 1 {
+        return Err(invalid(
+            field,
+            format!("a share of one GPU needs gpus 1, this job asks for {gpus}"),
+        ));
+    }
+    if mig {
+        return Err(invalid(
+            field,
+            "give either smRequest or a MIG limit, not both",
+        ));
+    }
+    let memory = r
+        .gpu_memory
+        .as_deref()
+        .map(|v| parse_bytes(v).map_err(|e| invalid(f("resources.gpuMemory"), e)))
+        .transpose()?;
+    Ok(Some(GpuShareRequest {
+        sm_permille: permille,
+        memory,
+    }))
 }
 
 fn gpu_types(
@@ -404,4 +618,136 @@ fn service(i: usize, s: ServiceSpec, catalog: &GpuCatalog) -> Result<InferenceSe
             other => other,
         })?;
     Ok(svc)
+}
+
+/// How [`write_workload_spec`] writes a spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecFormat {
+    /// YAML.
+    Yaml,
+    /// JSON (pretty-printed).
+    Json,
+}
+
+/// Problems writing a spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("writing the workload spec: {0}")]
+pub struct SpecWriteError(String);
+
+fn secs(micros: u64) -> f64 {
+    micros as f64 / 1e6
+}
+
+/// Writes `workload` (training jobs and inference services) as a `kind: Workload` spec that
+/// [`parse_workload_spec`] reads back into an equal workload: every job field the canonical
+/// CSV has, and every service field.
+pub fn write_workload_spec(
+    workload: &Workload,
+    catalog: &GpuCatalog,
+    format: SpecFormat,
+) -> Result<String, SpecWriteError> {
+    let names = |ids: &[tessera_model::GpuModelId]| -> Vec<String> {
+        ids.iter().map(|id| catalog.get(*id).name.clone()).collect()
+    };
+    let jobs = workload
+        .jobs()
+        .iter()
+        .map(|j| {
+            let mut r = JobResourcesSpec {
+                cpu: j.cpu.map(|c| c.to_string()),
+                memory: j.memory.map(|m| m.to_string()),
+                ..JobResourcesSpec::default()
+            };
+            if let Some(s) = j.gpu_share {
+                r.sm_request = Some(f64::from(s.sm_permille) / 1000.0);
+                r.gpu_memory = s.memory.map(|m| m.to_string());
+            }
+            if let Some(m) = &j.mig {
+                r.limits.insert(m.to_string(), 1);
+            }
+            let empty = r.cpu.is_none()
+                && r.memory.is_none()
+                && r.sm_request.is_none()
+                && r.limits.is_empty();
+            JobSpec {
+                name: j.name.to_string(),
+                submit_seconds: secs(j.submit.as_micros()),
+                gpus: u64::from(j.gpus),
+                duration_seconds: secs(j.duration.as_micros()),
+                iterations: Some(j.iterations),
+                model: j.model.clone(),
+                batch_size: j.batch_size.map(u64::from),
+                tenant: j.tenant.clone(),
+                priority: j.priority,
+                gpu_types: names(&j.gpu_types),
+                resources: (!empty).then_some(r),
+            }
+        })
+        .collect();
+    let services = workload
+        .services()
+        .iter()
+        .map(|s| {
+            let (sm_request, sm_limit) = match s.instance.gpu {
+                GpuDemand::Whole => (None, None),
+                GpuDemand::Quota {
+                    sm_request,
+                    sm_limit,
+                } => (
+                    Some(f64::from(sm_request) / 1000.0),
+                    Some(f64::from(sm_limit) / 1000.0),
+                ),
+            };
+            let mut arrivals = ArrivalsSpec::default();
+            match &s.arrivals {
+                ArrivalProcess::Poisson { rate } => {
+                    arrivals.poisson = Some(RateSpec { rate: *rate })
+                }
+                ArrivalProcess::Gamma { rate, cv } => {
+                    arrivals.gamma = Some(GammaSpec {
+                        rate: *rate,
+                        cv: *cv,
+                    })
+                }
+                ArrivalProcess::RateSeries { rates } => arrivals.rate_series = Some(rates.clone()),
+                ArrivalProcess::Timestamps { offsets } => {
+                    arrivals.timestamps =
+                        Some(offsets.iter().map(|o| secs(o.as_micros())).collect())
+                }
+            }
+            ServiceSpec {
+                name: s.name.clone(),
+                model: s.model.clone(),
+                tenant: s.tenant.clone(),
+                start_seconds: secs(s.start.as_micros()),
+                end_seconds: Some(secs(s.end.as_micros())),
+                slo_milliseconds: s.slo.as_micros() as f64 / 1000.0,
+                max_batch: s.max_batch,
+                cold_start_seconds: secs(s.cold_start.as_micros()),
+                gpu_types: names(&s.gpu_types),
+                resources: ResourcesSpec {
+                    cpu: s.instance.cpu.to_string(),
+                    memory: s.instance.memory.to_string(),
+                    gpu_memory: s.instance.gpu_memory.to_string(),
+                    sm_request,
+                    sm_limit,
+                },
+                arrivals,
+            }
+        })
+        .collect();
+    let doc = Doc {
+        api_version: Some("tessera/v1".into()),
+        kind: "Workload".into(),
+        metadata: None,
+        spec: Spec { jobs, services },
+    };
+    match format {
+        SpecFormat::Yaml => {
+            serde_norway::to_string(&doc).map_err(|e| SpecWriteError(e.to_string()))
+        }
+        SpecFormat::Json => {
+            serde_json::to_string_pretty(&doc).map_err(|e| SpecWriteError(e.to_string()))
+        }
+    }
 }

@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
-    build_policy, build_truth, did_you_mean, mechanism_of_policy, serving_setup, truths,
-    ServingSetup, Truth, TruthOptions, EXACT_ENGINE,
+    build_policy, build_truth, did_you_mean, serving_setup, truths, ServingSetup, Truth,
+    TruthOptions, EXACT_ENGINE,
 };
 use tessera_model::{Cluster, SimDuration, SimTime, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
@@ -24,7 +24,7 @@ use crate::inputs::{
 use crate::progress::Bars;
 use crate::report::{
     comparison_table, failures_table, serving_table, write_outputs, EngineSummary, PolicySummary,
-    SummaryDoc,
+    SummaryDoc, TruthSummary,
 };
 
 /// How runs are simulated: truth model, engine semantics and settings.
@@ -32,6 +32,10 @@ use crate::report::{
 pub struct Engine {
     /// Truth (and the profiler whose estimates policies see).
     pub truth: Truth,
+    /// Why this truth (`auto: …` or `given by --perf`), for the header and `summary.json`.
+    pub truth_why: String,
+    /// The profilers' knobs, for the profiler a policy's mechanism attaches to its runs.
+    pub truth_options: TruthOptions,
     /// An alternative engine of the registry, or `None` for the exact engine.
     pub semantics: Option<&'static EngineInfo>,
     /// Engine settings (the profiler is taken from `truth`).
@@ -113,22 +117,27 @@ fn resolve_semantics(name: &str) -> Result<Option<&'static EngineInfo>> {
     )
 }
 
-/// Resolves `--perf`: `trace`, a registered truth, or `auto` (the truth the requested
-/// policies' mechanism prefers, else trace).
-fn resolve_truth(name: &str, runs: &[PolicyRun], options: &TruthOptions) -> Result<Truth> {
-    let wanted = if name.eq_ignore_ascii_case("auto") {
-        runs.iter()
-            .filter_map(|r| mechanism_of_policy(&r.name))
-            .find_map(|m| m.preferred_truth())
-            .unwrap_or("trace")
+/// Resolves `--perf`: `trace`, a registered truth, or `auto`: chosen from the inputs (the
+/// trace's source, the cluster, the workload), never from the policies asked for, so that a
+/// policy's figures do not depend on its company. Returns the truth and why it was chosen.
+fn resolve_truth(
+    name: &str,
+    trace_source: &str,
+    cluster: &Cluster,
+    workload: &Workload,
+    options: &TruthOptions,
+) -> Result<(Truth, String)> {
+    let (wanted, why) = if name.eq_ignore_ascii_case("auto") {
+        let auto = tessera_mechanisms::auto_truth(trace_source, cluster, workload);
+        (auto.truth.unwrap_or("trace"), format!("auto: {}", auto.why))
     } else {
-        name
+        (name, "given by --perf".to_string())
     };
     if wanted.eq_ignore_ascii_case("trace") {
-        return Ok(trace_truth());
+        return Ok((trace_truth(), why));
     }
     if let Some(t) = build_truth(wanted, options) {
-        return Ok(t);
+        return Ok((t, why));
     }
     let known: Vec<&str> = ["auto", "trace"]
         .into_iter()
@@ -235,18 +244,21 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
                 .map(|r| format!(", {r} s rounds"))
                 .unwrap_or_default()
         )?;
-        if let Some(e) = &doc.engine {
-            let profiling = match (e.profile_cost_s, e.profile_error) {
-                (Some(c), Some(err)) => {
-                    format!(", optimistic profiling {c} s of one GPU per job, error {err}")
-                }
-                _ => String::new(),
-            };
-            writeln!(
-                out,
-                "truth: {} tables, {} semantics{profiling}",
-                e.perf, e.semantics
-            )?;
+        match &doc.engine {
+            Some(e) => {
+                let profiling = match (e.profile_cost_s, e.profile_error) {
+                    (Some(c), Some(err)) => {
+                        format!(", optimistic profiling {c} s of one GPU per job, error {err}")
+                    }
+                    _ => String::new(),
+                };
+                writeln!(
+                    out,
+                    "truth: {} tables ({}), {} semantics{profiling}",
+                    e.perf, doc.truth.why, e.semantics
+                )?;
+            }
+            None => writeln!(out, "truth: {} ({})", doc.truth.name, doc.truth.why)?,
         }
         for p in &doc.policies {
             if let Some(setup) = &p.setup {
@@ -402,14 +414,17 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         );
     }
     let semantics = resolve_semantics(&args.semantics)?;
-    let truth = resolve_truth(
+    let truth_options = TruthOptions {
+        profile_cost: Some(profile_cost),
+        profile_error: args.profile_error,
+        engine: semantics.map_or(EXACT_ENGINE, |e| e.name),
+    };
+    let (truth, truth_why) = resolve_truth(
         &args.perf,
-        &runs,
-        &TruthOptions {
-            profile_cost: Some(profile_cost),
-            profile_error: args.profile_error,
-            engine: semantics.map_or(EXACT_ENGINE, |e| e.name),
-        },
+        &args.trace,
+        &cluster,
+        &trace.workload,
+        &truth_options,
     )?;
     let horizon = args
         .horizon
@@ -451,6 +466,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     }
     let engine = Engine {
         truth,
+        truth_why,
+        truth_options,
         semantics,
         config,
         truth_given: !args.perf.eq_ignore_ascii_case("auto"),
@@ -493,6 +510,10 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         seed: args.seed,
         round_s: round.map(|r| r.as_secs_f64()),
         engine: engine_info,
+        truth: TruthSummary {
+            name: engine.truth.name.to_string(),
+            why: engine.truth_why.clone(),
+        },
         arrivals: arrivals_label,
         trace_skipped: (trace.skipped > 0).then_some(trace.skipped),
         trace_dropped: (trace.dropped > 0).then_some(trace.dropped),
@@ -589,6 +610,17 @@ fn failure_spec(args: &SimulateArgs, cluster: &Cluster) -> Result<Option<Failure
     Ok(Some(spec))
 }
 
+/// The settings of one policy's run: the engine's, with the profiler that policy gets
+/// under the run's truth ([`tessera_mechanisms::run_profiler`]).
+fn run_config(run: &PolicyRun, engine: &Engine) -> SimConfig {
+    let mut config = engine.config.clone();
+    if engine.semantics.is_none() {
+        config.profiler =
+            tessera_mechanisms::run_profiler(&run.name, &engine.truth, &engine.truth_options);
+    }
+    config
+}
+
 /// One policy's result: its report, or why its run failed; and its wall time in seconds.
 pub type PolicyResult = (Result<SimReport>, f64);
 
@@ -611,7 +643,7 @@ pub fn run_policies_with(
             (None, Some(setup)) => {
                 // The policy's own serving truth and settings: the same as its
                 // mechanism's experiments use.
-                let mut config = engine.config.clone();
+                let mut config = run_config(spec, engine);
                 setup.apply(&mut config, workload, engine.seed);
                 let truth = match (&setup.truth, engine.truth_given) {
                     (Some(t), false) => {
@@ -625,7 +657,7 @@ pub fn run_policies_with(
             }
             (None, None) => {
                 let mut bar = bars.bar(&spec.name, workload.len());
-                Simulation::new(cluster, workload, truth, policy, engine.config.clone())
+                Simulation::new(cluster, workload, truth, policy, run_config(spec, engine))
                     .run(&mut bar)
             }
         }
@@ -790,6 +822,133 @@ mod tests {
         assert_eq!(mixed.reports[1].summary.unfinished, 0);
         assert_eq!(mixed.reports[1].summary.finished, 1);
         assert!(mixed.doc.policies[1].setup.is_some());
+    }
+
+    /// Issue 36: `--perf auto` follows the inputs, never the policy list, so FIFO's
+    /// figures are the same alone and beside policies of other mechanisms (before, a
+    /// Synergy, MISO or Crius policy in the list changed the whole run's truth).
+    #[test]
+    fn fifo_figures_do_not_depend_on_the_company() {
+        for (cluster, trace, truth) in [
+            (
+                data("synergy_server.yaml"),
+                data("synergy_mix.csv"),
+                "synergy",
+            ),
+            (
+                data("mixed_cluster.yaml"),
+                data("mixed_workload.yaml"),
+                "trace",
+            ),
+        ] {
+            let run = |policies: &[&str]| {
+                let mut a = vec!["--cluster", &cluster, "--trace", &trace];
+                for p in policies {
+                    a.extend(["--policy", p]);
+                }
+                execute(&args(&a)).unwrap_or_else(|e| panic!("{trace} {policies:?}: {e:#}"))
+            };
+            let alone = run(&["fifo"]);
+            assert_eq!(
+                alone.doc.truth.name, truth,
+                "{trace}: {}",
+                alone.doc.truth.why
+            );
+            for company in [
+                &["fifo", "las+tune"][..],
+                &["fifo", "crius"],
+                &["fifo", "las+tune", "crius", "gavel"],
+            ] {
+                let with = run(company);
+                assert_eq!(with.doc.truth.name, truth);
+                assert_eq!(
+                    json(&with.reports[0].summary),
+                    json(&alone.reports[0].summary),
+                    "{trace}: fifo beside {company:?}"
+                );
+            }
+        }
+    }
+
+    /// The header names the truth and why; `summary.json` too.
+    #[test]
+    fn auto_truth_is_chosen_by_the_inputs_and_explained() {
+        let doc = |extra: &[&str]| execute(&args(extra)).unwrap().doc;
+        let mixed = doc(&[
+            "--cluster",
+            &data("mixed_cluster.yaml"),
+            "--trace",
+            &data("mixed_workload.yaml"),
+            "--policy",
+            "las+tune",
+        ]);
+        assert_eq!(mixed.truth.name, "trace");
+        assert!(mixed.truth.why.starts_with("auto: "), "{}", mixed.truth.why);
+        assert_eq!(json(&mixed)["truth"]["name"], "trace");
+        // The Synergy fixture: every model in Synergy's tables, V100 servers.
+        let synergy = doc(&[
+            "--cluster",
+            &data("synergy_server.yaml"),
+            "--trace",
+            &data("synergy_mix.csv"),
+            "--policy",
+            "fifo",
+        ]);
+        assert_eq!(synergy.truth.name, "synergy");
+        assert!(
+            synergy.truth.why.contains("synergy"),
+            "{}",
+            synergy.truth.why
+        );
+        // No model names at all: the trace.
+        let (four, services) = (data("four_gpus.yaml"), data("services.yaml"));
+        let plain = doc(&["--cluster", &four, "--trace", &services, "--policy", "fifo"]);
+        assert_eq!(plain.truth.name, "trace");
+        assert_eq!(plain.truth.why, "auto: the jobs name no models");
+        // Models Synergy's tables know only through the catalogue (`resnet50` is its
+        // `res50`): not Synergy's own workload, so the trace's throughput.
+        let aliased = doc(&["--trace", &data("small.csv"), "--policy", "fifo"]);
+        assert_eq!(aliased.truth.name, "trace", "{}", aliased.truth.why);
+        // Given: said so.
+        let given = doc(&[
+            "--cluster",
+            &four,
+            "--trace",
+            &services,
+            "--perf",
+            "crius",
+            "--policy",
+            "fifo",
+        ]);
+        assert_eq!(given.truth.name, "crius");
+        assert_eq!(given.truth.why, "given by --perf");
+    }
+
+    /// A policy that reads sensitivity estimates gets Synergy's profiler under the trace's
+    /// truth too; FIFO beside it is not profiled.
+    #[test]
+    fn policies_that_need_knowledge_are_profiled_under_any_truth() {
+        let got = execute(&args(&[
+            "--cluster",
+            &data("mixed_cluster.yaml"),
+            "--trace",
+            &data("mixed_workload.yaml"),
+            "--policy",
+            "fifo",
+            "--policy",
+            "las+tune",
+            "--policy",
+            "las+proportional",
+        ]))
+        .unwrap();
+        assert_eq!(got.doc.truth.name, "trace");
+        let profiled: Vec<f64> = got
+            .reports
+            .iter()
+            .map(|r| r.summary.profiling_gpu_secs)
+            .collect();
+        // 60 s of one GPU for each of the 40 jobs, only for TUNE.
+        assert_eq!(profiled, [0.0, 2400.0, 0.0]);
     }
 
     #[test]

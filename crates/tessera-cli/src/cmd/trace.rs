@@ -50,13 +50,128 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     }
     if trace.workload.is_empty() {
         writeln!(out, "no jobs")?;
-        return Ok(());
+    } else {
+        write!(
+            out,
+            "{}",
+            crate::output::printable_lines(&TraceStats::of(&trace.workload).to_string())
+        )?;
     }
-    write!(
-        out,
-        "{}",
-        crate::output::printable_lines(&TraceStats::of(&trace.workload).to_string())
-    )?;
+    write!(out, "{}", services_summary(&trace.workload))?;
+    Ok(())
+}
+
+/// The inference services of a workload: how many, and one line each (model, arrivals and
+/// mean rate, window, SLO, per-instance demand); empty without services.
+fn services_summary(workload: &tessera_model::Workload) -> String {
+    use std::fmt::Write as _;
+    use tessera_model::{ArrivalProcess, GpuDemand};
+    let services = workload.services();
+    if services.is_empty() {
+        return String::new();
+    }
+    let mut models: Vec<&str> = services
+        .iter()
+        .map(|s| s.model.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    models.sort_unstable();
+    models.dedup();
+    let mut out = format!(
+        "services:       {}\nservice models: {}\n",
+        services.len(),
+        if models.is_empty() {
+            "(none named)".to_string()
+        } else {
+            models.join(", ")
+        }
+    );
+    for s in services {
+        let span = s.end - s.start;
+        let arrivals = match &s.arrivals {
+            ArrivalProcess::Poisson { rate } => format!("poisson {rate}/s"),
+            ArrivalProcess::Gamma { rate, cv } => format!("gamma {rate}/s cv {cv}"),
+            ArrivalProcess::RateSeries { rates } => format!("rate series of {} s", rates.len()),
+            ArrivalProcess::Timestamps { offsets } => format!("{} timestamps", offsets.len()),
+        };
+        let gpu = match s.instance.gpu {
+            GpuDemand::Whole => "whole GPU".to_string(),
+            GpuDemand::Quota {
+                sm_request,
+                sm_limit,
+            } => format!("SM quota {sm_request}..{sm_limit}‰"),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: model {}, {arrivals} (mean {:.3} req/s), {:.0}-{:.0} s, SLO {} ms, \
+             max batch {}, {gpu}, {} GPU memory, {} CPU, {} memory",
+            tessera_trace::printable(&s.name),
+            if s.model.is_empty() {
+                "-".to_string()
+            } else {
+                tessera_trace::printable(&s.model).to_string()
+            },
+            s.arrivals.mean_rate(span),
+            s.start.as_secs_f64(),
+            s.end.as_secs_f64(),
+            s.slo.as_micros() as f64 / 1000.0,
+            s.max_batch,
+            s.instance.gpu_memory,
+            s.instance.cpu,
+            s.instance.memory,
+        );
+    }
+    out
+}
+
+/// Writes `workload` to `output` in `format` (`auto`: by the output's extension): a
+/// `kind: Workload` spec keeps jobs and services; the CSV holds jobs only, and says so when
+/// services are left out.
+fn write_workload(
+    output: &str,
+    format: &str,
+    workload: &tessera_model::Workload,
+    catalog: &GpuCatalog,
+) -> Result<()> {
+    let lower = output.to_ascii_lowercase();
+    let spec = match format.to_ascii_lowercase().as_str() {
+        "auto" if lower.ends_with(".yaml") || lower.ends_with(".yml") => {
+            Some(tessera_trace::SpecFormat::Yaml)
+        }
+        "auto" if lower.ends_with(".json") => Some(tessera_trace::SpecFormat::Json),
+        "auto" | "csv" => None,
+        "yaml" | "yml" => Some(tessera_trace::SpecFormat::Yaml),
+        "json" => Some(tessera_trace::SpecFormat::Json),
+        other => anyhow::bail!(
+            "--output-format: unknown format {:?} (known: auto, csv, yaml, json)",
+            tessera_trace::printable(other)
+        ),
+    };
+    let Some(spec) = spec else {
+        let services = workload.services().len();
+        if services > 0 {
+            eprintln!(
+                "warning: the CSV holds training jobs only: {services} inference services are \
+                 left out (write a .yaml or .json file, or --output-format yaml|json, to keep them)"
+            );
+        }
+        return write_csv(output, workload, catalog);
+    };
+    let text = tessera_trace::write_workload_spec(workload, catalog, spec)?;
+    if output == "-" {
+        let mut out = crate::output::stdout();
+        out.write_all(text.as_bytes())?;
+        if !text.ends_with('\n') {
+            writeln!(out)?;
+        }
+    } else {
+        std::fs::write(output, &text).with_context(|| format!("writing {output}"))?;
+        eprintln!(
+            "wrote {} jobs and {} services to {output}",
+            workload.len(),
+            workload.services().len()
+        );
+    }
     Ok(())
 }
 
@@ -85,7 +200,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
     let arrivals: tessera_trace::Arrivals = args.arrivals.parse().context("--arrivals")?;
     let workload = tessera_trace::with_arrivals_checked(&trace.workload, arrivals, args.seed)
         .context("--arrivals")?;
-    write_csv(&args.output, &workload, &catalog)
+    write_workload(&args.output, &args.output_format, &workload, &catalog)
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {

@@ -630,13 +630,26 @@ fn simulate_runs_synergy_policies_on_sensitivity_tables() {
         assert_eq!(p["profiling_gpu_secs"], 540.0);
     }
 
-    // With the trace's throughput CPU does not matter: TUNE is proportional, no profiling.
+    // With the trace's throughput CPU does not matter, but TUNE still reads sensitivity
+    // estimates: it gets Synergy's profiler under any truth (issue 36), proportional shares
+    // read none and are not profiled.
     let flat = synergy_summary(&["--perf", "trace"]);
     assert_eq!(flat["engine"], serde_json::Value::Null);
+    assert_eq!(flat["truth"]["name"], "trace");
+    let profiled: Vec<f64> = flat["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["profiling_gpu_secs"].as_f64().unwrap())
+        .collect();
+    assert_eq!(profiled, [0.0, 540.0], "{flat}");
     let [prop_t, tune_t] = avg_jcts(&flat)[..] else {
         panic!("{flat}")
     };
-    assert_eq!(prop_t, tune_t);
+    assert!(
+        tune_t >= prop_t,
+        "profiling delays TUNE's jobs: {tune_t} vs {prop_t}"
+    );
 
     // The reference's rounds: completions at 300 s boundaries, JCTs whole rounds.
     let rounds = synergy_summary(&["--semantics", "synergy"]);
@@ -953,4 +966,54 @@ fn simulate_reports_services() {
         text.contains("SLO viol.") && text.contains("huge under serve-exclusive: unschedulable"),
         "{text}"
     );
+}
+
+/// Issue 36: `trace inspect` shows a workload's services, and `trace convert` keeps them in
+/// a spec (YAML or JSON, read back to the same workload) or says what the CSV leaves out.
+#[test]
+fn trace_inspect_and_convert_keep_services() {
+    let spec = data("mixed_workload.yaml");
+    let o = tessera(&["trace", "inspect", &spec]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "services:       1",
+        "service models: bert-base",
+        "bert: model bert-base, poisson 2/s",
+        "SLO 50 ms",
+        "SM quota 300..300",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in {text}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let inspect = |path: &str| {
+        let o = tessera(&["trace", "inspect", path]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        // The first line names the file; the rest describes the workload.
+        stdout(&o).lines().skip(1).collect::<Vec<_>>().join("\n")
+    };
+    let want = inspect(&spec);
+    for ext in ["yaml", "json"] {
+        let out = dir.path().join(format!("w.{ext}"));
+        let out = out.to_str().unwrap();
+        let o = tessera(&["trace", "convert", &spec, "-o", out]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("40 jobs and 1 services"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(inspect(out), want, "{ext}");
+    }
+    let csv = dir.path().join("w.csv");
+    let o = tessera(&["trace", "convert", &spec, "-o", csv.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 inference services are left out"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tessera(&["trace", "convert", &spec, "--output-format", "xml"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--output-format"), "{}", stderr(&o));
 }

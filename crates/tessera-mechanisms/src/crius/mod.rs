@@ -143,8 +143,38 @@ impl Mechanism for Crius {
         })
     }
 
+    fn model_key(&self, canonical: &str) -> Option<String> {
+        perf::large_model(canonical).map(|_| canonical.to_string())
+    }
+
     fn preferred_truth(&self) -> Option<&'static str> {
         Some("crius")
+    }
+
+    /// Every job's model is a large model of the cell model (any GPU type of the catalog).
+    fn covers(
+        &self,
+        _cluster: &tessera_model::Cluster,
+        workload: &tessera_model::Workload,
+    ) -> bool {
+        !workload.jobs().is_empty()
+            && workload
+                .jobs()
+                .iter()
+                .all(|j| tessera_perf::cells::LargeModel::from_name(&j.model).is_some())
+    }
+
+    /// The Crius policies pick cells from the estimator's views; `fcfs` reads none.
+    fn policy_profiler(
+        &self,
+        policy: &str,
+        _options: &TruthOptions,
+    ) -> Option<Arc<dyn tessera_perf::Profiler>> {
+        let ours = self
+            .build_policy(policy, &PolicyOptions::default())
+            .is_some();
+        (ours && !policy.eq_ignore_ascii_case("fcfs"))
+            .then(|| Arc::new(perf::CellEstimator::default()) as Arc<dyn tessera_perf::Profiler>)
     }
 
     fn clusters(&self) -> &'static [BuiltinCluster] {

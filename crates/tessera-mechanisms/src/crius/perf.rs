@@ -66,6 +66,17 @@ pub fn cluster_types(cluster: &Cluster, hw: &HwOptions) -> Vec<TypeInfo> {
     out
 }
 
+/// The large model a job names: `FAMILY-SIZEb` as the cell model reads it (`bert-1.3b`), or
+/// a name the model catalogue resolves to one (`BERT_1.3B`). Other models (`resnet50`,
+/// `bert-base`) are not large models: they run at their trace throughput.
+pub fn large_model(name: &str) -> Option<LargeModel> {
+    LargeModel::from_name(name).or_else(|| {
+        tessera_model::models::canonical(name)
+            .filter(|c| !c.eq_ignore_ascii_case(name))
+            .and_then(LargeModel::from_name)
+    })
+}
+
 fn batch_of(job: &TrainingJob) -> u32 {
     job.batch_size.filter(|&b| b > 0).unwrap_or(DEFAULT_BATCH)
 }
@@ -129,7 +140,7 @@ impl CellThroughput {
 
 impl ThroughputModel for CellThroughput {
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64 {
-        let Some(model) = LargeModel::from_name(&job.model) else {
+        let Some(model) = large_model(&job.model) else {
             return TraceThroughput.throughput(job, alloc, cluster);
         };
         let model = &model;
@@ -234,7 +245,7 @@ impl Profiler for CellEstimator {
     }
 
     fn profile(&self, job: &TrainingJob, cluster: &Cluster, _rng: &mut SimRng) -> Knowledge {
-        let Some(model) = LargeModel::from_name(&job.model) else {
+        let Some(model) = large_model(&job.model) else {
             return Knowledge::new();
         };
         let types = cluster_types(cluster, &self.hw);

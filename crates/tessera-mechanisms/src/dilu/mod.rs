@@ -65,6 +65,10 @@ impl Mechanism for Dilu {
         &[setup::CLUSTER]
     }
 
+    fn model_key(&self, canonical: &str) -> Option<String> {
+        serving::table_key(canonical).map(str::to_string)
+    }
+
     fn workloads(&self) -> &'static [BuiltinWorkload] {
         setup::workloads()
     }

@@ -20,9 +20,23 @@ use super::truth::TrainingCurve;
 #[cfg(feature = "experiments")]
 use super::vertical::GpuOverflow;
 
-/// The model a service or job names, if it is one of the five measured.
+/// The model a service or job names, if it is one of the five measured: by its own name,
+/// else through the model catalogue (`bert` → `bert-base`), then its family default.
 pub fn model_of(name: &str) -> Option<DiluModel> {
-    DiluModel::from_name(name).ok()
+    tessera_model::models::lookup(name, |n| DiluModel::from_name(n).ok(), table_key)
+}
+
+/// The latency tables' model for a model of the catalogue (canonical name), listed in
+/// docs/models.md.
+pub fn table_key(canonical: &str) -> Option<&'static str> {
+    Some(match canonical {
+        "bert-base" => "bert-base",
+        "roberta-large" => "roberta-large",
+        "gpt2-large" => "gpt2-large",
+        "llama2-7b" => "llama2-7b",
+        "resnet152" => "resnet152",
+        _ => return None,
+    })
 }
 
 /// True for the model Dilu treats as LLM inference (LLaMA2-7B).

@@ -203,6 +203,30 @@ impl GavelMatrix {
         keys
     }
 
+    /// The job type of `job` in this matrix: its model and batch as they are
+    /// ([`JobTypeKey::of_job`]), else its model through the model catalogue ([`table_key`];
+    /// `res50` and `ResNet-50` are `resnet50`) at the same batch size. The batch is never
+    /// guessed: the matrix's rates are absolute (iterations per second of that job type), so
+    /// a job whose batch the matrix lacks runs at its trace throughput.
+    pub fn key_of(&self, job: &TrainingJob) -> JobTypeKey {
+        let own = JobTypeKey::of_job(job);
+        if self.knows(&own) {
+            return own;
+        }
+        let aliased = tessera_model::models::lookup(
+            &job.model,
+            |name| {
+                let key = JobTypeKey {
+                    model: normalise(name),
+                    batch: job.batch_size,
+                };
+                self.knows(&key).then_some(key)
+            },
+            table_key,
+        );
+        aliased.unwrap_or(own)
+    }
+
     /// Whether the matrix knows this job type on any GPU type.
     pub fn knows(&self, key: &JobTypeKey) -> bool {
         self.types.values().any(|t| {
@@ -238,6 +262,21 @@ impl GavelMatrix {
         }
         lookup(gpu)
     }
+}
+
+/// The matrix's model name for a model of the catalogue (canonical name), listed in
+/// docs/models.md.
+pub fn table_key(canonical: &str) -> Option<&'static str> {
+    Some(match canonical {
+        "resnet18" => "resnet18",
+        "resnet50" => "resnet50",
+        "transformer" => "transformer",
+        "lstm" => "lm",
+        "recommendation" => "recommendation",
+        "cyclegan" => "cyclegan",
+        "a3c" => "a3c",
+        _ => return None,
+    })
 }
 
 /// `('ResNet-50 (batch size 128)', 4)` → (`ResNet-50 (batch size 128)`, 4).
@@ -276,7 +315,7 @@ impl ThroughputModel for GavelThroughput {
             .first()
             .and_then(|s| cluster.nodes.get(s.node.index()))
             .map(|n| cluster.catalog.get(n.gpu).name.as_str());
-        let key = JobTypeKey::of_job(job);
+        let key = self.matrix.key_of(job);
         gpu.and_then(|g| self.matrix.matrix_type(g))
             .and_then(|t| {
                 self.matrix
@@ -320,7 +359,7 @@ impl MatrixProfiler {
         cluster: &Cluster,
         noise: &mut dyn FnMut(f64) -> f64,
     ) -> ConfigEstimates {
-        let key = JobTypeKey::of_job(job);
+        let key = self.matrix.key_of(job);
         let known = self.matrix.knows(&key);
         let mut entries = Vec::new();
         for (gpu, capacity, per_node) in gpu_types(cluster) {

@@ -108,8 +108,40 @@ impl Mechanism for Gavel {
         })
     }
 
+    fn model_key(&self, canonical: &str) -> Option<String> {
+        matrix::table_key(canonical).map(str::to_string)
+    }
+
     fn preferred_truth(&self) -> Option<&'static str> {
         Some("gavel")
+    }
+
+    /// Every job's type is in the matrix and every GPU type of the cluster is one of its.
+    fn covers(&self, cluster: &tessera_model::Cluster, workload: &tessera_model::Workload) -> bool {
+        let matrix = GavelMatrix::builtin();
+        !workload.jobs().is_empty()
+            && workload
+                .jobs()
+                .iter()
+                .all(|j| matrix.knows(&JobTypeKey::of_job(j)))
+            && !cluster.groups.is_empty()
+            && cluster.groups.iter().all(|g| {
+                matrix
+                    .matrix_type(&cluster.catalog.get(g.gpu).name)
+                    .is_some()
+            })
+    }
+
+    /// Every Gavel policy allocates by the matrix rows its profiler attaches.
+    fn policy_profiler(
+        &self,
+        policy: &str,
+        options: &TruthOptions,
+    ) -> Option<Arc<dyn tessera_perf::Profiler>> {
+        self.build_policy(policy, &PolicyOptions::default())?;
+        let mut profiler = MatrixProfiler::new(GavelMatrix::builtin());
+        profiler.rel_error = options.profile_error;
+        Some(Arc::new(profiler))
     }
 
     fn clusters(&self) -> &'static [BuiltinCluster] {

@@ -154,8 +154,28 @@ impl Mechanism for Miso {
         })
     }
 
+    fn model_key(&self, canonical: &str) -> Option<String> {
+        truth::table_key(canonical).map(|k| format!("{k}_train<batch>"))
+    }
+
     fn preferred_truth(&self) -> Option<&'static str> {
         Some("miso")
+    }
+
+    /// Every job's model (and batch) is in the slice table and every GPU type of the cluster
+    /// has MIG (the table was measured on A100 slices).
+    fn covers(&self, cluster: &tessera_model::Cluster, workload: &tessera_model::Workload) -> bool {
+        let table = miso_table();
+        !workload.jobs().is_empty()
+            && workload
+                .jobs()
+                .iter()
+                .all(|j| table.get(&truth::job_key(j)).is_some())
+            && !cluster.groups.is_empty()
+            && cluster
+                .groups
+                .iter()
+                .all(|g| cluster.catalog.mig_geometry(g.gpu).is_some())
     }
 
     fn clusters(&self) -> &'static [BuiltinCluster] {

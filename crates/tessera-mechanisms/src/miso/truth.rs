@@ -113,13 +113,62 @@ impl SliceTable {
     }
 
     /// The speeds of a job: its table entry (`<model>_train<batch>`, or the model name as
-    /// is), else linear in compute slices and fitting everywhere (nothing better is known).
+    /// is), else [`resolve`](Self::resolve)'s, else linear in compute slices and fitting
+    /// everywhere (nothing better is known).
     pub fn speeds_of(&self, job: &TrainingJob) -> SliceSpeeds {
-        self.entries
-            .get(&job_key(job))
-            .copied()
-            .unwrap_or_else(linear_speeds)
+        if let Some(s) = self.entries.get(&job_key(job)) {
+            return *s;
+        }
+        self.resolve(job).unwrap_or_else(linear_speeds)
     }
+
+    /// The entry for a job whose key is not in the table: its model (as named, else through
+    /// the model catalogue, [`table_key`], then its family default) at the measured batch
+    /// closest to the job's (in ratio; ties to the smaller), or at the middle measured batch
+    /// when the job names none. `None` when the table has no such model.
+    pub fn resolve(&self, job: &TrainingJob) -> Option<SliceSpeeds> {
+        let (name, suffix) = tessera_model::models::split_batch_suffix(&job.model);
+        let batch = suffix.or(job.batch_size);
+        tessera_model::models::lookup(name, |m| self.nearest(m, batch), table_key)
+    }
+
+    /// The entry of `model` at the batch closest to `batch`.
+    fn nearest(&self, model: &str, batch: Option<u32>) -> Option<SliceSpeeds> {
+        let prefix = format!("{}_train", model.to_ascii_lowercase());
+        let mut measured: Vec<(u32, &SliceSpeeds)> = self
+            .entries
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(k, v)| Some((k[prefix.len()..].parse::<u32>().ok()?, v)))
+            .collect();
+        measured.sort_by_key(|(b, _)| *b);
+        let pick = match batch {
+            None => measured.get(measured.len().checked_sub(1)? / 2),
+            Some(b) => {
+                let distance = |m: u32| (f64::from(m.max(1)) / f64::from(b.max(1))).ln().abs();
+                measured
+                    .iter()
+                    .min_by(|x, y| distance(x.0).total_cmp(&distance(y.0)))
+            }
+        };
+        pick.map(|(_, v)| **v)
+    }
+}
+
+/// The slice table's model name for a model of the catalogue (canonical name), listed in
+/// docs/models.md.
+pub fn table_key(canonical: &str) -> Option<&'static str> {
+    Some(match canonical {
+        "resnet50" => "resnet",
+        "mobilenet-v2" => "mobilenet",
+        "transformer" => "transformer",
+        "bert-base" => "bert",
+        "deepspeech2" => "deepspeech2",
+        "cyclegan" => "cyclegan",
+        "embedding" => "embedding",
+        "gnn" => "gnn",
+        _ => return None,
+    })
 }
 
 /// The table key of a job: `<model>_train<batch>` when the batch is known, else the model.

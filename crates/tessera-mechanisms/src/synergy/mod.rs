@@ -162,6 +162,18 @@ fn generate_reference(o: &GeneratorOptions) -> Result<tessera_model::Workload, S
     .map_err(|e| e.to_string())
 }
 
+/// The (ordering, allocator) of a Synergy policy name (`las+tune`; `synergy` = `fifo+tune`).
+fn parse_policy(name: &str) -> Option<(JobOrder, Allocator)> {
+    let lower = name.to_ascii_lowercase();
+    let lower = if lower == "synergy" {
+        "fifo+tune"
+    } else {
+        lower.as_str()
+    };
+    let (order, allocator) = lower.split_once('+')?;
+    Some((JobOrder::parse(order)?, Allocator::parse(allocator)?))
+}
+
 /// The Synergy mechanism.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Synergy;
@@ -180,17 +192,47 @@ impl Mechanism for Synergy {
     }
 
     fn build_policy(&self, name: &str, options: &PolicyOptions) -> Option<Box<dyn Policy>> {
-        let lower = name.to_ascii_lowercase();
-        let lower = if lower == "synergy" {
-            "fifo+tune"
-        } else {
-            lower.as_str()
-        };
-        let (order, allocator) = lower.split_once('+')?;
-        let order = JobOrder::parse(order)?;
-        let allocator = Allocator::parse(allocator)?;
+        let (order, allocator) = parse_policy(name)?;
         let round = options.round.or(Some(SYNERGY_ROUND));
         Some(Box::new(SynergyPolicy::new(order, allocator, round)))
+    }
+
+    /// TUNE, GREEDY and OPT place by the jobs' sensitivity estimates; proportional shares
+    /// read none.
+    fn policy_profiler(
+        &self,
+        policy: &str,
+        options: &TruthOptions,
+    ) -> Option<Arc<dyn tessera_perf::Profiler>> {
+        let (_, allocator) = parse_policy(policy)?;
+        (allocator != Allocator::Proportional).then(|| {
+            Arc::new(OptimisticProfiler {
+                cost: options.profile_cost.unwrap_or(perf::DEFAULT_PROFILE_COST),
+                rel_error: options.profile_error,
+                ..OptimisticProfiler::default()
+            }) as Arc<dyn tessera_perf::Profiler>
+        })
+    }
+
+    /// Every job's model has a sensitivity profile under its own name (a workload in
+    /// Synergy's own names; aliases apply within the truth, not to choose it) and every GPU
+    /// is a V100 (the tables were measured on V100 servers).
+    fn covers(&self, cluster: &Cluster, workload: &tessera_model::Workload) -> bool {
+        let profiles = perf::SynergyProfiles::builtin();
+        !workload.jobs().is_empty()
+            && workload
+                .jobs()
+                .iter()
+                .all(|j| profiles.exact(&j.model, 1).is_some())
+            && !cluster.groups.is_empty()
+            && cluster.groups.iter().all(|g| {
+                cluster
+                    .catalog
+                    .get(g.gpu)
+                    .name
+                    .to_ascii_uppercase()
+                    .starts_with("V100")
+            })
     }
 
     fn truths(&self) -> &'static [TruthInfo] {
@@ -223,6 +265,10 @@ impl Mechanism for Synergy {
                 })),
             }
         })
+    }
+
+    fn model_key(&self, canonical: &str) -> Option<String> {
+        perf::table_key(canonical).map(str::to_string)
     }
 
     fn preferred_truth(&self) -> Option<&'static str> {

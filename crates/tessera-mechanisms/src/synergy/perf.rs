@@ -159,6 +159,37 @@ impl SensitivityTable {
         acc
     }
 
+    /// [`relative`](Self::relative), never 0: where the table has no measurement (its 0s
+    /// are points Synergy could not measure, e.g. 9+ CPUs per GPU for a 4-GPU job on its
+    /// 24-core servers, or memory below its first column), the best measured point using no
+    /// more CPU and memory per GPU (more of either never slows a job), else the slowest
+    /// measured speed (an allocation below every measured point), else 1.
+    pub fn relative_measured(&self, cpu: f64, mem: f64) -> f64 {
+        let r = self.relative(cpu, mem);
+        if r > 0.0 {
+            return r;
+        }
+        let within = |c: f64, m: f64| c <= cpu * (1.0 + SNAP) && m <= mem * (1.0 + SNAP);
+        let best = self
+            .grid()
+            .filter(|&(c, m, v)| v > 0.0 && within(c, m))
+            .fold(0.0, |acc, (_, _, v)| f64::max(acc, v));
+        if best > 0.0 {
+            return best;
+        }
+        let slowest = self
+            .values
+            .iter()
+            .copied()
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        if slowest.is_finite() {
+            slowest
+        } else {
+            1.0
+        }
+    }
+
     /// The largest value in the table.
     pub fn max_value(&self) -> f64 {
         self.values.iter().copied().fold(0.0, f64::max)
@@ -343,14 +374,27 @@ impl SynergyProfiles {
     }
 
     /// The profile for a job of `gpus` GPUs: the 1-, 2- or 4-GPU table (4 for larger jobs,
-    /// per GPU), falling back to the 1-GPU table when the model has no multi-GPU one.
+    /// per GPU), falling back to the 1-GPU table when the model has no multi-GPU one. A name
+    /// the tables lack is looked up through the model catalogue ([`SynergyProfiles::resolve`]).
     pub fn for_gpus(&self, model: &str, gpus: u32) -> Option<&ModelProfile> {
         let want = match gpus {
             0 | 1 => 1,
             2 | 3 => 2,
             _ => 4,
         };
-        self.exact(model, want).or_else(|| self.exact(model, 1))
+        if let Some(p) = self.exact(model, want).or_else(|| self.exact(model, 1)) {
+            return Some(p);
+        }
+        let key = &self.resolve(model)?.model;
+        self.exact(key, want).or_else(|| self.exact(key, 1))
+    }
+
+    /// The 1-GPU profile of `model`: its own name in the tables, else its canonical name in
+    /// the model catalogue mapped by [`table_key`] (then its family default's, e.g.
+    /// `resnet152` → `res50`); `None` = not profiled (the truth runs it at its trace
+    /// throughput).
+    pub fn resolve(&self, model: &str) -> Option<&ModelProfile> {
+        tessera_model::models::lookup(model, |k| self.exact(k, 1), table_key)
     }
 
     /// Seconds per iteration at the proportional share (from the 1-GPU profile).
@@ -365,6 +409,26 @@ impl SynergyProfiles {
             .filter(|((_, g), _)| *g == 1)
             .map(|((m, _), _)| m.as_str())
     }
+}
+
+/// The sensitivity table's name for a model of the catalogue (canonical name), listed in
+/// docs/models.md.
+pub fn table_key(canonical: &str) -> Option<&'static str> {
+    Some(match canonical {
+        "alexnet" => "alexnet",
+        "resnet18" => "res18",
+        "resnet50" => "res50",
+        "mobilenet-v2" => "mobilenet",
+        "shufflenet-v2" => "shufflenet",
+        "vae" => "vae",
+        "gnmt" => "gnmt",
+        "transformer" => "transformer",
+        "lstm" => "lstm",
+        "bert-base" => "bert",
+        "m5" => "m5",
+        "deepspeech2" => "deepspeech",
+        _ => return None,
+    })
 }
 
 /// Which table the truth uses for a job of `n` GPUs.
@@ -417,7 +481,7 @@ impl SynergyThroughput {
     pub fn table_for(&self, job: &TrainingJob) -> Option<&'static SensitivityTable> {
         let p = match self.mode {
             TableMode::PerGpuCount => self.profiles.for_gpus(&job.model, job.gpus),
-            TableMode::SingleGpu => self.profiles.exact(&job.model, 1),
+            TableMode::SingleGpu => self.profiles.resolve(&job.model),
         };
         p.map(|p| &p.table)
     }
@@ -427,7 +491,9 @@ impl ThroughputModel for SynergyThroughput {
     fn throughput(&self, job: &TrainingJob, alloc: &Allocation, _cluster: &Cluster) -> f64 {
         let base = base_throughput(job, alloc);
         match (self.table_for(job), per_gpu(alloc)) {
-            (Some(t), Some((c, m))) => base * t.relative(c, m),
+            // `relative_measured`, not `relative`: an allocation the table never measured
+            // (another cluster's CPU or memory per GPU) is not one the job cannot run on.
+            (Some(t), Some((c, m))) => base * t.relative_measured(c, m),
             _ => base,
         }
     }
@@ -834,6 +900,37 @@ mod tests {
         );
         // Outside the grid: nearest edge.
         assert_eq!(t2.relative(3.0, 20.0), 1.0);
+    }
+
+    /// Issue 36: `fifo+proportional` stopped with "throughput 0" on servers with more CPUs
+    /// per GPU than Synergy's (64 cores / 8 GPUs = 8 per GPU, between the 4-GPU tables'
+    /// measured 6 and unmeasured 9): the truth uses the best measured point within the
+    /// allocation instead, and is never 0.
+    #[test]
+    fn unmeasured_allocations_run_at_the_best_measured_point_within_them() {
+        let t4 = &profiles().exact("alexnet", 4).unwrap().table;
+        assert_eq!(
+            t4.relative(8.0, 64.0),
+            0.0,
+            "interpolates towards 9 CPUs, unmeasured"
+        );
+        assert_eq!(t4.relative_measured(8.0, 64.0), 1.75, "6 CPUs, 62.5 GB");
+        assert_eq!(t4.relative_measured(12.0, 128.0), 1.75);
+        assert_eq!(t4.relative_measured(4.0, 62.5), t4.relative(4.0, 62.5));
+        // Below every measured memory: the slowest measured speed.
+        assert_eq!(t4.relative_measured(1.0, 16.0), t4.relative(1.0, 62.5));
+        let truth = SynergyThroughput::new(TableMode::PerGpuCount);
+        for model in truth.profiles.models().collect::<Vec<_>>() {
+            for gpus in [1, 2, 4, 8] {
+                let t = &truth.profiles.for_gpus(model, gpus).unwrap().table;
+                for cpu in [0.5, 1.0, 2.5, 4.0, 8.0, 12.0, 16.0, 30.0] {
+                    for mem in [4.0, 16.0, 40.0, 64.0, 128.0, 300.0] {
+                        let r = t.relative_measured(cpu, mem);
+                        assert!(r.is_finite() && r > 0.0, "{model}_{gpus} {cpu} {mem}: {r}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,3 +10,4 @@ mod mig;
 mod pai;
 mod props;
 mod services;
+mod workload_jobs;
