@@ -187,7 +187,7 @@ impl PoliciesFailed {
             .filter(|p| p.error.is_some())
             .map(|p| p.policy.clone())
             .collect();
-        (!failed.is_empty()).then(|| PoliciesFailed {
+        (!failed.is_empty()).then_some(PoliciesFailed {
             failed,
             total: doc.policies.len(),
         })

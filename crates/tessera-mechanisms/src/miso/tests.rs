@@ -291,7 +291,9 @@ fn fixed_profile_jobs_run_only_on_exactly_that_profile() {
 #[test]
 fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
     // A100-80GB profile names do not exist on the A100-40GB geometry: the job is never
-    // placed (strict FIFO then holds the queue) and the run ends without error.
+    // placed (strict FIFO then holds the queue). The run ends, without a panic, as stalled
+    // (issue 36: it used to end silently with the queue unfinished), and the jobs before
+    // it finished.
     use tessera_model::MigRequest;
     let w = workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
     let mut jobs = w.jobs().to_vec();
@@ -313,7 +315,17 @@ fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
                 ..SimConfig::default()
             },
         );
-        while sim.step().unwrap_or_else(|e| panic!("{policy}: {e}")) {}
+        let end = loop {
+            match sim.step() {
+                Ok(true) => {}
+                Ok(false) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        assert!(
+            matches!(&end, Some(tessera_sim::SimError::Stalled { count, .. }) if *count >= 1),
+            "{policy}: {end:?}"
+        );
         let r = sim.into_report();
         assert!(
             r.summary.finished >= 50 && r.summary.finished < w.len(),
