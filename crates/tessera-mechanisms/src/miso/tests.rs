@@ -570,3 +570,38 @@ fn without_mig_every_policy_runs_jobs_whole() {
         }
     }
 }
+
+/// GPU-equivalents: jobs on MIG instances and MPS quotas account GPU-seconds by their share
+/// (before: 0 GPU-s, and a series of 0 busy GPUs while every GPU held slices); the series'
+/// integral of busy GPU-equivalents is the jobs' GPU-seconds.
+#[test]
+fn parts_count_as_gpu_equivalents() {
+    let cluster = a100_cluster(1, 4).unwrap();
+    let w = workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
+    for policy in ["static", "miso", "mps"] {
+        let r = run_mixed(policy, &cluster, &w);
+        assert!(r.jobs.iter().all(|j| j.gpu_secs > 0.0), "{policy}");
+        let series = &r.timeseries;
+        assert!(series.iter().any(|s| s.part_units > 0), "{policy}");
+        let integral: f64 = series
+            .windows(2)
+            .map(|w| w[0].gpu_equiv() * w[1].time.saturating_since(w[0].time).as_secs_f64())
+            .sum();
+        let gpu_secs: f64 = r.jobs.iter().map(|j| j.gpu_secs).sum();
+        assert!(
+            (integral - gpu_secs).abs() <= 1e-6 * gpu_secs,
+            "{policy}: series {integral} vs jobs {gpu_secs}"
+        );
+        // While jobs run, some GPU-equivalents are busy.
+        for s in series.iter().filter(|s| s.running > 0) {
+            assert!(s.gpu_equiv() > 0.0, "{policy} at {}: {s:?}", s.time);
+        }
+        assert!(r.summary.gpu_util > 0.0 && r.summary.gpu_util <= 1.0 + 1e-9);
+        let mean = integral / (r.summary.makespan_s * 4.0);
+        assert!(
+            (r.summary.gpu_util - mean).abs() < 1e-9,
+            "{policy}: {} vs {mean}",
+            r.summary.gpu_util
+        );
+    }
+}
