@@ -726,7 +726,9 @@ pub fn simulate_plots(
         format,
         "Cluster over time per policy",
         &[
-            over_time("Busy GPUs", "GPUs allocated", &|s| s.gpus as f64),
+            // Parts (MIG instances, quotas) by their share: the same as whole GPUs alone
+            // when nothing is held in parts.
+            over_time("Busy GPUs", "GPUs allocated", &|s| s.gpu_equiv()),
             over_time("Queue length", "jobs waiting", &|s| s.queued as f64),
         ],
         1,

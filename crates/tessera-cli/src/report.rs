@@ -378,7 +378,12 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
     let ts_path = dir.join("timeseries.csv");
     let mut w = csv::Writer::from_path(&ts_path)
         .with_context(|| format!("writing {}", ts_path.display()))?;
-    w.write_record([
+    // With GPUs held in parts (MIG instances, quotas), one more column: busy GPUs in
+    // GPU-equivalents (`gpus` counts whole GPUs only).
+    let parts = reports
+        .iter()
+        .any(|r| r.timeseries.iter().any(|s| s.part_units > 0));
+    let mut header = vec![
         "policy",
         "time_s",
         "gpus",
@@ -389,10 +394,14 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
         "active_gpus",
         "sm_frag",
         "mem_frag",
-    ])?;
+    ];
+    if parts {
+        header.push("gpu_equiv");
+    }
+    w.write_record(&header)?;
     for r in reports {
         for s in &r.timeseries {
-            w.write_record([
+            let mut row = vec![
                 r.policy.clone(),
                 format!("{}", s.time.as_secs_f64()),
                 s.gpus.to_string(),
@@ -403,7 +412,11 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 s.active_gpus.to_string(),
                 format!("{:.4}", s.sm_frag),
                 format!("{:.4}", s.mem_frag),
-            ])?;
+            ];
+            if parts {
+                row.push(format!("{:.3}", s.gpu_equiv()));
+            }
+            w.write_record(&row)?;
         }
     }
     w.flush()?;

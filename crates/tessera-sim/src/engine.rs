@@ -39,8 +39,8 @@ use thiserror::Error;
 
 use crate::failures::{FailureSpec, Injector, Transition};
 use crate::metrics::{
-    FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord, RestartStats,
-    RunTotals, SimReport, Summary, UtilSample,
+    part_units, FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord,
+    RestartStats, RunTotals, SimReport, Summary, UtilSample, PART_UNITS_PER_GPU,
 };
 use crate::serving::{Serving, ServingConfig};
 
@@ -248,6 +248,9 @@ struct Progressing {
     /// or rate change. Sequence 0 (never issued): none pending.
     due: (SimTime, u64),
     gpus_held: u32,
+    /// GPU parts it holds, in GPU-equivalent units ([`PART_UNITS_PER_GPU`]ths; 0 when it
+    /// holds whole GPUs or nothing): counted in `gpu_secs` beside the whole GPUs.
+    part_units: u32,
     /// Position in `Simulation::active`, or `NOT_ACTIVE`; and in `Simulation::running`. Kept
     /// here rather than in tables of their own: an action reads both and this state, one
     /// cache miss less each on a loaded cluster's re-plans.
@@ -306,6 +309,7 @@ impl Progressing {
             done: 0.0,
             due: NO_COMPLETION,
             gpus_held: 0,
+            part_units: 0,
             active_pos: NOT_ACTIVE,
             running_pos: NOT_ACTIVE,
             gpu_secs: 0.0,
@@ -460,8 +464,8 @@ pub struct Simulation<'a> {
     /// ∫ held GPUs, milli-CPUs and bytes dt, in unit·µs: exact, however the run is split
     /// into instants.
     util_us: (u128, u128, u128),
-    /// ∫ GPUs held in parts dt, GPU·s.
-    part_gpu_secs: f64,
+    /// ∫ GPUs held in parts dt, in GPU-equivalent units·µs (exact, like `util_us`).
+    part_units_us: u128,
     /// ∫ active GPUs dt, GPU·µs (exact, like `util_us`).
     active_gpu_us: u128,
     timeseries: Vec<UtilSample>,
@@ -483,9 +487,10 @@ pub struct Simulation<'a> {
     service_jobs: Vec<TrainingJob>,
     /// GPUs active now and Σ of their SM and memory fragmentation (kept incrementally).
     active_now: (u32, f64, f64),
-    /// GPUs held in parts (quotas, MIG instances), in whole-GPU equivalents of SM share:
-    /// whole GPUs are counted in `used.0`, so GPU utilization needs these too.
-    part_gpus_now: f64,
+    /// GPUs held in parts (quotas, MIG instances), in GPU-equivalent units
+    /// ([`PART_UNITS_PER_GPU`]ths): whole GPUs are counted in `used.0`, so GPU utilization
+    /// and the series' busy GPUs need these too.
+    part_units_now: u64,
     activity: GpuActivity,
     retired: Vec<Allocation>,
     /// Failure injection, when configured, and what failures did to each job.
@@ -665,7 +670,7 @@ impl<'a> Simulation<'a> {
             last_completion: SimTime::ZERO,
             util_synced_at: SimTime::ZERO,
             util_us: (0, 0, 0),
-            part_gpu_secs: 0.0,
+            part_units_us: 0,
             active_gpu_us: 0,
             timeseries: Vec::new(),
             events: 0,
@@ -679,7 +684,7 @@ impl<'a> Simulation<'a> {
             serving,
             service_jobs,
             active_now: (0, 0.0, 0.0),
-            part_gpus_now: 0.0,
+            part_units_now: 0,
             activity: GpuActivity::default(),
             retired: Vec::new(),
             injector,
@@ -1040,6 +1045,7 @@ impl<'a> Simulation<'a> {
     fn interrupt(&mut self, job: JobId) -> Result<(), SimError> {
         let pos = self.state[job.index()].active_pos as usize;
         let gpus = self.state[job.index()].gpus_held;
+        let part = self.state[job.index()].part_units;
         let old = self.stop(job, pos);
         self.mark_stopped(job);
         let now = self.now;
@@ -1053,7 +1059,11 @@ impl<'a> Simulation<'a> {
         let lost = (st.done - safe.done).max(0.0);
         st.done = safe.done.min(st.done);
         let remaining = st.total - st.done;
-        let lost_secs = gpus as f64 * now.saturating_since(safe.at).as_secs_f64();
+        let mut lost_secs = gpus as f64 * now.saturating_since(safe.at).as_secs_f64();
+        if part != 0 {
+            lost_secs += f64::from(part) / PART_UNITS_PER_GPU as f64
+                * now.saturating_since(safe.at).as_secs_f64();
+        }
         let restarts = match self.failure_stats.get_mut(job.index()) {
             Some(f) => {
                 f.restarts += 1;
@@ -1112,7 +1122,7 @@ impl<'a> Simulation<'a> {
             self.util_us.0 += self.used.0 as u128 * dt_us;
             self.util_us.1 += self.used.1 as u128 * dt_us;
             self.util_us.2 += self.used.2 as u128 * dt_us;
-            self.part_gpu_secs += self.part_gpus_now * dt;
+            self.part_units_us += self.part_units_now as u128 * dt_us;
         }
         self.active_gpu_us += self.active_now.0 as u128 * dt_us;
         self.activity.sm_frag_secs += self.active_now.1 * dt;
@@ -1235,6 +1245,9 @@ impl<'a> Simulation<'a> {
         }
         st.done = (st.done + st.rate * worked.as_secs_f64()).min(total);
         st.gpu_secs += st.gpus_held as f64 * held;
+        if st.part_units != 0 {
+            st.gpu_secs += f64::from(st.part_units) * held / PART_UNITS_PER_GPU as f64;
+        }
         // Attained service counts the time the job made progress, not the time spent
         // restoring from a checkpoint: otherwise a preemptive policy with rounds shorter than
         // the restore time livelocks (each job is preempted before it ever resumes).
@@ -1297,6 +1310,7 @@ impl<'a> Simulation<'a> {
         st.done = total; // float rounding must not leave a sliver of work
         st.rate = 0.0;
         st.gpus_held = 0;
+        st.part_units = 0;
         st.finish = self.now.as_micros();
         st.finished = true;
         self.remove_active(job);
@@ -1923,6 +1937,7 @@ impl<'a> Simulation<'a> {
             self.track_activity(alloc, -1.0);
             self.devices.take(self.cluster, alloc);
             self.track_activity(alloc, 1.0);
+            self.part_units_now += part_units(alloc, self.cluster);
         }
         let (gpus, cpu, memory) = held(alloc);
         self.used.0 += gpus;
@@ -1943,6 +1958,9 @@ impl<'a> Simulation<'a> {
             self.track_activity(alloc, -1.0);
             self.devices.release(self.cluster, alloc);
             self.track_activity(alloc, 1.0);
+            self.part_units_now = self
+                .part_units_now
+                .saturating_sub(part_units(alloc, self.cluster));
         }
         let (gpus, cpu, memory) = held(alloc);
         self.used.0 -= gpus;
@@ -1993,9 +2011,6 @@ impl<'a> Simulation<'a> {
                 }
                 self.active_now.1 += sign * sm;
                 self.active_now.2 += sign * mem;
-                if a > 0 && !g.whole {
-                    self.part_gpus_now += sign * (1.0 - sm);
-                }
             }
         }
         if sign > 0.0 {
@@ -2010,7 +2025,6 @@ impl<'a> Simulation<'a> {
             // Float sums of fragmentation return to exactly zero on an idle cluster.
             self.active_now.1 = 0.0;
             self.active_now.2 = 0.0;
-            self.part_gpus_now = 0.0;
         }
     }
 
@@ -2022,6 +2036,7 @@ impl<'a> Simulation<'a> {
         let st = &mut self.state[job.index()];
         st.rate = 0.0;
         st.gpus_held = 0;
+        st.part_units = 0;
         st.preemptions += 1;
         self.active[pos].preemptions = st.preemptions;
         self.cancel_completion(job);
@@ -2040,6 +2055,8 @@ impl<'a> Simulation<'a> {
         let spec = &self.jobs[job.index()];
         let (held_gpus, held_cpu, held_memory) = held(&alloc);
         let held_gpus = held_gpus as u32;
+        // Parts of GPUs (a job holds parts of at most a node's GPUs: far below u32::MAX).
+        let part = part_units(&alloc, self.cluster).min(u64::from(u32::MAX)) as u32;
         let cost = if restart {
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
@@ -2072,6 +2089,7 @@ impl<'a> Simulation<'a> {
             safe.at = now;
         }
         st.gpus_held = held_gpus;
+        st.part_units = part;
         st.ever_started = true;
         if st.first_start == NEVER {
             st.first_start = now.as_micros();
@@ -2129,6 +2147,7 @@ impl<'a> Simulation<'a> {
         let sample = UtilSample {
             time: self.now,
             gpus: self.used.0,
+            part_units: self.part_units_now,
             cpu_milli: self.used.1,
             memory_bytes: self.used.2,
             running,
@@ -2320,7 +2339,8 @@ impl<'a> Simulation<'a> {
                 last_completion: self.last_completion,
                 stopped_at: self.now,
                 util_integral: (
-                    secs(self.util_us.0) + self.part_gpu_secs,
+                    secs(self.util_us.0)
+                        + self.part_units_us as f64 / PART_UNITS_PER_GPU as f64 / 1e6,
                     secs(self.util_us.1),
                     secs(self.util_us.2),
                 ),

@@ -3,9 +3,45 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use tessera_model::{JobId, SimDuration, SimTime};
+use tessera_model::{Allocation, Cluster, GpuPart, JobId, MigGeometry, SimDuration, SimTime};
 
 use crate::serving::{InstanceSeries, ServiceSummary};
+
+/// Parts of a GPU are counted in units of 1/7000 of one (its GPU-equivalent): a MIG instance
+/// of `c` compute slices is `c/7` of its GPU (1000·c units), a quota of `p` permille of SMs is
+/// `p/1000` (7·p units), both exact integers, so that sums over a run do not drift.
+pub const PART_UNITS_PER_GPU: u64 = 7000;
+
+/// Units of a MIG compute slice and of an SM permille.
+const UNITS_PER_SLICE: u64 = PART_UNITS_PER_GPU / MigGeometry::COMPUTE_SLICES as u64;
+const UNITS_PER_PERMILLE: u64 = PART_UNITS_PER_GPU / 1000;
+
+/// The GPU-equivalents an allocation holds in parts (MIG instances by compute slices, quotas
+/// by SM request on each GPU), in [`PART_UNITS_PER_GPU`]ths; GPUs held whole count nothing
+/// here (they are counted as whole GPUs). An instance of a profile the catalog does not
+/// know counts nothing.
+pub fn part_units(alloc: &Allocation, cluster: &Cluster) -> u64 {
+    let mut units = 0;
+    for s in &alloc.shares {
+        let Some(d) = s.devices else { continue };
+        match d.part {
+            GpuPart::Whole => {}
+            GpuPart::Mig(inst) => {
+                let slices = cluster
+                    .nodes
+                    .get(s.node.index())
+                    .and_then(|n| cluster.catalog.mig_geometry(n.gpu))
+                    .and_then(|geo| geo.profile(inst))
+                    .map_or(0, |p| u64::from(p.compute_slices));
+                units += slices * UNITS_PER_SLICE * u64::from(d.gpus.count());
+            }
+            GpuPart::Quota { sm_request, .. } => {
+                units += u64::from(sm_request) * UNITS_PER_PERMILLE * u64::from(d.gpus.count());
+            }
+        }
+    }
+    units
+}
 
 /// How a job ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -51,7 +87,8 @@ pub struct JobRecord {
     pub outcome: JobOutcome,
     /// Times it was preempted or resized.
     pub preemptions: u32,
-    /// GPU-seconds it held GPUs for.
+    /// GPU-seconds it held GPUs for, in GPU-equivalents: a whole GPU counts 1, a MIG
+    /// instance its compute slices / 7, a quota its SM request / 1000 (see [`part_units`]).
     pub gpu_secs: f64,
     /// Iterations done (equals the total for finished jobs).
     pub iterations_done: f64,
@@ -83,8 +120,12 @@ impl JobRecord {
 pub struct UtilSample {
     /// When.
     pub time: SimTime,
-    /// GPUs allocated.
+    /// Whole GPUs allocated.
     pub gpus: u64,
+    /// GPU parts allocated (MIG instances, quotas; jobs and service instances) in
+    /// [`PART_UNITS_PER_GPU`]ths of a GPU; 0 (and absent from JSON) when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub part_units: u64,
     /// Millicores allocated.
     pub cpu_milli: u64,
     /// Bytes of memory allocated.
@@ -99,6 +140,20 @@ pub struct UtilSample {
     pub sm_frag: f64,
     /// Mean device-memory fragmentation over active GPUs (1 − Σ memory / capacity).
     pub mem_frag: f64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl UtilSample {
+    /// Busy GPUs in GPU-equivalents: whole GPUs plus parts by their share.
+    pub fn gpu_equiv(&self) -> f64 {
+        if self.part_units == 0 {
+            return self.gpus as f64;
+        }
+        self.gpus as f64 + self.part_units as f64 / PART_UNITS_PER_GPU as f64
+    }
 }
 
 /// Aggregate figures of one run. Times are seconds, utilizations fractions of capacity.

@@ -48,6 +48,76 @@ pub fn one_gpu(node: NodeId, gpu: u32, part: GpuPart) -> Allocation {
     }])
 }
 
+/// Whether `spec` may run on `node`'s GPU model (`gpuTypes`; empty allows any).
+fn allows(view: &ClusterView<'_>, spec: &TrainingJob, node: NodeId) -> bool {
+    spec.gpu_types.is_empty()
+        || view
+            .cluster
+            .nodes
+            .get(node.index())
+            .is_some_and(|n| spec.gpu_types.contains(&n.gpu))
+}
+
+/// Whole GPUs for a job that asks for more than one (MIG slices and MPS shares are
+/// single-GPU, so every policy here gives such a job `gpus` whole GPUs, never one GPU for
+/// longer): from `free` (whole GPUs the policy may give now, of models the job allows, in
+/// cluster order), the lowest `k` of the lowest node that has them, when some node of an
+/// allowed model has `k` GPUs at all; otherwise (a job larger than any such node) the first
+/// `k` across nodes in cluster order. `None` when not enough are free now.
+fn pick_whole(
+    view: &ClusterView<'_>,
+    spec: &TrainingJob,
+    free: &[(NodeId, u32)],
+) -> Option<Vec<(NodeId, GpuMask)>> {
+    let k = spec.gpus.max(1);
+    let one_node = view
+        .cluster
+        .nodes
+        .iter()
+        .any(|n| n.gpus >= k && allows(view, spec, n.id));
+    let mut per_node: Vec<(NodeId, GpuMask)> = Vec::new();
+    for &(node, i) in free {
+        match per_node.last_mut() {
+            Some((n, mask)) if *n == node => mask.0 |= GpuMask::one(i).0,
+            _ => per_node.push((node, GpuMask::one(i))),
+        }
+    }
+    if one_node {
+        let (node, mask) = per_node.into_iter().find(|(_, m)| m.count() >= k)?;
+        return Some(vec![(node, mask.lowest(k))]);
+    }
+    let mut picked = Vec::new();
+    let mut left = k;
+    for (node, mask) in per_node {
+        if left == 0 {
+            break;
+        }
+        let take = mask.lowest(left);
+        left -= take.count();
+        picked.push((node, take));
+    }
+    (left == 0).then_some(picked)
+}
+
+/// An allocation of whole GPUs, as [`pick_whole`] picks them.
+fn whole_gpus(picked: &[(NodeId, GpuMask)]) -> Allocation {
+    Allocation::new(
+        picked
+            .iter()
+            .map(|&(node, mask)| NodeShare {
+                node,
+                gpus: mask.count(),
+                cpu: MilliCpu(0),
+                memory: Bytes(0),
+                devices: Some(DeviceAlloc {
+                    gpus: mask,
+                    part: GpuPart::Whole,
+                }),
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// The cluster's GPUs, their MIG geometries and candidate layouts, built at the first call.
 #[derive(Clone, Debug, Default)]
 struct Topology {
@@ -148,22 +218,40 @@ impl Policy for NoPart {
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let queue = fifo_queue(view, |_| false);
         let mut taken: Vec<(NodeId, u32)> = Vec::new();
-        'jobs: for job in queue {
+        let mut free: Vec<(NodeId, u32)> = Vec::new();
+        for job in queue {
+            let Some(spec) = view.jobs.get(job.index()) else {
+                continue;
+            };
+            free.clear();
             for node in &view.cluster.nodes {
+                if !allows(view, spec, node.id) {
+                    continue;
+                }
                 for (i, g) in view.state.gpus(node.id).iter().enumerate() {
                     let i = i as u32;
                     if g.is_whole_free() && g.ready_at <= view.now && !taken.contains(&(node.id, i))
                     {
-                        taken.push((node.id, i));
-                        actions.push(Action::Start {
-                            job,
-                            allocation: one_gpu(node.id, i, GpuPart::Whole),
-                        });
-                        continue 'jobs;
+                        free.push((node.id, i));
+                        if spec.gpus <= 1 {
+                            break; // the first free GPU is the one taken
+                        }
                     }
                 }
+                if spec.gpus <= 1 && !free.is_empty() {
+                    break;
+                }
             }
-            break; // head-of-line blocking
+            let Some(picked) = pick_whole(view, spec, &free) else {
+                break; // head-of-line blocking
+            };
+            for &(node, mask) in &picked {
+                taken.extend(mask.iter().map(|i| (node, i)));
+            }
+            actions.push(Action::Start {
+                job,
+                allocation: whole_gpus(&picked),
+            });
         }
     }
 }
@@ -178,6 +266,9 @@ pub struct StaticPartition {
     code: Vec<u8>,
     table: Arc<SliceTable>,
     topo: Option<Topology>,
+    /// Per GPU (topology order): the layout it is kept in, `None` for a GPU used whole
+    /// (no MIG, or no layout of these sizes on its geometry).
+    layouts: Vec<Option<Vec<MigInstance>>>,
     /// Move running jobs to larger idle slices when the queue is empty.
     pub promote: bool,
     promotions: u64,
@@ -205,6 +296,7 @@ impl StaticPartition {
             code: sorted,
             table,
             topo: None,
+            layouts: Vec::new(),
             promote: true,
             promotions: 0,
         }
@@ -234,55 +326,90 @@ impl Policy for StaticPartition {
     fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
         true
     }
+    /// Single-GPU jobs take the largest idle place that fits them: a slice of a split GPU, or
+    /// a GPU kept whole (no MIG) counted as 7 slices. A job asking for more GPUs takes that
+    /// many whole GPUs: GPUs kept whole, or split GPUs with every slice idle, which are
+    /// merged for it (the job starts once they are ready) and split again when it leaves.
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         if self.topo.is_none() {
             let topo = Topology::build(view, LayoutSet::Generated);
+            self.layouts = (0..topo.gpus.len())
+                .map(|g| topo.geo(g).and_then(|(geo, _)| self.layout_for(geo)))
+                .collect();
+            let mut split = false;
             for (g, &(node, idx, _)) in topo.gpus.iter().enumerate() {
-                if let Some(layout) = topo.geo(g).and_then(|(geo, _)| self.layout_for(geo)) {
+                if let Some(layout) = self.layouts[g].clone() {
                     actions.push(Action::Reconfigure {
                         node,
                         gpu: idx,
                         layout: Some(layout),
                     });
+                    split = true;
                 }
             }
             self.topo = Some(topo);
-            return; // GPUs are ready after the reconfiguration time
+            if split {
+                return; // GPUs are ready after the reconfiguration time
+            }
         }
         let Some(topo) = &self.topo else { return };
-        // (gpu, instance) → busy, from the state plus this batch's moves.
-        let mut busy: Vec<u8> = topo
-            .gpus
-            .iter()
-            .map(|&(n, i, _)| gpu_state(view, n, i).map_or(0xff, |s| s.mig_busy))
-            .collect();
-        let layout_of = |g: usize| -> Option<&Vec<MigInstance>> {
+        let layouts = &self.layouts;
+        let now = view.now;
+        let state = |g: usize| {
             let (n, i, _) = topo.gpus[g];
             gpu_state(view, n, i)
-                // A failed GPU takes no holder until it is back.
-                .filter(|s| s.ready_at <= view.now && !s.down)
-                .and_then(|s| s.mig.as_ref())
         };
-        let size = |g: usize, inst: MigInstance| -> u8 {
-            topo.geo(g)
-                .and_then(|(geo, _)| geo.profile(inst))
-                .map_or(0, |p| p.compute_slices)
-        };
-        // The largest idle instance (ties: lowest GPU, then layout order) a filter accepts;
-        // with a fixed profile, only instances of exactly that profile.
+        // Where single-GPU jobs go, per GPU: (compute slices, part) of each place of a ready
+        // GPU that is up (a failed GPU takes no holder until it is back); a GPU kept whole
+        // is one place of 7. A GPU meant to be split but whole now has none.
+        let places: Vec<Vec<(u8, GpuPart)>> = (0..topo.gpus.len())
+            .map(|g| {
+                let Some(s) = state(g).filter(|s| s.ready_at <= now && !s.down) else {
+                    return Vec::new();
+                };
+                match (&s.mig, &layouts[g]) {
+                    (Some(layout), _) => layout
+                        .iter()
+                        .map(|inst| {
+                            let size = topo
+                                .geo(g)
+                                .and_then(|(geo, _)| geo.profile(*inst))
+                                .map_or(0, |p| p.compute_slices);
+                            (size, GpuPart::Mig(*inst))
+                        })
+                        .collect(),
+                    (None, None) => vec![(7, GpuPart::Whole)],
+                    (None, Some(_)) => Vec::new(),
+                }
+            })
+            .collect();
+        // (gpu, place) → busy, from the state plus this batch's moves.
+        let mut busy: Vec<u8> = (0..topo.gpus.len())
+            .map(|g| match state(g) {
+                Some(s) if s.mig.is_some() => s.mig_busy,
+                Some(s) if s.is_whole_free() => 0,
+                _ => 0xff,
+            })
+            .collect();
+        // The largest idle place (ties: lowest GPU, then layout order) a filter accepts, on
+        // GPUs of models the job allows; with a fixed profile, only instances of exactly
+        // that profile.
         let largest_idle = |busy: &[u8], fits: &dyn Fn(u8) -> bool, spec: &TrainingJob| {
             let mut best: Option<(u8, usize, usize)> = None;
             for (g, &bits) in busy.iter().enumerate() {
-                let Some(layout) = layout_of(g) else { continue };
+                if places[g].is_empty() || !allows(view, spec, topo.gpus[g].0) {
+                    continue;
+                }
                 let Ok(fixed) = topo.fixed_on(g, Some(spec)) else {
                     continue;
                 };
-                for (p, inst) in layout.iter().enumerate() {
-                    let z = size(g, *inst);
-                    if bits & (1 << p) == 0
-                        && fits(z)
-                        && fixed.is_none_or(|f| f.profile == inst.profile)
-                        && best.is_none_or(|b| z > b.0)
+                for (p, &(z, part)) in places[g].iter().enumerate() {
+                    let profile_ok = match (fixed, part) {
+                        (None, _) => true,
+                        (Some(f), GpuPart::Mig(inst)) => f.profile == inst.profile,
+                        (Some(_), _) => false,
+                    };
+                    if bits & (1 << p) == 0 && fits(z) && profile_ok && best.is_none_or(|b| z > b.0)
                     {
                         best = Some((z, g, p));
                     }
@@ -292,10 +419,38 @@ impl Policy for StaticPartition {
         };
         let queue = fifo_queue(view, |_| false);
         let mut placed_all = true;
+        // Whole-mode GPUs a waiting multi-GPU job is to get: not split again meanwhile.
+        let mut claimed: Vec<usize> = Vec::new();
         for job in &queue {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
+            if spec.gpus > 1 {
+                match self.place_whole(view, topo, spec, &mut busy) {
+                    Ok(picked) => {
+                        actions.push(Action::Start {
+                            job: *job,
+                            allocation: whole_gpus(&picked),
+                        });
+                        continue;
+                    }
+                    Err(merging) => {
+                        for &g in &merging {
+                            let (node, idx, _) = topo.gpus[g];
+                            if state(g).is_some_and(|s| s.mig.is_some()) {
+                                actions.push(Action::Reconfigure {
+                                    node,
+                                    gpu: idx,
+                                    layout: None,
+                                });
+                            }
+                        }
+                        claimed = merging;
+                        placed_all = false;
+                        break;
+                    }
+                }
+            }
             let speeds = self.table.speeds_of(spec);
             let Some((_, g, p)) = largest_idle(&busy, &|z| speeds[z as usize].is_some(), spec)
             else {
@@ -304,10 +459,25 @@ impl Policy for StaticPartition {
             };
             busy[g] |= 1 << p;
             let (node, idx, _) = topo.gpus[g];
-            if let Some(inst) = layout_of(g).and_then(|l| l.get(p)).copied() {
-                actions.push(Action::Start {
-                    job: *job,
-                    allocation: one_gpu(node, idx, GpuPart::Mig(inst)),
+            actions.push(Action::Start {
+                job: *job,
+                allocation: one_gpu(node, idx, places[g][p].1),
+            });
+        }
+        // GPUs merged for a multi-GPU job that has left are split again.
+        for (g, layout) in layouts.iter().enumerate() {
+            let Some(layout) = layout else { continue };
+            let Some(s) = state(g) else { continue };
+            if s.mig.is_none() && s.is_idle() && !s.down && s.ready_at <= now {
+                // Waited for, or started whole in this batch.
+                if claimed.contains(&g) || busy[g] != 0 {
+                    continue;
+                }
+                let (node, idx, _) = topo.gpus[g];
+                actions.push(Action::Reconfigure {
+                    node,
+                    gpu: idx,
+                    layout: Some(layout.clone()),
                 });
             }
         }
@@ -315,7 +485,7 @@ impl Policy for StaticPartition {
             return;
         }
         // Promotion: with nobody waiting, the job on the smallest slice moves to the largest
-        // idle slice where it runs faster, until no move helps.
+        // idle place where it runs faster, until no move helps.
         let mut running: Vec<(u8, JobId, usize, usize)> = Vec::new();
         for a in view.active {
             let Some(alloc) = &a.allocation else { continue };
@@ -339,10 +509,13 @@ impl Policy for StaticPartition {
             else {
                 continue;
             };
-            let Some(p) = layout_of(g).and_then(|l| l.iter().position(|x| *x == inst)) else {
+            let Some(p) = places[g]
+                .iter()
+                .position(|&(_, part)| part == GpuPart::Mig(inst))
+            else {
                 continue;
             };
-            running.push((size(g, inst), a.id, g, p));
+            running.push((places[g][p].0, a.id, g, p));
         }
         running.sort_unstable();
         for _ in 0..running.len() {
@@ -366,15 +539,12 @@ impl Policy for StaticPartition {
                     continue;
                 };
                 let (node, idx, _) = topo.gpus[g];
-                let Some(inst) = layout_of(g).and_then(|l| l.get(p)).copied() else {
-                    continue;
-                };
                 busy[g] |= 1 << p;
                 busy[g0] &= !(1 << p0);
                 *entry = (z1, job, g, p);
                 actions.push(Action::Resize {
                     job,
-                    allocation: one_gpu(node, idx, GpuPart::Mig(inst)),
+                    allocation: one_gpu(node, idx, places[g][p].1),
                 });
                 self.promotions += 1;
                 moved = true;
@@ -385,6 +555,62 @@ impl Policy for StaticPartition {
             }
             running.sort_unstable();
         }
+    }
+}
+
+impl StaticPartition {
+    /// Whole GPUs for a job asking for more than one: `Ok` with GPUs it can start on now
+    /// (marked busy), or `Err` with the GPUs it waits for (split GPUs to merge among them),
+    /// empty when not enough are idle.
+    fn place_whole(
+        &self,
+        view: &ClusterView<'_>,
+        topo: &Topology,
+        spec: &TrainingJob,
+        busy: &mut [u8],
+    ) -> Result<Vec<(NodeId, GpuMask)>, Vec<usize>> {
+        let now = view.now;
+        let mut ready: Vec<(NodeId, u32)> = Vec::new();
+        let mut soon: Vec<(NodeId, u32)> = Vec::new();
+        for (g, &(node, idx, _)) in topo.gpus.iter().enumerate() {
+            if !allows(view, spec, node) || busy[g] != 0 {
+                continue;
+            }
+            let Some(s) = gpu_state(view, node, idx).filter(|s| !s.down && s.is_idle()) else {
+                continue;
+            };
+            let merged = s.mig.is_none() && self.layouts[g].is_some();
+            if s.mig.is_none() && s.ready_at <= now {
+                ready.push((node, idx));
+                soon.push((node, idx));
+            } else if (s.mig.is_some() && s.ready_at <= now) || (merged && s.ready_at > now) {
+                // Split and idle (to merge), or being merged already.
+                soon.push((node, idx));
+            }
+        }
+        let index_of = |node: NodeId, i: u32| {
+            topo.gpus
+                .iter()
+                .position(|&(n, j, _)| n == node && j == i)
+                .unwrap_or(0)
+        };
+        if let Some(picked) = pick_whole(view, spec, &ready) {
+            for &(node, mask) in &picked {
+                for i in mask.iter() {
+                    busy[index_of(node, i)] = 0xff;
+                }
+            }
+            return Ok(picked);
+        }
+        Err(pick_whole(view, spec, &soon)
+            .map(|picked| {
+                picked
+                    .iter()
+                    .flat_map(|&(node, mask)| mask.iter().map(move |i| (node, i)))
+                    .map(|(node, i)| index_of(node, i))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 }
 
@@ -434,6 +660,32 @@ impl Policy for MpsOnly {
             let Some(spec) = view.jobs.get(job.index()) else {
                 continue;
             };
+            if spec.gpus > 1 {
+                // Whole GPUs nobody shares (MPS sharing is per GPU).
+                let free: Vec<(NodeId, u32)> = topo
+                    .gpus
+                    .iter()
+                    .enumerate()
+                    .filter(|&(g, &(n, _, _))| load[g].0 == 0 && allows(view, spec, n))
+                    .map(|(_, &(n, i, _))| (n, i))
+                    .collect();
+                let Some(picked) = pick_whole(view, spec, &free) else {
+                    break;
+                };
+                for &(node, mask) in &picked {
+                    for i in mask.iter() {
+                        if let Some(g) = topo.gpus.iter().position(|&(n, j, _)| n == node && j == i)
+                        {
+                            load[g].0 = u32::MAX;
+                        }
+                    }
+                }
+                actions.push(Action::Start {
+                    job,
+                    allocation: whole_gpus(&picked),
+                });
+                continue;
+            }
             let speeds = self.table.speeds_of(spec);
             let mut best: Option<usize> = None;
             for (g, &(holders, used)) in load.iter().enumerate() {
@@ -441,6 +693,9 @@ impl Policy for MpsOnly {
                     continue;
                 }
                 let (n, _, _) = topo.gpus[g];
+                if !allows(view, spec, n) {
+                    continue;
+                }
                 let capacity = view.cluster.nodes.get(n.index()).map_or(Bytes(0), |node| {
                     Bytes::from_gib_f64(view.cluster.catalog.get(node.gpu).memory_gib)
                 });
@@ -819,8 +1074,49 @@ impl Miso {
         }
     }
 
+    /// Whether slot `g` holds a job of several whole GPUs (it shares its GPU with nobody).
+    fn holds_multi(&self, view: &ClusterView<'_>, g: usize) -> bool {
+        self.slots[g]
+            .jobs
+            .iter()
+            .any(|j| view.jobs.get(j.index()).is_some_and(|s| s.gpus > 1))
+    }
+
+    /// Empty GPUs a job asking for several takes whole (no sharing, no MIG: slices are
+    /// single-GPU), as [`pick_whole`] chooses them; `None` while not enough are free.
+    fn eligible_whole(&self, view: &ClusterView<'_>, spec: &TrainingJob) -> Option<Vec<usize>> {
+        let topo = self.topo.as_ref()?;
+        let mut free: Vec<(NodeId, u32)> = Vec::new();
+        for (g, slot) in self.slots.iter().enumerate() {
+            let (n, i, _) = topo.gpus[g];
+            if !slot.jobs.is_empty()
+                || slot.phase != Phase::Steady
+                || slot.touched == Some(view.now)
+                || !allows(view, spec, n)
+                || slot
+                    .last_checkpoint
+                    .is_some_and(|t| view.now < t + self.config.checkpoint_gap)
+            {
+                continue;
+            }
+            if gpu_state(view, n, i).is_some_and(|s| s.is_whole_free() && s.ready_at <= view.now) {
+                free.push((n, i));
+            }
+        }
+        let picked = pick_whole(view, spec, &free)?;
+        Some(
+            picked
+                .iter()
+                .flat_map(|&(node, mask)| mask.iter().map(move |i| (node, i)))
+                .filter_map(|(node, i)| topo.gpus.iter().position(|&(n, j, _)| n == node && j == i))
+                .collect(),
+        )
+    }
+
     fn eligible(&self, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
         let topo = self.topo.as_ref()?;
+        let spec = view.jobs.get(job.index());
+        let allowed = |n: NodeId| spec.is_none_or(|s| allows(view, s, n));
         let mut buckets: [Vec<usize>; 7] = Default::default();
         for (g, slot) in self.slots.iter().enumerate() {
             if slot.phase != Phase::Steady || slot.jobs.len() >= 7 || slot.touched == Some(view.now)
@@ -840,9 +1136,11 @@ impl Miso {
             if s.down || s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
                 continue;
             }
+            if !allowed(n) || self.holds_multi(view, g) {
+                continue;
+            }
             buckets[slot.jobs.len()].push(g);
         }
-        let spec = view.jobs.get(job.index());
         let wants_profile = matches!(
             spec.and_then(|s| s.mig.as_ref()),
             Some(MigRequest::Profile(_))
@@ -972,15 +1270,16 @@ impl Policy for Miso {
         queue.sort_unstable();
         let now = view.now;
 
-        // 1. Jobs that finished leave their GPU.
-        if view.trigger.completion {
-            for slot in &mut self.slots {
-                let before = slot.jobs.len();
-                let seen = &self.seen;
-                slot.jobs.retain(|j| active_pos(view, seen, *j).is_some());
-                if slot.jobs.len() != before && slot.phase == Phase::Steady {
-                    slot.dirty = true;
-                }
+        // 1. Jobs that finished leave their GPU. At every call, not only at completions: the
+        //    driver skips the call of a completion that leaves nothing active, and the next
+        //    call (an arrival) found the finished job still on its GPU, planned it beside
+        //    the newcomer and started it again ("job is not active", seed 20 of miso-100).
+        for slot in &mut self.slots {
+            let before = slot.jobs.len();
+            let seen = &self.seen;
+            slot.jobs.retain(|j| active_pos(view, seen, *j).is_some());
+            if slot.jobs.len() != before && slot.phase == Phase::Steady {
+                slot.dirty = true;
             }
         }
 
@@ -1057,7 +1356,7 @@ impl Policy for Miso {
                 }
                 continue;
             }
-            if !queue_empty {
+            if !queue_empty || self.holds_multi(view, g) {
                 continue;
             }
             let current = self.current_cost(view, g);
@@ -1078,6 +1377,33 @@ impl Policy for Miso {
         // 5. Strict FIFO placement.
         let mut waiting = false;
         for (_, job) in queue {
+            if let Some(spec) = view.jobs.get(job.index()).filter(|s| s.gpus > 1) {
+                let Some(gs) = self.eligible_whole(view, spec) else {
+                    waiting = true;
+                    break; // head-of-line blocking
+                };
+                let Some(&first) = gs.first() else {
+                    waiting = true;
+                    break;
+                };
+                self.job_gpu[job.index()] = first as u32;
+                let mut picked: Vec<(NodeId, GpuMask)> = Vec::new();
+                for &g in &gs {
+                    self.slots[g].jobs.push(job);
+                    self.slots[g].touched = Some(now);
+                    let (node, idx, _) =
+                        self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
+                    match picked.last_mut() {
+                        Some((n, mask)) if *n == node => mask.0 |= GpuMask::one(idx).0,
+                        _ => picked.push((node, GpuMask::one(idx))),
+                    }
+                }
+                actions.push(Action::Start {
+                    job,
+                    allocation: whole_gpus(&picked),
+                });
+                continue;
+            }
             let Some(g) = self.eligible(view, job) else {
                 waiting = true;
                 break; // head-of-line blocking
