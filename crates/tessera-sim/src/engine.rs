@@ -70,6 +70,10 @@ pub struct SimConfig {
     /// Nodes and GPUs failing and coming back, and checkpoint intervals
     /// ([`crate::failures`]); `None`: nothing fails.
     pub failures: Option<Arc<FailureSpec>>,
+    /// Jobs the driver refuses on arrival, with the reason (a policy that could never run
+    /// them: `tessera simulate --ignore-unsupported`); reported rejected, never shown to the
+    /// policy.
+    pub rejected: Arc<BTreeMap<JobId, String>>,
 }
 
 /// Default [`SimConfig::reconfigure_time`]: the order of `nvidia-smi mig` destroy + create.
@@ -87,6 +91,7 @@ impl Default for SimConfig {
             reconfigure_time: DEFAULT_RECONFIGURE_TIME,
             serving: ServingConfig::default(),
             failures: None,
+            rejected: Arc::default(),
         }
     }
 }
@@ -1033,6 +1038,16 @@ impl<'a> Simulation<'a> {
 
     fn arrive(&mut self, job: &'a TrainingJob) {
         self.first_arrival.get_or_insert(job.submit);
+        if let Some(reason) = self.config.rejected.get(&job.id) {
+            self.outcomes.insert(
+                job.id.0,
+                JobOutcome::Rejected {
+                    reason: reason.clone(),
+                },
+            );
+            self.job_ended(job.id);
+            return;
+        }
         // Every dimension (GPU type and count, CPU, memory): a job that can never fit would
         // otherwise wait forever, spinning through rounds (issue 10). The answer depends only
         // on the job's shape, and a trace has few shapes: those that fit are remembered.

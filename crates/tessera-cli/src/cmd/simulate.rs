@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
+use tessera_mechanisms::capabilities::{check_support, refusal, relax, CheckOptions, Relaxed};
 use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, mechanism_of_policy, serving_setup, truths,
     ServingSetup, Truth, TruthOptions, EXACT_ENGINE,
@@ -23,8 +24,8 @@ use crate::inputs::{
 };
 use crate::progress::Bars;
 use crate::report::{
-    comparison_table, failures_table, serving_table, write_outputs, EngineSummary, PolicySummary,
-    SummaryDoc,
+    comparison_table, failures_table, serving_table, write_outputs, EngineSummary, IgnoredSummary,
+    PolicySummary, SummaryDoc,
 };
 
 /// How runs are simulated: truth model, engine semantics and settings.
@@ -91,6 +92,9 @@ pub struct PolicyRun {
     pub name: String,
     pub options: PolicyOptions,
     pub setup: Option<ServingSetup>,
+    /// The workload relaxed to what the policy honours (`--ignore-unsupported`); `None`:
+    /// it honours the run's own.
+    pub relaxed: Option<std::sync::Arc<Relaxed>>,
 }
 
 /// Resolves `--semantics`: `exact` or a registered engine.
@@ -206,6 +210,21 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
+        for p in &doc.policies {
+            if !p.ignored.is_empty() {
+                let what: Vec<String> = p
+                    .ignored
+                    .iter()
+                    .map(|i| format!("{} {} ({})", i.count, i.what, i.how))
+                    .collect();
+                writeln!(
+                    out,
+                    "{} ignored (--ignore-unsupported): {}",
+                    p.policy,
+                    what.join("; ")
+                )?;
+            }
+        }
         write!(out, "{}", serving_table(&doc.policies))?;
         write!(out, "{}", failures_table(&doc.policies))?;
         for p in &doc.policies {
@@ -331,6 +350,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
                 seed: args.seed,
             },
             setup: None,
+            relaxed: None,
         })
         .collect();
     // Fail on an unknown name (or a setup that cannot be built) before any run starts.
@@ -380,6 +400,19 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             e.name
         );
     }
+    check_capabilities(args, &cluster, &trace, &mut runs, config.failures.is_some())?;
+    if let (Some(e), Some(r)) = (
+        semantics,
+        runs.iter()
+            .find(|r| r.relaxed.as_ref().is_some_and(|x| !x.rejected.is_empty())),
+    ) {
+        bail!(
+            "--ignore-unsupported: policy {} can never run some jobs, which only the exact \
+             engine reports rejected, not --semantics {}",
+            r.name,
+            e.name
+        );
+    }
     let engine = Engine {
         truth,
         semantics,
@@ -397,6 +430,9 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         .zip(&runs)
         .map(|((r, wall), run)| PolicySummary {
             setup: run.setup.as_ref().map(|s| s.about.to_string()),
+            ignored: run.relaxed.as_ref().map_or_else(Vec::new, |x| {
+                x.ignored.iter().map(IgnoredSummary::from).collect()
+            }),
             ..PolicySummary::new(r, *wall)
         })
         .collect();
@@ -434,6 +470,48 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
     })
+}
+
+/// Requests at most this many elements per capability in a refusal (then a count).
+const REFUSAL_EXAMPLES: usize = 3;
+
+/// Checks every policy against what the inputs ask (its declared capabilities) before any
+/// run: refuses the run naming each policy, what it would not honour and who would, or,
+/// with `--ignore-unsupported`, gives each such policy its relaxed copy of the workload.
+fn check_capabilities(
+    args: &SimulateArgs,
+    cluster: &Cluster,
+    trace: &tessera_trace::LoadedTrace,
+    runs: &mut [PolicyRun],
+    failures: bool,
+) -> Result<()> {
+    let options = CheckOptions {
+        lines: Some(&trace.lines),
+        failures,
+    };
+    let mut refusals = Vec::new();
+    for r in runs.iter_mut() {
+        let missing = check_support(&r.name, cluster, &trace.workload, &options)
+            .with_context(|| format!("--policy {}", r.name))?;
+        if missing.is_empty() {
+            continue;
+        }
+        if args.ignore_unsupported {
+            let relaxed = relax(&r.name, cluster, &trace.workload, &options)
+                .with_context(|| format!("--policy {}", r.name))?;
+            r.relaxed = Some(std::sync::Arc::new(relaxed));
+        } else {
+            refusals.push(refusal(&r.name, &missing, REFUSAL_EXAMPLES));
+        }
+    }
+    if !refusals.is_empty() {
+        bail!(
+            "{}\nrun another policy, or pass --ignore-unsupported to run these on a copy of the \
+             workload relaxed to what they honour (docs/capabilities.md)",
+            refusals.join("\n")
+        );
+    }
+    Ok(())
 }
 
 /// Builds the failures of a run from `--failures`, `--mtbf`/`--mttr`, `--checkpoint-interval`
@@ -534,6 +612,21 @@ pub fn run_policies_with(
         |_| 1.0,
         |spec| -> Result<(SimReport, f64)> {
             let policy = build_policy(&spec.name, &spec.options)?;
+            // A policy run on a relaxed workload: its own copy, its rejections, and no
+            // failures if it cannot take them.
+            let relaxed_engine;
+            let (workload, engine) = match &spec.relaxed {
+                Some(r) => {
+                    let mut e = engine.clone();
+                    e.config.rejected = std::sync::Arc::new(r.rejected.iter().cloned().collect());
+                    if r.drop_failures {
+                        e.config.failures = None;
+                    }
+                    relaxed_engine = e;
+                    (&r.workload, &relaxed_engine)
+                }
+                None => (workload, engine),
+            };
             let started = Instant::now();
             let report = match (engine.semantics, &spec.setup) {
                 (Some(e), _) => (e.run)(cluster, workload, truth, policy, &engine.config),

@@ -27,6 +27,8 @@ mod devices;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]
+mod capability_tests;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;
