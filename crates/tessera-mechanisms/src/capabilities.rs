@@ -426,9 +426,8 @@ pub fn refusal(policy: &str, unsupported: &[Demand], first: usize) -> String {
     for (cap, ds) in by_cap {
         let listed: Vec<String> = ds.iter().take(first.max(1)).map(|d| d.to_string()).collect();
         let more = ds.len().saturating_sub(listed.len());
-        let honouring = honoured_by(cap);
         out.push_str(&format!(
-            "\n  {} ({}): {}{}; honoured by: {}",
+            "\n  {} ({}): {}{}; {}",
             cap.key(),
             cap.about(),
             listed.join("; "),
@@ -437,14 +436,26 @@ pub fn refusal(policy: &str, unsupported: &[Demand], first: usize) -> String {
             } else {
                 String::new()
             },
-            if honouring.is_empty() {
-                "no registered policy".to_string()
-            } else {
-                honouring.join(", ")
-            }
+            who_honours(cap)
         ));
     }
     out
+}
+
+/// `honoured by: a, b` or, when most policies do, `honoured by every policy but: c, d`.
+fn who_honours(cap: Capability) -> String {
+    let honouring = honoured_by(cap);
+    let others: Vec<&str> = crate::policies()
+        .map(|(_, p)| p.name)
+        .filter(|n| !honouring.contains(n))
+        .collect();
+    if honouring.is_empty() {
+        "honoured by no registered policy".to_string()
+    } else if honouring.len() > 8 && others.len() < honouring.len() {
+        format!("honoured by every registered policy but: {}", others.join(", "))
+    } else {
+        format!("honoured by: {}", honouring.join(", "))
+    }
 }
 
 /// How a relaxed run dealt with what its policy would not honour, per capability.
@@ -500,7 +511,13 @@ pub fn relax(
 ) -> Result<Relaxed, PolicyError> {
     let info = policy_info(policy)?;
     let caps = info.capabilities;
-    let missing = unsupported(caps, demands(cluster, workload, options));
+    let mut missing = unsupported(caps, demands(cluster, workload, options));
+    // A service the policy cannot serve is removed whole: its quota and types do not count.
+    if !caps.honours(Capability::Services) {
+        missing.retain(|d| {
+            !matches!(d.element, Element::Service { .. }) || d.capability == Capability::Services
+        });
+    }
     let mut counts: BTreeMap<Capability, usize> = BTreeMap::new();
     for d in &missing {
         *counts.entry(d.capability).or_default() += 1;

@@ -215,7 +215,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
                 let what: Vec<String> = p
                     .ignored
                     .iter()
-                    .map(|i| format!("{} {} ({})", i.count, i.what, i.how))
+                    .map(|i| format!("{} {}: {}", i.count, i.what, i.how))
                     .collect();
                 writeln!(
                     out,
@@ -485,8 +485,10 @@ fn check_capabilities(
     runs: &mut [PolicyRun],
     failures: bool,
 ) -> Result<()> {
+    // Trace files number their jobs' lines; a workload spec or built-in only its jobs.
+    let numbered = !crate::inputs::is_workload_spec(&args.trace) && !args.trace.starts_with("builtin:");
     let options = CheckOptions {
-        lines: Some(&trace.lines),
+        lines: numbered.then_some(trace.lines.as_slice()),
         failures,
     };
     let mut refusals = Vec::new();

@@ -21,7 +21,12 @@ fn a_job_the_policy_would_not_honour_is_refused_with_the_simulators_reason() {
     assert_eq!((e.status, e.code), (400, "unsupported"), "{}", e.message);
     assert!(e.message.contains("policy nopart does not honour 1 of what this run asks"));
     assert!(e.message.contains("multi-gpu"), "{}", e.message);
-    assert!(e.message.contains("honoured by: fifo, srtf, las, ftf"), "{}", e.message);
+    assert!(
+        e.message
+            .contains("honoured by every registered policy but: nopart, static, miso, miso-oracle, mps"),
+        "{}",
+        e.message
+    );
     // The same words as the simulator's check of the same job on the same cluster.
     let tj = core.training_job(0, &crate::spec::JobSpec::parse(body).unwrap(), 0).unwrap();
     let workload = Workload::new(vec![tj]);

@@ -181,8 +181,21 @@ fn check_names_the_policy_element_and_who_honours_it() {
         text.contains("job j0 (line 2) asks for gpuTypes [H100-80GB]; job j1 (line 3)"),
         "{text}"
     );
-    assert!(text.contains("; and 3 more; honoured by: fifo, srtf, las, ftf"), "{text}");
-    assert!(!text.contains("honoured by: miso"), "{text}");
+    assert!(
+        text.contains("; and 3 more; honoured by every registered policy but: nopart, static, miso, miso-oracle, mps, dilu"),
+        "{text}"
+    );
+    let svc = InferenceService::simple("bert", SimTime::ZERO, SimTime::from_secs(60), 5.0);
+    let w = Workload::with_services(Vec::new(), vec![svc]);
+    let missing = check_support("fifo", &c, &w, &opts).unwrap();
+    let text = refusal("fifo", &missing, 3);
+    assert!(
+        text.ends_with(
+            "service bert is an inference service (0 s to 60 s); honoured by: serve-exclusive, \
+             dilu, dilu-no-vertical, static-shares, dilu-exclusive"
+        ),
+        "{text}"
+    );
     // Aliases and variants resolve to their entries; unknown names are errors.
     assert_eq!(policy_info("Synergy").unwrap().name, "fifo+tune");
     assert_eq!(policy_info("static:4-3").unwrap().name, "static");
@@ -238,8 +251,7 @@ fn relaxing_keeps_ids_and_says_how() {
             ("multi-gpu", 1),
             ("multi-node", 1),
             ("gpu-share", 1),
-            ("services", 1),
-            ("service-quotas", 1)
+            ("services", 1)
         ]
     );
     // dilu-exclusive keeps the service on whole GPUs.
