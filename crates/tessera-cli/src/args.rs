@@ -211,10 +211,10 @@ pub struct SimulateArgs {
     /// capabilities: `tessera builtins`, docs/capabilities.md). Without this flag such a run
     /// is refused before it starts, naming the policy, what it would not honour and the
     /// policies that would. With it, each such policy runs on a copy of the workload with
-    /// those requests relaxed: gpuTypes cleared, MIG and gpu_share requests given a whole
-    /// GPU, CPU/memory demands dropped, service quotas made whole GPUs, services it cannot
-    /// serve removed, failures not injected; jobs it can never run (too many GPUs for it, or
-    /// only non-MIG GPUs for a MIG-only policy) are reported rejected. The table and
+    /// those requests relaxed: gpuTypes cleared, services it cannot serve removed, failures
+    /// not injected; MIG, gpu_share, quota and CPU/memory requests left to the policy (it
+    /// gives a whole GPU, its own CPU/memory); jobs it can never run (too many GPUs for it,
+    /// or only non-MIG GPUs for a MIG-only policy) are reported rejected. The table and
     /// summary.json (`ignored`) say, per policy, how many requests were ignored and how.
     #[arg(long)]
     pub ignore_unsupported: bool,

@@ -491,11 +491,11 @@ pub fn relaxation(c: Capability) -> &'static str {
         }
         Capability::MultiGpu => "jobs of several GPUs rejected",
         Capability::MultiNode => "jobs larger than any node rejected",
-        Capability::MigProfile | Capability::MigAny => "MIG request dropped (a whole GPU)",
-        Capability::GpuShare => "gpu_share dropped (a whole GPU)",
-        Capability::CpuMemory => "CPU/memory demands dropped (GPU-proportional share)",
+        Capability::MigProfile | Capability::MigAny => "left to the policy: a whole GPU",
+        Capability::GpuShare => "left to the policy: a whole GPU",
+        Capability::CpuMemory => "left to the policy: CPU/memory its own way",
         Capability::Services => "services removed (their requests not counted)",
-        Capability::ServiceQuotas => "quotas dropped (a whole GPU per instance)",
+        Capability::ServiceQuotas => "left to the policy: a whole GPU per instance",
         Capability::Failures => "failures not injected",
         Capability::NonMigGpus => "jobs that can run only without MIG rejected",
     }
@@ -538,14 +538,15 @@ pub fn relax(
         let Some(job) = jobs.get_mut(id.index()) else {
             continue;
         };
+        // MIG, share, quota and CPU/memory requests stay as asked: the policy gives a whole
+        // GPU or its own CPU/memory, and the truth still sees what the job asked for (a run
+        // the same as without the check).
         match d.capability {
             Capability::GpuTypes => job.gpu_types.clear(),
-            Capability::MigProfile | Capability::MigAny => job.mig = None,
-            Capability::GpuShare => job.gpu_share = None,
-            Capability::CpuMemory => {
-                job.cpu = None;
-                job.memory = None;
-            }
+            Capability::MigProfile
+            | Capability::MigAny
+            | Capability::GpuShare
+            | Capability::CpuMemory => {}
             Capability::MultiGpu
             | Capability::MultiNode
             | Capability::MixedNodes
@@ -572,9 +573,6 @@ pub fn relax(
             .iter()
             .cloned()
             .map(|mut s| {
-                if !caps.honours(Capability::ServiceQuotas) {
-                    s.instance.gpu = GpuDemand::Whole;
-                }
                 if !caps.honours(Capability::GpuTypes) {
                     s.gpu_types.clear();
                 }

@@ -683,6 +683,128 @@ mod tests {
         serde_json::to_value(v).unwrap()
     }
 
+    /// A mixed cluster and a trace of typed, multi-node and MIG jobs, in a fresh directory.
+    fn mixed_inputs(tag: &str) -> (std::path::PathBuf, String, String) {
+        let dir = std::env::temp_dir().join(format!("tessera-caps-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cluster = dir.join("mixed.yaml");
+        std::fs::write(
+            &cluster,
+            "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: mixed\nspec:\n  nodeGroups:\n    - {name: a100, count: 2, gpu: A100-80GB, gpusPerNode: 4, cpus: 64, memory: 512Gi}\n    - {name: h100, count: 1, gpu: H100-80GB, gpusPerNode: 4, cpus: 64, memory: 512Gi}\n    - {name: v100, count: 2, gpu: V100-32GB, gpusPerNode: 4, cpus: 32, memory: 256Gi}\n    - {name: a10, count: 2, gpu: A10, gpusPerNode: 2, cpus: 16, memory: 128Gi}\n",
+        )
+        .unwrap();
+        let trace = dir.join("jobs.csv");
+        std::fs::write(
+            &trace,
+            "job_id,submit_s,gpus,duration_s,gpu_types,mig\n\
+             j0,0,1,300,,\n\
+             j1,5,2,300,V100-32GB,\n\
+             j2,10,8,300,A100-80GB,\n\
+             j3,15,1,300,A100-80GB,nvidia.com/mig-3g.40gb\n\
+             j4,20,1,300,H100-80GB,\n\
+             j5,25,1,300,H100-80GB,\n\
+             j6,30,1,300,H100-80GB,\n",
+        )
+        .unwrap();
+        (
+            dir,
+            cluster.display().to_string(),
+            trace.display().to_string(),
+        )
+    }
+
+    #[test]
+    fn unsupported_requests_are_refused_before_any_run() {
+        let (dir, cluster, trace) = mixed_inputs("refuse");
+        let run = |policies: &[&str]| {
+            let mut a = vec!["--cluster", &cluster, "--trace", &trace];
+            for p in policies {
+                a.extend(["--policy", p]);
+            }
+            execute(&args(&a))
+        };
+        // fifo honours everything asked but the MIG profile.
+        let e = format!("{:#}", run(&["fifo", "mps"]).err().expect("refused"));
+        assert!(e.contains("policy fifo does not honour 1 of what this run asks:"), "{e}");
+        assert!(
+            e.contains("job j3 (line 5) asks for MIG profile 3g.40gb; honoured by: static, miso, miso-oracle"),
+            "{e}"
+        );
+        // Every refused policy is named, each element at most three times, then a count.
+        assert!(e.contains("policy mps does not honour"), "{e}");
+        assert!(
+            e.contains(
+                "job j1 (line 3) asks for gpuTypes [V100-32GB]; job j2 (line 4) asks for gpuTypes \
+                 [A100-80GB]; job j3 (line 5) asks for gpuTypes [A100-80GB]; and 3 more; honoured \
+                 by every registered policy but: nopart, static, miso, miso-oracle, mps"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("--ignore-unsupported"), "{e}");
+        // A policy honouring it all runs.
+        assert!(run(&["crius"]).is_err(), "crius ignores MIG profiles too");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn ignore_unsupported_runs_relaxed_and_reports_what_was_ignored() {
+        let (dir, cluster, trace) = mixed_inputs("relax");
+        let a = args(&[
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            "fifo",
+            "--policy",
+            "nopart",
+            "--ignore-unsupported",
+            "--threads",
+            "1",
+        ]);
+        let sim = execute(&a).unwrap();
+        let doc = json(&sim.doc);
+        let fifo = &doc["policies"][0];
+        assert_eq!(fifo["finished"], 7);
+        assert_eq!(
+            fifo["ignored"],
+            serde_json::json!([{"what": "mig-profile", "count": 1, "how": "left to the policy: a whole GPU"}])
+        );
+        let nopart = &doc["policies"][1];
+        // The 2- and 8-GPU jobs are rejected, the rest run with their types cleared.
+        assert_eq!(nopart["rejected"], 2, "{nopart}");
+        assert_eq!(nopart["finished"], 5, "{nopart}");
+        let what: Vec<(&str, u64)> = nopart["ignored"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (i["what"].as_str().unwrap(), i["count"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            what,
+            [
+                ("gpu-types", 6),
+                ("multi-gpu", 2),
+                ("multi-node", 1),
+                ("mig-profile", 1)
+            ]
+        );
+        let rejected: Vec<&str> = sim.reports[1]
+            .jobs
+            .iter()
+            .filter_map(|j| match &j.outcome {
+                tessera_sim::JobOutcome::Rejected { reason } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected[0], "nopart cannot run it: it asks for 2 GPUs");
+        // Without the flag, the same inputs are refused.
+        let mut b = a;
+        b.ignore_unsupported = false;
+        assert!(execute(&b).is_err());
+        std::fs::remove_dir_all(dir).ok();
+    }
+
     /// "Same policy code in every driver": `simulate` on part (b)'s built-ins gives exactly
     /// the figures `repro dilu --parts b` computes for the same seed, every field of the
     /// summary (device activity, per-service violations, served RPS, p99) and the policy's
@@ -705,6 +827,9 @@ mod tests {
             "builtin:dilu-serving",
             "--seed",
             "2",
+            // The baselines give quota jobs and instances whole GPUs (or fixed shares), as
+            // the repro runs them: the requests stay as asked.
+            "--ignore-unsupported",
         ];
         for p in policies {
             argv.extend(["--policy", p]);

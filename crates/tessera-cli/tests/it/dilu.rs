@@ -167,6 +167,8 @@ fn simulate_runs_dilu_serving_end_to_end() {
         "--trace",
         "builtin:dilu-serving",
         "--no-plots",
+        // The baselines give quota jobs and instances whole GPUs (or fixed shares).
+        "--ignore-unsupported",
         "--out",
         out.to_str().unwrap(),
     ];

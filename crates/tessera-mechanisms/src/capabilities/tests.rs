@@ -233,7 +233,8 @@ fn relaxing_keeps_ids_and_says_how() {
     // nopart: no types, no several GPUs, no share, no services.
     let r = relax("nopart", &c, &w, &CheckOptions::default()).unwrap();
     assert!(r.workload.jobs()[0].gpu_types.is_empty());
-    assert!(r.workload.jobs()[1].gpu_share.is_none());
+    // The share stays as asked: nopart gives a whole GPU by itself.
+    assert!(r.workload.jobs()[1].gpu_share.is_some());
     assert!(r.workload.services().is_empty());
     assert_eq!(r.workload.len(), 3);
     assert_eq!(r.rejected.len(), 1);
@@ -254,10 +255,10 @@ fn relaxing_keeps_ids_and_says_how() {
             ("services", 1)
         ]
     );
-    // dilu-exclusive keeps the service on whole GPUs.
+    // dilu-exclusive keeps the service (and places it on whole GPUs by itself).
     let r = relax("dilu-exclusive", &c, &w, &CheckOptions::default()).unwrap();
     assert_eq!(r.workload.services().len(), 1);
-    assert_eq!(r.workload.services()[0].instance.gpu, GpuDemand::Whole);
+    assert_eq!(r.ignored[1].how, "left to the policy: a whole GPU per instance");
     // A policy honouring everything asked gets the workload back unchanged.
     let plain = Workload::new(vec![job("a", 2)]);
     let r = relax("fifo", &c, &plain, &CheckOptions::default()).unwrap();
