@@ -193,10 +193,7 @@ pub fn job_demands(cluster: &Cluster, job: &TrainingJob, line: Option<u64>) -> V
         .min()
         .unwrap_or(0);
     if job.gpus > 1 {
-        push(
-            Capability::MultiGpu,
-            format!("asks for {} GPUs", job.gpus),
-        );
+        push(Capability::MultiGpu, format!("asks for {} GPUs", job.gpus));
         if largest > 0 && job.gpus > largest {
             push(
                 Capability::MultiNode,
@@ -217,10 +214,9 @@ pub fn job_demands(cluster: &Cluster, job: &TrainingJob, line: Option<u64>) -> V
         }
     }
     match &job.mig {
-        Some(MigRequest::Profile(p)) => push(
-            Capability::MigProfile,
-            format!("asks for MIG profile {p}"),
-        ),
+        Some(MigRequest::Profile(p)) => {
+            push(Capability::MigProfile, format!("asks for MIG profile {p}"))
+        }
         Some(MigRequest::Any) => push(
             Capability::MigAny,
             "asks for a MIG instance (nvidia.com/mig-any)".to_string(),
@@ -347,10 +343,7 @@ pub fn demands(cluster: &Cluster, workload: &Workload, options: &CheckOptions<'_
         });
     }
     for job in workload.jobs() {
-        let line = options
-            .lines
-            .and_then(|l| l.get(job.id.index()))
-            .copied();
+        let line = options.lines.and_then(|l| l.get(job.id.index())).copied();
         out.extend(job_demands(cluster, job, line));
     }
     for s in workload.services() {
@@ -372,7 +365,12 @@ pub fn policy_info(name: &str) -> Result<&'static PolicyInfo, PolicyError> {
     }
     let built = crate::build_policy(name, &PolicyOptions::default())?;
     find(built.name())
-        .or_else(|| built.name().split_once(':').and_then(|(base, _)| find(base)))
+        .or_else(|| {
+            built
+                .name()
+                .split_once(':')
+                .and_then(|(base, _)| find(base))
+        })
         .ok_or_else(|| PolicyError::BadOptions {
             name: name.to_string(),
             reason: "has no registry entry declaring its capabilities".to_string(),
@@ -424,7 +422,11 @@ pub fn refusal(policy: &str, unsupported: &[Demand], first: usize) -> String {
         unsupported.len()
     );
     for (cap, ds) in by_cap {
-        let listed: Vec<String> = ds.iter().take(first.max(1)).map(|d| d.to_string()).collect();
+        let listed: Vec<String> = ds
+            .iter()
+            .take(first.max(1))
+            .map(|d| d.to_string())
+            .collect();
         let more = ds.len().saturating_sub(listed.len());
         out.push_str(&format!(
             "\n  {} ({}): {}{}; {}",
@@ -452,7 +454,10 @@ fn who_honours(cap: Capability) -> String {
     if honouring.is_empty() {
         "honoured by no registered policy".to_string()
     } else if honouring.len() > 8 && others.len() < honouring.len() {
-        format!("honoured by every registered policy but: {}", others.join(", "))
+        format!(
+            "honoured by every registered policy but: {}",
+            others.join(", ")
+        )
     } else {
         format!("honoured by: {}", honouring.join(", "))
     }
@@ -642,7 +647,11 @@ pub fn matrix_text() -> String {
     for (_, p) in crate::policies() {
         out.push_str(&format!("  {:<width$}", p.name));
         for c in Capability::ALL {
-            let mark = if p.capabilities.honours(c) { "yes" } else { "-" };
+            let mark = if p.capabilities.honours(c) {
+                "yes"
+            } else {
+                "-"
+            };
             out.push_str(&format!(" {mark:^w$}", w = c.key().len()));
         }
         out.push('\n');

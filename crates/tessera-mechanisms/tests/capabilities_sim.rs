@@ -11,9 +11,8 @@ use tessera_mechanisms::{
     build_policy, build_truth, mechanism_of_policy, policies, serving_setup, TruthOptions,
 };
 use tessera_model::{
-    Allocation, Bytes, Cluster, GpuCatalog, GpuDemand, GpuPart, GpuShareRequest,
-    InferenceService, JobId, MigRequest, MilliCpu, ServiceId, SimDuration, SimTime, TrainingJob,
-    Workload,
+    Allocation, Bytes, Cluster, GpuCatalog, GpuDemand, GpuPart, GpuShareRequest, InferenceService,
+    JobId, MigRequest, MilliCpu, ServiceId, SimDuration, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::TraceThroughput;
 use tessera_sched::{Action, Capability, ClusterView, JobChange, Policy, PolicyOptions, Trigger};
@@ -102,7 +101,12 @@ fn cluster(groups: &[(&str, u32, &str, u32)]) -> Cluster {
 }
 
 fn job(name: &str, submit: u64, gpus: u32, secs: u64) -> TrainingJob {
-    let mut j = TrainingJob::simple(0, SimTime::from_secs(submit), gpus, SimDuration::from_secs(secs));
+    let mut j = TrainingJob::simple(
+        0,
+        SimTime::from_secs(submit),
+        gpus,
+        SimDuration::from_secs(secs),
+    );
     j.name = name.into();
     j
 }
@@ -149,7 +153,11 @@ fn cases() -> Vec<Case> {
     };
     let mut out = Vec::new();
     let c = mixed();
-    let mut typed = vec![job("t0", 0, 1, 300), job("t1", 10, 1, 200), job("t2", 20, 1, 100)];
+    let mut typed = vec![
+        job("t0", 0, 1, 300),
+        job("t1", 10, 1, 200),
+        job("t2", 20, 1, 100),
+    ];
     typed[0].gpu_types = vec![model(&c, "V100-32GB")];
     typed[1].gpu_types = vec![model(&c, "A100-80GB")];
     typed[2].gpu_types = vec![model(&c, "A10"), model(&c, "V100-32GB")];
@@ -177,7 +185,11 @@ fn cases() -> Vec<Case> {
         workload: Workload::new(vec![job("n0", 0, 8, 300), job("n1", 400, 6, 200)]),
         failures: false,
     });
-    let mut fixed = vec![job("f0", 0, 1, 300), job("f1", 10, 1, 200), job("f2", 20, 1, 100)];
+    let mut fixed = vec![
+        job("f0", 0, 1, 300),
+        job("f1", 10, 1, 200),
+        job("f2", 20, 1, 100),
+    ];
     for j in &mut fixed {
         j.model = MIG_MODEL.into();
     }
@@ -275,7 +287,9 @@ fn run_checked(policy: &str, case: &Case) -> Result<(), String> {
         None => Arc::new(TraceThroughput),
     };
     let mut truth: &dyn tessera_perf::ThroughputModel = trace.as_ref();
-    let setup = serving_setup(policy).transpose().map_err(|e| e.to_string())?;
+    let setup = serving_setup(policy)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     if let Some(s) = &setup {
         s.apply(&mut config, &case.workload, 1);
         if let Some(t) = &s.truth {

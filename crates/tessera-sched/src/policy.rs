@@ -245,7 +245,9 @@ impl Capability {
             }
             Capability::MultiGpu => "training jobs of more than one GPU, given that many",
             Capability::MultiNode => "training jobs of more GPUs than any one node has",
-            Capability::MigProfile => "jobs asking for a fixed MIG profile (nvidia.com/mig-3g.40gb)",
+            Capability::MigProfile => {
+                "jobs asking for a fixed MIG profile (nvidia.com/mig-3g.40gb)"
+            }
             Capability::MigAny => {
                 "jobs asking for a MIG instance of the policy's choice (nvidia.com/mig-any)"
             }
@@ -321,7 +323,9 @@ impl Capabilities {
 
     /// The capabilities in the set, in [`Capability::ALL`] order.
     pub fn iter(self) -> impl Iterator<Item = Capability> {
-        Capability::ALL.into_iter().filter(move |&c| self.honours(c))
+        Capability::ALL
+            .into_iter()
+            .filter(move |&c| self.honours(c))
     }
 }
 

@@ -12,7 +12,11 @@ use crate::builtin;
 pub fn run(args: &BuiltinsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if args.capabilities_markdown {
-        write!(out, "{}", tessera_mechanisms::capabilities::matrix_markdown())?;
+        write!(
+            out,
+            "{}",
+            tessera_mechanisms::capabilities::matrix_markdown()
+        )?;
         return Ok(());
     }
     writeln!(out, "Mechanisms:")?;

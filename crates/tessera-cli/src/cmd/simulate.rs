@@ -4,8 +4,8 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::capabilities::{check_support, refusal, relax, CheckOptions, Relaxed};
+use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, mechanism_of_policy, serving_setup, truths,
     ServingSetup, Truth, TruthOptions, EXACT_ENGINE,
@@ -486,7 +486,8 @@ fn check_capabilities(
     failures: bool,
 ) -> Result<()> {
     // Trace files number their jobs' lines; a workload spec or built-in only its jobs.
-    let numbered = !crate::inputs::is_workload_spec(&args.trace) && !args.trace.starts_with("builtin:");
+    let numbered =
+        !crate::inputs::is_workload_spec(&args.trace) && !args.trace.starts_with("builtin:");
     let options = CheckOptions {
         lines: numbered.then_some(trace.lines.as_slice()),
         failures,
@@ -725,7 +726,10 @@ mod tests {
         };
         // fifo honours everything asked but the MIG profile.
         let e = format!("{:#}", run(&["fifo", "mps"]).err().expect("refused"));
-        assert!(e.contains("policy fifo does not honour 1 of what this run asks:"), "{e}");
+        assert!(
+            e.contains("policy fifo does not honour 1 of what this run asks:"),
+            "{e}"
+        );
         assert!(
             e.contains("job j3 (line 5) asks for MIG profile 3g.40gb; honoured by: static, miso, miso-oracle"),
             "{e}"

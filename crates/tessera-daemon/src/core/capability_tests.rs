@@ -19,19 +19,29 @@ fn a_job_the_policy_would_not_honour_is_refused_with_the_simulators_reason() {
     let mut core = core_with(&[node("n1", 4)], policy("nopart", None), SimTime::ZERO);
     let e = submit_job(&mut core, body).expect_err("refused");
     assert_eq!((e.status, e.code), (400, "unsupported"), "{}", e.message);
-    assert!(e.message.contains("policy nopart does not honour 1 of what this run asks"));
+    assert!(e
+        .message
+        .contains("policy nopart does not honour 1 of what this run asks"));
     assert!(e.message.contains("multi-gpu"), "{}", e.message);
     assert!(
-        e.message
-            .contains("honoured by every registered policy but: nopart, static, miso, miso-oracle, mps"),
+        e.message.contains(
+            "honoured by every registered policy but: nopart, static, miso, miso-oracle, mps"
+        ),
         "{}",
         e.message
     );
     // The same words as the simulator's check of the same job on the same cluster.
-    let tj = core.training_job(0, &crate::spec::JobSpec::parse(body).unwrap(), 0).unwrap();
-    let workload = Workload::new(vec![tj]);
-    let sim = check_support("nopart", &core.map.cluster, &workload, &CheckOptions::default())
+    let tj = core
+        .training_job(0, &crate::spec::JobSpec::parse(body).unwrap(), 0)
         .unwrap();
+    let workload = Workload::new(vec![tj]);
+    let sim = check_support(
+        "nopart",
+        &core.map.cluster,
+        &workload,
+        &CheckOptions::default(),
+    )
+    .unwrap();
     assert_eq!(e.message, refusal("nopart", &sim, 3));
     // fifo honours it.
     let mut core = core_with(&[node("n1", 4)], policy("fifo", None), SimTime::ZERO);
@@ -62,7 +72,10 @@ fn a_service_the_policy_cannot_serve_is_refused() {
     // fifo serves no service; serve-exclusive serves it on whole GPUs, not on its quota.
     for (name, needle) in [
         ("fifo", "service bert is an inference service"),
-        ("serve-exclusive", "service bert asks for a GPU quota per instance"),
+        (
+            "serve-exclusive",
+            "service bert asks for a GPU quota per instance",
+        ),
     ] {
         let e = submit(name).expect_err("refused");
         assert_eq!((e.status, e.code), (400, "unsupported"), "{}", e.message);

@@ -21,13 +21,13 @@ mod api;
 mod services;
 
 #[cfg(test)]
+mod capability_tests;
+#[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod devices;
 #[cfg(test)]
 mod service_tests;
-#[cfg(test)]
-mod capability_tests;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]

@@ -49,7 +49,10 @@ fn gpu_types_count_only_when_they_exclude_a_model_present() {
     j.gpu_types = vec![model(&c, "H100-80GB")];
     let d = job_demands(&c, &j, Some(12));
     assert_eq!(caps_of(&d), [Capability::GpuTypes]);
-    assert_eq!(d[0].to_string(), "job j5 (line 12) asks for gpuTypes [H100-80GB]");
+    assert_eq!(
+        d[0].to_string(),
+        "job j5 (line 12) asks for gpuTypes [H100-80GB]"
+    );
     // Every model of a uniform cluster allowed: nothing is restricted.
     let u = uniform("H100-80GB");
     j.gpu_types = vec![model(&u, "H100-80GB")];
@@ -61,11 +64,19 @@ fn several_gpus_several_nodes_and_mixed_nodes() {
     let c = cluster(MIXED);
     // 4 GPUs: one A100 node holds them, the A10 nodes (2 GPUs) do not.
     let four = job_demands(&c, &job("four", 4), None);
-    assert_eq!(caps_of(&four), [Capability::MultiGpu, Capability::MixedNodes]);
+    assert_eq!(
+        caps_of(&four),
+        [Capability::MultiGpu, Capability::MixedNodes]
+    );
     // 8 GPUs: more than any node.
     let eight = job_demands(&c, &job("eight", 8), None);
-    assert_eq!(caps_of(&eight), [Capability::MultiGpu, Capability::MultiNode]);
-    assert!(eight[1].detail.contains("more than any node of its GPU types has (4)"));
+    assert_eq!(
+        caps_of(&eight),
+        [Capability::MultiGpu, Capability::MultiNode]
+    );
+    assert!(eight[1]
+        .detail
+        .contains("more than any node of its GPU types has (4)"));
     // On its types: 3 GPUs of A10 (2 per node) need two nodes.
     let mut a10 = job("a10", 3);
     a10.gpu_types = vec![model(&c, "A10")];
@@ -85,7 +96,10 @@ fn mig_share_and_cpu_memory_requests() {
     let c = uniform("A100-80GB");
     let mut p = job("p", 1);
     p.mig = Some(MigRequest::Profile("3g.40gb".into()));
-    assert_eq!(caps_of(&job_demands(&c, &p, None)), [Capability::MigProfile]);
+    assert_eq!(
+        caps_of(&job_demands(&c, &p, None)),
+        [Capability::MigProfile]
+    );
     let mut a = job("a", 1);
     a.mig = Some(MigRequest::Any);
     assert_eq!(caps_of(&job_demands(&c, &a, None)), [Capability::MigAny]);
@@ -239,7 +253,9 @@ fn relaxing_keeps_ids_and_says_how() {
     assert_eq!(r.workload.len(), 3);
     assert_eq!(r.rejected.len(), 1);
     assert_eq!(r.rejected[0].0, JobId(2));
-    assert!(r.rejected[0].1.starts_with("nopart cannot run it: it asks for 8 GPUs"));
+    assert!(r.rejected[0]
+        .1
+        .starts_with("nopart cannot run it: it asks for 8 GPUs"));
     let got: Vec<(&str, usize)> = r
         .ignored
         .iter()
@@ -258,7 +274,10 @@ fn relaxing_keeps_ids_and_says_how() {
     // dilu-exclusive keeps the service (and places it on whole GPUs by itself).
     let r = relax("dilu-exclusive", &c, &w, &CheckOptions::default()).unwrap();
     assert_eq!(r.workload.services().len(), 1);
-    assert_eq!(r.ignored[1].how, "left to the policy: a whole GPU per instance");
+    assert_eq!(
+        r.ignored[1].how,
+        "left to the policy: a whole GPU per instance"
+    );
     // A policy honouring everything asked gets the workload back unchanged.
     let plain = Workload::new(vec![job("a", 2)]);
     let r = relax("fifo", &c, &plain, &CheckOptions::default()).unwrap();

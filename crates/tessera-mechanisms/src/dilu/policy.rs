@@ -32,8 +32,7 @@ use tessera_model::{
 };
 use tessera_sched::{
     validate, Action, Capabilities, Capability, ClusterState, ClusterView, InstanceId, JobState,
-    Policy, PolicyInfo,
-    ServicePhase, ServiceView,
+    Policy, PolicyInfo, ServicePhase, ServiceView,
 };
 
 use super::instances::{InstanceKind, InstanceSpec};
