@@ -32,8 +32,9 @@ pub enum Command {
     /// experiments come from the mechanism registry (`tessera builtins`).
     #[command(subcommand_required = true, arg_required_else_help = true)]
     Repro(ExperimentCommand),
-    /// List built-in clusters, traces, policies and trace formats.
-    Builtins,
+    /// List built-in clusters, traces, policies (with the capability matrix: what each
+    /// honours) and trace formats.
+    Builtins(BuiltinsArgs),
     /// Run many simulations from one spec (axes x fixed options) on local cores or as a
     /// Slurm job array; resumable; merged and plotted by `sweep collect` (docs/sweep.md).
     #[command(subcommand)]
@@ -156,6 +157,14 @@ pub fn with_registry(cmd: clap::Command) -> clap::Command {
 pub type Source = String;
 
 #[derive(Debug, Args)]
+pub struct BuiltinsArgs {
+    /// Print only the capability matrix (policies x what they honour) as the Markdown of
+    /// docs/capabilities.md, generated from the registry.
+    #[arg(long)]
+    pub capabilities_markdown: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// GPU catalog (YAML, `kind: GpuCatalog`, the shape of the built-in
     /// crates/tessera-model/data/gpus.yaml) to use instead of the built-in one.
@@ -201,6 +210,18 @@ pub struct SimulateArgs {
     /// Report jobs that can never fit the cluster as rejected instead of failing.
     #[arg(long)]
     pub reject_unfit: bool,
+
+    /// Run a policy even when the inputs ask for something it does not honour (its declared
+    /// capabilities: `tessera builtins`, docs/capabilities.md). Without this flag such a run
+    /// is refused before it starts, naming the policy, what it would not honour and the
+    /// policies that would. With it, each such policy runs on a copy of the workload with
+    /// those requests relaxed: gpuTypes cleared, services it cannot serve removed, failures
+    /// not injected; MIG, gpu_share, quota and CPU/memory requests left to the policy (it
+    /// gives a whole GPU, its own CPU/memory); jobs it can never run (too many GPUs for it,
+    /// or only non-MIG GPUs for a MIG-only policy) are reported rejected. The table and
+    /// summary.json (`ignored`) say, per policy, how many requests were ignored and how.
+    #[arg(long)]
+    pub ignore_unsupported: bool,
 
     /// Skip malformed trace rows (counting them) instead of failing on the first.
     #[arg(long)]

@@ -26,6 +26,31 @@ pub struct PolicySummary {
     /// for policies without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// What the policy would not honour and how the run dealt with it
+    /// (`--ignore-unsupported`); absent when it honoured everything.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<IgnoredSummary>,
+}
+
+/// Requests of one capability a policy ignored (`summary.json`'s `ignored`).
+#[derive(Debug, Clone, Serialize)]
+pub struct IgnoredSummary {
+    /// The capability's key (`gpu-types`).
+    pub what: String,
+    /// How many elements asked for it.
+    pub count: usize,
+    /// What the run did with them.
+    pub how: String,
+}
+
+impl From<&tessera_mechanisms::capabilities::Ignored> for IgnoredSummary {
+    fn from(i: &tessera_mechanisms::capabilities::Ignored) -> IgnoredSummary {
+        IgnoredSummary {
+            what: i.capability.key().to_string(),
+            count: i.count,
+            how: i.how.to_string(),
+        }
+    }
 }
 
 impl PolicySummary {
@@ -37,6 +62,7 @@ impl PolicySummary {
             wall_s,
             policy_stats: report.policy_stats.clone(),
             setup: None,
+            ignored: Vec::new(),
         }
     }
 
@@ -49,6 +75,7 @@ impl PolicySummary {
             wall_s,
             policy_stats: Vec::new(),
             setup: None,
+            ignored: Vec::new(),
         }
     }
 }

@@ -14,6 +14,8 @@
 //! - [`dilu`]: GPU quotas and complementary packing (Dilu, ASPLOS'25): latency tables,
 //!   profiling searches, the packing replay (`repro dilu`, `bench dilu`).
 //! - [`crius`]: cells on heterogeneous GPUs (Crius): `crius` and ablations, `fcfs`, `repro crius`.
+//! - [`capabilities`]: what each policy honours (its registry entry's
+//!   [`PolicyInfo::capabilities`]), checked against a run's inputs by every driver.
 //! - [`gavel`]: heterogeneity-aware baselines on Gavel's throughput matrix: `gavel`,
 //!   `gavel-max-sum`, `sia`, `elastic`; `bench gavel`.
 //!
@@ -39,6 +41,7 @@ use tessera_perf::{Profiler, ThroughputModel};
 use tessera_sched::{Policy, PolicyError, PolicyInfo, PolicyOptions};
 
 pub mod baselines;
+pub mod capabilities;
 pub mod crius;
 pub mod dilu;
 #[cfg(feature = "experiments")]

@@ -39,29 +39,38 @@ use tessera_model::{
 // A job's rank, `Rank`: (key, submit µs, id), smallest first, as [`OrderedPolicy`] sorts.
 use crate::kinetic::{fairness_key, ordered_bits, FairLine, InOrder, Rank, Tournament};
 use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
-use crate::policy::{JobChange, Policy, PolicyInfo, PolicyOptions};
+use crate::policy::{Capabilities, Capability, JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
 use crate::view::{
     remaining_secs, Action, ActiveJob, ClusterView, JobState, ProgressLine, Trigger,
 };
+
+/// What the baselines honour: every training request a whole-GPU scheduler can (GPU types,
+/// jobs of several GPUs and nodes, explicit CPU/memory through the ledger) and failures; MIG
+/// and quota requests get a whole GPU, services are not placed.
+pub const CAPABILITIES: Capabilities = Capabilities::TRAINING.with(Capability::Failures);
 
 /// The baseline policies, one per [`JobOrder`].
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "fifo",
         about: "first in, first out; non-preemptive, with backfill",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "srtf",
         about: "shortest remaining time first; preemptive",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "las",
         about: "least attained GPU-service first (Tiresias-style); preemptive",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "ftf",
         about: "finish-time fairness (Themis): largest rho first; preemptive",
+        capabilities: CAPABILITIES,
     },
 ];
 

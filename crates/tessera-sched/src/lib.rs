@@ -28,7 +28,9 @@ pub mod state;
 pub mod view;
 
 pub use placement::{fit_in, IndexedLedger, Ledger};
-pub use policy::{JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions};
+pub use policy::{
+    Capabilities, Capability, JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions,
+};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{
     Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ProgressLine, ServicePhase,

@@ -157,11 +157,180 @@ pub enum PolicyError {
     },
 }
 
-/// One registry entry: a name and what it does.
+/// One registry entry: a name, what it does, and what it honours.
 #[derive(Clone, Copy, Debug)]
 pub struct PolicyInfo {
     /// Name accepted by [`build_policy`].
     pub name: &'static str,
     /// One-line description for `--help` and listings.
     pub about: &'static str,
+    /// What the policy schedules correctly beyond whole-GPU, single-GPU training jobs on a
+    /// cluster of one GPU model (drivers refuse the rest up front).
+    pub capabilities: Capabilities,
+}
+
+/// One thing a workload or a cluster may ask of a policy beyond whole-GPU, single-GPU
+/// training jobs on a cluster of alike nodes. A policy *honours* it when it schedules such
+/// requests as asked; one that drops, ignores or crashes on them does not, and drivers refuse
+/// the run up front (docs/capabilities.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Capability {
+    /// Jobs or services restricted to some GPU models (`gpuTypes`).
+    GpuTypes,
+    /// A cluster whose nodes differ: several GPU models, or different GPUs per node.
+    MixedNodes,
+    /// Training jobs asking for more than one GPU, given that many.
+    MultiGpu,
+    /// Training jobs asking for more GPUs than any one node (of their GPU types) has.
+    MultiNode,
+    /// Jobs asking for one MIG instance of a fixed profile (`nvidia.com/mig-3g.40gb`).
+    MigProfile,
+    /// Jobs asking for a MIG instance of the policy's choice (`nvidia.com/mig-any`).
+    MigAny,
+    /// Jobs asking for a fraction of one GPU (`gpu_share`), given that quota.
+    GpuShare,
+    /// Jobs with explicit CPU or host-memory demands, given at least that much.
+    CpuMemory,
+    /// Inference services (instances on whole GPUs), their requests served.
+    Services,
+    /// Services whose instances ask for a GPU quota (`smRequest`), placed on that quota.
+    ServiceQuotas,
+    /// Nodes and GPUs going down and coming back (failure injection).
+    Failures,
+    /// Places work on GPUs without MIG (a policy lacking it runs jobs only on MIG instances).
+    NonMigGpus,
+}
+
+impl Capability {
+    /// Every capability, in the order listings and the matrix show them.
+    pub const ALL: [Capability; 12] = [
+        Capability::GpuTypes,
+        Capability::MixedNodes,
+        Capability::MultiGpu,
+        Capability::MultiNode,
+        Capability::MigProfile,
+        Capability::MigAny,
+        Capability::GpuShare,
+        Capability::CpuMemory,
+        Capability::Services,
+        Capability::ServiceQuotas,
+        Capability::Failures,
+        Capability::NonMigGpus,
+    ];
+
+    /// A stable key (`gpu-types`), for `summary.json` and the matrix's columns.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Capability::GpuTypes => "gpu-types",
+            Capability::MixedNodes => "mixed-nodes",
+            Capability::MultiGpu => "multi-gpu",
+            Capability::MultiNode => "multi-node",
+            Capability::MigProfile => "mig-profile",
+            Capability::MigAny => "mig-any",
+            Capability::GpuShare => "gpu-share",
+            Capability::CpuMemory => "cpu-memory",
+            Capability::Services => "services",
+            Capability::ServiceQuotas => "service-quotas",
+            Capability::Failures => "failures",
+            Capability::NonMigGpus => "non-mig-gpus",
+        }
+    }
+
+    /// What it means, in a few words, for listings.
+    pub const fn about(self) -> &'static str {
+        match self {
+            Capability::GpuTypes => "jobs and services restricted to GPU models (gpuTypes)",
+            Capability::MixedNodes => {
+                "clusters whose nodes differ (several GPU models, or GPUs per node)"
+            }
+            Capability::MultiGpu => "training jobs of more than one GPU, given that many",
+            Capability::MultiNode => "training jobs of more GPUs than any one node has",
+            Capability::MigProfile => {
+                "jobs asking for a fixed MIG profile (nvidia.com/mig-3g.40gb)"
+            }
+            Capability::MigAny => {
+                "jobs asking for a MIG instance of the policy's choice (nvidia.com/mig-any)"
+            }
+            Capability::GpuShare => "jobs asking for a fraction of a GPU (gpu_share)",
+            Capability::CpuMemory => "jobs with explicit CPU or host-memory demands",
+            Capability::Services => "inference services (whole-GPU instances), requests served",
+            Capability::ServiceQuotas => "services whose instances ask for a GPU quota (smRequest)",
+            Capability::Failures => "nodes and GPUs going down and coming back",
+            Capability::NonMigGpus => "placing work on GPUs without MIG",
+        }
+    }
+
+    /// Its bit in [`Capabilities`].
+    const fn bit(self) -> u16 {
+        1 << self as u16
+    }
+
+    /// The capability of a [`key`](Self::key), case-insensitive.
+    pub fn from_key(key: &str) -> Option<Capability> {
+        Capability::ALL
+            .into_iter()
+            .find(|c| c.key().eq_ignore_ascii_case(key.trim()))
+    }
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// The set of [`Capability`]s a policy honours, declared in its registry entry.
+///
+/// ```
+/// use tessera_sched::{Capabilities, Capability};
+/// const FIFO_LIKE: Capabilities = Capabilities::TRAINING.with(Capability::Failures);
+/// assert!(FIFO_LIKE.honours(Capability::GpuTypes));
+/// assert!(FIFO_LIKE.honours(Capability::Failures));
+/// assert!(!FIFO_LIKE.honours(Capability::Services));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Capabilities(u16);
+
+impl Capabilities {
+    /// The empty set: single-GPU training jobs without requests, on the MIG-capable GPUs of a
+    /// cluster of alike nodes.
+    pub const NONE: Capabilities = Capabilities(0);
+
+    /// What a general training scheduler places correctly: GPU types, mixed nodes, jobs of
+    /// several GPUs and of several nodes, explicit CPU/memory, any GPU (MIG or not).
+    pub const TRAINING: Capabilities = Capabilities::NONE
+        .with(Capability::GpuTypes)
+        .with(Capability::MixedNodes)
+        .with(Capability::MultiGpu)
+        .with(Capability::MultiNode)
+        .with(Capability::CpuMemory)
+        .with(Capability::NonMigGpus);
+
+    /// This set and `c`.
+    pub const fn with(self, c: Capability) -> Capabilities {
+        Capabilities(self.0 | c.bit())
+    }
+
+    /// This set without `c`.
+    pub const fn without(self, c: Capability) -> Capabilities {
+        Capabilities(self.0 & !c.bit())
+    }
+
+    /// Whether `c` is in the set.
+    pub const fn honours(self, c: Capability) -> bool {
+        self.0 & c.bit() != 0
+    }
+
+    /// The capabilities in the set, in [`Capability::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL
+            .into_iter()
+            .filter(move |&c| self.honours(c))
+    }
+}
+
+impl std::fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
 }

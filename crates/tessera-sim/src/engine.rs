@@ -73,6 +73,10 @@ pub struct SimConfig {
     /// Most events the run may process before it stops with [`SimError::EventBudget`];
     /// `None`: [`default_event_budget`] of the inputs.
     pub max_events: Option<u64>,
+    /// Jobs the driver refuses on arrival, with the reason (a policy that could never run
+    /// them: `tessera simulate --ignore-unsupported`); reported rejected, never shown to the
+    /// policy.
+    pub rejected: Arc<BTreeMap<JobId, String>>,
 }
 
 /// Events every run may use, whatever its inputs.
@@ -133,6 +137,7 @@ impl Default for SimConfig {
             serving: ServingConfig::default(),
             failures: None,
             max_events: None,
+            rejected: Arc::default(),
         }
     }
 }
@@ -1165,6 +1170,16 @@ impl<'a> Simulation<'a> {
 
     fn arrive(&mut self, job: &'a TrainingJob) {
         self.first_arrival.get_or_insert(job.submit);
+        if let Some(reason) = self.config.rejected.get(&job.id) {
+            self.outcomes.insert(
+                job.id.0,
+                JobOutcome::Rejected {
+                    reason: reason.clone(),
+                },
+            );
+            self.job_ended(job.id);
+            return;
+        }
         // Every dimension (GPU type and count, CPU, memory): a job that can never fit would
         // otherwise wait forever, spinning through rounds (issue 10). The answer depends only
         // on the job's shape, and a trace has few shapes: those that fit are remembered.

@@ -6,10 +6,19 @@ use anyhow::Result;
 use tessera_mechanisms::experiment::{benches, engines, experiments};
 use tessera_mechanisms::MECHANISMS;
 
+use crate::args::BuiltinsArgs;
 use crate::builtin;
 
-pub fn run() -> Result<()> {
+pub fn run(args: &BuiltinsArgs) -> Result<()> {
     let mut out = crate::output::stdout();
+    if args.capabilities_markdown {
+        write!(
+            out,
+            "{}",
+            tessera_mechanisms::capabilities::matrix_markdown()
+        )?;
+        return Ok(());
+    }
     writeln!(out, "Mechanisms:")?;
     for m in MECHANISMS {
         writeln!(out, "  {:<20} {}", m.name(), m.about())?;
@@ -41,6 +50,12 @@ pub fn run() -> Result<()> {
             writeln!(out, "  {:<20} {}", p.name, p.about)?;
         }
     }
+    writeln!(
+        out,
+        "\nCapabilities (what each policy honours; a run asking for anything else is refused \
+         unless `simulate --ignore-unsupported`; docs/capabilities.md):"
+    )?;
+    write!(out, "{}", tessera_mechanisms::capabilities::matrix_text())?;
     writeln!(out, "\nTruth models (--perf NAME): auto, trace")?;
     for (_, t) in tessera_mechanisms::truths() {
         writeln!(out, "  {:<20} {}", t.name, t.about)?;

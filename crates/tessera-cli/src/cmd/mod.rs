@@ -18,7 +18,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Trace(cmd) => trace::run(&cmd),
         // Dispatched from the raw matches in `main` (their flags come from the registry).
         Command::Bench(_) | Command::Repro(_) => Err(anyhow::anyhow!("name an experiment")),
-        Command::Builtins => builtins::run(),
+        Command::Builtins(args) => builtins::run(&args),
         Command::Sweep(cmd) => sweep::run(&cmd),
         Command::Plan(args) => plan::run(&args),
         Command::Serve(a) => daemon::serve(&a),

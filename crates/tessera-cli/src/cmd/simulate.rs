@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use tessera_mechanisms::capabilities::{check_support, refusal, relax, CheckOptions, Relaxed};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, serving_setup, truths, ServingSetup, Truth,
@@ -23,8 +24,8 @@ use crate::inputs::{
 };
 use crate::progress::Bars;
 use crate::report::{
-    comparison_table, failures_table, serving_table, write_outputs, EngineSummary, PolicySummary,
-    SummaryDoc, TruthSummary,
+    comparison_table, failures_table, serving_table, write_outputs, EngineSummary, IgnoredSummary,
+    PolicySummary, SummaryDoc, TruthSummary,
 };
 
 /// How runs are simulated: truth model, engine semantics and settings.
@@ -95,6 +96,9 @@ pub struct PolicyRun {
     pub name: String,
     pub options: PolicyOptions,
     pub setup: Option<ServingSetup>,
+    /// The workload relaxed to what the policy honours (`--ignore-unsupported`); `None`:
+    /// it honours the run's own.
+    pub relaxed: Option<std::sync::Arc<Relaxed>>,
 }
 
 /// Resolves `--semantics`: `exact` or a registered engine.
@@ -267,6 +271,21 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
+        for p in &doc.policies {
+            if !p.ignored.is_empty() {
+                let what: Vec<String> = p
+                    .ignored
+                    .iter()
+                    .map(|i| format!("{} {}: {}", i.count, i.what, i.how))
+                    .collect();
+                writeln!(
+                    out,
+                    "{} ignored (--ignore-unsupported): {}",
+                    p.policy,
+                    what.join("; ")
+                )?;
+            }
+        }
         write!(out, "{}", serving_table(&doc.policies))?;
         write!(out, "{}", failures_table(&doc.policies))?;
         for p in &doc.policies {
@@ -396,6 +415,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
                 seed: args.seed,
             },
             setup: None,
+            relaxed: None,
         })
         .collect();
     // Fail on an unknown name (or a setup that cannot be built) before any run starts.
@@ -464,6 +484,19 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             e.name
         );
     }
+    check_capabilities(args, &cluster, &trace, &mut runs, config.failures.is_some())?;
+    if let (Some(e), Some(r)) = (
+        semantics,
+        runs.iter()
+            .find(|r| r.relaxed.as_ref().is_some_and(|x| !x.rejected.is_empty())),
+    ) {
+        bail!(
+            "--ignore-unsupported: policy {} can never run some jobs, which only the exact \
+             engine reports rejected, not --semantics {}",
+            r.name,
+            e.name
+        );
+    }
     let engine = Engine {
         truth,
         truth_why,
@@ -484,6 +517,9 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         .map(|((r, wall), run)| match r {
             Ok(r) => PolicySummary {
                 setup: run.setup.as_ref().map(|s| s.about.to_string()),
+                ignored: run.relaxed.as_ref().map_or_else(Vec::new, |x| {
+                    x.ignored.iter().map(IgnoredSummary::from).collect()
+                }),
                 ..PolicySummary::new(r, *wall)
             },
             Err(e) => PolicySummary::failed(&run.name, format!("{e:#}"), *wall),
@@ -527,6 +563,51 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
     })
+}
+
+/// Requests at most this many elements per capability in a refusal (then a count).
+const REFUSAL_EXAMPLES: usize = 3;
+
+/// Checks every policy against what the inputs ask (its declared capabilities) before any
+/// run: refuses the run naming each policy, what it would not honour and who would, or,
+/// with `--ignore-unsupported`, gives each such policy its relaxed copy of the workload.
+fn check_capabilities(
+    args: &SimulateArgs,
+    cluster: &Cluster,
+    trace: &tessera_trace::LoadedTrace,
+    runs: &mut [PolicyRun],
+    failures: bool,
+) -> Result<()> {
+    // Trace files number their jobs' lines; a workload spec or built-in only its jobs.
+    let numbered =
+        !crate::inputs::is_workload_spec(&args.trace) && !args.trace.starts_with("builtin:");
+    let options = CheckOptions {
+        lines: numbered.then_some(trace.lines.as_slice()),
+        failures,
+    };
+    let mut refusals = Vec::new();
+    for r in runs.iter_mut() {
+        let missing = check_support(&r.name, cluster, &trace.workload, &options)
+            .with_context(|| format!("--policy {}", r.name))?;
+        if missing.is_empty() {
+            continue;
+        }
+        if args.ignore_unsupported {
+            let relaxed = relax(&r.name, cluster, &trace.workload, &options)
+                .with_context(|| format!("--policy {}", r.name))?;
+            r.relaxed = Some(std::sync::Arc::new(relaxed));
+        } else {
+            refusals.push(refusal(&r.name, &missing, REFUSAL_EXAMPLES));
+        }
+    }
+    if !refusals.is_empty() {
+        bail!(
+            "{}\nrun another policy, or pass --ignore-unsupported to run these on a copy of the \
+             workload relaxed to what they honour (docs/capabilities.md)",
+            refusals.join("\n")
+        );
+    }
+    Ok(())
 }
 
 /// Builds the failures of a run from `--failures`, `--mtbf`/`--mttr`, `--checkpoint-interval`
@@ -638,6 +719,21 @@ pub fn run_policies_with(
     let bars = Bars::new();
     let one = |spec: &PolicyRun| -> Result<SimReport> {
         let policy = build_policy(&spec.name, &spec.options)?;
+        // A policy run on a relaxed workload (`--ignore-unsupported`): its own copy, its
+        // rejections, and no failures if it cannot take them.
+        let relaxed_engine;
+        let (workload, engine) = match &spec.relaxed {
+            Some(r) => {
+                let mut e = engine.clone();
+                e.config.rejected = std::sync::Arc::new(r.rejected.iter().cloned().collect());
+                if r.drop_failures {
+                    e.config.failures = None;
+                }
+                relaxed_engine = e;
+                (&r.workload, &relaxed_engine)
+            }
+            None => (workload, engine),
+        };
         let report = match (engine.semantics, &spec.setup) {
             (Some(e), _) => (e.run)(cluster, workload, truth, policy, &engine.config),
             (None, Some(setup)) => {
@@ -711,6 +807,131 @@ mod tests {
         serde_json::to_value(v).unwrap()
     }
 
+    /// A mixed cluster and a trace of typed, multi-node and MIG jobs, in a fresh directory.
+    fn mixed_inputs(tag: &str) -> (std::path::PathBuf, String, String) {
+        let dir = std::env::temp_dir().join(format!("tessera-caps-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cluster = dir.join("mixed.yaml");
+        std::fs::write(
+            &cluster,
+            "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: mixed\nspec:\n  nodeGroups:\n    - {name: a100, count: 2, gpu: A100-80GB, gpusPerNode: 4, cpus: 64, memory: 512Gi}\n    - {name: h100, count: 1, gpu: H100-80GB, gpusPerNode: 4, cpus: 64, memory: 512Gi}\n    - {name: v100, count: 2, gpu: V100-32GB, gpusPerNode: 4, cpus: 32, memory: 256Gi}\n    - {name: a10, count: 2, gpu: A10, gpusPerNode: 2, cpus: 16, memory: 128Gi}\n",
+        )
+        .unwrap();
+        let trace = dir.join("jobs.csv");
+        std::fs::write(
+            &trace,
+            "job_id,submit_s,gpus,duration_s,gpu_types,mig\n\
+             j0,0,1,300,,\n\
+             j1,5,2,300,V100-32GB,\n\
+             j2,10,8,300,A100-80GB,\n\
+             j3,15,1,300,A100-80GB,nvidia.com/mig-3g.40gb\n\
+             j4,20,1,300,H100-80GB,\n\
+             j5,25,1,300,H100-80GB,\n\
+             j6,30,1,300,H100-80GB,\n",
+        )
+        .unwrap();
+        (
+            dir,
+            cluster.display().to_string(),
+            trace.display().to_string(),
+        )
+    }
+
+    #[test]
+    fn unsupported_requests_are_refused_before_any_run() {
+        let (dir, cluster, trace) = mixed_inputs("refuse");
+        let run = |policies: &[&str]| {
+            let mut a = vec!["--cluster", &cluster, "--trace", &trace];
+            for p in policies {
+                a.extend(["--policy", p]);
+            }
+            execute(&args(&a))
+        };
+        // fifo honours everything asked but the MIG profile.
+        let e = format!("{:#}", run(&["fifo", "mps"]).err().expect("refused"));
+        assert!(
+            e.contains("policy fifo does not honour 1 of what this run asks:"),
+            "{e}"
+        );
+        assert!(
+            e.contains("job j3 (line 5) asks for MIG profile 3g.40gb; honoured by: static, miso, miso-oracle"),
+            "{e}"
+        );
+        // Every refused policy is named, each element at most three times, then a count.
+        assert!(e.contains("policy mps does not honour"), "{e}");
+        assert!(
+            e.contains(
+                "job j1 (line 3) asks for gpuTypes [V100-32GB]; job j2 (line 4) asks for gpuTypes \
+                 [A100-80GB]; job j3 (line 5) asks for gpuTypes [A100-80GB]; and 3 more; honoured \
+                 by every registered policy but: nopart, static, miso, miso-oracle, mps"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("--ignore-unsupported"), "{e}");
+        // A policy honouring it all runs.
+        assert!(run(&["crius"]).is_err(), "crius ignores MIG profiles too");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn ignore_unsupported_runs_relaxed_and_reports_what_was_ignored() {
+        let (dir, cluster, trace) = mixed_inputs("relax");
+        let a = args(&[
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            "fifo",
+            "--policy",
+            "nopart",
+            "--ignore-unsupported",
+            "--threads",
+            "1",
+        ]);
+        let sim = execute(&a).unwrap();
+        let doc = json(&sim.doc);
+        let fifo = &doc["policies"][0];
+        assert_eq!(fifo["finished"], 7);
+        assert_eq!(
+            fifo["ignored"],
+            serde_json::json!([{"what": "mig-profile", "count": 1, "how": "left to the policy: a whole GPU"}])
+        );
+        let nopart = &doc["policies"][1];
+        // The 2- and 8-GPU jobs are rejected, the rest run with their types cleared.
+        assert_eq!(nopart["rejected"], 2, "{nopart}");
+        assert_eq!(nopart["finished"], 5, "{nopart}");
+        let what: Vec<(&str, u64)> = nopart["ignored"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (i["what"].as_str().unwrap(), i["count"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            what,
+            [
+                ("gpu-types", 6),
+                ("multi-gpu", 2),
+                ("multi-node", 1),
+                ("mig-profile", 1)
+            ]
+        );
+        let rejected: Vec<&str> = sim.reports[1]
+            .jobs
+            .iter()
+            .filter_map(|j| match &j.outcome {
+                tessera_sim::JobOutcome::Rejected { reason } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected[0], "nopart cannot run it: it asks for 2 GPUs");
+        // Without the flag, the same inputs are refused.
+        let mut b = a;
+        b.ignore_unsupported = false;
+        assert!(execute(&b).is_err());
+        std::fs::remove_dir_all(dir).ok();
+    }
+
     /// "Same policy code in every driver": `simulate` on part (b)'s built-ins, given the
     /// horizon part (b) measures (the services' lifetime), gives exactly the figures
     /// `repro dilu --parts b` computes for the same seed, every field of the summary (device
@@ -737,6 +958,9 @@ mod tests {
             "2",
             "--horizon",
             &horizon,
+            // The baselines give quota jobs and instances whole GPUs (or fixed shares), as
+            // the repro runs them: the requests stay as asked.
+            "--ignore-unsupported",
         ];
         for p in policies {
             argv.extend(["--policy", p]);

@@ -171,6 +171,8 @@ fn simulate_runs_dilu_serving_end_to_end() {
         "--horizon",
         "1007",
         "--no-plots",
+        // The baselines give quota jobs and instances whole GPUs (or fixed shares).
+        "--ignore-unsupported",
         "--out",
         out.to_str().unwrap(),
     ];

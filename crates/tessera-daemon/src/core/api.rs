@@ -354,6 +354,19 @@ impl Core {
             .collect()
     }
 
+    /// Why the daemon's policy would not honour `demands` (the simulator's check and words:
+    /// docs/capabilities.md), or `None`. A policy outside the registry declares nothing and
+    /// is not checked.
+    pub(super) fn unsupported(
+        &self,
+        demands: Vec<tessera_mechanisms::capabilities::Demand>,
+    ) -> Option<String> {
+        use tessera_mechanisms::capabilities::{policy_info, refusal, unsupported};
+        let info = policy_info(self.policy.name()).ok()?;
+        let missing = unsupported(info.capabilities, demands);
+        (!missing.is_empty()).then(|| refusal(info.name, &missing, 3))
+    }
+
     fn submit_one(
         &mut self,
         token: Option<&str>,
@@ -402,6 +415,10 @@ impl Core {
         spec.memory = spec.memory.map(|m| Bytes(m.0.div_ceil(1 << 20) << 20));
         let idx = self.jobs.len();
         let tj = self.training_job(idx, &spec, now_us)?;
+        let asks = tessera_mechanisms::capabilities::job_demands(&self.map.cluster, &tj, None);
+        if let Some(reason) = self.unsupported(asks) {
+            return Err(ApiError::new(400, "unsupported", reason));
+        }
         let full: Vec<Resources> = self
             .map
             .cluster

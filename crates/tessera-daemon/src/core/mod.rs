@@ -21,6 +21,8 @@ mod api;
 mod services;
 
 #[cfg(test)]
+mod capability_tests;
+#[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod devices;

@@ -845,7 +845,11 @@ fn drive_collecting_tokens(core: &mut Core, now: SimTime, next: &mut u64) -> Vec
 fn instances_report_their_load_with_their_own_token_and_the_policy_scales_on_it() {
     let policy = super::testkit::policy("serve-exclusive", None);
     let mut core = core_with(&[node("n1", 4)], policy, SimTime::ZERO);
-    submit(&mut core, &body(&["true"], serde_json::json!({}))).expect("accepted");
+    // serve-exclusive gives each instance a whole GPU: it does not take a quota service.
+    let whole =
+        body(&["true"], serde_json::json!({})).replace(",\"smLimit\":0.5,\"smRequest\":0.3", "");
+    assert!(!whole.contains("smRequest"), "{whole}");
+    submit(&mut core, &whole).expect("accepted");
     let mut next = 0;
     drive_collecting_tokens(&mut core, SimTime::ZERO, &mut next);
     core.schedule(SimTime::ZERO);

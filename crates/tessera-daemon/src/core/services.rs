@@ -276,6 +276,10 @@ impl Core {
         if let Some(reason) = self.service_unsatisfiable(&spec) {
             return Err(ApiError::new(400, "unsatisfiable", reason));
         }
+        let asks = tessera_mechanisms::capabilities::service_demands(&self.map.cluster, &spec);
+        if let Some(reason) = self.unsupported(asks) {
+            return Err(ApiError::new(400, "unsupported", reason));
+        }
         let idx = self.services.list.len();
         let id = self.services.list.last().map_or(1, |s| s.row.id + 1);
         let row = ServiceRow {

@@ -1247,6 +1247,8 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
                 vec![node("n1", 4), node("n2", 8)]
             }
         };
+        let several_gpus = tessera_mechanisms::capabilities::policy_info(name)
+            .is_ok_and(|p| p.capabilities.honours(tessera_sched::Capability::MultiGpu));
         let mut compacting = Harness::new(nodes(), policy(name, round));
         compacting.core.set_compaction_threshold(4);
         let mut keeping = Harness::new(nodes(), policy(name, round));
@@ -1255,7 +1257,9 @@ fn finished_jobs_slots_are_dropped_and_decisions_do_not_change() {
         for wave in 0..6u64 {
             for h in [&mut compacting, &mut keeping] {
                 for j in 0..8u64 {
-                    h.submit(&format!("w{wave}-{j}"), 1 + (j % 4) as u32, 10 + j * 7);
+                    // A policy running every job on one GPU refuses larger ones up front.
+                    let gpus = if several_gpus { 1 + (j % 4) as u32 } else { 1 };
+                    h.submit(&format!("w{wave}-{j}"), gpus, 10 + j * 7);
                 }
                 h.schedule();
                 // Six of the eight jobs end per wave: a backlog builds up, so compactions

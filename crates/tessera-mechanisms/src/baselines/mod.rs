@@ -10,7 +10,7 @@
 use tessera_model::{
     ArrivalProcess, Bytes, InferenceService, MilliCpu, SimDuration, SimTime, TrainingJob, Workload,
 };
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use tessera_sched::{Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{BuiltinWorkload, Mechanism};
 
@@ -27,6 +27,8 @@ pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "serve-exclusive",
         about: "inference services on a whole GPU per instance, horizontal autoscaling on queue length; FIFO for training jobs",
+        // Instances always take a whole GPU: a quota request is not honoured.
+        capabilities: tessera_sched::baselines::CAPABILITIES.with(Capability::Services),
     },
 ];
 

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use tessera_sched::{Capabilities, Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{
     BuiltinCluster, BuiltinWorkload, GeneratorOptions, Mechanism, Truth, TruthInfo, TruthOptions,
@@ -29,35 +29,48 @@ pub mod repro;
 
 use policy::{CriusOptions, CriusPolicy, Fcfs};
 
+/// What Crius's policies (and `fcfs`) honour: CPU and memory go in proportion to GPUs,
+/// whatever a job states.
+pub const CAPABILITIES: Capabilities = Capabilities::TRAINING
+    .without(Capability::CpuMemory)
+    .with(Capability::Failures);
+
 /// The policies of this mechanism.
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "crius",
         about: "Crius: cells on heterogeneous GPUs, shrink/type-change search, opportunistic runs, upgrades",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "crius-no-shrink",
         about: "Crius without shrink steps",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "crius-no-typechange",
         about: "Crius without type changes (jobs stay on their requested type)",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "crius-no-opportunistic",
         about: "Crius with a blocking queue (no opportunistic runs)",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "crius-no-migration",
         about: "Crius without defragmentation by migration",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "crius-dp-only",
         about: "Crius seeing only data-parallel cells",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "fcfs",
         about: "first come, first served over 300 s rounds, on the requested GPU type and count",
+        capabilities: CAPABILITIES,
     },
 ];
 

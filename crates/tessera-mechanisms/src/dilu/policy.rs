@@ -31,8 +31,8 @@ use tessera_model::{
     NodeId, NodeShare, ServiceId, SimDuration, SimTime, TrainingJob,
 };
 use tessera_sched::{
-    validate, Action, ClusterState, ClusterView, InstanceId, JobState, Policy, PolicyInfo,
-    ServicePhase, ServiceView,
+    validate, Action, Capabilities, Capability, ClusterState, ClusterView, InstanceId, JobState,
+    Policy, PolicyInfo, ServicePhase, ServiceView,
 };
 
 use super::instances::{InstanceKind, InstanceSpec};
@@ -54,23 +54,41 @@ pub const TRAINING_HEADROOM: u32 = 200;
 /// Device memory per GPU of a training job that states none (our assumption).
 pub const TRAINING_MEMORY_GB: u32 = 10;
 
+/// What Dilu's packing honours: jobs within one node (it sees every node as the smallest
+/// one of the cluster, so not mixed nodes), quotas of jobs and instances, explicit CPU and
+/// memory, services and failures. It places without reading GPU types.
+const DILU: Capabilities = Capabilities::NONE
+    .with(Capability::MultiGpu)
+    .with(Capability::GpuShare)
+    .with(Capability::CpuMemory)
+    .with(Capability::Services)
+    .with(Capability::ServiceQuotas)
+    .with(Capability::Failures)
+    .with(Capability::NonMigGpus);
+
 /// The registered serving policies.
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "dilu",
         about: "Dilu serving: complementary quota packing of instances and training, lazy horizontal scaling (vertical scaling when the run has Dilu's controller, as in `repro dilu`)",
+        capabilities: DILU,
     },
     PolicyInfo {
         name: "dilu-no-vertical",
         about: "Dilu serving without vertical scaling: the same packing and horizontal scaling on static request shares",
+        capabilities: DILU,
     },
     PolicyInfo {
         name: "static-shares",
         about: "fixed quotas (request = limit) for instances, whole GPUs for training (no complementary packing), lazy horizontal scaling",
+        capabilities: DILU.without(Capability::GpuShare),
     },
     PolicyInfo {
         name: "dilu-exclusive",
         about: "a whole GPU per inference instance and per training GPU, lazy horizontal scaling",
+        capabilities: DILU
+            .without(Capability::GpuShare)
+            .without(Capability::ServiceQuotas),
     },
 ];
 

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use tessera_sched::{Capabilities, Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{BuiltinCluster, Mechanism, Truth, TruthInfo, TruthOptions};
 
@@ -35,22 +35,30 @@ pub use policy::{GavelPolicy, Objective};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Gavel;
 
+/// What Gavel, Sia and elastic honour: every training request (the ledger places explicit
+/// CPU/memory in proportion to the GPUs a configuration holds) and failures.
+const CAPABILITIES: Capabilities = Capabilities::TRAINING.with(Capability::Failures);
+
 const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "gavel",
         about: "Gavel (OSDI'20): LP allocation over GPU types, max-min fairness on normalised throughput, realised in 360 s rounds",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "gavel-max-sum",
         about: "Gavel with the max-sum-throughput objective (normalised throughput)",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "sia",
         about: "Sia (SOSP'23): every 60 s an ILP over (job, GPU type, count) maximising Σ goodput^-0.5 terms, restart penalty, solver time limit",
+        capabilities: CAPABILITIES,
     },
     PolicyInfo {
         name: "elastic",
         about: "ElasticFlow-style elastic scaling, type-agnostic: FIFO admission at 1 GPU, spare GPUs to the best marginal speed-up",
+        capabilities: CAPABILITIES,
     },
 ];
 

@@ -14,7 +14,7 @@
 use std::sync::{Arc, OnceLock};
 
 use tessera_model::LayoutSet;
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use tessera_sched::{Capabilities, Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{
     BuiltinCluster, BuiltinWorkload, GeneratorOptions, Mechanism, Truth, TruthInfo, TruthOptions,
@@ -74,26 +74,48 @@ pub fn parse_code(code: &str) -> Option<Vec<u8>> {
 #[derive(Clone, Copy, Debug)]
 pub struct Miso;
 
+/// What every MISO policy honours: GPU types, any cluster (per-GPU placement), jobs of several
+/// GPUs (whole GPUs, on one node or spread) and failures. None of them books CPU/memory or
+/// places quota shares.
+const MISO_BASE: Capabilities = Capabilities::NONE
+    .with(Capability::GpuTypes)
+    .with(Capability::MixedNodes)
+    .with(Capability::MultiGpu)
+    .with(Capability::MultiNode)
+    .with(Capability::Failures);
+
+/// MIG policies: fixed profiles and slices of their choice.
+const MIG: Capabilities = MISO_BASE
+    .with(Capability::MigProfile)
+    .with(Capability::MigAny);
+
 const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "nopart",
         about: "one job per whole GPU, strict FIFO (MISO's NoPart baseline)",
+        capabilities: MISO_BASE.with(Capability::NonMigGpus),
     },
     PolicyInfo {
         name: "static",
         about: "every MIG GPU pre-split as 3g+2g+2g (static:4-3 etc. for another layout); largest idle slice that fits; promotion when the queue is empty",
+        // A GPU without MIG is one 7-slice place.
+        capabilities: MIG.with(Capability::NonMigGpus),
     },
     PolicyInfo {
         name: "miso",
         about: "MISO (SoCC'22): 30 s MPS profile, predicted slice speeds, per-GPU optimal MIG layout, strict FIFO",
+        capabilities: MIG.with(Capability::NonMigGpus),
     },
     PolicyInfo {
         name: "miso-oracle",
         about: "MISO with true slice speeds and no MPS phase",
+        capabilities: MIG.with(Capability::NonMigGpus),
     },
     PolicyInfo {
         name: "mps",
         about: "up to 3 jobs share a GPU under MPS (no partitioning)",
+        // Every job gets a third of a GPU, whatever share it asks for.
+        capabilities: MISO_BASE.with(Capability::NonMigGpus),
     },
 ];
 

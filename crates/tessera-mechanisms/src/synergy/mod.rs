@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use tessera_model::{Cluster, GpuCatalog, SimDuration};
 use tessera_sched::baselines::JobOrder;
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use tessera_sched::{Capabilities, Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{
     BuiltinCluster, BuiltinSweep, BuiltinWorkload, GeneratorOptions, Mechanism, Truth, TruthInfo,
@@ -49,9 +49,15 @@ pub const SYNERGY_ROUND: SimDuration = SimDuration::from_secs(300);
 
 macro_rules! synergy_policies {
     ($($name:literal => $about:literal),* $(,)?) => {
-        &[$(PolicyInfo { name: $name, about: $about }),*]
+        &[$(PolicyInfo { name: $name, about: $about, capabilities: CAPABILITIES }),*]
     };
 }
+
+/// What Synergy's policies honour. Explicit CPU/memory demands are not: the allocators hand
+/// CPU and memory out by sensitivity (or in proportion to GPUs), whatever a job states.
+pub const CAPABILITIES: Capabilities = Capabilities::TRAINING
+    .without(Capability::CpuMemory)
+    .with(Capability::Failures);
 
 /// Every ordering composed with every allocator, re-planning every round.
 pub const POLICIES: &[PolicyInfo] = synergy_policies![
