@@ -123,8 +123,8 @@ impl Profiler for Profilers {
 pub struct TraceThroughput;
 
 impl ThroughputModel for TraceThroughput {
-    fn throughput(&self, job: &TrainingJob, alloc: &Allocation, _cluster: &Cluster) -> f64 {
-        proportional_throughput(job.reference_throughput(), alloc.gpus(), job.gpus)
+    fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64 {
+        held_throughput(job.reference_throughput(), alloc, cluster, job.gpus)
     }
 
     fn proportional_to_gpus(&self) -> bool {
@@ -139,6 +139,47 @@ pub fn proportional_throughput(reference: f64, held: u32, asked: u32) -> f64 {
         return 0.0;
     }
     reference * held as f64 / asked as f64
+}
+
+/// [`proportional_throughput`] of what `alloc` holds, GPUs held in parts counted by their
+/// share ([`gpu_equivalents`]): a trace gives no speed per MIG slice or quota, so compute is
+/// taken as linear in it (a 3g slice of 7 runs a one-GPU job at 3/7 of its speed). An
+/// allocation of whole GPUs only gives exactly `proportional_throughput` of its GPUs.
+#[inline]
+pub fn held_throughput(reference: f64, alloc: &Allocation, cluster: &Cluster, asked: u32) -> f64 {
+    if alloc
+        .part()
+        .is_none_or(|p| matches!(p, tessera_model::GpuPart::Whole))
+    {
+        return proportional_throughput(reference, alloc.gpus(), asked);
+    }
+    if asked == 0 {
+        return 0.0;
+    }
+    reference * gpu_equivalents(alloc, cluster) / f64::from(asked)
+}
+
+/// The GPUs an allocation holds, parts counted by their share of a GPU: a MIG instance by
+/// its compute slices out of 7, a quota by its SM request (permille); an instance of a
+/// profile the catalog does not know counts nothing.
+pub fn gpu_equivalents(alloc: &Allocation, cluster: &Cluster) -> f64 {
+    use tessera_model::GpuPart;
+    let mut held = f64::from(alloc.gpus());
+    for s in &alloc.shares {
+        let Some(d) = s.devices else { continue };
+        let per_gpu = match d.part {
+            GpuPart::Whole => 0.0,
+            GpuPart::Mig(inst) => cluster
+                .nodes
+                .get(s.node.index())
+                .and_then(|n| cluster.catalog.mig_geometry(n.gpu))
+                .and_then(|geo| geo.profile(inst))
+                .map_or(0.0, |p| f64::from(p.compute_slices) / 7.0),
+            GpuPart::Quota { sm_request, .. } => f64::from(sm_request) / 1000.0,
+        };
+        held += per_gpu * f64::from(d.gpus.count());
+    }
+    held
 }
 
 /// Seconds lost when a job is stopped and started again (checkpoint plus restore), per model.

@@ -1920,7 +1920,7 @@ impl<'a> Simulation<'a> {
         } else if self.truth.proportional_to_gpus() {
             // Same value, from the copies kept with the job's progress.
             let rate = self.state.get(job.index()).map_or(0.0, |st| {
-                tessera_perf::proportional_throughput(st.reference, alloc.gpus(), st.asked)
+                tessera_perf::held_throughput(st.reference, alloc, self.cluster, st.asked)
             });
             debug_assert_eq!(
                 rate.to_bits(),

@@ -2,6 +2,8 @@
 
 mod builtins;
 pub mod daemon;
+#[cfg(test)]
+mod every_policy;
 pub mod experiment;
 pub mod plan;
 pub(crate) mod simulate;

@@ -848,7 +848,7 @@ mod tests {
             execute(&args(&a))
         };
         // fifo honours everything asked but the MIG profile.
-        let e = format!("{:#}", run(&["fifo", "mps"]).err().expect("refused"));
+        let e = format!("{:#}", run(&["fifo", "dilu"]).err().expect("refused"));
         assert!(
             e.contains("policy fifo does not honour 1 of what this run asks:"),
             "{e}"
@@ -858,12 +858,13 @@ mod tests {
             "{e}"
         );
         // Every refused policy is named, each element at most three times, then a count.
-        assert!(e.contains("policy mps does not honour"), "{e}");
+        assert!(e.contains("policy dilu does not honour"), "{e}");
         assert!(
             e.contains(
                 "job j1 (line 3) asks for gpuTypes [V100-32GB]; job j2 (line 4) asks for gpuTypes \
                  [A100-80GB]; job j3 (line 5) asks for gpuTypes [A100-80GB]; and 3 more; honoured \
-                 by every registered policy but: nopart, static, miso, miso-oracle, mps"
+                 by every registered policy but: dilu, dilu-no-vertical, static-shares, \
+                 dilu-exclusive"
             ),
             "{e}"
         );
@@ -897,26 +898,35 @@ mod tests {
             fifo["ignored"],
             serde_json::json!([{"what": "mig-profile", "count": 1, "how": "left to the policy: a whole GPU"}])
         );
+        // nopart takes types and several GPUs (on several nodes): only the profile is left.
         let nopart = &doc["policies"][1];
-        // The 2- and 8-GPU jobs are rejected, the rest run with their types cleared.
-        assert_eq!(nopart["rejected"], 2, "{nopart}");
-        assert_eq!(nopart["finished"], 5, "{nopart}");
-        let what: Vec<(&str, u64)> = nopart["ignored"]
+        assert_eq!(nopart["rejected"], 0, "{nopart}");
+        assert_eq!(nopart["finished"], 7, "{nopart}");
+        assert_eq!(
+            nopart["ignored"],
+            serde_json::json!([{"what": "mig-profile", "count": 1, "how": "left to the policy: a whole GPU"}])
+        );
+        // dilu packs one node per job and ignores types: the 8-GPU job is rejected.
+        let sim = execute(&args(&[
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            "dilu",
+            "--ignore-unsupported",
+        ]))
+        .unwrap();
+        let dilu = &json(&sim.doc)["policies"][0];
+        assert_eq!(dilu["error"], serde_json::Value::Null, "{dilu}");
+        let what: Vec<(&str, u64)> = dilu["ignored"]
             .as_array()
             .unwrap()
             .iter()
             .map(|i| (i["what"].as_str().unwrap(), i["count"].as_u64().unwrap()))
             .collect();
-        assert_eq!(
-            what,
-            [
-                ("gpu-types", 6),
-                ("multi-gpu", 2),
-                ("multi-node", 1),
-                ("mig-profile", 1)
-            ]
-        );
-        let rejected: Vec<&str> = sim.reports[1]
+        assert!(what.contains(&("gpu-types", 6)), "{what:?}");
+        let rejected: Vec<&str> = sim.reports[0]
             .jobs
             .iter()
             .filter_map(|j| match &j.outcome {
@@ -924,7 +934,13 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(rejected[0], "nopart cannot run it: it asks for 2 GPUs");
+        assert!(
+            rejected.contains(&"dilu cannot run it: it asks for 8 GPUs, more than any node of its GPU types has (4)")
+                || rejected.iter().any(|r| r.starts_with("dilu cannot run it: it asks for 8 GPUs")),
+            "{rejected:?}"
+        );
+        let finished = dilu["finished"].as_u64().unwrap();
+        assert_eq!(finished + rejected.len() as u64, 7, "{dilu}");
         // Without the flag, the same inputs are refused.
         let mut b = a;
         b.ignore_unsupported = false;
@@ -1066,7 +1082,14 @@ mod tests {
             ),
         ] {
             let run = |policies: &[&str]| {
-                let mut a = vec!["--cluster", &cluster, "--trace", &trace];
+                // The mixed workload has a quota service the training policies do not serve.
+                let mut a = vec![
+                    "--cluster",
+                    &cluster,
+                    "--trace",
+                    &trace,
+                    "--ignore-unsupported",
+                ];
                 for p in policies {
                     a.extend(["--policy", p]);
                 }
@@ -1097,7 +1120,12 @@ mod tests {
     /// The header names the truth and why; `summary.json` too.
     #[test]
     fn auto_truth_is_chosen_by_the_inputs_and_explained() {
-        let doc = |extra: &[&str]| execute(&args(extra)).unwrap().doc;
+        // The mixed workload has a quota service the training policies leave out.
+        let doc = |extra: &[&str]| {
+            let mut a = args(extra);
+            a.ignore_unsupported = true;
+            execute(&a).unwrap().doc
+        };
         let mixed = doc(&[
             "--cluster",
             &data("mixed_cluster.yaml"),
@@ -1157,6 +1185,7 @@ mod tests {
             &data("mixed_cluster.yaml"),
             "--trace",
             &data("mixed_workload.yaml"),
+            "--ignore-unsupported",
             "--policy",
             "fifo",
             "--policy",

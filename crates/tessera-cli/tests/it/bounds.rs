@@ -219,7 +219,18 @@ fn service_rates_burstiness_and_request_totals_are_bounded_before_the_run() {
     }
     // Bursty but within bounds: runs to the end.
     let (_dir, w) = workload_with_service("{gamma: {rate: 20, cv: 100}}", "60");
-    let o = bounded(&["simulate", "--cluster", &cluster, "--trace", &w], 20);
+    let o = bounded(
+        &[
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &w,
+            "--policy",
+            "serve-exclusive",
+        ],
+        20,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 }
 

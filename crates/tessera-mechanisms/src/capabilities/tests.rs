@@ -186,10 +186,7 @@ fn check_names_the_policy_element_and_who_honours_it() {
     assert!(check_support("fifo", &c, &w, &opts).unwrap().is_empty());
     let missing = check_support("dilu", &c, &w, &opts).unwrap();
     let text = refusal("dilu", &missing, 3);
-    assert!(
-        text.starts_with("policy dilu does not honour "),
-        "{text}"
-    );
+    assert!(text.starts_with("policy dilu does not honour "), "{text}");
     assert!(
         text.contains("job j0 (line 2) asks for gpuTypes [H100-80GB]; job j1 (line 3)"),
         "{text}"
@@ -264,12 +261,17 @@ fn relaxing_keeps_ids_and_says_how() {
     assert_eq!(r.rejected.len(), 1);
     assert_eq!(r.rejected[0].0, JobId(2));
     assert!(
-        r.rejected[0].1.starts_with("dilu cannot run it: it asks for 8 GPUs"),
+        r.rejected[0]
+            .1
+            .starts_with("dilu cannot run it: it asks for 8 GPUs"),
         "{:?}",
         r.rejected
     );
     let got: Vec<&str> = r.ignored.iter().map(|i| i.capability.key()).collect();
-    assert!(got.contains(&"gpu-types") && got.contains(&"multi-node"), "{got:?}");
+    assert!(
+        got.contains(&"gpu-types") && got.contains(&"multi-node"),
+        "{got:?}"
+    );
     // dilu-exclusive keeps the service (and places it on whole GPUs by itself).
     let r = relax("dilu-exclusive", &c, &w, &CheckOptions::default()).unwrap();
     assert_eq!(r.workload.services().len(), 1);
