@@ -14,35 +14,30 @@ fn submit_job(core: &mut super::Core, body: &str) -> Result<(), crate::error::Ap
 
 #[test]
 fn a_job_the_policy_would_not_honour_is_refused_with_the_simulators_reason() {
-    let body = "name: wide\ncommand: [sleep, \"1\"]\ngpus: 2\n";
-    // nopart runs every job on one GPU: a 2-GPU job is refused, naming who would honour it.
-    let mut core = core_with(&[node("n1", 4)], policy("nopart", None), SimTime::ZERO);
+    let body = "name: hungry\ncommand: [sleep, \"1\"]\ngpus: 2\ncpu: \"12\"\n";
+    // crius books CPU and memory its own way: an explicit CPU demand is refused, naming who
+    // would honour it.
+    let mut core = core_with(&[node("n1", 4)], policy("crius", None), SimTime::ZERO);
     let e = submit_job(&mut core, body).expect_err("refused");
     assert_eq!((e.status, e.code), (400, "unsupported"), "{}", e.message);
     assert!(e
         .message
-        .contains("policy nopart does not honour 1 of what this run asks"));
-    assert!(e.message.contains("multi-gpu"), "{}", e.message);
-    assert!(
-        e.message.contains(
-            "honoured by every registered policy but: nopart, static, miso, miso-oracle, mps"
-        ),
-        "{}",
-        e.message
-    );
+        .contains("policy crius does not honour 1 of what this run asks"));
+    assert!(e.message.contains("cpu-memory"), "{}", e.message);
+    assert!(e.message.contains("honoured by"), "{}", e.message);
     // The same words as the simulator's check of the same job on the same cluster.
     let tj = core
         .training_job(0, &crate::spec::JobSpec::parse(body).unwrap(), 0)
         .unwrap();
     let workload = Workload::new(vec![tj]);
     let sim = check_support(
-        "nopart",
+        "crius",
         &core.map.cluster,
         &workload,
         &CheckOptions::default(),
     )
     .unwrap();
-    assert_eq!(e.message, refusal("nopart", &sim, 3));
+    assert_eq!(e.message, refusal("crius", &sim, 3));
     // fifo honours it.
     let mut core = core_with(&[node("n1", 4)], policy("fifo", None), SimTime::ZERO);
     submit_job(&mut core, body).expect("accepted");

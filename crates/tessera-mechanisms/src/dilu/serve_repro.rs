@@ -149,17 +149,18 @@ fn series(name: &str, factor: f64) -> Result<Vec<f64>, ScenarioError> {
     Ok(s.rps)
 }
 
+/// Work of each part (b) training job (at one iteration per second): longer than the services'
+/// lifetime (1,007 s) even on whole GPUs.
+const TRAINING_WORK: SimDuration = SimDuration::from_secs(7200);
+
 fn training(id: u32, name: &str, model: DiluModel, gpus: u32, memory_gb: u64) -> TrainingJob {
-    // Never finishes within the run: throughput = iterations done by the end / its length.
-    let mut j = TrainingJob::simple(
-        id,
-        SimTime::ZERO,
-        gpus,
-        SimDuration::from_secs(1_000_000_000),
-    );
+    // Does not finish within the services' lifetime (the horizon part (b) measures; training
+    // throughput = iterations done by then / its length): two hours of work at one iteration
+    // per second on its whole GPUs, so a run without a horizon ends when training does.
+    let mut j = TrainingJob::simple(id, SimTime::ZERO, gpus, TRAINING_WORK);
     j.name = name.into();
     j.model = model.name().to_string();
-    j.iterations = 1_000_000_000;
+    j.iterations = TRAINING_WORK.as_secs_f64() as u64;
     let req = training_request(&j);
     j.gpu_share = Some(GpuShareRequest {
         sm_permille: req.clamp(1, 999) as u16,

@@ -54,7 +54,7 @@ spec:
 #[cfg(feature = "experiments")]
 pub const WORKLOAD: BuiltinWorkload = BuiltinWorkload {
     name: "dilu-serving",
-    about: "Dilu's serving scenario (repro dilu part b): RoBERTa-large bursty, BERT-base periodic, LLaMA2-7B Poisson, four never-ending training jobs; on builtin:dilu-4x4 with the dilu policies and --horizon 1007 (the services' lifetime)",
+    about: "Dilu's serving scenario (repro dilu part b): RoBERTa-large bursty, BERT-base periodic, LLaMA2-7B Poisson, four training jobs of two hours' work; on builtin:dilu-4x4 with the dilu policies and --horizon 1007 (the services' lifetime)",
     generate: serving_workload,
 };
 
