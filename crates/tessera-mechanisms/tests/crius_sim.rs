@@ -71,3 +71,32 @@ fn crius_has_lower_average_jct_than_fcfs() {
     let crius = run("crius", 400, 120.0, 2);
     assert!(crius < fcfs, "crius {crius} vs fcfs {fcfs}");
 }
+
+/// An untyped job larger than all the GPUs of the type listed first (or estimated fastest)
+/// asks on a type that can hold it: it used to wait forever (the engine now stops such a run
+/// as stalled).
+#[test]
+fn an_untyped_job_asks_on_a_type_that_can_hold_it() {
+    let yaml = "apiVersion: tessera/v1\nkind: Cluster\nmetadata: {name: m}\nspec:\n  nodeGroups:\n    - {name: g0, count: 1, gpu: A100-80GB, gpusPerNode: 4, cpus: 32, memory: 256Gi}\n    - {name: g1, count: 3, gpu: V100-32GB, gpusPerNode: 1, cpus: 8, memory: 64Gi}\n    - {name: g2, count: 1, gpu: A10, gpusPerNode: 8, cpus: 64, memory: 512Gi}\n";
+    let cluster =
+        tessera_model::Cluster::from_yaml(yaml, &tessera_model::GpuCatalog::builtin()).unwrap();
+    let mut job = tessera_model::TrainingJob::simple(
+        0,
+        SimTime::from_secs(18),
+        8,
+        tessera_model::SimDuration::from_secs(1835),
+    );
+    job.model = "resnet18".into();
+    let work = tessera_model::Workload::new(vec![job]);
+    for policy in ["crius", "crius-dp-only", "fcfs"] {
+        let config = SimConfig {
+            profiler: Some(Arc::new(CellEstimator::default())),
+            ..SimConfig::default()
+        };
+        let p = build_policy(policy, &PolicyOptions::default()).unwrap();
+        let report = Simulation::new(&cluster, &work, &tessera_perf::TraceThroughput, p, config)
+            .run(&mut ())
+            .unwrap_or_else(|e| panic!("{policy}: {e}"));
+        assert_eq!(report.summary.finished, 1, "{policy}");
+    }
+}

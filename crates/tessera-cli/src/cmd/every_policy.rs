@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 use super::simulate::{execute, Simulated};
 
@@ -407,12 +407,16 @@ fn every_policy_on(case: &Case) -> Result<(), TestCaseError> {
 
 #[test]
 fn every_registered_policy_refuses_up_front_or_finishes_everything() {
-    let mut runner = TestRunner::new(Config {
-        cases: 12,
-        max_shrink_iters: 16,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    // A fixed stream of cases: the same cases on every machine and every run.
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: 12,
+            max_shrink_iters: 16,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
     let result = runner.run(&case(), |c| every_policy_on(&c));
     if let Err(e) = result {
         panic!("{e}");
@@ -432,11 +436,14 @@ fn every_registered_policy_refuses_up_front_or_finishes_everything() {
 /// FIFO's figures do not depend on the company it runs in (the truth comes from the inputs).
 #[test]
 fn fifo_alone_and_in_company_agree() {
-    let mut runner = TestRunner::new(Config {
-        cases: 2,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: 2,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
     let result = runner.run(&case(), |c| {
         let dir = tempfile::tempdir().unwrap();
         write_case(&c, dir.path());

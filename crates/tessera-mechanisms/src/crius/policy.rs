@@ -959,6 +959,16 @@ fn job_ctx<'v>(
             allowed[1..].sort_unstable();
         }
     }
+    // A request the cluster's GPUs of that type could never hold (an untyped 8-GPU job whose
+    // fastest type has 4 GPUs in all) would wait forever: ask on the first allowed type that
+    // can hold it instead.
+    let holds = |t: usize| pool.nodes_of(t).map(|n| pool.capacity(n)).sum::<u32>() >= spec.gpus;
+    if !holds(allowed[0]) {
+        if let Some(p) = allowed.iter().position(|&t| holds(t)) {
+            let t = allowed.remove(p);
+            allowed.insert(0, t);
+        }
+    }
     let requested = (allowed[0], spec.gpus);
     let best = est.and_then(|e| e.best()).map_or(1.0, |b| b.throughput);
     let cur = job.allocation.as_ref().and_then(|a| {
@@ -1096,11 +1106,15 @@ impl Policy for Fcfs {
         let mut queued: Vec<(u64, u32, usize, u32)> = Vec::new();
         for a in view.active.iter().filter(|a| a.state == JobState::Queued) {
             let Some(spec) = view.spec(a) else { continue };
+            // An untyped job asks on the first type whose GPUs could ever hold it (not one
+            // it would wait on forever).
+            let holds =
+                |t: usize| pool.nodes_of(t).map(|n| pool.capacity(n)).sum::<u32>() >= spec.gpus;
             let ty = spec
                 .gpu_types
                 .first()
                 .and_then(|g| pool.type_index(*g))
-                .unwrap_or(0);
+                .unwrap_or_else(|| (0..pool.types.len()).find(|&t| holds(t)).unwrap_or(0));
             queued.push((spec.submit.as_micros(), a.id.0, ty, spec.gpus));
         }
         queued.sort_unstable();
