@@ -285,7 +285,8 @@ fn bench_and_repro_parameters_are_bounded() {
     ] {
         refused(&args, needle);
     }
-    // Redrawn arrivals overflowed the engine's clock ("attempt to multiply with overflow").
+    // Redrawn arrivals overflowed the engine's clock ("attempt to multiply with overflow");
+    // with rounds the run ticked until they saturated at the end of the clock.
     let (cluster, trace) = (data("four_gpus.yaml"), data("small.csv"));
     refused(
         &[
@@ -296,6 +297,8 @@ fn bench_and_repro_parameters_are_bounded() {
             &trace,
             "--arrivals",
             "poisson:1e-300",
+            "--round",
+            "300",
         ],
         "past the limit of 1000000000 s",
     );

@@ -123,36 +123,6 @@ fn horizon_ends_the_run_and_takes_units() {
     }
 }
 
-/// `--arrivals poisson:1e-300 --round 300` hung (rounds until arrivals saturated at the
-/// end of the clock) or showed jobs finished with no start; it is refused up front.
-#[test]
-fn arrivals_past_the_time_limit_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = write(dir.path(), "c.yaml", ONE_NODE);
-    let trace = write(
-        dir.path(),
-        "t.csv",
-        "job_id,submit_s,gpus,duration_s\na,0,1,600\nb,0,1,700\n",
-    );
-    let o = tessera(&[
-        "simulate",
-        "--cluster",
-        &cluster,
-        "--trace",
-        &trace,
-        "--arrivals",
-        "poisson:1e-300",
-        "--round",
-        "300",
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("past the limit of 1000000000 s"),
-        "{}",
-        stderr(&o)
-    );
-}
-
 /// Every node down for good under 300 s rounds ticked forever; now each policy's row says
 /// the run cannot progress, naming the jobs.
 #[test]
