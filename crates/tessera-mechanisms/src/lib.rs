@@ -50,6 +50,7 @@ pub mod gavel;
 pub mod hap;
 pub mod miso;
 pub mod synergy;
+pub mod tessera;
 
 /// Every mechanism, in the order listings show them. One line per mechanism.
 pub static MECHANISMS: &[&dyn Mechanism] = &[
@@ -60,6 +61,7 @@ pub static MECHANISMS: &[&dyn Mechanism] = &[
     &dilu::Dilu,
     &crius::Crius,
     &gavel::Gavel,
+    &tessera::Tessera,
 ];
 
 /// A truth model (and the profiler that goes with it) that `--perf NAME` selects.

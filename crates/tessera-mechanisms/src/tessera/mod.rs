@@ -1,0 +1,58 @@
+//! Tessera's own mechanism: the five papers' pieces used together on one cluster (DESIGN §10,
+//! "One world"). It copies none of them: each piece is called from its own module.
+//!
+//! - [`truth`]: the composed truth (`--perf tessera`), a job's rate as the product of each
+//!   mechanism's factor, every factor 1.0 at the job's requested allocation.
+//! - [`policy`]: the `tessera` policy and its ablations `tessera-no-<mechanism>`.
+//! - [`world`]: the built-in mixed cluster and mixed workload the default run uses.
+
+use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+
+use crate::{BuiltinCluster, BuiltinWorkload, Mechanism, Truth, TruthInfo, TruthOptions};
+
+pub mod policy;
+pub mod truth;
+pub mod world;
+
+/// The composed mechanism (registered last in [`crate::MECHANISMS`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tessera;
+
+impl Mechanism for Tessera {
+    fn name(&self) -> &'static str {
+        "tessera"
+    }
+
+    fn about(&self) -> &'static str {
+        "Tessera: Synergy, Crius, HAP, MISO and Dilu together on one mixed cluster (composed truth, the `tessera` policy)"
+    }
+
+    fn policies(&self) -> &'static [PolicyInfo] {
+        policy::POLICIES
+    }
+
+    fn build_policy(&self, name: &str, options: &PolicyOptions) -> Option<Box<dyn Policy>> {
+        policy::build(name, options)
+    }
+
+    fn truths(&self) -> &'static [TruthInfo] {
+        truth::TRUTHS
+    }
+
+    fn build_truth(&self, name: &str, options: &TruthOptions) -> Option<Truth> {
+        truth::build(name, options)
+    }
+
+    fn clusters(&self) -> &'static [BuiltinCluster] {
+        world::CLUSTERS
+    }
+
+    fn workloads(&self) -> &'static [BuiltinWorkload] {
+        world::WORKLOADS
+    }
+
+    #[cfg(feature = "experiments")]
+    fn serving_setup(&self, policy: &str) -> Option<Result<crate::ServingSetup, String>> {
+        policy::serving_setup(policy)
+    }
+}
