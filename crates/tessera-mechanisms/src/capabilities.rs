@@ -15,8 +15,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use tessera_model::{
-    Cluster, GpuDemand, GpuModelId, InferenceService, JobId, MigRequest, ServiceId, TrainingJob,
-    Workload,
+    Bytes, Cluster, GpuDemand, GpuModelId, InferenceService, JobId, MigRequest, MilliCpu,
+    ServiceId, TrainingJob, Workload,
 };
 use tessera_sched::{Capabilities, Capability, PolicyError, PolicyInfo, PolicyOptions};
 
@@ -139,10 +139,36 @@ fn mixed(cluster: &Cluster) -> Option<String> {
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
-    (sizes.len() > 1).then(|| {
+    if sizes.len() > 1 {
         let s: Vec<String> = sizes.iter().map(u32::to_string).collect();
-        format!("has nodes of different sizes ({} GPUs)", s.join(", "))
-    })
+        return Some(format!(
+            "has nodes of different sizes ({} GPUs)",
+            s.join(", ")
+        ));
+    }
+    // Same GPUs everywhere but not the same CPUs or memory: a policy that sees every node as
+    // the smallest one would aim a large request at a node that can never hold it.
+    let (cpu, memory) = smallest_host(cluster);
+    cluster
+        .groups
+        .iter()
+        .filter(|g| g.count > 0 && g.gpus_per_node > 0)
+        .any(|g| Some(g.cpu) != cpu || Some(g.memory) != memory)
+        .then(|| "has nodes of different CPUs or memory".to_string())
+}
+
+/// The least CPU and the least memory a node of the cluster has (`None` without nodes).
+fn smallest_host(cluster: &Cluster) -> (Option<MilliCpu>, Option<Bytes>) {
+    let groups = || {
+        cluster
+            .groups
+            .iter()
+            .filter(|g| g.count > 0 && g.gpus_per_node > 0)
+    };
+    (
+        groups().map(|g| g.cpu).min(),
+        groups().map(|g| g.memory).min(),
+    )
 }
 
 fn type_names(cluster: &Cluster, ids: &[GpuModelId]) -> String {
@@ -210,6 +236,27 @@ pub fn job_demands(cluster: &Cluster, job: &TrainingJob, line: Option<u64>) -> V
                     "asks for {} GPUs, more than the smallest node has ({smallest})",
                     job.gpus
                 ),
+            );
+        }
+    }
+    // CPU or memory beyond the smallest node's, on a cluster whose nodes differ: only a policy
+    // that tells nodes apart finds the nodes that hold it.
+    if mixed(cluster).is_some() && job.gpus <= smallest {
+        let (cpu, memory) = smallest_host(cluster);
+        let over_cpu = job.cpu.zip(cpu).filter(|(asked, least)| asked > least);
+        let over_memory = job
+            .memory
+            .zip(memory)
+            .filter(|(asked, least)| asked > least);
+        if let Some((asked, least)) = over_cpu {
+            push(
+                Capability::MixedNodes,
+                format!("asks for {asked} CPU, more than the smallest node has ({least})"),
+            );
+        } else if let Some((asked, least)) = over_memory {
+            push(
+                Capability::MixedNodes,
+                format!("asks for {asked} of memory, more than the smallest node has ({least})"),
             );
         }
     }

@@ -531,6 +531,37 @@ impl Cluster {
         })
     }
 
+    /// Whether `gpus` GPUs of model `gpu` for `job` could ever be placed on this cluster
+    /// (empty of other work), CPU and memory included, as [`can_ever_fit`](Self::can_ever_fit)
+    /// judges a job's own request: the job's explicit CPU and memory stay its totals, split
+    /// over the `gpus` GPUs. Policies that choose a job's GPU type and count (Gavel, Sia, FCFS)
+    /// ask this before they aim at a type whose nodes could never hold the job, where it
+    /// would wait for ever. Allocates nothing.
+    pub fn can_hold_on(&self, job: &crate::TrainingJob, gpu: GpuModelId, gpus: u32) -> bool {
+        if gpus == 0 {
+            return false;
+        }
+        let share = |total: u64, k: u32| (total as u128 * k as u128 / gpus as u128) as u64;
+        let fits = |g: &NodeGroup, k: u32| {
+            job.cpu.is_none_or(|c| share(c.0, k) <= g.cpu.0)
+                && job.memory.is_none_or(|m| share(m.0, k) <= g.memory.0)
+        };
+        let mut capacity = 0u64;
+        for g in self.groups.iter().filter(|g| g.gpu == gpu && g.count > 0) {
+            if g.total_gpus() < gpus as u64 {
+                continue;
+            }
+            // Most of the job's GPUs one node of the group can carry with their CPU and memory.
+            let per_node = (1..=g.gpus_per_node.min(gpus))
+                .rev()
+                .find(|&k| fits(g, k))
+                .unwrap_or(0);
+            // Placement keeps a job within one node group.
+            capacity = capacity.max(per_node as u64 * g.count as u64);
+        }
+        capacity >= gpus as u64
+    }
+
     fn unfit_reason(&self, job: &crate::TrainingJob) -> Option<Unfit> {
         if job.gpus == 0 {
             return Some(Unfit::NoGpus);
@@ -877,6 +908,27 @@ spec:
                 fits && k as u64 * nodes as u64 >= gpus as u64
             });
             proptest::prop_assert_eq!(c.can_ever_fit(&j).is_ok(), brute);
+        }
+
+        /// `can_hold_on` a type is `can_ever_fit` of the job restricted to that type, at any
+        /// count (explicit CPU and memory stay the job's totals).
+        #[test]
+        fn hold_on_a_type_agrees_with_fit_restricted_to_it(
+            gpus in 1u32..48, count in 0u32..48, cpu in proptest::option::of(1u64..200),
+            gib in proptest::option::of(1u64..3000), k80 in proptest::bool::ANY,
+        ) {
+            let c = two_groups();
+            let gpu = c.catalog.resolve(if k80 { "K80" } else { "V100-32GB" }).unwrap();
+            let mut j = job_named("j", gpus);
+            j.cpu = cpu.map(MilliCpu::from_cores);
+            j.memory = gib.map(Bytes::from_gib);
+            let mut restricted = j.clone();
+            restricted.gpus = count;
+            restricted.gpu_types = vec![gpu];
+            proptest::prop_assert_eq!(
+                c.can_hold_on(&j, gpu, count),
+                c.can_ever_fit(&restricted).is_ok()
+            );
         }
     }
 }

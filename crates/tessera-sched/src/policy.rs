@@ -241,7 +241,7 @@ impl Capability {
         match self {
             Capability::GpuTypes => "jobs and services restricted to GPU models (gpuTypes)",
             Capability::MixedNodes => {
-                "clusters whose nodes differ (several GPU models, or GPUs per node)"
+                "clusters whose nodes differ (GPU models, GPUs, CPUs or memory per node)"
             }
             Capability::MultiGpu => "training jobs of more than one GPU, given that many",
             Capability::MultiNode => "training jobs of more GPUs than any one node has",

@@ -7,6 +7,7 @@ mod plan;
 mod plots;
 mod progress;
 mod realmode;
+mod stalls;
 mod sweep;
 mod synergy_reference;
 

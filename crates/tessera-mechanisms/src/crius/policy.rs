@@ -1106,15 +1106,24 @@ impl Policy for Fcfs {
         let mut queued: Vec<(u64, u32, usize, u32)> = Vec::new();
         for a in view.active.iter().filter(|a| a.state == JobState::Queued) {
             let Some(spec) = view.spec(a) else { continue };
-            // An untyped job asks on the first type whose GPUs could ever hold it (not one
-            // it would wait on forever).
+            // A job asks on the first of its types (every type when it names none) whose
+            // GPUs could ever hold it, not one it would wait on forever.
             let holds =
                 |t: usize| pool.nodes_of(t).map(|n| pool.capacity(n)).sum::<u32>() >= spec.gpus;
-            let ty = spec
-                .gpu_types
-                .first()
-                .and_then(|g| pool.type_index(*g))
-                .unwrap_or_else(|| (0..pool.types.len()).find(|&t| holds(t)).unwrap_or(0));
+            let allowed: Vec<usize> = if spec.gpu_types.is_empty() {
+                (0..pool.types.len()).collect()
+            } else {
+                spec.gpu_types
+                    .iter()
+                    .filter_map(|g| pool.type_index(*g))
+                    .collect()
+            };
+            let ty = allowed
+                .iter()
+                .copied()
+                .find(|&t| holds(t))
+                .or_else(|| allowed.first().copied())
+                .unwrap_or(0);
             queued.push((spec.submit.as_micros(), a.id.0, ty, spec.gpus));
         }
         queued.sort_unstable();

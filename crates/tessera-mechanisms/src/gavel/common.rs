@@ -32,14 +32,16 @@ pub(crate) fn type_of(cluster: &Cluster, alloc: &Allocation) -> Option<GpuModelI
 
 /// Estimated throughput of `job` on `count` GPUs of `gpu`: its [`ConfigEstimates`] when a
 /// profiler attached them, else (a type-blind driver) the trace's figure scaled linearly.
-/// Zero when the job may not use that type or the estimate says infeasible.
+/// Zero when the job may not use that type, the type's nodes could never hold it (CPU or
+/// memory included: aiming at them, it would wait for ever) or the estimate says infeasible.
 pub(crate) fn throughput_on(
+    cluster: &Cluster,
     job: &ActiveJob,
     spec: &TrainingJob,
     gpu: GpuModelId,
     count: u32,
 ) -> f64 {
-    if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&gpu) {
+    if !may_use(cluster, spec, gpu, count) {
         return 0.0;
     }
     match job.knowledge.get::<ConfigEstimates>() {
@@ -49,15 +51,29 @@ pub(crate) fn throughput_on(
 }
 
 /// The counts a job may run at on `gpu`: those its estimates list as feasible, else its
-/// requested count.
-pub(crate) fn counts_on(job: &ActiveJob, spec: &TrainingJob, gpu: GpuModelId) -> Vec<u32> {
+/// requested count; only counts the type's nodes could hold.
+pub(crate) fn counts_on(
+    cluster: &Cluster,
+    job: &ActiveJob,
+    spec: &TrainingJob,
+    gpu: GpuModelId,
+) -> Vec<u32> {
     if !spec.gpu_types.is_empty() && !spec.gpu_types.contains(&gpu) {
         return Vec::new();
     }
-    match job.knowledge.get::<ConfigEstimates>() {
+    let mut counts: Vec<u32> = match job.knowledge.get::<ConfigEstimates>() {
         Some(e) => e.on_type(gpu).map(|c| c.count).collect(),
         None => vec![spec.gpus],
-    }
+    };
+    counts.retain(|&c| cluster.can_hold_on(spec, gpu, c));
+    counts
+}
+
+/// Whether `job` may run on `count` GPUs of `gpu`: its types allow it and the type's nodes
+/// could hold it.
+fn may_use(cluster: &Cluster, spec: &TrainingJob, gpu: GpuModelId, count: u32) -> bool {
+    (spec.gpu_types.is_empty() || spec.gpu_types.contains(&gpu))
+        && cluster.can_hold_on(spec, gpu, count)
 }
 
 /// The plan the estimates attach to (gpu, count), else plain data parallelism.

@@ -45,7 +45,7 @@ fn curve(view: &ClusterView<'_>, types: &[GpuType], pos: usize) -> Vec<(u32, f64
     let cap = spec.gpus.max(1).saturating_mul(2);
     let mut counts: Vec<u32> = types
         .iter()
-        .flat_map(|t| counts_on(job, spec, t.id))
+        .flat_map(|t| counts_on(view.cluster, job, spec, t.id))
         .filter(|&c| c <= cap)
         .collect();
     counts.sort_unstable();
@@ -56,7 +56,7 @@ fn curve(view: &ClusterView<'_>, types: &[GpuType], pos: usize) -> Vec<(u32, f64
             let usable: Vec<f64> = types
                 .iter()
                 .filter(|t| u64::from(c) <= t.capacity)
-                .map(|t| throughput_on(job, spec, t.id, c))
+                .map(|t| throughput_on(view.cluster, job, spec, t.id, c))
                 .filter(|&v| v > 0.0)
                 .collect();
             (!usable.is_empty()).then(|| (c, usable.iter().sum::<f64>() / usable.len() as f64))
@@ -162,7 +162,7 @@ impl Policy for ElasticPolicy {
             let job = &view.active[pos];
             let Some(spec) = view.spec(job) else { continue };
             let fit = types.iter().enumerate().position(|(t, ty)| {
-                left[t] >= i64::from(w) && throughput_on(job, spec, ty.id, w) > 0.0
+                left[t] >= i64::from(w) && throughput_on(view.cluster, job, spec, ty.id, w) > 0.0
             });
             if let Some(t) = fit {
                 target[pos] = Some((t, w));

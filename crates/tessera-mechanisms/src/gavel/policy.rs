@@ -217,7 +217,7 @@ impl AllocationProblem {
                     if u64::from(spec.gpus) > t.capacity {
                         0.0
                     } else {
-                        throughput_on(job, spec, t.id, spec.gpus)
+                        throughput_on(view.cluster, job, spec, t.id, spec.gpus)
                     }
                 })
                 .collect();
@@ -529,7 +529,7 @@ fn realise(
             if left[t] < g {
                 continue;
             }
-            let thr = throughput_on(job, spec, ty.id, spec.gpus);
+            let thr = throughput_on(view.cluster, job, spec, ty.id, spec.gpus);
             if thr > 0.0 && best.is_none_or(|(b, _)| thr > b) {
                 best = Some((thr, t));
             }

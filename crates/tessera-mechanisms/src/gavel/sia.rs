@@ -181,11 +181,11 @@ pub(crate) fn configs(
             let cap = spec.gpus.max(1).saturating_mul(2);
             let mut raw: Vec<(usize, u32, f64)> = Vec::new();
             for (t, ty) in types.iter().enumerate() {
-                for count in counts_on(job, spec, ty.id) {
+                for count in counts_on(view.cluster, job, spec, ty.id) {
                     if count > cap || u64::from(count) > ty.capacity {
                         continue;
                     }
-                    let thr = throughput_on(job, spec, ty.id, count);
+                    let thr = throughput_on(view.cluster, job, spec, ty.id, count);
                     if thr > 0.0 {
                         raw.push((t, count, thr));
                     }

@@ -1131,7 +1131,14 @@ impl SynergyPolicy {
             Allocator::Proportional => Self::try_slice(ledger, spec, job, Slice::Fair),
             Allocator::Greedy => {
                 let best = self.typed(view.cluster, job).best;
-                Self::try_slice(ledger, spec, job, best)
+                Self::try_slice(ledger, spec, job, best).or_else(|| {
+                    // A best case no node of the job's types could ever give (more CPUs per
+                    // GPU than the server has) would skip the job at every round for ever:
+                    // such a job takes its proportional share instead.
+                    (!slice_ever_fits(view.cluster, spec, best))
+                        .then(|| Self::try_slice(ledger, spec, job, Slice::Fair))
+                        .flatten()
+                })
             }
             Allocator::Tune | Allocator::Opt => {
                 let Typed { best, fair, .. } = self.typed(view.cluster, job);
@@ -1407,6 +1414,28 @@ fn free_totals(free: &[Resources]) -> (u64, u64, u64) {
 /// Whether `job`'s best case exceeds the proportional share of `cluster`'s servers in CPU or
 /// memory (the reference's "must switch" when it makes a job fair-share).
 /// What `job`'s estimate says, from the policy's per-job record when it has one.
+/// Whether some node group of the job's GPU types, empty, could give it `slice` on every
+/// GPU it asks for (its GPUs spread over the group's nodes as CPU and memory allow).
+fn slice_ever_fits(cluster: &Cluster, spec: &TrainingJob, slice: Slice) -> bool {
+    let Slice::PerGpu { cpu, memory } = slice else {
+        return true;
+    };
+    cluster
+        .groups
+        .iter()
+        .filter(|g| spec.gpu_types.is_empty() || spec.gpu_types.contains(&g.gpu))
+        .any(|g| {
+            let per_node = (1..=g.gpus_per_node.min(spec.gpus))
+                .rev()
+                .find(|&k| {
+                    cpu.0.saturating_mul(u64::from(k)) <= g.cpu.0
+                        && memory.0.saturating_mul(u64::from(k)) <= g.memory.0
+                })
+                .unwrap_or(0);
+            u64::from(per_node) * u64::from(g.count) >= u64::from(spec.gpus)
+        })
+}
+
 fn typed_of(typed: &[Option<Typed>], cluster: &Cluster, job: &ActiveJob) -> Typed {
     match typed.get(job.id.index()) {
         Some(Some(t)) => *t,

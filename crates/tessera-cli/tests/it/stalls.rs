@@ -1,0 +1,165 @@
+//! Issue 36, "no hang, ever", the cases the every-policy property test found: a policy that
+//! accepted a job aimed it at GPUs that could never hold it and stopped with the engine's
+//! stall. Each shape here stalled before its fix; now every job finishes or, where the
+//! policy declares it cannot place it, is rejected up front with the reason.
+
+use std::path::Path;
+
+use super::{stderr, stdout, tessera};
+
+/// One small node of a cheap type (8 CPUs, 64 GiB), then roomy nodes of two other types.
+const CLUSTER: &str = "apiVersion: tessera/v1
+kind: Cluster
+metadata: {name: lopsided}
+spec:
+  nodeGroups:
+    - {name: small, count: 1, gpu: A10, gpusPerNode: 1, cpus: 8, memory: 64Gi}
+    - {name: h100, count: 2, gpu: H100-80GB, gpusPerNode: 8, cpus: 64, memory: 512Gi}
+    - {name: v100, count: 1, gpu: V100-32GB, gpusPerNode: 16, cpus: 128, memory: 1024Gi}
+";
+
+/// Jobs whose first allowed type cannot hold them: too many CPUs, too much memory, too
+/// many GPUs for the A10's single GPU.
+const WORKLOAD: &str = "apiVersion: tessera/v1
+kind: Workload
+spec:
+  jobs:
+    - {name: cpu-heavy, submitSeconds: 0, gpus: 1, durationSeconds: 600, model: resnet50, gpuTypes: [A10, V100-32GB], resources: {cpu: 12}}
+    - {name: memory-heavy, submitSeconds: 10, gpus: 1, durationSeconds: 600, model: resnet50, resources: {memory: 98Gi}}
+    - {name: wide, submitSeconds: 20, gpus: 8, durationSeconds: 600, model: gnmt, gpuTypes: [A10, H100-80GB]}
+    - {name: plain, submitSeconds: 30, gpus: 1, durationSeconds: 600, model: resnet50}
+";
+
+fn write(dir: &Path) -> (String, String) {
+    let (c, w) = (dir.join("cluster.yaml"), dir.join("workload.yaml"));
+    std::fs::write(&c, CLUSTER).unwrap();
+    std::fs::write(&w, WORKLOAD).unwrap();
+    (c.display().to_string(), w.display().to_string())
+}
+
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Gavel's LP, Sia, the elastic policy and Crius's FCFS choose a job's GPU type: each
+/// finishes every job (Gavel aimed `cpu-heavy` and `memory-heavy` at the A10 node, FCFS
+/// aimed `wide` at the one A10 GPU, and waited for ever).
+#[test]
+fn type_choosing_policies_aim_only_at_types_that_can_hold_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, trace) = write(dir.path());
+    for policy in ["gavel", "gavel-max-sum", "sia", "elastic", "fcfs"] {
+        let out = dir.path().join(policy);
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            policy,
+            "--ignore-unsupported",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{policy}: {}{}", stdout(&o), stderr(&o));
+        let s = &summary(&out)["policies"][0];
+        assert_eq!(s["finished"], 4, "{policy}: {s}");
+        assert_eq!(s["unfinished"], 0, "{policy}: {s}");
+    }
+}
+
+/// Dilu's packing sees every node as the smallest one: on a cluster whose nodes differ, a
+/// job asking more CPU or memory than the smallest node has is a mixed-nodes demand. Strict:
+/// refused up front, naming it; relaxed: rejected with the reason, the rest finish.
+#[test]
+fn dilu_refuses_or_rejects_what_only_a_larger_node_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, trace) = write(dir.path());
+    let strict = tessera(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--trace",
+        &trace,
+        "--policy",
+        "dilu",
+    ]);
+    assert_eq!(strict.status.code(), Some(1), "{}", stderr(&strict));
+    let err = stderr(&strict);
+    assert!(err.contains("policy dilu does not honour"), "{err}");
+    assert!(
+        err.contains("asks for 98Gi of memory, more than the smallest node has (64Gi)"),
+        "{err}"
+    );
+    let out = dir.path().join("dilu");
+    let relaxed = tessera(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--trace",
+        &trace,
+        "--policy",
+        "dilu",
+        "--ignore-unsupported",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(relaxed.status.success(), "{}", stderr(&relaxed));
+    let s = &summary(&out)["policies"][0];
+    assert_eq!(s["unfinished"], 0, "{s}");
+    assert_eq!(s["rejected"], 3, "cpu-heavy, memory-heavy and wide: {s}");
+    assert_eq!(s["finished"], 1, "{s}");
+}
+
+/// Synergy's GREEDY skips a job whose best-case demand no placement has this round; on
+/// one-GPU nodes of 8 CPUs a best case of more CPUs than that was skipped at every round for
+/// ever. A best case no node could ever give now falls back to the proportional share.
+#[test]
+fn greedy_takes_the_fair_share_when_no_node_could_ever_give_the_best_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "apiVersion: tessera/v1
+kind: Cluster
+metadata: {name: small-nodes}
+spec:
+  nodeGroups:
+    - {name: a, count: 1, gpu: A10, gpusPerNode: 1, cpus: 8, memory: 64Gi}
+    - {name: t, count: 1, gpu: T4, gpusPerNode: 1, cpus: 8, memory: 64Gi}
+",
+    )
+    .unwrap();
+    let trace = dir.path().join("workload.yaml");
+    std::fs::write(
+        &trace,
+        "apiVersion: tessera/v1
+kind: Workload
+spec:
+  jobs:
+    - {name: j0, submitSeconds: 13, gpus: 1, durationSeconds: 2924, model: resnet18, gpuTypes: [A10], resources: {cpu: 7685m}}
+",
+    )
+    .unwrap();
+    for policy in ["fifo+greedy", "srtf+greedy", "las+greedy", "ftf+greedy"] {
+        let out = dir.path().join(policy);
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--policy",
+            policy,
+            "--ignore-unsupported",
+            "--seed",
+            "903",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{policy}: {}{}", stdout(&o), stderr(&o));
+        let s = &summary(&out)["policies"][0];
+        assert_eq!(s["finished"], 1, "{policy}: {s}");
+    }
+}
