@@ -578,9 +578,8 @@ fn check_capabilities(
     runs: &mut [PolicyRun],
     failures: bool,
 ) -> Result<()> {
-    // Trace files number their jobs' lines; a workload spec or built-in only its jobs.
-    let numbered =
-        !crate::inputs::is_workload_spec(&args.trace) && !args.trace.starts_with("builtin:");
+    // Trace files and workload specs give each job's line; a built-in only numbers its jobs.
+    let numbered = !args.trace.starts_with("builtin:");
     let options = CheckOptions {
         lines: numbered.then_some(trace.lines.as_slice()),
         failures,

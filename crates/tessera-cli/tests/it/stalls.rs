@@ -89,7 +89,7 @@ fn dilu_refuses_or_rejects_what_only_a_larger_node_holds() {
     let err = stderr(&strict);
     assert!(err.contains("policy dilu does not honour"), "{err}");
     assert!(
-        err.contains("asks for 98Gi of memory, more than the smallest node has (64Gi)"),
+        err.contains("job memory-heavy (line 6) asks for 98Gi of memory, more than the smallest node has (64Gi)"),
         "{err}"
     );
     let out = dir.path().join("dilu");
