@@ -293,7 +293,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
                 let stats: Vec<String> = p
                     .policy_stats
                     .iter()
-                    .map(|(k, v)| format!("{k}={v:.4}"))
+                    .map(|(k, v)| format!("{k}={}", stat_value(*v)))
                     .collect();
                 writeln!(out, "{}: {}", p.policy, stats.join(" "))?;
             }
@@ -567,6 +567,20 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
 
 /// Requests at most this many elements per capability in a refusal (then a count).
 const REFUSAL_EXAMPLES: usize = 3;
+
+/// A policy counter as a person reads it: counts as integers (`lp_solves=739`), other
+/// figures with four significant decimals at most (`opt_gap=0.0088`, `lp_solve_ms_max=20.13`).
+fn stat_value(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.is_finite() && v.abs() >= 1.0 {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
 
 /// Checks every policy against what the inputs ask (its declared capabilities) before any
 /// run: refuses the run naming each policy, what it would not honour and who would, or,
@@ -1117,6 +1131,17 @@ mod tests {
     }
 
     /// The header names the truth and why; `summary.json` too.
+    #[test]
+    fn policy_counters_print_as_people_read_them() {
+        assert_eq!(stat_value(739.0), "739");
+        assert_eq!(stat_value(0.0), "0");
+        assert_eq!(stat_value(0.0088), "0.0088");
+        assert_eq!(stat_value(20.1289), "20.13");
+        assert_eq!(stat_value(131251.38), "131251.38");
+        assert_eq!(stat_value(0.5), "0.5");
+        assert_eq!(stat_value(f64::NAN), "NaN");
+    }
+
     #[test]
     fn auto_truth_is_chosen_by_the_inputs_and_explained() {
         // The mixed workload has a quota service the training policies leave out.
