@@ -27,6 +27,8 @@ mod conformance;
 #[cfg(test)]
 mod devices;
 #[cfg(test)]
+mod preemption_tests;
+#[cfg(test)]
 mod service_tests;
 #[cfg(test)]
 mod testkit;
@@ -218,9 +220,11 @@ struct Job {
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
-    /// GPU-service received, GPU·µs, accrued exactly at scheduling points (the row's
-    /// `attained_gpu_secs` is this over 10⁶): tracking policies (LAS) compute it from the
-    /// start of an allocation, which only an integer count matches exactly.
+    /// GPU-service received, GPU·µs, accrued exactly at scheduling points: tracking policies
+    /// (LAS) compute it from the start of an allocation, which only an integer count matches
+    /// exactly. The row's `attained_gpu_secs` is this over 10⁶ while the job holds nothing,
+    /// and what it had when its attempt started while it holds an allocation (see
+    /// [`Core::finish_restore`]).
     attained_us: u64,
 }
 
@@ -1141,6 +1145,16 @@ impl Core {
                 });
                 match &mut job.alloc {
                     Some(a) => {
+                        // Its run went on while the daemon was down: the service of its
+                        // attempt's start (what the row holds) and the GPUs held since, up to
+                        // the instant accruals continue from, as a daemon that never stopped
+                        // would have counted.
+                        if let Some(start) = job.row.start_us {
+                            let since = self.last_accrual.as_micros().saturating_sub(start);
+                            job.attained_us = job
+                                .attained_us
+                                .saturating_add((a.gpus() as u64).saturating_mul(since));
+                        }
                         self.holding.insert(idx);
                         for s in &a.shares {
                             sub(&mut self.free[s.node.index()], &s.resources());
@@ -1224,8 +1238,13 @@ impl Core {
 
     fn transition(&mut self, idx: usize, to: JobState, now_us: u64, detail: &str) {
         self.touch(idx);
+        let holds = self.holding.contains(&idx);
         let job = &mut self.jobs[idx];
-        job.row.attained_gpu_secs = job.attained_us as f64 / 1e6;
+        if !holds {
+            // While it holds an allocation the row keeps the service of its attempt's start
+            // (set by `start_attempt`), from which a restart computes the rest.
+            job.row.attained_gpu_secs = job.attained_us as f64 / 1e6;
+        }
         let from = job.row.state;
         if (from == JobState::Pending) != (to == JobState::Pending) {
             let n = self
@@ -1870,7 +1889,6 @@ impl Core {
                 job.attained_us = job
                     .attained_us
                     .saturating_add((a.gpus() as u64).saturating_mul(dt));
-                job.row.attained_gpu_secs = job.attained_us as f64 / 1e6;
             }
             if let Some(e) = self
                 .active_pos
@@ -1878,7 +1896,7 @@ impl Core {
                 .and_then(|&p| self.active_buf.get_mut(p as usize))
             {
                 e.attained_gpu_us = job.attained_us;
-                e.attained_gpu_secs = job.row.attained_gpu_secs;
+                e.attained_gpu_secs = job.attained_us as f64 / 1e6;
                 // Grows from now at the GPUs held per µs (what a tracking LAS computes).
                 e.resumes_at = Some(now);
             }
@@ -2414,10 +2432,18 @@ impl Core {
         now_us: u64,
         detail: &str,
     ) -> Launch {
+        // The service attained at this instant, stored with the attempt's start: what it has
+        // accrued up to the last scheduling point, and (a restart in place decided between
+        // points) the GPUs it holds since, which the next accrual counts from that point too.
+        let since = now_us.saturating_sub(self.last_accrual.as_micros());
+        let at_start = self.jobs[idx]
+            .attained_us
+            .saturating_add((alloc.gpus() as u64).saturating_mul(since));
         self.hold(idx, alloc);
         let token = (self.new_token)();
         let token_hash = hash_token(&token);
         let job = &mut self.jobs[idx];
+        job.row.attained_gpu_secs = at_start as f64 / 1e6;
         job.row.attempt += 1;
         job.row.start_us = Some(now_us);
         job.row.backend_state = None;
