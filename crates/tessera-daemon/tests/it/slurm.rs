@@ -470,6 +470,29 @@ fn reporting_job(name: &str, gpus: u32, secs: u32) -> String {
     )
 }
 
+/// Cancels, when dropped (a failed test too), the Slurm jobs of one daemon instance: the ones
+/// its test created, named `tessera-<instance>-…`, and no other.
+struct CancelOnDrop {
+    conf: PathBuf,
+    prefix: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let ids: Vec<String> = slurm_jobs(&self.conf, &self.prefix)
+            .into_iter()
+            .filter(|(_, state, _)| matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING"))
+            .map(|(id, _, _)| id)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("scancel")
+                .args(&ids)
+                .env("SLURM_CONF", &self.conf)
+                .output();
+        }
+    }
+}
+
 /// Issue 38 item 4: LAS with rounds, on a cluster that is one Slurm node of 4 V100s
 /// (partition `v100`), after jobs that reported progress through the SDK and after a daemon
 /// restart: a job that arrives while every GPU is taken gets one at the next round, and the
@@ -492,6 +515,10 @@ fn slurm_las_preempts_at_the_next_round_after_progress_reports_and_a_restart() {
     config.round_seconds = Some(ROUND);
     let port = free_port();
     let d = start_tesserad(dir.path(), config.clone(), port);
+    let _cancel = CancelOnDrop {
+        conf: conf.clone(),
+        prefix: format!("tessera-{}-", instance(dir.path())),
+    };
     let alice = Client::new(&d.url, Some(ALICE.into()));
     let nodes = alice.nodes().unwrap().nodes;
     assert_eq!(nodes.len(), 1, "the v100 partition: {nodes:?}");
@@ -510,10 +537,10 @@ fn slurm_las_preempts_at_the_next_round_after_progress_reports_and_a_restart() {
         "early reported progress: {e:?}"
     );
     // x (2 GPUs) runs from the start; y (2 GPUs, reporting progress) 8 s later.
-    let x = alice.submit(&job("x", 2, "sleep 300")).unwrap();
+    let x = alice.submit(&job("x", 2, "sleep 120")).unwrap();
     wait_until("x runs", Duration::from_secs(30), || running(&alice, x.id));
     std::thread::sleep(Duration::from_secs(8));
-    let y = alice.submit(&reporting_job("y", 2, 300)).unwrap();
+    let y = alice.submit(&reporting_job("y", 2, 120)).unwrap();
     wait_until("y runs and reports", Duration::from_secs(30), || {
         running(&alice, y.id) && state(&alice, y.id).progress.is_some()
     });
