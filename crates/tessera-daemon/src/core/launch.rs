@@ -147,33 +147,9 @@ impl Core {
         }
     }
 
+    /// The launch of job `idx`'s current attempt, with its secret `token`.
     pub(super) fn launch(&self, idx: usize, token: &str) -> Launch {
         let job = &self.jobs[idx];
-        let payload = match (&job.spec.command, &job.spec.script) {
-            (Some(argv), _) => Payload::Command(argv.clone()),
-            (None, Some(s)) => Payload::Script(s.clone()),
-            (None, None) => Payload::Command(vec!["true".into()]),
-        };
-        let first = job.row.placement.first();
-        let workers = first.map(|s| (s.cpu.0 / 1000).max(1)).unwrap_or(1);
-        let mut env: Vec<(String, String)> = job
-            .spec
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        env.push(("TESSERA_JOB_ID".into(), job.row.id.to_string()));
-        env.push(("TESSERA_ATTEMPT".into(), job.row.attempt.to_string()));
-        env.push(("TESSERA_TOKEN".into(), token.to_string()));
-        env.push(("TESSERA_CPU_WORKERS".into(), workers.to_string()));
-        env.push(("TESSERA_GPUS".into(), job.spec.gpus.to_string()));
-        env.push((
-            "TESSERA_START_ITERATION".into(),
-            job.row.progress_iters.to_string(),
-        ));
-        if let Some(url) = &self.callback_url {
-            env.push(("TESSERA_URL".into(), url.clone()));
-        }
         // The device-level decision, as the job sees it.
         let devices = job
             .alloc
@@ -184,35 +160,24 @@ impl Core {
             .as_ref()
             .and_then(|a| a.plan)
             .unwrap_or(ParallelPlan::data_parallel(devices.max(1)));
-        let gpu_type = job
-            .alloc
-            .as_ref()
-            .and_then(|a| a.shares.first())
-            .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
-            .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone())
-            .unwrap_or_default();
-        env.push(("TESSERA_PLAN_DP".into(), plan.data.to_string()));
-        env.push(("TESSERA_PLAN_TP".into(), plan.tensor.to_string()));
-        env.push(("TESSERA_PLAN_PP".into(), plan.pipeline.to_string()));
-        env.push(("TESSERA_GPU_TYPE".into(), gpu_type.clone()));
-        if let Some(GpuPart::Quota {
-            sm_limit, memory, ..
-        }) = job.alloc.as_ref().and_then(Allocation::part)
-        {
-            let per_node = job
-                .alloc
-                .as_ref()
-                .and_then(|a| a.shares.first())
-                .map_or(1, |s| s.device_count() as usize);
-            env.push((
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
-                mps_thread_percentage(sm_limit),
-            ));
-            env.push((
-                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
-                mps_pinned_mem_limit(per_node, memory),
-            ));
-        }
+        let (payload, env, gpu_type) = self.run_setup(RunSetup {
+            command: job.spec.command.as_deref(),
+            script: job.spec.script.as_deref(),
+            user_env: &job.spec.env,
+            identity: vec![
+                ("TESSERA_JOB_ID", job.row.id.to_string()),
+                ("TESSERA_ATTEMPT", job.row.attempt.to_string()),
+                ("TESSERA_TOKEN", token.to_string()),
+            ],
+            gpus: job.spec.gpus,
+            after_gpus: vec![(
+                "TESSERA_START_ITERATION",
+                job.row.progress_iters.to_string(),
+            )],
+            plan: Some(plan),
+            placement: &job.row.placement,
+            alloc: job.alloc.as_ref(),
+        });
         Launch {
             name: Launch::run_name(&self.settings.instance, job.row.id, job.row.attempt),
             job_id: job.row.id,
@@ -225,4 +190,83 @@ impl Core {
             gpu_type,
         }
     }
+
+    /// What every run is given, a job's attempt or a service instance's (the one place its
+    /// environment is built): its program; the environment (the user's variables, then
+    /// `identity`, `TESSERA_CPU_WORKERS`, `TESSERA_GPUS`, `after_gpus`, `TESSERA_URL`, the
+    /// plan as `TESSERA_PLAN_{DP,TP,PP}` when given, `TESSERA_GPU_TYPE`, and for a quota the
+    /// MPS limits); and the GPU model's name.
+    pub(super) fn run_setup(&self, run: RunSetup<'_>) -> (Payload, Vec<(String, String)>, String) {
+        let payload = match (run.command, run.script) {
+            (Some(argv), _) => Payload::Command(argv.to_vec()),
+            (None, Some(s)) => Payload::Script(s.to_string()),
+            (None, None) => Payload::Command(vec!["true".into()]),
+        };
+        let workers = run
+            .placement
+            .first()
+            .map(|s| (s.cpu.0 / 1000).max(1))
+            .unwrap_or(1);
+        let mut env: Vec<(String, String)> = run
+            .user_env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let named =
+            |list: Vec<(&'static str, String)>| list.into_iter().map(|(k, v)| (k.to_string(), v));
+        env.extend(named(run.identity));
+        env.push(("TESSERA_CPU_WORKERS".into(), workers.to_string()));
+        env.push(("TESSERA_GPUS".into(), run.gpus.to_string()));
+        env.extend(named(run.after_gpus));
+        if let Some(url) = &self.callback_url {
+            env.push(("TESSERA_URL".into(), url.clone()));
+        }
+        let gpu_type = run
+            .alloc
+            .and_then(|a| a.shares.first())
+            .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
+            .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone())
+            .unwrap_or_default();
+        if let Some(plan) = run.plan {
+            env.push(("TESSERA_PLAN_DP".into(), plan.data.to_string()));
+            env.push(("TESSERA_PLAN_TP".into(), plan.tensor.to_string()));
+            env.push(("TESSERA_PLAN_PP".into(), plan.pipeline.to_string()));
+        }
+        env.push(("TESSERA_GPU_TYPE".into(), gpu_type.clone()));
+        if let Some(GpuPart::Quota {
+            sm_limit, memory, ..
+        }) = run.alloc.and_then(Allocation::part)
+        {
+            let per_node = run
+                .alloc
+                .and_then(|a| a.shares.first())
+                .map_or(1, |s| s.device_count() as usize);
+            env.push((
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
+                mps_thread_percentage(sm_limit),
+            ));
+            env.push((
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                mps_pinned_mem_limit(per_node, memory),
+            ));
+        }
+        (payload, env, gpu_type)
+    }
+}
+
+/// What [`Core::run_setup`] builds a run's program and environment from.
+pub(super) struct RunSetup<'a> {
+    pub(super) command: Option<&'a [String]>,
+    pub(super) script: Option<&'a str>,
+    pub(super) user_env: &'a BTreeMap<String, String>,
+    /// The variables naming the run (job or instance, attempt, token).
+    pub(super) identity: Vec<(&'static str, String)>,
+    /// `TESSERA_GPUS`.
+    pub(super) gpus: u32,
+    /// Variables after `TESSERA_GPUS` (a job's `TESSERA_START_ITERATION`).
+    pub(super) after_gpus: Vec<(&'static str, String)>,
+    /// Exported as `TESSERA_PLAN_*` when given.
+    pub(super) plan: Option<ParallelPlan>,
+    pub(super) placement: &'a [crate::backend::PlacedShare],
+    pub(super) alloc: Option<&'a Allocation>,
 }
