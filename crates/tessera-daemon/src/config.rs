@@ -216,6 +216,32 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
+/// cannot be read (job tokens only guard progress reports).
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    use std::io::Read;
+    let mut buf = [0u8; N];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
+    if !ok {
+        use sha2::{Digest, Sha256};
+        let seed = Sha256::digest(
+            format!(
+                "{:?}{:p}{}",
+                std::time::Instant::now(),
+                &buf,
+                std::process::id()
+            )
+            .as_bytes(),
+        );
+        for (b, s) in buf.iter_mut().zip(seed.iter().cycle()) {
+            *b = *s;
+        }
+    }
+    buf
+}
+
 /// Most memory one node or one job may declare (1 PiB): larger values are typos or attacks,
 /// and would overflow the store's signed 64-bit integers and the MiB rounding.
 pub const MAX_MEMORY: Bytes = Bytes(1 << 50);

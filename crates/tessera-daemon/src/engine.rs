@@ -15,7 +15,7 @@ use tessera_sched::PolicyOptions;
 
 use crate::backend::{Backend, Handle, InventoryNode, Launch, Reconfigure, Retune, RunStatus};
 use crate::clock::Clock;
-use crate::config::{hex, DaemonConfig};
+use crate::config::{hex, random_bytes, DaemonConfig};
 use crate::core::{Command, Core, CoreSettings};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
@@ -166,26 +166,6 @@ fn transition_view(t: crate::store::TransitionRow) -> TransitionView {
         to: t.to,
         detail: t.detail,
     }
-}
-
-/// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
-/// cannot be read (job tokens only guard progress reports).
-pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
-    use std::io::Read;
-    let mut buf = [0u8; N];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok();
-    if !ok {
-        use sha2::{Digest, Sha256};
-        let seed = Sha256::digest(
-            format!("{:?}{:p}{}", Instant::now(), &buf, std::process::id()).as_bytes(),
-        );
-        for (b, s) in buf.iter_mut().zip(seed.iter().cycle()) {
-            *b = *s;
-        }
-    }
-    buf
 }
 
 fn random_token() -> String {

@@ -10,10 +10,10 @@ use tessera_sched::Ledger;
 use super::{Command, Core};
 use crate::backend::NodeHealth;
 use crate::config::hash_token;
+use crate::core::records::{JobQuery, JobRow, RunState, TransitionRow};
 use crate::error::ApiError;
 use crate::metrics::Gauges;
 use crate::spec::JobSpec;
-use crate::store::{JobQuery, JobRow, RunState, TransitionRow};
 use crate::types::{
     GpuView, JobDetail, JobList, JobState, JobView, NodeList, NodeView, Progress, ProgressAck,
     ProgressReport, QueueSummary, QueueView,

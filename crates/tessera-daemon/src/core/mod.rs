@@ -34,6 +34,7 @@ mod jobs;
 mod launch;
 mod output;
 mod polling;
+pub mod records;
 mod restore;
 mod services;
 mod transitions;
@@ -71,11 +72,11 @@ use crate::backend::{
     Payload, Reconfigure, Retune, RunStatus,
 };
 use crate::config::{hash_token, Limits};
+use crate::core::records::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
 use crate::metrics::Metrics;
 use crate::spec::JobSpec;
-use crate::store::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
 use crate::types::JobState;
 
 pub(crate) use api::{Request, Response};

@@ -23,12 +23,12 @@ use tessera_sched::{validate, Action, InstanceId, ServicePhase};
 use super::api::{Caller, Request, Response};
 use super::{add, launch_placeholder, sub, Command, Core, Plan, Refusal};
 use crate::backend::{Handle, Launch, Payload, Retune, RunStatus};
+use crate::core::records::{RunRow, RunState};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::services::{
     parse_service, InstanceRow, InstanceState, InstanceView, LoadReport, RunSpec, ServiceList,
     ServiceRow, ServiceState, ServiceView,
 };
-use crate::store::{RunRow, RunState};
 
 /// Launch failures in a row (not counting transient ones) before an instance is given up.
 const MAX_INSTANCE_FAILURES: u32 = 3;

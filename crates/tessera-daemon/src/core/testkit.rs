@@ -11,9 +11,9 @@ use tessera_sched::{Policy, PolicyOptions};
 use super::{Command, Core, CoreSettings};
 use crate::backend::{GresCount, Handle, InventoryNode, NodeHealth, RunStatus};
 use crate::config::{hash_token, Limits};
+use crate::core::records::{JobRow, RunRow, RunState, WriteBatch};
 use crate::error::BackendError;
 use crate::inventory::ClusterMap;
-use crate::store::{JobRow, RunRow, RunState, WriteBatch};
 use crate::types::JobState;
 
 pub(crate) const TOKEN: &str = "alice-token";
