@@ -222,7 +222,14 @@ impl Engine {
             whole_cpus: backend.whole_cpus(),
             arrival_coalescing: SimDuration::ZERO,
         };
-        let core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
+        let mut core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
+        if let Some(name) = &config.truth {
+            let options = tessera_mechanisms::TruthOptions::default();
+            let truth = tessera_mechanisms::build_truth(name, &options)
+                .ok_or_else(|| DaemonError::Config(format!("truth: unknown truth {name:?}")))?;
+            let profiler = tessera_mechanisms::run_profiler(&config.policy, &truth, &options);
+            core.set_profiler(truth.name, profiler);
+        }
         let mut engine = Engine {
             store,
             unsaved: WriteBatch::default(),

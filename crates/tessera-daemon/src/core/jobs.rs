@@ -124,6 +124,7 @@ impl Core {
         }
         // Service already attained, as recorded (exact to the µs it was written from).
         let attained_us = (row.attained_gpu_secs.max(0.0) * 1e6).round() as u64;
+        let knowledge = self.profile(row.id, &tj);
         self.jobs.push(Job {
             row,
             spec,
@@ -134,10 +135,66 @@ impl Core {
             parked: None,
             unverified_runs: 0,
             archived: false,
+            knowledge,
             attained_us,
         });
         self.specs.push(tj);
         self.touch(idx);
         idx
+    }
+
+    /// Profiles the jobs of this core from the catalogue of `truth` (a registered truth's
+    /// name), with `profiler` ([`tessera_mechanisms::run_profiler`] for the policy): each job
+    /// then carries, from its submission (or a restart), the knowledge the simulator's
+    /// profiling gives a job of its model and batch size, without the profiling run (real mode
+    /// measures nothing before a job starts; the profile's cost is not paid).
+    pub fn set_profiler(
+        &mut self,
+        truth: &str,
+        profiler: Option<std::sync::Arc<dyn tessera_perf::Profiler>>,
+    ) {
+        self.profiler = Some(KnowledgeSource {
+            truth: truth.to_string(),
+            profiler,
+        });
+    }
+
+    /// What the configured truth's catalogue knows of `job` (daemon id `id`): nothing without
+    /// one. The noise of a profile with errors is drawn from a stream seeded by the job's id,
+    /// so a restart gives a job the same knowledge.
+    pub(super) fn profile(&self, id: i64, job: &TrainingJob) -> tessera_model::Knowledge {
+        match self.profiler.as_ref().and_then(|s| s.profiler.as_ref()) {
+            Some(p) => {
+                let mut rng = tessera_model::SimRng::seed_from_u64(id as u64);
+                p.profile(job, &self.map.cluster, &mut rng)
+            }
+            None => tessera_model::Knowledge::new(),
+        }
+    }
+
+    /// Where job `idx`'s knowledge comes from, for `describe`.
+    pub(super) fn knowledge_source(&self, idx: usize) -> String {
+        let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
+            return String::new();
+        };
+        let Some(source) = &self.profiler else {
+            return "none: no truth configured, policies see no profile".into();
+        };
+        let what = if spec.model.is_empty() {
+            "a job without a model hint".to_string()
+        } else {
+            format!("model {:?}", spec.model)
+        };
+        if !job.knowledge.is_empty() {
+            format!("catalogue of truth {}: its profile of {what}", source.truth)
+        } else if source.profiler.is_none() {
+            format!(
+                "none: truth {} profiles nothing for policy {}",
+                source.truth,
+                self.policy.name()
+            )
+        } else {
+            format!("none: truth {} knows nothing of {what}", source.truth)
+        }
     }
 }

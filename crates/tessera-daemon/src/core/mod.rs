@@ -47,6 +47,8 @@ mod conformance;
 #[cfg(test)]
 mod devices;
 #[cfg(test)]
+mod knowledge_tests;
+#[cfg(test)]
 mod preemption_tests;
 #[cfg(test)]
 mod service_tests;
@@ -237,6 +239,9 @@ struct Job {
     /// Its runs in [`Core::verifying`]: counted, so that a start asks in O(1) whether it
     /// must wait (a LAS round may stop and start thousands of jobs at once).
     unverified_runs: u32,
+    /// What policies know of the job (`view.active[..].knowledge`): the configured truth's
+    /// catalogue profile of its model, or nothing ([`Core::set_profiler`]).
+    knowledge: tessera_model::Knowledge,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
@@ -411,6 +416,17 @@ pub struct Core {
     cannot_compact: bool,
     /// Inference services and their instances.
     services: services::Services,
+    /// What jobs are profiled with at submission (see [`Core::set_profiler`]).
+    profiler: Option<KnowledgeSource>,
+}
+
+/// Where the knowledge given to policies comes from: a registered truth's catalogue.
+struct KnowledgeSource {
+    /// The truth's registry name.
+    truth: String,
+    /// Its profiler for this policy ([`tessera_mechanisms::run_profiler`]); `None`: it
+    /// gives this policy nothing.
+    profiler: Option<std::sync::Arc<dyn tessera_perf::Profiler>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -521,6 +537,7 @@ impl Core {
             compact_min: COMPACT_MIN_SLOTS,
             cannot_compact: false,
             services: services::Services::default(),
+            profiler: None,
         };
         for i in 0..core.map.logical.len() {
             if core.map.logical[i].health != NodeHealth::Up {

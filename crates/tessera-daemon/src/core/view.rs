@@ -70,7 +70,7 @@ impl Core {
             throughput_estimate: throughput,
             first_start: job.row.start_us.map(SimTime::from_micros),
             preemptions: job.row.preemptions,
-            // The daemon does not profile jobs (yet): policies treat them as insensitive.
+            knowledge: job.knowledge.clone(),
             ..ActiveJob::arrived(spec)
         })
     }
