@@ -50,6 +50,8 @@ fi
 
 # ---- config -------------------------------------------------------------------------------
 # Node shapes cycle: n1,n2 = 8x a100; n3 = 4x v100; n4 = MIG slices (7x 1g.10gb + 2x 3g.40gb).
+# Partition `gpu` (default) has every node; `v100` only n3 (a daemon whose whole cluster is
+# one small node, for preemption tests).
 # SlurmdParameters=config_overrides lets slurmd trust these CPUs/RealMemory on a 2-core host.
 node_line() {
   local i=$1 port=$((SLURMD_BASE_PORT + $1 - 1))
@@ -121,6 +123,7 @@ InactiveLimit=0
 KillWait=2
 $(for i in $(seq "$NNODES"); do node_line "$i"; done)
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+$( ((NNODES >= 3)) && echo "PartitionName=v100 Nodes=n3 Default=NO MaxTime=INFINITE State=UP OverSubscribe=NO" )
 CONF
 { for i in $(seq "$NNODES"); do gres_line "$i"; done; } > "$BASE/etc/gres.conf"
 rm -f "$BASE/etc/cgroup.conf"

@@ -25,6 +25,11 @@ pub struct DaemonConfig {
     /// Periodic scheduling round in seconds; absent = schedule on events only.
     #[serde(default)]
     pub round_seconds: Option<f64>,
+    /// A registered truth (`tessera list truths`) whose catalogue profiles each job at
+    /// submission, as the simulator's profilers do, so that knowledge-driven policies get
+    /// estimates; absent = policies see no profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<String>,
     /// How often the backend is polled for job state changes, in milliseconds (default 500).
     #[serde(default = "default_poll_ms")]
     pub poll_interval_ms: u64,
@@ -216,6 +221,32 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
+/// cannot be read (job tokens only guard progress reports).
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    use std::io::Read;
+    let mut buf = [0u8; N];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
+    if !ok {
+        use sha2::{Digest, Sha256};
+        let seed = Sha256::digest(
+            format!(
+                "{:?}{:p}{}",
+                std::time::Instant::now(),
+                &buf,
+                std::process::id()
+            )
+            .as_bytes(),
+        );
+        for (b, s) in buf.iter_mut().zip(seed.iter().cycle()) {
+            *b = *s;
+        }
+    }
+    buf
+}
+
 /// Most memory one node or one job may declare (1 PiB): larger values are typos or attacks,
 /// and would overflow the store's signed 64-bit integers and the MiB rounding.
 pub const MAX_MEMORY: Bytes = Bytes(1 << 50);
@@ -273,6 +304,16 @@ impl DaemonConfig {
     /// Checks values serde cannot.
     pub fn validate(&self) -> Result<(), DaemonError> {
         let bad = |m: String| Err(DaemonError::Config(m));
+        if let Some(t) = &self.truth {
+            let options = tessera_mechanisms::TruthOptions::default();
+            if tessera_mechanisms::build_truth(t, &options).is_none() {
+                let known: Vec<&str> = tessera_mechanisms::truths().map(|(_, t)| t.name).collect();
+                return bad(format!(
+                    "truth: unknown truth {t:?} (known: {})",
+                    known.join(", ")
+                ));
+            }
+        }
         let mut names = std::collections::BTreeSet::new();
         // A token hash shared by two tenants would authenticate as whichever wins a lookup.
         let mut hashes: BTreeMap<String, &str> = BTreeMap::new();
@@ -465,6 +506,15 @@ mod tests {
             e.contains("alice") && e.contains("root") && e.contains("same token"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_truth_must_be_registered() {
+        let base = "store: x\nbackend: {kind: local, workDir: /w}\n";
+        let e = rejection(&format!("truth: nonsuch\n{base}"));
+        assert!(e.contains("nonsuch") && e.contains("gavel"), "{e}");
+        let c = DaemonConfig::from_yaml(&format!("truth: gavel\n{base}")).unwrap();
+        assert_eq!(c.truth.as_deref(), Some("gavel"));
     }
 
     #[test]

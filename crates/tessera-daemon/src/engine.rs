@@ -15,7 +15,7 @@ use tessera_sched::PolicyOptions;
 
 use crate::backend::{Backend, Handle, InventoryNode, Launch, Reconfigure, Retune, RunStatus};
 use crate::clock::Clock;
-use crate::config::{hex, DaemonConfig};
+use crate::config::{hex, random_bytes, DaemonConfig};
 use crate::core::{Command, Core, CoreSettings};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
@@ -168,26 +168,6 @@ fn transition_view(t: crate::store::TransitionRow) -> TransitionView {
     }
 }
 
-/// Random bytes from the OS (`/dev/urandom`), or a hash of the time and an address when it
-/// cannot be read (job tokens only guard progress reports).
-pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
-    use std::io::Read;
-    let mut buf = [0u8; N];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok();
-    if !ok {
-        use sha2::{Digest, Sha256};
-        let seed = Sha256::digest(
-            format!("{:?}{:p}{}", Instant::now(), &buf, std::process::id()).as_bytes(),
-        );
-        for (b, s) in buf.iter_mut().zip(seed.iter().cycle()) {
-            *b = *s;
-        }
-    }
-    buf
-}
-
 fn random_token() -> String {
     hex(&random_bytes::<24>())
 }
@@ -242,7 +222,14 @@ impl Engine {
             whole_cpus: backend.whole_cpus(),
             arrival_coalescing: SimDuration::ZERO,
         };
-        let core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
+        let mut core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
+        if let Some(name) = &config.truth {
+            let options = tessera_mechanisms::TruthOptions::default();
+            let truth = tessera_mechanisms::build_truth(name, &options)
+                .ok_or_else(|| DaemonError::Config(format!("truth: unknown truth {name:?}")))?;
+            let profiler = tessera_mechanisms::run_profiler(&config.policy, &truth, &options);
+            core.set_profiler(truth.name, profiler);
+        }
         let mut engine = Engine {
             store,
             unsaved: WriteBatch::default(),

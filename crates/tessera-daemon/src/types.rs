@@ -142,6 +142,10 @@ pub struct JobView {
     /// SDK progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// Where what policies know of the job comes from (the configured truth's catalogue, or
+    /// nothing, and why); absent for finished jobs served from the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knowledge: Option<String>,
 }
 
 /// `GET /v1/jobs`.

@@ -10,10 +10,10 @@ use tessera_sched::Ledger;
 use super::{Command, Core};
 use crate::backend::NodeHealth;
 use crate::config::hash_token;
+use crate::core::records::{JobQuery, JobRow, RunState, TransitionRow};
 use crate::error::ApiError;
 use crate::metrics::Gauges;
 use crate::spec::JobSpec;
-use crate::store::{JobQuery, JobRow, RunState, TransitionRow};
 use crate::types::{
     GpuView, JobDetail, JobList, JobState, JobView, NodeList, NodeView, Progress, ProgressAck,
     ProgressReport, QueueSummary, QueueView,
@@ -193,13 +193,15 @@ impl Core {
 
     fn view(&self, idx: usize, position: Option<u32>, exact: bool) -> JobView {
         let job = &self.jobs[idx];
-        self.render(
+        let mut view = self.render(
             &job.row,
             &job.spec,
             job.alloc.as_ref(),
             self.pending_reason(idx, exact),
             position,
-        )
+        );
+        view.knowledge = Some(self.knowledge_source(idx));
+        view
     }
 
     /// The view of a job from its row, its spec and what it holds.
@@ -247,6 +249,7 @@ impl Core {
                 iterations_per_second: r.iters_per_sec,
                 updated_at: r.progress_us.map(secs),
             }),
+            knowledge: None,
         }
     }
 

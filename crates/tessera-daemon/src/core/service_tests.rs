@@ -677,7 +677,7 @@ mod prop {
             let stopping = h
                 .store_runs
                 .get(k)
-                .is_some_and(|s| s.state == crate::store::RunState::Stop);
+                .is_some_and(|s| s.state == crate::core::records::RunState::Stop);
             if r.job_id < 0 && r.status == RunStatus::Running && !stopping {
                 prop_assert!(
                     live.iter().any(|i| i.1 == -r.job_id),
@@ -1215,7 +1215,7 @@ fn dilu_packs_a_training_job_and_an_instance_on_one_gpu_and_static_shares_does_n
 fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
     use super::testkit::Harness;
     use crate::backend::RunStatus;
-    use crate::store::RunState;
+    use crate::core::records::RunState;
     let (policy, batch) = scripted();
     let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
     let text = body(&["true"], serde_json::json!({}));

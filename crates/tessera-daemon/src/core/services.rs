@@ -22,15 +22,13 @@ use tessera_sched::{validate, Action, InstanceId, ServicePhase};
 
 use super::api::{Caller, Request, Response};
 use super::{add, launch_placeholder, sub, Command, Core, Plan, Refusal};
-use crate::backend::{
-    mps_pinned_mem_limit, mps_thread_percentage, Handle, Launch, Payload, Retune, RunStatus,
-};
+use crate::backend::{Handle, Launch, Payload, Retune, RunStatus};
+use crate::core::records::{RunRow, RunState};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::services::{
     parse_service, InstanceRow, InstanceState, InstanceView, LoadReport, RunSpec, ServiceList,
     ServiceRow, ServiceState, ServiceView,
 };
-use crate::store::{RunRow, RunState};
 
 /// Launch failures in a row (not counting transient ones) before an instance is given up.
 const MAX_INSTANCE_FAILURES: u32 = 3;
@@ -892,58 +890,27 @@ impl Core {
             };
         };
         let svc = &self.services.list[inst.svc];
-        let payload = match (&svc.run.command, &svc.run.script) {
-            (Some(argv), _) => Payload::Command(argv.clone()),
-            (None, Some(s)) => Payload::Script(s.clone()),
-            (None, None) => Payload::Command(vec!["true".into()]),
-        };
-        let mut env: Vec<(String, String)> = svc
-            .run
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let devices = inst.alloc.devices();
-        let first = inst.row.placement.first();
-        let workers = first.map(|s| (s.cpu.0 / 1000).max(1)).unwrap_or(1);
-        env.push(("TESSERA_SERVICE".into(), svc.row.id.to_string()));
-        env.push(("TESSERA_SERVICE_NAME".into(), svc.row.name.clone()));
-        env.push(("TESSERA_INSTANCE".into(), id.to_string()));
-        env.push(("TESSERA_ATTEMPT".into(), inst.row.attempt.to_string()));
+        let mut identity = vec![
+            ("TESSERA_SERVICE", svc.row.id.to_string()),
+            ("TESSERA_SERVICE_NAME", svc.row.name.clone()),
+            ("TESSERA_INSTANCE", id.to_string()),
+            ("TESSERA_ATTEMPT", inst.row.attempt.to_string()),
+        ];
         if !inst.token.is_empty() {
-            env.push(("TESSERA_TOKEN".into(), inst.token.clone()));
+            identity.push(("TESSERA_TOKEN", inst.token.clone()));
         }
-        env.push(("TESSERA_CPU_WORKERS".into(), workers.to_string()));
-        env.push(("TESSERA_GPUS".into(), devices.to_string()));
-        if let Some(url) = &self.callback_url {
-            env.push(("TESSERA_URL".into(), url.clone()));
-        }
-        let gpu_type = inst
-            .alloc
-            .shares
-            .first()
-            .and_then(|s| self.map.cluster.nodes.get(s.node.index()))
-            .map(|n| self.map.cluster.catalog.get(n.gpu).name.clone())
-            .unwrap_or_default();
-        env.push(("TESSERA_GPU_TYPE".into(), gpu_type.clone()));
-        if let Some(GpuPart::Quota {
-            sm_limit, memory, ..
-        }) = inst.alloc.part()
-        {
-            let per_node = inst
-                .alloc
-                .shares
-                .first()
-                .map_or(1, |s| s.device_count() as usize);
-            env.push((
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
-                mps_thread_percentage(sm_limit),
-            ));
-            env.push((
-                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
-                mps_pinned_mem_limit(per_node, memory),
-            ));
-        }
+        let (payload, env, gpu_type) = self.run_setup(super::launch::RunSetup {
+            command: svc.run.command.as_deref(),
+            script: svc.run.script.as_deref(),
+            user_env: &svc.run.env,
+            identity,
+            gpus: devices,
+            after_gpus: Vec::new(),
+            plan: None,
+            placement: &inst.row.placement,
+            alloc: Some(&inst.alloc),
+        });
         Launch {
             name: instance_run_name(&self.settings.instance, id, inst.row.attempt),
             job_id: -id,

@@ -11,9 +11,9 @@ use tessera_sched::{Policy, PolicyOptions};
 use super::{Command, Core, CoreSettings};
 use crate::backend::{GresCount, Handle, InventoryNode, NodeHealth, RunStatus};
 use crate::config::{hash_token, Limits};
+use crate::core::records::{JobRow, RunRow, RunState, WriteBatch};
 use crate::error::BackendError;
 use crate::inventory::ClusterMap;
-use crate::store::{JobRow, RunRow, RunState, WriteBatch};
 use crate::types::JobState;
 
 pub(crate) const TOKEN: &str = "alice-token";
@@ -166,7 +166,14 @@ impl Harness {
 
     /// A daemon restart: a fresh core over the same store and backend, reconciled.
     pub(crate) fn restart(&mut self, policy: Box<dyn Policy>) {
+        self.restart_with(policy, |_| {});
+    }
+
+    /// A restart whose fresh core is set up by `setup` (as the engine does: a truth's
+    /// profiler) before it loads the store.
+    pub(crate) fn restart_with(&mut self, policy: Box<dyn Policy>, setup: impl FnOnce(&mut Core)) {
         self.core = core_with(&self.nodes, policy, self.now);
+        setup(&mut self.core);
         let rows: Vec<JobRow> = self.store_jobs.values().cloned().collect();
         let open: Vec<RunRow> = self
             .store_runs

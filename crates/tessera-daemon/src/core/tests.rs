@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::testkit::{node, policy, Event, Harness, TOKEN};
 use crate::backend::RunStatus;
-use crate::store::RunState;
+use crate::core::records::RunState;
 use crate::types::JobState;
 
 /// (job id, attempt, placement as (node, GPUs)).

@@ -443,3 +443,148 @@ fn slurm_node_set_down_has_its_job_requeued_once_and_restarted_elsewhere() {
     assert!(ours.iter().any(|(id, _, _)| *id == first_slurm));
     alice.cancel(j.id).unwrap();
 }
+
+/// A job spec whose command is a Python script run with the job SDK on its path (the
+/// repository's `sdk/python/src`).
+fn sdk_job(name: &str, gpus: u32, python: &str) -> String {
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sdk/python/src");
+    let script: String = python.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "name: {name}\ngpus: {gpus}\nenv: {{PYTHONPATH: {sdk:?}}}\nscript: |\n  exec python3 - <<'PY'\n{script}  PY\n"
+    )
+}
+
+/// A job that reports progress through the SDK every second for `secs` seconds.
+fn reporting_job(name: &str, gpus: u32, secs: u32) -> String {
+    sdk_job(
+        name,
+        gpus,
+        &format!(
+            "import time\n\
+             import tessera_sdk as t\n\
+             ctx = t.JobContext.from_env()\n\
+             for i in range({secs}):\n\
+             \x20   t.report_progress(ctx, iterations=10 * (i + 1), iterations_per_second=10.0)\n\
+             \x20   time.sleep(1)\n"
+        ),
+    )
+}
+
+/// Cancels, when dropped (a failed test too), the Slurm jobs of one daemon instance: the ones
+/// its test created, named `tessera-<instance>-…`, and no other.
+struct CancelOnDrop {
+    conf: PathBuf,
+    prefix: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let ids: Vec<String> = slurm_jobs(&self.conf, &self.prefix)
+            .into_iter()
+            .filter(|(_, state, _)| matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING"))
+            .map(|(id, _, _)| id)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("scancel")
+                .args(&ids)
+                .env("SLURM_CONF", &self.conf)
+                .output();
+        }
+    }
+}
+
+/// Issue 38 item 4: LAS with rounds, on a cluster that is one Slurm node of 4 V100s
+/// (partition `v100`), after jobs that reported progress through the SDK and after a daemon
+/// restart: a job that arrives while every GPU is taken gets one at the next round, and the
+/// job preempted for it is the one with the most attained service, as in the simulator. (A
+/// restart used to bring running jobs back with the service their stored rows held, written
+/// at their last transition or progress report: LAS then took the younger job, which had
+/// reported progress, for the older and preempted it instead.)
+#[test]
+fn slurm_las_preempts_at_the_next_round_after_progress_reports_and_a_restart() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut backend = slurm_backend(dir.path(), &conf);
+    if let BackendConfig::Slurm(s) = &mut backend {
+        s.partition = Some("v100".into());
+    }
+    let mut config = config(dir.path(), backend);
+    config.policy = "las".into();
+    const ROUND: f64 = 5.0;
+    config.round_seconds = Some(ROUND);
+    let port = free_port();
+    let d = start_tesserad(dir.path(), config.clone(), port);
+    let _cancel = CancelOnDrop {
+        conf: conf.clone(),
+        prefix: format!("tessera-{}-", instance(dir.path())),
+    };
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    let nodes = alice.nodes().unwrap().nodes;
+    assert_eq!(nodes.len(), 1, "the v100 partition: {nodes:?}");
+    assert_eq!((nodes[0].name.as_str(), nodes[0].gpus), ("n3", 4));
+    let state = |c: &Client, id: i64| c.describe(id).unwrap().job;
+    let running = |c: &Client, id: i64| state(c, id).backend_state.as_deref() == Some("RUNNING");
+
+    // Earlier jobs: one that reports progress and completes.
+    let early = alice.submit(&reporting_job("early", 2, 3)).unwrap();
+    wait_until("early completes", Duration::from_secs(60), || {
+        state(&alice, early.id).state == JobState::Completed
+    });
+    let e = state(&alice, early.id);
+    assert!(
+        e.progress.as_ref().is_some_and(|p| p.iterations >= 10),
+        "early reported progress: {e:?}"
+    );
+    // x (2 GPUs) runs from the start; y (2 GPUs, reporting progress) 8 s later.
+    let x = alice.submit(&job("x", 2, "sleep 120")).unwrap();
+    wait_until("x runs", Duration::from_secs(30), || running(&alice, x.id));
+    std::thread::sleep(Duration::from_secs(8));
+    let y = alice.submit(&reporting_job("y", 2, 120)).unwrap();
+    wait_until("y runs and reports", Duration::from_secs(30), || {
+        running(&alice, y.id) && state(&alice, y.id).progress.is_some()
+    });
+    std::thread::sleep(Duration::from_secs(7)); // a round or two with y reporting
+
+    sigkill(d);
+    let d = start_tesserad(dir.path(), config, port);
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    wait_until("x and y adopted", Duration::from_secs(30), || {
+        running(&alice, x.id) && running(&alice, y.id)
+    });
+    let b = alice.submit(&job("b", 1, "sleep 5")).unwrap();
+    wait_until("b starts", Duration::from_secs(30), || {
+        state(&alice, b.id).state != JobState::Pending
+    });
+    let detail = alice.describe(b.id).unwrap();
+    let started = detail
+        .transitions
+        .iter()
+        .find(|t| t.to == JobState::Starting)
+        .map(|t| t.at)
+        .unwrap();
+    assert!(
+        started - detail.job.submitted_at <= ROUND + 1.0,
+        "b started {:.1} s after its submission: at the next round",
+        started - detail.job.submitted_at
+    );
+    let (xv, yv) = (state(&alice, x.id), state(&alice, y.id));
+    assert_eq!(
+        (xv.preemptions, yv.preemptions),
+        (1, 0),
+        "LAS preempts x, which has attained the most service (x {:?}, y {:?})",
+        xv.state,
+        yv.state
+    );
+    assert!(alice
+        .metrics()
+        .unwrap()
+        .contains("tessera_preemptions_total{reason=\"policy\"} 1"));
+    wait_until("b runs on Slurm", Duration::from_secs(30), || {
+        running(&alice, b.id)
+    });
+    for id in [x.id, y.id, b.id] {
+        let _ = alice.cancel(id);
+    }
+    sigkill(d);
+}

@@ -1,0 +1,142 @@
+//! Issue 38 item 4: a preemptive policy in real mode decides as the simulator does after a
+//! daemon restart and after progress reports. The attained service of a running job must
+//! survive a restart: the daemon's runs keep running while it is down, so a job restored
+//! running has attained what it had when its attempt started plus its GPUs times the time
+//! since. (Before the fix, a restored running job came back with the service its stored row
+//! held, written at its last transition: often none, so LAS took a job that had run for an
+//! hour for a fresh one and preempted the wrong job.)
+
+use tessera_model::SimDuration;
+
+use super::testkit::{node, policy, Event, Harness};
+use crate::backend::RunStatus;
+use crate::types::{JobState, ProgressReport};
+
+/// Attained service (GPU·µs) of each job the policy sees, by store id, at the last point.
+fn attained(h: &Harness, ids: &[i64]) -> Vec<u64> {
+    let kept = h.core.kept_active();
+    ids.iter()
+        .map(|&id| {
+            let idx = h.core.by_id[&id];
+            kept.iter()
+                .find(|a| a.id.index() == idx)
+                .map_or(u64::MAX, |a| a.attained_gpu_us)
+        })
+        .collect()
+}
+
+fn report(h: &mut Harness, id: i64, iterations: u64) {
+    h.core
+        .report_progress(
+            h.now,
+            id,
+            ProgressReport {
+                iterations,
+                samples_per_second: Some(64.0),
+                iterations_per_second: Some(2.0),
+            },
+        )
+        .expect("a running job reports");
+    h.drain();
+}
+
+fn preempted(events: &[Event]) -> Vec<i64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Stop(id, _, true) => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two GPUs, LAS with 60 s rounds: `x` runs from 0 s, `y` from 30 s (and reports progress,
+/// as an SDK job does); the daemon restarts at 130 s; `b` (1 GPU) arrives. At the next round
+/// LAS gives `b` the GPU of the job with the most attained service, `x` (130 GPU·s against
+/// `y`'s 100), exactly as without the restart.
+fn restart_then_arrival(restart: bool) -> (Harness, [i64; 3]) {
+    let mut h = Harness::new(vec![node("n1", 2)], policy("las", Some(60)));
+    let t0 = h.now;
+    let x = h.submit("x", 1, 10_000);
+    h.schedule();
+    h.advance(30);
+    let y = h.submit("y", 1, 10_000);
+    h.schedule();
+    for k in 1..=5 {
+        h.advance(20);
+        report(&mut h, y, 40 * k);
+        h.poll();
+        if h.core.wants_schedule(h.now) {
+            h.schedule();
+        }
+    }
+    assert_eq!(
+        (h.state(x), h.state(y)),
+        (JobState::Running, JobState::Running)
+    );
+    assert_eq!(h.now, t0 + SimDuration::from_secs(130));
+    if restart {
+        h.restart(policy("las", Some(60)));
+    }
+    let b = h.submit("b", 1, 30);
+    h.schedule();
+    assert_eq!(
+        attained(&h, &[x, y, b]),
+        vec![130_000_000, 100_000_000, 0],
+        "GPU·µs each job has attained at 130 s"
+    );
+    (h, [x, y, b])
+}
+
+#[test]
+fn a_restart_keeps_the_attained_service_of_running_jobs() {
+    for restart in [false, true] {
+        let (mut h, [x, y, b]) = restart_then_arrival(restart);
+        h.take_events();
+        let next_round = h.core.poll_timeout().expect("a round is due");
+        h.now = next_round;
+        h.poll();
+        h.schedule();
+        let events = h.take_events();
+        assert_eq!(
+            preempted(&events),
+            vec![x],
+            "restart {restart}: LAS preempts the job with the most service: {events:?}"
+        );
+        assert_eq!(h.state(b), JobState::Running, "restart {restart}");
+        assert_eq!(h.state(y), JobState::Running, "restart {restart}");
+        assert_eq!(h.core.metrics().preemptions.get("policy"), Some(&1));
+    }
+}
+
+/// The service a job attained is stored so that a restart, at any moment, finds it: while a
+/// job runs, its row holds the service of its attempt's start (a restart adds the time since),
+/// and once it stops, all of it.
+#[test]
+fn stored_attained_service_follows_preemptions_and_restarts() {
+    let (mut h, [x, y, b]) = restart_then_arrival(true);
+    h.now = h.core.poll_timeout().expect("a round");
+    h.poll();
+    h.schedule(); // the round after the restart, at 190 s: x preempted with 190 GPU·s
+    assert_eq!(h.store_jobs[&x].state, JobState::Pending);
+    assert_eq!(h.store_jobs[&x].attained_gpu_secs, 190.0);
+    assert_eq!(h.store_jobs[&b].start_us, Some(h.now.as_micros()));
+    assert_eq!(
+        h.store_jobs[&b].attained_gpu_secs, 0.0,
+        "b's attempt starts at 0"
+    );
+    h.advance(10);
+    h.end_run(b, RunStatus::Completed);
+    h.poll();
+    h.schedule(); // x back on b's GPU at 200 s
+    assert_eq!(h.state(x), JobState::Running);
+    assert_eq!(h.store_jobs[&x].attained_gpu_secs, 190.0);
+    h.advance(25);
+    h.restart(policy("las", Some(60)));
+    h.schedule();
+    assert_eq!(
+        attained(&h, &[x, y]),
+        vec![215_000_000, 195_000_000],
+        "x: 190 + 25 GPU·s; y: 225 - 30"
+    );
+}
