@@ -455,9 +455,18 @@ pub fn truths() -> impl Iterator<Item = (&'static dyn Mechanism, &'static TruthI
         .flat_map(|m| m.truths().iter().map(move |t| (*m, t)))
 }
 
-/// Builds a registered truth model by name; `None` for an unknown name.
+/// Builds a registered truth model by name; `None` for an unknown name. Where its tables
+/// give an allocation no speed (a MIG instance or a quota for tables of whole GPUs, a GPU
+/// they find too small for the model), the rate falls back as
+/// [`tessera_perf::FallbackRates`] documents, so that any policy runs under any truth.
 pub fn build_truth(name: &str, options: &TruthOptions) -> Option<Truth> {
-    MECHANISMS.iter().find_map(|m| m.build_truth(name, options))
+    MECHANISMS
+        .iter()
+        .find_map(|m| m.build_truth(name, options))
+        .map(|mut t| {
+            t.model = Arc::new(tessera_perf::FallbackRates(t.model));
+            t
+        })
 }
 
 /// The mechanism whose truth is named `truth`, if any.

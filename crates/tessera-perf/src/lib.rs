@@ -182,6 +182,105 @@ pub fn gpu_equivalents(alloc: &Allocation, cluster: &Cluster) -> f64 {
     held
 }
 
+/// A paper's truth made total, so that any policy runs under it: its tables rate whole GPUs
+/// of the models they know (Synergy's, Crius's, Gavel's), and a policy of another mechanism
+/// may hand a job a MIG instance, a quota, or a GPU the tables find too small for the model.
+/// Where the inner truth rates an allocation 0:
+/// - held in parts (MIG instances, quotas): the inner truth's speed on the same GPUs taken
+///   whole, scaled by the share of them it holds ([`gpu_equivalents`]), as the trace's truth
+///   does;
+/// - otherwise (or when even the whole GPUs rate 0: the tables' estimator finds the model
+///   does not fit them): the trace's rate for what it holds ([`TraceThroughput`]) — the job
+///   ran in its trace — rather than stopping the run.
+///
+/// An allocation the inner truth rates itself keeps its rate, so every figure a paper's
+/// truth gave stays as it was.
+pub struct FallbackRates(pub std::sync::Arc<dyn ThroughputModel>);
+
+impl FallbackRates {
+    /// `own` when the inner truth gave a speed, else the share-scaled or the trace's rate.
+    fn or_fallback(
+        &self,
+        own: f64,
+        job: &TrainingJob,
+        alloc: &Allocation,
+        cluster: &Cluster,
+    ) -> f64 {
+        if own > 0.0 && own.is_finite() {
+            own
+        } else if holds_parts(alloc) {
+            self.by_share(job, alloc, cluster)
+        } else {
+            TraceThroughput.throughput(job, alloc, cluster)
+        }
+    }
+
+    fn by_share(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64 {
+        let whole = whole_gpus_of(alloc);
+        let held = whole.gpus();
+        if held == 0 {
+            return 0.0;
+        }
+        let rate = self.0.throughput(job, &whole, cluster) * gpu_equivalents(alloc, cluster)
+            / f64::from(held);
+        if rate.is_finite() && rate > 0.0 {
+            rate
+        } else {
+            // The tables rate even the whole GPUs 0 (their estimator finds the model does
+            // not fit them): the trace's own rate for the share, as the job ran in its trace.
+            TraceThroughput.throughput(job, alloc, cluster)
+        }
+    }
+}
+
+/// Whether `alloc` holds some GPU in parts.
+fn holds_parts(alloc: &Allocation) -> bool {
+    alloc.shares.iter().any(|s| {
+        s.devices
+            .is_some_and(|d| !matches!(d.part, tessera_model::GpuPart::Whole))
+    })
+}
+
+/// `alloc` with every GPU it holds a part of taken whole.
+fn whole_gpus_of(alloc: &Allocation) -> Allocation {
+    let mut whole = alloc.clone();
+    for s in &mut whole.shares {
+        if let Some(d) = s.devices.as_mut() {
+            if !matches!(d.part, tessera_model::GpuPart::Whole) {
+                s.gpus += d.gpus.count();
+                d.part = tessera_model::GpuPart::Whole;
+            }
+        }
+    }
+    whole
+}
+
+impl ThroughputModel for FallbackRates {
+    fn throughput(&self, job: &TrainingJob, alloc: &Allocation, cluster: &Cluster) -> f64 {
+        let own = self.0.throughput(job, alloc, cluster);
+        self.or_fallback(own, job, alloc, cluster)
+    }
+
+    fn depends_on_neighbours(&self) -> bool {
+        self.0.depends_on_neighbours()
+    }
+
+    fn proportional_to_gpus(&self) -> bool {
+        self.0.proportional_to_gpus()
+    }
+
+    fn throughput_among(
+        &self,
+        job: &TrainingJob,
+        alloc: &Allocation,
+        cluster: &Cluster,
+        neighbours: &[(&TrainingJob, &Allocation)],
+    ) -> f64 {
+        let own = self.0.throughput_among(job, alloc, cluster, neighbours);
+        self.or_fallback(own, job, alloc, cluster)
+    }
+}
+
 /// Seconds lost when a job is stopped and started again (checkpoint plus restore), per model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestartCosts {

@@ -30,9 +30,9 @@ const GPU_MODELS: &[&str] = &[
 ];
 const MIG_CAPABLE: &[&str] = &["A100-80GB", "H100-80GB", "A100-40GB"];
 
-/// Model names of every mechanism's tables, and one nobody knows. Not Crius's `FAMILY-SIZEb`
-/// models: a workload of only those picks Crius's truth, which rates no MIG slice or quota
-/// (throughput 0 under `static`/`mps`: a known gap until the composed truth, issue 37).
+/// Model names of every mechanism's tables (Crius's `FAMILY-SIZEb` included: a workload of
+/// only those picks Crius's truth, under which MIG slices and quotas are rated by their
+/// share), and one nobody knows.
 const MODELS: &[&str] = &[
     "resnet50",
     "transformer",
@@ -42,6 +42,8 @@ const MODELS: &[&str] = &[
     "roberta-large",
     "gpt2-large",
     "llama2-7b",
+    "bert-1.3b",
+    "wrn-2b",
     "mystery-net",
 ];
 

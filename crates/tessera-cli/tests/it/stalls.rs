@@ -163,3 +163,46 @@ spec:
         assert_eq!(s["finished"], 1, "{policy}: {s}");
     }
 }
+
+/// Every registered truth rates every allocation any policy hands out: under a paper's
+/// truth, whose tables know whole GPUs of their own models only, MISO's slices, MPS shares,
+/// Dilu's quotas and a GPU the tables find too small for the model stopped the run with
+/// "throughput 0".
+#[test]
+fn every_truth_rates_what_every_policy_hands_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, trace) = (
+        super::data("mixed_cluster.yaml"),
+        super::data("mixed_workload.yaml"),
+    );
+    for truth in ["crius", "synergy", "gavel", "miso"] {
+        let out = dir.path().join(truth);
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--perf",
+            truth,
+            "--policy",
+            "miso",
+            "--policy",
+            "static",
+            "--policy",
+            "mps",
+            "--policy",
+            "dilu",
+            "--policy",
+            "crius",
+            "--ignore-unsupported",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{truth}: {}{}", stdout(&o), stderr(&o));
+        for p in summary(&out)["policies"].as_array().unwrap() {
+            assert_eq!(p["unfinished"], 0, "{truth}: {p}");
+            assert!(p["error"].is_null(), "{truth}: {p}");
+        }
+    }
+}
