@@ -907,10 +907,8 @@ impl Core {
     }
 
     fn render_metrics(&self, now: SimTime) -> String {
-        let mut counts: BTreeMap<JobState, u64> = BTreeMap::new();
-        for j in &self.jobs {
-            *counts.entry(j.row.state).or_default() += 1;
-        }
+        // Finished jobs archived (and, after a restart, never loaded) count too.
+        let counts = self.count_by_state();
         let mut pending_per_queue: BTreeMap<String, u64> = BTreeMap::new();
         for &idx in &self.active {
             let r = &self.jobs[idx].row;
@@ -931,7 +929,7 @@ impl Core {
         let gauges = Gauges {
             jobs: JobState::ALL
                 .iter()
-                .map(|s| (s.as_str(), counts.get(s).copied().unwrap_or(0)))
+                .map(|s| (s.as_str(), counts.get(s).copied().unwrap_or(0) as u64))
                 .collect(),
             pending_per_queue,
             resources: vec![
