@@ -51,7 +51,7 @@ pub(crate) enum Request {
     Queue,
     Progress {
         id: i64,
-        report: ProgressReport,
+        report: Report<ProgressReport>,
     },
     Metrics,
     /// An administrator sets a node's health (`None`: back to what the backend reports).
@@ -77,8 +77,35 @@ pub(crate) enum Request {
     InstanceLoad {
         service: i64,
         instance: i64,
-        report: crate::services::LoadReport,
+        report: Report<crate::services::LoadReport>,
     },
+}
+
+/// A report's body: parsed already, or the JSON text as sent, which the core parses only once
+/// the caller is authenticated (an unauthenticated client must not get its body parsed).
+#[derive(Clone, Debug)]
+pub(crate) enum Report<T> {
+    /// Already parsed (in-process callers).
+    Parsed(T),
+    /// The request body, JSON.
+    Json(String),
+}
+
+impl<T> From<T> for Report<T> {
+    fn from(v: T) -> Self {
+        Report::Parsed(v)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Report<T> {
+    /// The report, parsing the body if needed.
+    pub(crate) fn parse(self) -> Result<T, ApiError> {
+        match self {
+            Report::Parsed(v) => Ok(v),
+            Report::Json(text) => serde_json::from_str(&text)
+                .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}"))),
+        }
+    }
 }
 
 /// The core's answer.
@@ -592,6 +619,14 @@ impl Core {
                     ));
                 }
                 let idx = self.lookup(&caller, id)?;
+                let report = report.parse()?;
+                // The store keeps integers as signed 64-bit.
+                if report.iterations > i64::MAX as u64 {
+                    return Err(ApiError::bad_request(format!(
+                        "iterations: must be at most {}",
+                        i64::MAX
+                    )));
+                }
                 self.progress(now, idx, report)
             }
             Request::Metrics | Request::Submit { .. } => {
