@@ -620,13 +620,6 @@ impl Core {
                 }
                 let idx = self.lookup(&caller, id)?;
                 let report = report.parse()?;
-                // The store keeps integers as signed 64-bit.
-                if report.iterations > i64::MAX as u64 {
-                    return Err(ApiError::bad_request(format!(
-                        "iterations: must be at most {}",
-                        i64::MAX
-                    )));
-                }
                 self.progress(now, idx, report)
             }
             Request::Metrics | Request::Submit { .. } => {
@@ -804,6 +797,13 @@ impl Core {
         idx: usize,
         report: ProgressReport,
     ) -> Result<Response, ApiError> {
+        // The store keeps integers as signed 64-bit (beyond, it read back as 0).
+        if report.iterations > i64::MAX as u64 {
+            return Err(ApiError::bad_request(format!(
+                "iterations: must be at most {}",
+                i64::MAX
+            )));
+        }
         let valid = |v: Option<f64>| v.is_none_or(|x| (0.0..1e12).contains(&x));
         if !valid(report.samples_per_second) || !valid(report.iterations_per_second) {
             return Err(ApiError::bad_request(
