@@ -354,6 +354,18 @@ impl DaemonConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        // A relative workDir would be resolved against whatever directory each job's wrapper
+        // (or each Slurm node) starts in: every job would then fail, looking killed.
+        let work_dir = match &self.backend {
+            BackendConfig::Local(l) => &l.work_dir,
+            BackendConfig::Slurm(s) => &s.work_dir,
+        };
+        if !work_dir.is_absolute() {
+            return bad(format!(
+                "backend.workDir must be an absolute path, got {:?}",
+                work_dir.display().to_string()
+            ));
+        }
         if self.poll_interval_ms == 0 {
             return bad("pollIntervalMs must be positive".into());
         }
@@ -577,5 +589,22 @@ mod tests {
             assert!(!is_safe_name(bad), "{bad}");
         }
         assert_eq!(hash_token("abc").len(), 64);
+    }
+
+    #[test]
+    fn a_relative_work_dir_is_refused_naming_the_field() {
+        for text in [
+            "store: x\nbackend: {kind: slurm, workDir: ./jobs}\n",
+            "store: x\nbackend: {kind: slurm, workDir: jobs}\n",
+        ] {
+            let e = DaemonConfig::from_yaml(text).unwrap_err().to_string();
+            assert!(
+                e.contains("backend.workDir") && e.contains("absolute"),
+                "{e}"
+            );
+        }
+        assert!(
+            DaemonConfig::from_yaml("store: x\nbackend: {kind: slurm, workDir: /jobs}\n").is_ok()
+        );
     }
 }

@@ -982,6 +982,16 @@ mod tests {
             assert_eq!(end, None);
             assert_eq!(list(e, BOB, None, 100).0, vec![hold]);
             assert_eq!(e.count_by_state().get(&JobState::Completed), Some(&8));
+            // So do the metrics, after a restart too (the store holds them, memory does not).
+            let Ok(Response::Text(metrics)) = e.handle(Some(ALICE), Request::Metrics) else {
+                panic!("no metrics");
+            };
+            for line in [
+                "tessera_jobs{state=\"completed\"} 8",
+                "tessera_jobs{state=\"failed\"} 4",
+            ] {
+                assert!(metrics.contains(line), "{line} not in\n{metrics}");
+            }
         };
         check(&mut e);
         drop(e);

@@ -21,7 +21,7 @@ use crate::engine::{Engine, Request, Response};
 use crate::error::{ApiError, DaemonError};
 use crate::metrics::Histogram;
 use crate::spec::JobSpec;
-use crate::types::{JobState, ProgressReport};
+use crate::types::JobState;
 
 /// Most requests the engine takes in one batch (one store transaction for the submissions).
 const MAX_BATCH: usize = 1024;
@@ -486,19 +486,11 @@ async fn progress(
         Ok(v) => v,
         Err(e) => return error_response(&e),
     };
-    let report: ProgressReport = match read_body(&s, req).await.and_then(|t| {
-        serde_json::from_str(&t).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
-    }) {
-        Ok(r) => r,
+    // The body is read here but parsed by the core, after the token is checked.
+    let report = match read_body(&s, req).await {
+        Ok(text) => crate::core::Report::Json(text),
         Err(e) => return error_response(&e),
     };
-    // The store keeps integers as signed 64-bit.
-    if report.iterations > i64::MAX as u64 {
-        return error_response(&ApiError::bad_request(format!(
-            "iterations: must be at most {}",
-            i64::MAX
-        )));
-    }
     respond(
         call(&s, &headers, Request::Progress { id, report }).await,
         false,

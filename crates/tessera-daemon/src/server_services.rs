@@ -88,10 +88,8 @@ pub(crate) async fn load(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let report: crate::services::LoadReport = match serde_json::from_str(&body) {
-        Ok(r) => r,
-        Err(e) => return error_response(&ApiError::bad_request(format!("malformed JSON: {e}"))),
-    };
+    // Parsed by the core, after the token is checked.
+    let report = crate::core::Report::Json(body);
     let request = Request::InstanceLoad {
         service,
         instance,

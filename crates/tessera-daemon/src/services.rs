@@ -254,17 +254,50 @@ pub struct LoadReport {
     pub violations: u64,
 }
 
+/// Largest arrival rate an instance may report, requests per second: far above what one
+/// instance serves, low enough that sums over instances and the scaling arithmetic built on
+/// them stay finite and meaningful (a report of 1e308/s would leave its service never
+/// scaling out).
+pub const MAX_REPORTED_REQUESTS_PER_SECOND: f64 = 1e7;
+/// Largest latency an instance may report, seconds (a day).
+pub const MAX_REPORTED_LATENCY_SECONDS: f64 = 86_400.0;
+/// Largest queue, batch or window count an instance may report.
+pub const MAX_REPORTED_COUNT: u64 = 1 << 40;
+
 impl LoadReport {
-    /// Checks the numbers (finite, not negative, violations within completions).
+    /// Checks the numbers: finite, not negative, within the bounds above (refused, not
+    /// clamped, so a broken reporter is told), violations within completions.
     pub fn validate(&self) -> Result<(), ApiError> {
-        for (field, v) in [
-            ("requestsPerSecond", self.requests_per_second),
-            ("p50LatencySeconds", self.p50_latency_seconds),
-            ("p99LatencySeconds", self.p99_latency_seconds),
+        for (field, v, max) in [
+            (
+                "requestsPerSecond",
+                self.requests_per_second,
+                MAX_REPORTED_REQUESTS_PER_SECOND,
+            ),
+            (
+                "p50LatencySeconds",
+                self.p50_latency_seconds,
+                MAX_REPORTED_LATENCY_SECONDS,
+            ),
+            (
+                "p99LatencySeconds",
+                self.p99_latency_seconds,
+                MAX_REPORTED_LATENCY_SECONDS,
+            ),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
+            if !(v.is_finite() && (0.0..=max).contains(&v)) {
                 return Err(ApiError::bad_request(format!(
-                    "{field}: must be a finite number >= 0"
+                    "{field}: must be a finite number between 0 and {max}"
+                )));
+            }
+        }
+        for (field, v) in [
+            ("completed", self.completed),
+            ("violations", self.violations),
+        ] {
+            if v > MAX_REPORTED_COUNT {
+                return Err(ApiError::bad_request(format!(
+                    "{field}: must be at most {MAX_REPORTED_COUNT}"
                 )));
             }
         }
@@ -458,4 +491,50 @@ pub(crate) fn max_instance_id(conn: &Connection) -> Result<i64, DaemonError> {
         .optional()?
         .flatten()
         .unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_numbers_beyond_their_bounds_are_refused() {
+        let ok = LoadReport {
+            queue_length: 3,
+            requests_per_second: 250.0,
+            p50_latency_seconds: 0.05,
+            p99_latency_seconds: 0.2,
+            completed: 100,
+            violations: 2,
+            ..LoadReport::default()
+        };
+        ok.validate().unwrap();
+        for (field, bad) in [
+            (
+                "requestsPerSecond",
+                LoadReport {
+                    requests_per_second: 1e308,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "p99LatencySeconds",
+                LoadReport {
+                    p99_latency_seconds: 1e300,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "completed",
+                LoadReport {
+                    completed: u64::MAX,
+                    violations: 0,
+                    ..ok.clone()
+                },
+            ),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.message.starts_with(field), "{}", e.message);
+        }
+    }
 }

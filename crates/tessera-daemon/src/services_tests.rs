@@ -186,7 +186,7 @@ fn a_service_survives_a_daemon_restart_without_a_second_instance() {
     let req = Request::InstanceLoad {
         service: 1,
         instance: first[0].1,
-        report,
+        report: report.into(),
     };
     let v = service(&mut e, &token, req).expect("load accepted after the restart");
     assert_eq!(

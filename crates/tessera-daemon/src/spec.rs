@@ -115,6 +115,15 @@ pub const MAX_SPEC_ALIASES: usize = 64;
 /// per indentation step and per `- ` entry marker). Block scalars (`|`, `>`) are skipped, so
 /// brackets in scripts do not count. It may over-count odd but valid layouts; it never
 /// under-counts what the parser would nest.
+/// `text` cut at every line break the YAML parser may honour: LF, CR and CRLF (YAML 1.2), and
+/// NEL, LS and PS (YAML 1.1, which libyaml still reads as breaks). `str::lines` splits on LF
+/// only, so a comment ending in a lone CR would hide the line after it from the pre-scan. A
+/// CRLF yields an extra empty line, which the pre-scan skips; cutting where the parser does
+/// not can only make the pre-scan count more, never less.
+fn yaml_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'])
+}
+
 pub(crate) fn check_shape(text: &str) -> Result<(), ApiError> {
     let limit = MAX_SPEC_DEPTH;
     let too_deep = || {
@@ -127,7 +136,7 @@ pub(crate) fn check_shape(text: &str) -> Result<(), ApiError> {
     let mut indents: Vec<usize> = Vec::new();
     // (indentation of the node owning a block scalar, content indentation once known)
     let mut block_scalar: Option<(usize, Option<usize>)> = None;
-    for line in text.lines() {
+    for line in yaml_lines(text) {
         let indent = line.len() - line.trim_start_matches(' ').len();
         let rest = &line[indent..];
         if let Some((owner, content)) = block_scalar {
@@ -526,6 +535,110 @@ mod tests {
         }
         let huge = format!("name: a\ncommand: [x]\ngpus: 1\n#{}\n", "x".repeat(70_000));
         assert_eq!(JobSpec::parse(&huge).unwrap_err().status, 413);
+    }
+
+    #[test]
+    fn nesting_after_a_comment_ended_by_any_yaml_line_break_is_counted() {
+        let deep = format!("{}x{}", "[".repeat(100), "]".repeat(100));
+        for brk in ["\r", "\n", "\r\n", "\u{85}", "\u{2028}", "\u{2029}"] {
+            for text in [
+                format!("name: a # comment{brk}hints: {deep}\n"),
+                format!("# comment{brk}{deep}"),
+                format!("a: 'q'{brk}b: {deep}"),
+            ] {
+                let e = check_shape(&text).unwrap_err();
+                assert!(e.message.contains("levels deep"), "{text:?}: {}", e.message);
+            }
+        }
+    }
+
+    mod prop {
+        use super::super::{check_shape, MAX_SPEC_DEPTH};
+        use proptest::prelude::*;
+
+        fn depth(v: &serde_norway::Value) -> usize {
+            match v {
+                serde_norway::Value::Sequence(s) => 1 + s.iter().map(depth).max().unwrap_or(0),
+                serde_norway::Value::Mapping(m) => {
+                    1 + m
+                        .iter()
+                        .map(|(k, v)| depth(k).max(depth(v)))
+                        .max()
+                        .unwrap_or(0)
+                }
+                serde_norway::Value::Tagged(t) => depth(&t.value),
+                _ => 0,
+            }
+        }
+
+        fn line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("k: x".to_string()),
+                Just("# c".to_string()),
+                Just("k: x # c".to_string()),
+                Just("k: 'q' # c".to_string()),
+                Just("k: \"q # c\"".to_string()),
+                Just("- x".to_string()),
+                Just("- - x".to_string()),
+                Just("a: &a x".to_string()),
+                Just("b: *a".to_string()),
+                Just("c: |".to_string()),
+                Just("  [[[[ x".to_string()),
+                Just("".to_string()),
+                Just("  ".to_string()),
+                Just("k: [x, {a: y}]".to_string()),
+            ]
+        }
+
+        fn brk() -> impl Strategy<Value = &'static str> {
+            prop_oneof![Just("\n"), Just("\r"), Just("\r\n")]
+        }
+
+        /// A nested value (`depth` levels of flow sequences and mappings), written as a line
+        /// of its own, as a key's value, or after a comment on the same physical line.
+        fn deep() -> impl Strategy<Value = String> {
+            (1usize..50, any::<bool>(), 0usize..3).prop_map(|(depth, maps, form)| {
+                let (open, close) = if maps { ("{a: ", "}") } else { ("[", "]") };
+                let value = format!("{}x{}", open.repeat(depth), close.repeat(depth));
+                match form {
+                    0 => value,
+                    1 => format!("d: {value}"),
+                    _ => format!("- {value}"),
+                }
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+            /// Whatever mix of CR, LF and CRLF, comments, anchors, quotes and block scalars
+            /// surrounds it: a document the pre-scan lets through never parses into something
+            /// nested deeper than the limit.
+            #[test]
+            fn the_pre_scan_never_under_counts(
+                lines in proptest::collection::vec((line(), brk()), 0..12),
+                at in 0usize..12,
+                nested in deep(),
+                nested_brk in brk(),
+            ) {
+                let mut text = String::new();
+                for (i, (l, b)) in lines.iter().enumerate() {
+                    if i == at.min(lines.len()) {
+                        text.push_str(&nested);
+                        text.push_str(nested_brk);
+                    }
+                    text.push_str(l);
+                    text.push_str(b);
+                }
+                if at >= lines.len() {
+                    text.push_str(&nested);
+                }
+                if check_shape(&text).is_ok() {
+                    if let Ok(v) = serde_norway::from_str::<serde_norway::Value>(&text) {
+                        prop_assert!(depth(&v) <= MAX_SPEC_DEPTH, "{text:?} nests {}", depth(&v));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -86,8 +86,10 @@ fn parse_run_state(s: &str) -> RunState {
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
-    /// The exclusive lock on `<store>.lock`, held as long as the store is open (dropping the
-    /// file releases it); `None` for a read-only [`Store::inspect`] handle.
+    /// The database file, opened apart from SQLite to hold the exclusive `flock` as long as
+    /// the store is open; declared after `conn` so that it is closed after SQLite's own
+    /// descriptors (closing a descriptor drops the process's POSIX locks on the file). `None`
+    /// for a read-only [`Store::inspect`] handle.
     _lock: Option<std::fs::File>,
     /// Write transactions committed and job rows written by this handle (regression tests
     /// check group commit and that a scheduling pass writes only what changed).
@@ -103,55 +105,139 @@ pub struct WriteCounts {
     pub job_rows: u64,
 }
 
-/// The lock file beside a store: `t.db` -> `t.db.lock`.
+/// The note beside a store naming its holder's pid: `t.db` -> `t.db.lock` (the lock itself is
+/// on the database file).
 pub fn lock_path(path: &Path) -> std::path::PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     name.into()
 }
 
-/// Takes the exclusive, non-blocking `flock` on the store's lock file and writes our pid into
-/// it, so that a second daemon on the same store refuses to start and can name the holder.
-/// The kernel drops the lock when the holder dies, so a SIGKILLed daemon leaves no stale lock.
-fn lock_store(path: &Path) -> Result<std::fs::File, DaemonError> {
-    use std::io::{Read, Seek, Write};
+/// The pid holding a `flock` on the file `meta` describes, read from `/proc/locks` (Linux);
+/// `None` elsewhere or when it cannot be told.
+fn flock_holder(meta: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let want = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at = fields.iter().position(|f| *f == "FLOCK")?;
+        let pid = fields.get(at + 3)?;
+        let id = fields.get(at + 4)?;
+        (*id == want).then(|| pid.parse().ok()).flatten()
+    })
+}
+
+/// Opens the database file itself (creating it 0600 when absent) and takes an exclusive,
+/// non-blocking `flock` on it, so that one daemon owns the store by identity: a second daemon
+/// reaching the same inode through a symlink, a hard link or after the `.lock` note was
+/// deleted is refused all the same. `flock` locks are independent of the POSIX locks SQLite
+/// takes on the same file, and the kernel drops ours when the holder dies, so a SIGKILLed
+/// daemon leaves no stale lock. Returns the locked file and whether it was created now.
+///
+/// Our pid is then written into `<store>.lock`, only so that a refused daemon can name the
+/// holder where `/proc/locks` cannot be read.
+fn lock_store(path: &Path) -> Result<(std::fs::File, bool), DaemonError> {
+    use std::io::Write;
     use std::os::fd::AsRawFd;
-    let lock = lock_path(path);
-    let open_err = |e: std::io::Error| DaemonError::StoreOpen {
-        path: lock.clone(),
+    use std::os::unix::fs::OpenOptionsExt;
+    let open_err = |p: &Path, e: std::io::Error| DaemonError::StoreOpen {
+        path: p.to_path_buf(),
         message: e.to_string(),
     };
-    let mut file = std::fs::OpenOptions::new()
+    let mut created = false;
+    let file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock)
-        .map_err(open_err)?;
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => {
+            created = true;
+            f
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| open_err(path, e))?,
+        Err(e) => return Err(open_err(path, e)),
+    };
     // SAFETY: flock(2) on a descriptor we own; no memory is passed.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
+            let holder = file
+                .metadata()
+                .ok()
+                .and_then(|m| flock_holder(&m))
+                .or_else(|| {
+                    std::fs::read_to_string(lock_path(path))
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok())
+                });
             return Err(DaemonError::StoreLocked {
                 path: path.to_path_buf(),
-                holder: text.trim().parse().ok(),
+                holder,
             });
         }
-        return Err(open_err(err));
+        return Err(open_err(path, err));
     }
-    file.set_len(0).map_err(open_err)?;
-    file.rewind().map_err(open_err)?;
-    writeln!(file, "{}", std::process::id()).map_err(open_err)?;
-    Ok(file)
+    let note = lock_path(path);
+    let _ = std::fs::remove_file(&note);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&note)
+        .map_err(|e| open_err(&note, e))?;
+    writeln!(f, "{}", std::process::id()).map_err(|e| open_err(&note, e))?;
+    Ok((file, created))
+}
+
+/// Takes group and other permissions off an existing store and its WAL and shared-memory
+/// files (stores made by earlier versions were 0644): job env may hold secrets. New files are
+/// created 0600, and SQLite gives the `-wal` and `-shm` files the database's mode.
+fn restrict_mode(path: &Path) -> Result<(), DaemonError> {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let p = std::path::PathBuf::from(name);
+        let meta = match std::fs::metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(DaemonError::StoreOpen {
+                    path: p,
+                    message: e.to_string(),
+                })
+            }
+        };
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+                DaemonError::StoreOpen {
+                    path: p.clone(),
+                    message: format!("cannot make it private (0600): {e}"),
+                }
+            })?;
+            tracing::warn!(file = %p.display(), "store file was readable by others; now 0600");
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a file that is not a tessera store before anything writes to it: garbage (not
-/// SQLite) and SQLite databases of other programs (tables, but no tessera `meta` row). An empty
-/// or absent file is a new store.
-fn check_foreign(path: &Path) -> Result<(), DaemonError> {
+/// SQLite) and SQLite databases of other programs (tables, but no tessera `meta` row). A file
+/// `lock_store` has just created is a new store; an empty file found on disk (with no WAL
+/// beside it) is refused: a truncated store would otherwise start empty and every job in it
+/// would vanish without a word.
+fn check_foreign(path: &Path, created_now: bool) -> Result<(), DaemonError> {
     let refuse = |message: String| DaemonError::StoreOpen {
         path: path.to_path_buf(),
         message,
@@ -162,7 +248,18 @@ fn check_foreign(path: &Path) -> Result<(), DaemonError> {
         Err(e) => return Err(refuse(e.to_string())),
     };
     if len == 0 {
-        return Ok(());
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal_len = std::fs::metadata(std::path::PathBuf::from(wal)).map_or(0, |m| m.len());
+        if created_now || wal_len > 0 {
+            return Ok(());
+        }
+        return Err(refuse(
+            "the file is empty (0 bytes): a store truncated or replaced, not a new one; \
+             refusing to start on it with no jobs. Restore it from a backup, or delete it \
+             (or point `store` elsewhere) to start a new, empty store"
+                .into(),
+        ));
     }
     let conn = Connection::open_with_flags(
         path,
@@ -209,9 +306,10 @@ fn bad(e: impl std::fmt::Display) -> DaemonError {
 impl Store {
     /// Opens (creating if needed) the database at `path`.
     ///
-    /// Takes an exclusive lock (`<path>.lock`) first: a store held by another daemon is
-    /// refused with [`DaemonError::StoreLocked`]. A file that is not a tessera store is refused
-    /// before anything is written to it.
+    /// Takes an exclusive lock on the database file itself first: a store held by another
+    /// daemon, by whatever path, is refused with [`DaemonError::StoreLocked`]. A file that is
+    /// not a tessera store, or an empty one found on disk, is refused before anything is
+    /// written to it. The store and its WAL are private to the daemon's user (0600).
     pub fn open(path: &Path, sync: SyncMode) -> Result<Store, DaemonError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| DaemonError::StoreOpen {
@@ -219,8 +317,9 @@ impl Store {
                 message: e.to_string(),
             })?;
         }
-        let lock = lock_store(path)?;
-        check_foreign(path)?;
+        let (lock, created_now) = lock_store(path)?;
+        check_foreign(path, created_now)?;
+        restrict_mode(path)?;
         Self::open_locked(path, sync, lock).map_err(|e| match e {
             DaemonError::Store(e) => DaemonError::StoreOpen {
                 path: path.to_path_buf(),
@@ -898,6 +997,79 @@ mod tests {
             .is_empty());
         drop(first);
         Store::open(&path, SyncMode::Full).expect("free again once the holder is gone");
+    }
+
+    #[test]
+    fn a_second_opener_through_a_symlink_a_hard_link_or_without_the_note_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let first = Store::open(&path, SyncMode::Full).unwrap();
+        let symlink = dir.path().join("via-symlink.db");
+        std::os::unix::fs::symlink(&path, &symlink).unwrap();
+        let hard = dir.path().join("via-hardlink.db");
+        std::fs::hard_link(&path, &hard).unwrap();
+        for other in [&symlink, &hard] {
+            let e = Store::open(other, SyncMode::Full).unwrap_err().to_string();
+            assert!(
+                e.contains("in use by another tessera daemon")
+                    && e.contains(&format!("pid {}", std::process::id())),
+                "{}: {e}",
+                other.display()
+            );
+        }
+        std::fs::remove_file(lock_path(&path)).unwrap();
+        let e = Store::open(&path, SyncMode::Full).unwrap_err().to_string();
+        assert!(e.contains("in use by another tessera daemon"), "{e}");
+        drop(first);
+        Store::open(&hard, SyncMode::Full).expect("free again once the holder is gone");
+    }
+
+    #[test]
+    fn an_empty_store_file_is_refused_not_started_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let mut s = Store::open(&path, SyncMode::Full).unwrap();
+            let mut batch = WriteBatch::default();
+            batch.jobs.push(row(1));
+            s.commit(&batch).unwrap();
+        }
+        std::fs::File::create(&path).unwrap(); // truncated to 0 bytes
+        let e = Store::open(&path, SyncMode::Full).unwrap_err().to_string();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("empty (0 bytes)"),
+            "{e}"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left untouched");
+    }
+
+    #[test]
+    fn the_store_and_its_journal_are_private_to_the_daemon_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mode = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::fs::metadata(std::path::PathBuf::from(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        {
+            let mut s = Store::open(&path, SyncMode::Full).unwrap();
+            let mut batch = WriteBatch::default();
+            batch.jobs.push(row(1));
+            s.commit(&batch).unwrap();
+            for suffix in ["", "-wal", "-shm", ".lock"] {
+                assert_eq!(mode(suffix), 0o600, "{suffix}");
+            }
+        }
+        // A store an earlier version left world-readable is made private when opened.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _s = Store::open(&path, SyncMode::Full).unwrap();
+        assert_eq!(mode(""), 0o600);
     }
 
     #[test]

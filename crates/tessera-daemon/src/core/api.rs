@@ -51,7 +51,7 @@ pub(crate) enum Request {
     Queue,
     Progress {
         id: i64,
-        report: ProgressReport,
+        report: Report<ProgressReport>,
     },
     Metrics,
     /// An administrator sets a node's health (`None`: back to what the backend reports).
@@ -77,8 +77,35 @@ pub(crate) enum Request {
     InstanceLoad {
         service: i64,
         instance: i64,
-        report: crate::services::LoadReport,
+        report: Report<crate::services::LoadReport>,
     },
+}
+
+/// A report's body: parsed already, or the JSON text as sent, which the core parses only once
+/// the caller is authenticated (an unauthenticated client must not get its body parsed).
+#[derive(Clone, Debug)]
+pub(crate) enum Report<T> {
+    /// Already parsed (in-process callers).
+    Parsed(T),
+    /// The request body, JSON.
+    Json(String),
+}
+
+impl<T> From<T> for Report<T> {
+    fn from(v: T) -> Self {
+        Report::Parsed(v)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Report<T> {
+    /// The report, parsing the body if needed.
+    pub(crate) fn parse(self) -> Result<T, ApiError> {
+        match self {
+            Report::Parsed(v) => Ok(v),
+            Report::Json(text) => serde_json::from_str(&text)
+                .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}"))),
+        }
+    }
 }
 
 /// The core's answer.
@@ -592,6 +619,7 @@ impl Core {
                     ));
                 }
                 let idx = self.lookup(&caller, id)?;
+                let report = report.parse()?;
                 self.progress(now, idx, report)
             }
             Request::Metrics | Request::Submit { .. } => {
@@ -769,6 +797,13 @@ impl Core {
         idx: usize,
         report: ProgressReport,
     ) -> Result<Response, ApiError> {
+        // The store keeps integers as signed 64-bit (beyond, it read back as 0).
+        if report.iterations > i64::MAX as u64 {
+            return Err(ApiError::bad_request(format!(
+                "iterations: must be at most {}",
+                i64::MAX
+            )));
+        }
         let valid = |v: Option<f64>| v.is_none_or(|x| (0.0..1e12).contains(&x));
         if !valid(report.samples_per_second) || !valid(report.iterations_per_second) {
             return Err(ApiError::bad_request(
@@ -907,10 +942,8 @@ impl Core {
     }
 
     fn render_metrics(&self, now: SimTime) -> String {
-        let mut counts: BTreeMap<JobState, u64> = BTreeMap::new();
-        for j in &self.jobs {
-            *counts.entry(j.row.state).or_default() += 1;
-        }
+        // Finished jobs archived (and, after a restart, never loaded) count too.
+        let counts = self.count_by_state();
         let mut pending_per_queue: BTreeMap<String, u64> = BTreeMap::new();
         for &idx in &self.active {
             let r = &self.jobs[idx].row;
@@ -931,7 +964,7 @@ impl Core {
         let gauges = Gauges {
             jobs: JobState::ALL
                 .iter()
-                .map(|s| (s.as_str(), counts.get(s).copied().unwrap_or(0)))
+                .map(|s| (s.as_str(), counts.get(s).copied().unwrap_or(0) as u64))
                 .collect(),
             pending_per_queue,
             resources: vec![

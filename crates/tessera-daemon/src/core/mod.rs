@@ -81,7 +81,7 @@ use crate::metrics::Metrics;
 use crate::spec::JobSpec;
 use crate::types::JobState;
 
-pub(crate) use api::{Request, Response};
+pub(crate) use api::{Report, Request, Response};
 pub use services::instance_run_name;
 
 /// Default run time assumed for a job without hints.

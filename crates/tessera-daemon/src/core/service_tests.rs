@@ -867,7 +867,7 @@ fn instances_report_their_load_with_their_own_token_and_the_policy_scales_on_it(
         let req = Request::InstanceLoad {
             service,
             instance,
-            report,
+            report: report.into(),
         };
         core.handle_request(SimTime::ZERO, Some(token), req)
     };
@@ -1001,7 +1001,7 @@ fn report_all(
         let req = Request::InstanceLoad {
             service,
             instance,
-            report,
+            report: report.into(),
         };
         core.handle_request(SimTime::ZERO, Some(token), req)
             .expect("load accepted");

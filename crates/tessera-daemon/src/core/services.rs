@@ -679,7 +679,7 @@ impl Core {
         token: Option<&str>,
         service: i64,
         instance: i64,
-        report: LoadReport,
+        report: super::api::Report<LoadReport>,
     ) -> Result<Response, ApiError> {
         let token = token
             .filter(|t| !t.is_empty() && t.len() <= 512)
@@ -705,6 +705,7 @@ impl Core {
                 "load is accepted only with the instance's own token (TESSERA_TOKEN)",
             ));
         }
+        let report = report.parse()?;
         report.validate()?;
         if let Some(inst) = self.services.live.get_mut(&owner) {
             inst.load = Some(report);

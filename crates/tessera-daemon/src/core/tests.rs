@@ -2347,3 +2347,24 @@ fn a_stopped_run_found_completed_counts_no_preemption() {
         assert_eq!(counted(&h, a), want, "restart, completed: {completed}");
     }
 }
+
+#[test]
+fn progress_beyond_what_the_store_holds_is_refused() {
+    let mut h = Harness::new(vec![node("n1", 1)], policy("fifo", None));
+    let a = h.submit("a", 1, 100);
+    let report = |iterations| crate::types::ProgressReport {
+        iterations,
+        samples_per_second: None,
+        iterations_per_second: None,
+    };
+    let e = h
+        .core
+        .report_progress(h.now, a, report(1u64 << 63))
+        .unwrap_err();
+    assert!(
+        e.status == 400 && e.message.contains("iterations"),
+        "{}",
+        e.message
+    );
+    h.core.report_progress(h.now, a, report(10)).unwrap();
+}

@@ -171,7 +171,10 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
         ))
         .unwrap_err();
     assert!(e.to_string().contains("memory"), "{e}");
-    // Progress beyond what the store can hold is refused (it used to read back as 0).
+    // Progress beyond what the store can hold is refused (it used to read back as 0): with a
+    // tenant's token the token is refused first (403; bodies are parsed only once the caller
+    // is authorised); the bound itself is checked with the job's token in
+    // core::tests::progress_beyond_what_the_store_holds_is_refused.
     let j = alice.submit(&job("small", 1, "true")).unwrap();
     let report = tessera_daemon::types::ProgressReport {
         iterations: 1u64 << 63,
@@ -180,7 +183,7 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
     };
     let e = alice.report_progress(j.id, &report).unwrap_err();
     assert!(
-        matches!(e, tessera_daemon::ClientError::Api { status: 400, .. }),
+        matches!(e, tessera_daemon::ClientError::Api { status: 403, .. }),
         "{e}"
     );
 }
@@ -324,6 +327,55 @@ fn progress_is_accepted_only_with_the_jobs_own_token() {
     assert_eq!(p.iterations, 10);
     alice.cancel(mine.id).unwrap();
     bob.cancel(theirs.id).unwrap();
+}
+
+/// The status of a `POST path` with `body` (and `token` as bearer, if any).
+fn post_status(d: &DaemonHandle, path: &str, token: Option<&str>, body: &str) -> u16 {
+    let mut s = TcpStream::connect(addr(d)).unwrap();
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nhost: x\r\n{auth}content-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let answer = read_until_closed(&mut s, Duration::from_secs(10)).expect("an answer");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
+#[test]
+fn report_bodies_are_parsed_only_after_the_token_is_checked() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(dir.path(), local_backend(dir.path(), 4));
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d =
+        tessera_daemon::spawn(c, backend, Arc::new(tessera_daemon::SystemClock::new())).unwrap();
+    let job = client(&d, ALICE)
+        .submit("name: t\ngpus: 1\ncommand: [sleep, '30']\n")
+        .unwrap();
+    let garbage = "{\"queueLength\": [[[[ not json";
+    for path in [
+        format!("/v1/jobs/{}/progress", job.id),
+        "/v1/services/1/instances/1/load".to_string(),
+    ] {
+        for token in [None, Some("not-a-token")] {
+            // 401, not a 400 that tells the guesser its body was read as JSON.
+            assert_eq!(
+                post_status(&d, &path, token, garbage),
+                401,
+                "{path} {token:?}"
+            );
+        }
+    }
+    client(&d, ALICE).cancel(job.id).unwrap();
 }
 
 /// A tmpfs of a few MB mounted for one test (needs root and permission to mount; the test

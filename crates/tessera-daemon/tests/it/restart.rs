@@ -284,18 +284,14 @@ fn kill_group(pid: i32) {
     }
 }
 
-#[test]
-fn a_second_daemon_on_the_same_store_refuses_naming_the_holder() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), local_backend(dir.path(), 4));
-    let first = start_tesserad(dir.path(), config.clone(), free_port());
-    let alice = Client::new(&first.url, Some(ALICE.into()));
-    let ok = alice.submit(&job("only", 1, "sleep 30")).unwrap();
-    let mut second_config = config;
-    second_config.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let path = dir.path().join("second.yaml");
-    std::fs::write(&path, serde_norway::to_string(&second_config).unwrap()).unwrap();
-    let err_path = dir.path().join("second.err");
+/// Starts a second daemon on `store` and returns its stderr once it has exited, which it
+/// must do (refused) within 15 s.
+fn second_daemon_refused(dir: &Path, mut config: DaemonConfig, store: &Path, name: &str) -> String {
+    config.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    config.store = store.to_path_buf();
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, serde_norway::to_string(&config).unwrap()).unwrap();
+    let err_path = dir.join(format!("{name}.err"));
     let mut second = Command::new(env!("CARGO_BIN_EXE_tesserad"))
         .arg("--config")
         .arg(&path)
@@ -312,16 +308,39 @@ fn a_second_daemon_on_the_same_store_refuses_naming_the_holder() {
         if std::time::Instant::now() > deadline {
             let _ = second.kill(); // our own child
             let _ = second.wait();
-            panic!("the second daemon started on a store the first one holds");
+            panic!("the second daemon ({name}) started on a store the first one holds");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let stderr = std::fs::read_to_string(&err_path).unwrap();
-    assert!(!status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!("pid {}", first.child.id())) && stderr.contains("in use"),
-        "{stderr}"
-    );
+    assert!(!status.success(), "{name}: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_second_daemon_on_the_same_store_refuses_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), local_backend(dir.path(), 4));
+    let first = start_tesserad(dir.path(), config.clone(), free_port());
+    let alice = Client::new(&first.url, Some(ALICE.into()));
+    let ok = alice.submit(&job("only", 1, "sleep 30")).unwrap();
+    // The same path, a symlink and a hard link to the store, and the same path once the pid
+    // note beside it is deleted: one inode, one owner.
+    let symlink = dir.path().join("via-symlink.db");
+    std::os::unix::fs::symlink(&config.store, &symlink).unwrap();
+    let hard = dir.path().join("via-hardlink.db");
+    std::fs::hard_link(&config.store, &hard).unwrap();
+    let same = config.store.clone();
+    for (name, store) in [("same", &same), ("symlink", &symlink), ("hardlink", &hard)] {
+        let stderr = second_daemon_refused(dir.path(), config.clone(), store, name);
+        assert!(
+            stderr.contains(&format!("pid {}", first.child.id())) && stderr.contains("in use"),
+            "{name}: {stderr}"
+        );
+    }
+    std::fs::remove_file(tessera_daemon::store::lock_path(&config.store)).unwrap();
+    let stderr = second_daemon_refused(dir.path(), config.clone(), &same, "no-note");
+    assert!(stderr.contains("in use"), "no-note: {stderr}");
     // The first daemon and its job are untouched.
     let jobs = alice.list().unwrap();
     assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![ok.id]);
