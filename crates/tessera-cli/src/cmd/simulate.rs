@@ -4,7 +4,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tessera_mechanisms::capabilities::{check_support, refusal, relax, CheckOptions, Relaxed};
+use tessera_mechanisms::capabilities::{
+    check_support, dropped_services, refusal, relax, CheckOptions, Relaxed,
+};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, serving_setup, truths, ServingSetup, Truth,
@@ -56,11 +58,23 @@ fn trace_truth() -> Truth {
     }
 }
 
-/// What `tessera simulate` compares when no `--policy` is given: the baselines, and the
-/// headline mechanism (Synergy's LAS+TUNE, with its proportional allocation beside it so the
-/// gain of tuning CPU and memory shows on its own).
-pub const DEFAULT_POLICIES: &[&str] =
-    &["fifo", "srtf", "las", "ftf", "las+proportional", "las+tune"];
+/// What `tessera simulate` compares when no `--policy` is given (issue 37): the mixed
+/// world's policies ([`tessera_mechanisms::tessera::world::DEFAULT_POLICIES`]: FIFO, LAS, one
+/// policy of each mechanism and `tessera`), each looked up by name in the registry.
+pub use tessera_mechanisms::tessera::world::DEFAULT_POLICIES;
+
+/// The header line of a run without `--policy`: every policy runs on what it honours.
+pub const DEFAULT_COMPARISON: &str = "default comparison: each policy runs on the part of the \
+     workload it honours (as with --ignore-unsupported; what it ignored is listed under the \
+     table); requests of services it does not serve count as dropped, against its SLO goodput";
+
+/// [`DEFAULT_POLICIES`] that are registered, and the names left out.
+pub fn default_policies() -> (Vec<String>, Vec<&'static str>) {
+    let (known, missing): (Vec<&str>, Vec<&str>) = DEFAULT_POLICIES
+        .iter()
+        .partition(|p| tessera_mechanisms::mechanism_of_policy(p).is_some());
+    (known.into_iter().map(str::to_string).collect(), missing)
+}
 
 /// Rounds beyond which a run is worth a warning: each round costs a scheduling pass (a few
 /// microseconds when idle), so 100 million of them take minutes to hours.
@@ -237,9 +251,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        let services = trace_services(&doc);
         writeln!(
             out,
-            "{jobs} jobs from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            "{jobs} jobs{services} from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
             args.trace,
             doc.trace_format,
             args.cluster,
@@ -268,6 +283,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             if let Some(setup) = &p.setup {
                 writeln!(out, "{}: {setup}", p.policy)?;
             }
+        }
+        if let Some(c) = &doc.comparison {
+            writeln!(out, "{c}")?;
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
@@ -318,6 +336,23 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     match PoliciesFailed::of(&doc) {
         Some(failed) => Err(failed.into()),
         None => Ok(()),
+    }
+}
+
+/// `, N services` when the runs' summaries have services (the workload's, counted ones
+/// included), for the header.
+fn trace_services(doc: &SummaryDoc) -> String {
+    let n = doc
+        .policies
+        .iter()
+        .filter_map(|p| p.summary.as_ref())
+        .map(|s| s.services.len())
+        .max()
+        .unwrap_or(0);
+    match n {
+        0 => String::new(),
+        1 => " and 1 service".into(),
+        n => format!(" and {n} services"),
     }
 }
 
@@ -401,8 +436,17 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     if let Some(r) = round {
         let _ = warn_many_rounds(&trace.workload, r);
     }
-    let names: Vec<String> = if args.policies.is_empty() {
-        DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
+    // Without --policy: the default comparison, each policy on what it honours.
+    let default_run = args.policies.is_empty();
+    let names: Vec<String> = if default_run {
+        let (known, missing) = default_policies();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "default policies not registered in this build, left out: {}",
+                missing.join(", ")
+            ));
+        }
+        known
     } else {
         args.policies.clone()
     };
@@ -484,7 +528,14 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             e.name
         );
     }
-    check_capabilities(args, &cluster, &trace, &mut runs, config.failures.is_some())?;
+    check_capabilities(
+        args,
+        &cluster,
+        &trace,
+        &mut runs,
+        config.failures.is_some(),
+        args.ignore_unsupported || default_run,
+    )?;
     if let (Some(e), Some(r)) = (
         semantics,
         runs.iter()
@@ -509,7 +560,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let threads = args
         .threads
         .unwrap_or_else(tessera_mechanisms::experiment::default_threads);
-    let results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
+    let mut results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
+    count_removed_services(&trace.workload, &runs, &engine, &mut results);
 
     let summaries: Vec<PolicySummary> = results
         .iter()
@@ -539,6 +591,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             profile_error: profiled.then_some(args.profile_error),
         });
     let doc = SummaryDoc {
+        comparison: default_run.then(|| DEFAULT_COMPARISON.to_string()),
         cluster: format!("{} ({})", args.cluster, cluster.name),
         gpus: cluster.totals().0,
         trace: args.trace.clone(),
@@ -565,6 +618,36 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     })
 }
 
+/// A policy run on a workload relaxed of its services (it does not serve any) did not see
+/// their requests; their users did. Each such run gets the services back in its summary,
+/// every request dropped (counted with the arrivals the run's serving seed draws, the same
+/// as a policy serving them is offered), so that its SLO goodput is honest.
+fn count_removed_services(
+    workload: &Workload,
+    runs: &[PolicyRun],
+    engine: &Engine,
+    results: &mut [PolicyResult],
+) {
+    if workload.services().is_empty() {
+        return;
+    }
+    for (run, (result, _)) in runs.iter().zip(results.iter_mut()) {
+        let (Some(relaxed), Ok(report)) = (&run.relaxed, result) else {
+            continue;
+        };
+        if !relaxed.workload.services().is_empty() || !report.summary.services.is_empty() {
+            continue;
+        }
+        // The serving seed this policy's run used (a mechanism's setup sets --seed).
+        let seed = if run.setup.is_some() {
+            engine.seed
+        } else {
+            engine.config.serving.seed
+        };
+        report.summary.services = dropped_services(workload, &run.name, seed);
+    }
+}
+
 /// Requests at most this many elements per capability in a refusal (then a count).
 const REFUSAL_EXAMPLES: usize = 3;
 
@@ -577,6 +660,7 @@ fn check_capabilities(
     trace: &tessera_trace::LoadedTrace,
     runs: &mut [PolicyRun],
     failures: bool,
+    relax_unsupported: bool,
 ) -> Result<()> {
     // Trace files number their jobs' lines; a workload spec or built-in only its jobs.
     let numbered =
@@ -592,7 +676,7 @@ fn check_capabilities(
         if missing.is_empty() {
             continue;
         }
-        if args.ignore_unsupported {
+        if relax_unsupported {
             let relaxed = relax(&r.name, cluster, &trace.workload, &options)
                 .with_context(|| format!("--policy {}", r.name))?;
             r.relaxed = Some(std::sync::Arc::new(relaxed));
