@@ -1243,7 +1243,14 @@ mod tests {
         assert_eq!(plain.truth.why, "auto: the jobs name no models");
         // Models Synergy's tables know only through the catalogue (`resnet50` is its
         // `res50`): not Synergy's own workload, so the trace's throughput.
-        let aliased = doc(&["--trace", &data("small.csv"), "--policy", "fifo"]);
+        let aliased = doc(&[
+            "--cluster",
+            "builtin:synergy-128",
+            "--trace",
+            &data("small.csv"),
+            "--policy",
+            "fifo",
+        ]);
         assert_eq!(aliased.truth.name, "trace", "{}", aliased.truth.why);
         // Given: said so.
         let given = doc(&[

@@ -13,14 +13,14 @@ use crate::{
 };
 
 pub mod policy;
+#[cfg(feature = "experiments")]
+pub mod repro;
 pub mod truth;
 pub mod world;
 #[cfg(feature = "experiments")]
 pub mod world_run;
 #[cfg(feature = "experiments")]
 pub mod world_workload;
-#[cfg(feature = "experiments")]
-pub mod repro;
 
 /// The composed mechanism (registered last in [`crate::MECHANISMS`]).
 #[derive(Clone, Copy, Debug, Default)]

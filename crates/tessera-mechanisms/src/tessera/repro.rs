@@ -27,12 +27,12 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "loads",
-        default: "30,45",
+        default: "50,75",
         help: "Training arrival rates, jobs per hour (comma-separated)",
     },
     Param {
         name: "jobs",
-        default: "240",
+        default: "300",
         help: "Training jobs per workload",
     },
     Param {
@@ -48,7 +48,7 @@ const PARAMS: &[Param] = &[
 ];
 
 /// Most training jobs per workload (each run holds its workload in memory; the default run
-/// uses 240).
+/// uses 300).
 pub const MAX_JOBS: usize = 100_000;
 
 /// `tessera repro tessera`.
@@ -86,6 +86,10 @@ pub struct RunFigures {
     pub wall_s: f64,
     /// What the policy ignored: `count capability` each.
     pub ignored: Vec<String>,
+    /// Why the run failed (e.g. a policy that stalls); its figures are then zero and left
+    /// out of the aggregates, which count it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Mean, min and max of some values (NaN for none).
@@ -181,10 +185,18 @@ impl Experiment for TesseraRepro {
         let loads: Vec<f64> = args.list("loads")?;
         let mut jobs: usize = args.parse("jobs")?;
         if seeds.is_empty() {
-            return Err(ExperimentError::param("seeds", "", "needs at least one seed"));
+            return Err(ExperimentError::param(
+                "seeds",
+                "",
+                "needs at least one seed",
+            ));
         }
         if loads.is_empty() {
-            return Err(ExperimentError::param("loads", "", "needs at least one load"));
+            return Err(ExperimentError::param(
+                "loads",
+                "",
+                "needs at least one load",
+            ));
         }
         if jobs == 0 || jobs > MAX_JOBS {
             return Err(ExperimentError::param(
@@ -248,7 +260,25 @@ impl Experiment for TesseraRepro {
             |&(wi, policy)| {
                 let ((li, seed), w) = &workloads[wi];
                 let started = std::time::Instant::now();
-                run_policy(&cluster, w, truth.as_ref(), policy, *seed).map(|r| {
+                let failed = |e: ExperimentError| RunFigures {
+                    load: loads[*li],
+                    seed: *seed,
+                    policy: policy.to_string(),
+                    jobs: w.len(),
+                    finished: 0,
+                    rejected: 0,
+                    unfinished: 0,
+                    avg_jct_s: 0.0,
+                    p99_jct_s: 0.0,
+                    slo_goodput: None,
+                    requests_dropped: 0,
+                    gpus_used: 0.0,
+                    wall_s: started.elapsed().as_secs_f64(),
+                    ignored: Vec::new(),
+                    error: Some(e.to_string()),
+                };
+                // A policy's failure is its own (the others' figures stand), as in simulate.
+                run_policy(&cluster, w, truth.as_ref(), policy, *seed).map_or_else(failed, |r| {
                     let s = &r.report.summary;
                     RunFigures {
                         load: loads[*li],
@@ -269,12 +299,13 @@ impl Experiment for TesseraRepro {
                             .iter()
                             .map(|i| format!("{} {}", i.count, i.capability.key()))
                             .collect(),
+                        error: None,
                     }
                 })
             },
             ctx.progress,
         )?;
-        let runs: Vec<RunFigures> = results.into_iter().collect::<Result<_, _>>()?;
+        let runs: Vec<RunFigures> = results;
         Ok(report(
             &runs, &names, &missing, &loads, &seeds, jobs, quick, &truth, &why,
         ))
@@ -287,6 +318,7 @@ struct Aggregate {
     load: f64,
     policy: String,
     seeds: usize,
+    failed: usize,
     finished: Spread,
     rejected: Spread,
     avg_jct_h: Spread,
@@ -310,17 +342,16 @@ fn report(
     let mut aggregates = Vec::new();
     for &load in loads {
         for p in names {
-            let of: Vec<&RunFigures> = runs
-                .iter()
-                .filter(|r| r.load == load && &r.policy == p)
-                .collect();
-            let spread = |f: &dyn Fn(&RunFigures) -> Option<f64>| {
-                Spread::of(of.iter().filter_map(|r| f(r)))
-            };
+            let all = runs.iter().filter(|r| r.load == load && &r.policy == p);
+            let failed = all.clone().filter(|r| r.error.is_some()).count();
+            let of: Vec<&RunFigures> = all.filter(|r| r.error.is_none()).collect();
+            let spread =
+                |f: &dyn Fn(&RunFigures) -> Option<f64>| Spread::of(of.iter().filter_map(|r| f(r)));
             aggregates.push(Aggregate {
                 load,
                 policy: p.clone(),
                 seeds: of.len(),
+                failed,
                 finished: spread(&|r| Some(r.finished as f64)),
                 rejected: spread(&|r| Some(r.rejected as f64)),
                 avg_jct_h: spread(&|r| (r.finished > 0).then_some(r.avg_jct_s / 3600.0)),
@@ -356,7 +387,11 @@ fn report(
             .map(|a| {
                 vec![
                     a.policy.clone(),
-                    format!("{:.1}/{jobs}", a.finished.mean),
+                    if a.failed > 0 {
+                        format!("{:.1}/{jobs} ({} failed)", a.finished.mean, a.failed)
+                    } else {
+                        format!("{:.1}/{jobs}", a.finished.mean)
+                    },
                     format!("{:.1}", a.rejected.mean),
                     a.avg_jct_h.cell(1.0, 2, " h"),
                     a.p99_jct_h.cell(1.0, 1, " h"),
@@ -379,9 +414,26 @@ fn report(
             &rows,
         ));
     }
+    let errors: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("  {} (load {}, seed {}): {e}", r.policy, r.load, r.seed))
+        })
+        .collect();
+    if !errors.is_empty() {
+        let _ = writeln!(
+            text,
+            "\nFailed runs (left out of the means; the other runs stand):"
+        );
+        for e in errors {
+            let _ = writeln!(text, "{e}");
+        }
+    }
     // What each policy ignored (the same on every seed up to counts): the first run's.
     let mut ignored: BTreeMap<&str, &[String]> = BTreeMap::new();
-    for r in runs {
+    for r in runs.iter().filter(|r| r.error.is_none()) {
         ignored.entry(r.policy.as_str()).or_insert(&r.ignored);
     }
     let lines: Vec<String> = names
@@ -427,7 +479,8 @@ fn report(
                 Series {
                     label: p.clone(),
                     points: pts.iter().map(|(x, s)| (*x, s.mean)).collect(),
-                    spread: (n_seeds > 1).then(|| pts.iter().map(|(_, s)| (s.min, s.max)).collect()),
+                    spread: (n_seeds > 1)
+                        .then(|| pts.iter().map(|(_, s)| (s.min, s.max)).collect()),
                 }
             })
             .collect(),
@@ -435,12 +488,18 @@ fn report(
     let figures = vec![
         figure("avg_jct_vs_load", "average JCT", "hours", &|a| a.avg_jct_h),
         figure("p99_jct_vs_load", "p99 JCT", "hours", &|a| a.p99_jct_h),
-        figure("slo_goodput_vs_load", "SLO goodput", "% of requests", &|a| {
-            a.slo_goodput_pct
-        }),
-        figure("gpus_used_vs_load", "GPUs used", "time-averaged GPUs", &|a| {
-            a.gpus_used
-        }),
+        figure(
+            "slo_goodput_vs_load",
+            "SLO goodput",
+            "% of requests",
+            &|a| a.slo_goodput_pct,
+        ),
+        figure(
+            "gpus_used_vs_load",
+            "GPUs used",
+            "time-averaged GPUs",
+            &|a| a.gpus_used,
+        ),
     ];
     let summary = serde_json::json!({
         "cluster": format!("builtin:{NAME}"),
@@ -484,6 +543,7 @@ mod tests {
         // Two seeds (quick) x two loads x three policies.
         assert_eq!(runs.len(), 12);
         for r in runs {
+            assert!(r.get("error").is_none(), "{r}");
             let finished = r["finished"].as_u64().unwrap();
             let rejected = r["rejected"].as_u64().unwrap();
             assert_eq!(finished + rejected, 30, "{r}");
@@ -503,7 +563,7 @@ mod tests {
                 assert!(s.spread.is_some());
             }
         }
-        assert!(out.text.contains("load 30 jobs/h:"), "{}", out.text);
+        assert!(out.text.contains("load 50 jobs/h:"), "{}", out.text);
     }
 
     #[test]
@@ -535,6 +595,9 @@ mod tests {
         let ablations = crate::policies()
             .filter(|(_, p)| p.name.starts_with("tessera-no-"))
             .count();
-        assert_eq!(names.len() + missing.len(), DEFAULT_POLICIES.len() + ablations);
+        assert_eq!(
+            names.len() + missing.len(),
+            DEFAULT_POLICIES.len() + ablations
+        );
     }
 }

@@ -141,4 +141,3 @@ spec:
 "
     .to_string()
 }
-

@@ -45,18 +45,22 @@ const LARGE: &[&str] = &[
 /// Models of multi-node jobs; the 80 GB-only ones are the first three.
 const HUGE: &[&str] = &["bert-6.7b", "moe-10b", "llama2-7b", "wrn-4b", "bert-4b"];
 const HUGE_80GB_ONLY: usize = 3;
-/// Models of small jobs (notebooks, trials, fine-tunes): MISO's and Synergy's tables hold them.
-const SMALL: &[&str] = &[
-    "resnet50",
-    "mobilenet-v2",
-    "bert-base",
-    "transformer",
-    "deepspeech2",
-    "cyclegan",
-    "gnn",
-    "embedding",
+/// Models of small jobs (notebooks, trials, fine-tunes) with the batch size they train at
+/// and the smallest MIG profile they fit in (MISO's measurements, `miso_mig_latency.json`:
+/// the smallest slice with a time for that model and batch). A job asking for a fixed profile
+/// asks for one it fits in, as a user who tried it would.
+const SMALL: &[(&str, u32, usize)] = &[
+    ("resnet50", 128, 0),
+    ("mobilenet-v2", 128, 0),
+    ("embedding", 128, 0),
+    ("gnn", 128, 0),
+    ("deepspeech2", 4, 0),
+    ("transformer", 32, 0),
+    ("bert-base", 4, 1),
+    ("cyclegan", 2, 1),
 ];
-/// MIG profiles small jobs ask for by name: they exist on both A100-80GB and H100-80GB.
+/// MIG profiles small jobs ask for by name, smallest first: they exist on both A100-80GB and
+/// H100-80GB.
 const MIG_PROFILES: &[&str] = &["1g.10gb", "2g.20gb", "3g.40gb"];
 
 /// Parameters of the mixed workload.
@@ -86,13 +90,13 @@ pub struct MixedWorkload {
 impl Default for MixedWorkload {
     fn default() -> Self {
         // Philly's run times truncated at 8 h (their 94th percentile: the mean drops from
-        // 4.1 h to 1.15 h), arrivals over some 5 h and services of 4 h at a few requests per
+        // 4.1 h to 1.15 h), arrivals over 4 h and services of 4 h at a few requests per
         // second keep every policy's run (Dilu's one-second rounds and the request-level
-        // serving included) well under a second; 45 jobs/h offer the 96 GPUs about as much
-        // work as they hold, so that jobs queue and the policies differ.
+        // serving included) well under a second; 75 jobs/h offer the 96 GPUs more work than
+        // they hold while jobs arrive, so that jobs queue and the policies differ.
         MixedWorkload {
-            jobs: 240,
-            jobs_per_hour: 45.0,
+            jobs: 300,
+            jobs_per_hour: 75.0,
             max_duration_s: 8.0 * 3600.0,
             small_share: 0.25,
             multi_node_share: 0.02,
@@ -159,17 +163,20 @@ impl MixedWorkload {
             let gap = rng.exponential(self.jobs_per_hour / 3600.0);
             t_us = t_us.saturating_add((gap * 1e6).round() as u64);
             let kind = rng.uniform();
-            let runtime = runtimes[rng.below(runtimes.len() as u64) as usize]
-                .clamp(1.0, self.max_duration_s);
+            let runtime =
+                runtimes[rng.below(runtimes.len() as u64) as usize].clamp(1.0, self.max_duration_s);
             let duration = SimDuration::from_secs_f64(runtime);
             let mut job = TrainingJob::simple(i as u32, SimTime::from_micros(t_us), 1, duration);
             if kind < self.small_share {
                 // A notebook, a trial or a fine-tune: one MIG instance or part of a GPU.
                 job.name = format!("small-{i}").into();
-                job.model = pick(&mut rng, SMALL).to_string();
+                let (model, batch, smallest) = SMALL[rng.below(SMALL.len() as u64) as usize];
+                job.model = model.to_string();
+                job.batch_size = Some(batch);
                 let how = rng.uniform();
                 if how < 0.4 {
-                    job.mig = Some(MigRequest::Profile(pick(&mut rng, MIG_PROFILES).into()));
+                    let fits = &MIG_PROFILES[smallest..];
+                    job.mig = Some(MigRequest::Profile(pick(&mut rng, fits).into()));
                 } else if how < 0.7 {
                     job.mig = Some(MigRequest::Any);
                 } else {
@@ -320,5 +327,134 @@ impl MixedWorkload {
         chat.gpu_types = vec![a100, h100];
         chat.arrivals = ArrivalProcess::RateSeries { rates: chat_rates };
         Ok(vec![bert, roberta, chat])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_model::models::ModelCatalog;
+    use tessera_model::{Cluster, GpuDemand};
+
+    fn cluster() -> Cluster {
+        Cluster::from_yaml(&super::super::world::cluster_yaml(), &GpuCatalog::builtin()).unwrap()
+    }
+
+    #[test]
+    fn the_cluster_has_four_types_half_of_them_mig() {
+        let c = cluster();
+        assert_eq!(c.totals().0, 96);
+        let mut types: Vec<&str> = c
+            .groups
+            .iter()
+            .map(|g| c.catalog.get(g.gpu).name.as_str())
+            .collect();
+        types.dedup();
+        assert_eq!(types, ["A100-80GB", "H100-80GB", "V100-32GB", "A10"]);
+        let mig: u64 = c
+            .groups
+            .iter()
+            .filter(|g| c.catalog.mig_geometry(g.gpu).is_some())
+            .map(|g| g.total_gpus())
+            .sum();
+        assert_eq!(mig, 48);
+    }
+
+    #[test]
+    fn seeded_and_every_job_can_run_as_asked() {
+        let w = MixedWorkload::default().generate().unwrap();
+        assert_eq!(w, MixedWorkload::default().generate().unwrap());
+        let other = MixedWorkload {
+            seed: 2,
+            ..MixedWorkload::default()
+        }
+        .generate()
+        .unwrap();
+        assert_ne!(w.jobs()[..20], other.jobs()[..20]);
+        let c = cluster();
+        let models = ModelCatalog::builtin();
+        let (mut small, mut multi, mut typed, mut host) = (0, 0, 0, 0);
+        for j in w.jobs() {
+            assert!(models.get(&j.model).is_some(), "{}: {}", j.name, j.model);
+            let allowed: Vec<_> = c
+                .nodes
+                .iter()
+                .filter(|n| j.gpu_types.is_empty() || j.gpu_types.contains(&n.gpu))
+                .collect();
+            let gpus: u64 = allowed.iter().map(|n| u64::from(n.gpus)).sum();
+            assert!(gpus >= u64::from(j.gpus), "{}", j.name);
+            if j.gpus <= 8 {
+                // One node of its types holds it, CPU and memory included.
+                assert!(
+                    allowed.iter().any(|n| n.gpus >= j.gpus
+                        && j.cpu.is_none_or(|x| x <= n.cpu)
+                        && j.memory.is_none_or(|x| x <= n.memory)),
+                    "{}",
+                    j.name
+                );
+            } else {
+                multi += 1;
+            }
+            if let Some(m) = &j.mig {
+                let types: Vec<_> = c.groups.iter().map(|g| g.gpu).collect();
+                let mig_types: Vec<_> = types
+                    .into_iter()
+                    .filter(|t| c.catalog.mig_geometry(*t).is_some())
+                    .collect();
+                c.catalog.check_mig_request(m, &mig_types).unwrap();
+            }
+            small += usize::from(j.mig.is_some() || j.gpu_share.is_some());
+            typed += usize::from(!j.gpu_types.is_empty());
+            host += usize::from(j.cpu.is_some());
+            assert!(j.duration.as_secs_f64() <= 8.0 * 3600.0);
+        }
+        let n = w.len();
+        assert_eq!(n, 300);
+        assert!((0.18..0.32).contains(&(small as f64 / n as f64)), "{small}");
+        assert!(multi >= 2, "{multi}");
+        assert!(typed > n / 20 && host > n / 10, "{typed} {host}");
+        // Three services: two quotas (one diurnal series, one Gamma), one whole-GPU series.
+        let s = w.services();
+        assert_eq!(s.len(), 3);
+        let quotas = s
+            .iter()
+            .filter(|s| matches!(s.instance.gpu, GpuDemand::Quota { .. }))
+            .count();
+        assert_eq!(quotas, 2);
+        assert!(s.iter().all(|s| s.unschedulable_on(&c).is_none()));
+        // The diurnal series peaks mid-life at four times its start.
+        let ArrivalProcess::RateSeries { rates } = &s[0].arrivals else {
+            panic!("{:?}", s[0].arrivals)
+        };
+        let (first, mid) = (rates[0], rates[rates.len() / 2]);
+        assert!((mid / first - 4.0).abs() < 0.01, "{first} {mid}");
+        // A few hundred thousand requests at most: the default run stays fast.
+        let expected: f64 = s.iter().map(|s| s.expected_requests()).sum();
+        assert!(expected < 150_000.0, "{expected}");
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        for w in [
+            MixedWorkload {
+                jobs_per_hour: 0.0,
+                ..MixedWorkload::default()
+            },
+            MixedWorkload {
+                small_share: 0.9,
+                multi_node_share: 0.2,
+                ..MixedWorkload::default()
+            },
+            MixedWorkload {
+                max_duration_s: f64::NAN,
+                ..MixedWorkload::default()
+            },
+            MixedWorkload {
+                service_load: -1.0,
+                ..MixedWorkload::default()
+            },
+        ] {
+            assert!(w.generate().is_err(), "{w:?}");
+        }
     }
 }
