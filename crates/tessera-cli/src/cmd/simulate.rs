@@ -1328,6 +1328,53 @@ mod tests {
         assert!(err.contains("did you mean \"dilu-no-vertical\""), "{err}");
     }
 
+    /// "Same policy code in every driver": `repro tessera` runs each policy as the default
+    /// `simulate` does (relaxed inputs, serving setup, dropped services counted), so its
+    /// figures for a seed are the default run's, field for field.
+    #[test]
+    fn the_default_run_and_repro_tessera_agree() {
+        use tessera_mechanisms::tessera::world::{cluster_yaml, MixedWorkload};
+        use tessera_mechanisms::tessera::world_run::{auto_truth, run_policy};
+        let policies = ["fifo", "miso", "dilu"];
+        let mut a = args(&["--seed", "3", "--threads", "1"]);
+        a.policies = policies.iter().map(|p| p.to_string()).collect();
+        a.ignore_unsupported = true;
+        let got = execute(&a).unwrap();
+        let cluster =
+            Cluster::from_yaml(&cluster_yaml(), &tessera_model::GpuCatalog::builtin()).unwrap();
+        let workload = MixedWorkload {
+            seed: 3,
+            ..MixedWorkload::default()
+        }
+        .generate()
+        .unwrap();
+        let (truth, _) = auto_truth("builtin:mixed", &cluster, &workload).unwrap();
+        for (p, report) in policies.iter().zip(&got.reports) {
+            let want = run_policy(&cluster, &workload, truth.as_ref(), p, 3).unwrap();
+            assert_eq!(json(&report.summary), json(&want.report.summary), "{p}");
+            assert_eq!(report.summary.services.len(), 3, "{p}");
+        }
+        // The default run is the same comparison, relaxed without asking.
+        let mut d = args(&["--seed", "3", "--threads", "1"]);
+        d.policies = Vec::new();
+        let default = execute(&d).unwrap();
+        for (p, want) in policies.iter().zip(&got.reports) {
+            let i = default
+                .doc
+                .policies
+                .iter()
+                .position(|x| x.policy == *p)
+                .unwrap();
+            assert_eq!(
+                json(&default.reports[i].summary),
+                json(&want.summary),
+                "{p}"
+            );
+        }
+        assert!(default.doc.comparison.is_some());
+        assert!(got.doc.comparison.is_none());
+    }
+
     #[test]
     fn many_rounds_are_warned_about() {
         let long = |secs: u64| {

@@ -27,12 +27,12 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "loads",
-        default: "50,75",
+        default: "40,60",
         help: "Training arrival rates, jobs per hour (comma-separated)",
     },
     Param {
         name: "jobs",
-        default: "300",
+        default: "240",
         help: "Training jobs per workload",
     },
     Param {
@@ -48,7 +48,7 @@ const PARAMS: &[Param] = &[
 ];
 
 /// Most training jobs per workload (each run holds its workload in memory; the default run
-/// uses 300).
+/// uses 240).
 pub const MAX_JOBS: usize = 100_000;
 
 /// `tessera repro tessera`.
@@ -563,7 +563,7 @@ mod tests {
                 assert!(s.spread.is_some());
             }
         }
-        assert!(out.text.contains("load 50 jobs/h:"), "{}", out.text);
+        assert!(out.text.contains("load 40 jobs/h:"), "{}", out.text);
     }
 
     #[test]
