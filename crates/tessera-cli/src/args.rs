@@ -6,8 +6,9 @@ use clap::{Args, Parser, Subcommand};
 
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
-/// Start with `tessera simulate`: it runs a built-in cluster and workload under the baseline
-/// policies and Synergy's, and prints a comparison. `tessera serve` runs the same policies on real jobs;
+/// Start with `tessera simulate`: it runs a built-in mixed cluster and workload (four GPU
+/// types, MIG, training jobs of every size, inference services) under the baselines, each
+/// mechanism's policy and `tessera`, and prints a comparison. `tessera serve` runs the same policies on real jobs;
 /// `submit`, `list`, `describe`, `cancel`, `nodes` and `queue` talk to it.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about, long_about, max_term_width = 100)]
@@ -61,7 +62,11 @@ pub enum Command {
 
 const SIMULATE_EXAMPLES: &str = "Examples:
   tessera simulate
-      the built-in loaded cluster and workload under the baselines and Synergy
+      the built-in mixed cluster and workload under fifo, las, las+tune, miso, crius, sia,
+      dilu and tessera, each on what it honours
+  tessera simulate --cluster builtin:synergy-128 --trace builtin:synergy-mix-600 \
+      --policy fifo,srtf,las,ftf,las+proportional,las+tune
+      Synergy's setup: 128 V100s, its workload and sensitivity tables
   tessera simulate --cluster c.yaml --trace jobs.csv --policy fifo --policy las --out out/
       compare two policies on your files; out/ gets CSVs, summary.json and plots
   tessera simulate --cluster pai_machine_spec.csv --trace cluster_log.csv --reject-unfit
@@ -174,7 +179,7 @@ pub struct SimulateArgs {
     /// Cluster spec: a YAML file (`kind: Cluster`) or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:synergy-128",
+        default_value = "builtin:mixed",
         value_name = "PATH|builtin:NAME"
     )]
     pub cluster: Source,
@@ -182,7 +187,7 @@ pub struct SimulateArgs {
     /// Workload trace: a file or `builtin:NAME` (see `tessera builtins`).
     #[arg(
         long,
-        default_value = "builtin:synergy-mix-600",
+        default_value = "builtin:mixed",
         value_name = "PATH|builtin:NAME"
     )]
     pub trace: Source,
@@ -192,10 +197,11 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub trace_format: String,
 
-    /// Policy to run; repeat to compare several. Default: the baselines (fifo, srtf, las, ftf)
-    /// and Synergy's LAS with proportional and with tuned CPU/memory (las+proportional,
-    /// las+tune). Every registered policy is listed by `tessera builtins`.
-    #[arg(long = "policy", value_name = "NAME")]
+    /// Policy to run; repeat (or separate by commas) to compare several. Default: fifo, las,
+    /// Synergy's las+tune, miso, crius, sia, dilu and tessera, each run on the part of the
+    /// inputs it honours (as with --ignore-unsupported; the table says what each ignored).
+    /// Every registered policy is listed by `tessera builtins`.
+    #[arg(long = "policy", value_name = "NAME", value_delimiter = ',')]
     pub policies: Vec<String>,
 
     /// Round length in seconds for preemptive policies (leases end and jobs are re-planned

@@ -126,6 +126,10 @@ pub struct TruthSummary {
 /// The whole `summary.json` document.
 #[derive(Debug, Serialize)]
 pub struct SummaryDoc {
+    /// How the policies were compared when not as asked one by one: the default run's
+    /// relaxed comparison ([`crate::cmd::simulate::DEFAULT_COMPARISON`]); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<String>,
     pub cluster: String,
     pub gpus: u64,
     pub trace: String,
@@ -173,6 +177,12 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     tessera_mechanisms::experiment::text_table(&header, &rows)
 }
 
+fn not_given(v: &tessera_sim::ServiceSummary) -> bool {
+    v.unschedulable
+        .as_deref()
+        .is_some_and(|w| w.starts_with(tessera_mechanisms::capabilities::NOT_GIVEN))
+}
+
 /// The serving and device-activity comparison, one row per policy and service; empty when
 /// the workload has no services.
 pub fn serving_table(summaries: &[PolicySummary]) -> String {
@@ -181,7 +191,8 @@ pub fn serving_table(summaries: &[PolicySummary]) -> String {
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (p, s) in ran(summaries) {
-        for v in &s.services {
+        // Services the policy was not given: a note below, not a row each.
+        for v in s.services.iter().filter(|v| !not_given(v)) {
             rows.push(vec![
                 p.policy.clone(),
                 v.service.clone(),
@@ -199,13 +210,24 @@ pub fn serving_table(summaries: &[PolicySummary]) -> String {
     }
     let mut notes = String::new();
     for (p, s) in ran(summaries) {
+        let mut removed = Vec::new();
         for v in &s.services {
-            if let Some(why) = &v.unschedulable {
-                notes.push_str(&format!(
+            match &v.unschedulable {
+                // Services a policy was not given (simulate's relaxed runs): one line.
+                Some(_) if not_given(v) => removed.push(v.service.as_str()),
+                Some(why) => notes.push_str(&format!(
                     "{} under {}: unschedulable: {why}\n",
                     v.service, p.policy
-                ));
+                )),
+                None => {}
             }
+        }
+        if !removed.is_empty() {
+            notes.push_str(&format!(
+                "{}: not given {} (it serves no services): every request dropped\n",
+                p.policy,
+                removed.join(", ")
+            ));
         }
     }
     format!(
@@ -274,17 +296,40 @@ pub fn failures_table(summaries: &[PolicySummary]) -> String {
 
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy
 /// that ran. A policy whose run failed has a row saying so, and its error below the table.
+/// "GPUs used" is the time-averaged number of GPUs with any holder (job or service
+/// instance, whole or in part). With services, two more columns: the SLO goodput (requests
+/// served within their SLO over all requests, dropped ones included) and the requests
+/// dropped.
 pub fn comparison_table(summaries: &[PolicySummary]) -> String {
     let base = ran(summaries)
         .next()
         .map(|(_, s)| s.avg_jct_s)
         .unwrap_or(0.0);
+    let services = ran(summaries).any(|(_, s)| !s.services.is_empty());
+    let mut header = vec![
+        "policy",
+        "finished",
+        "rejected",
+        "unfinished",
+        "avg JCT",
+        "vs first",
+        "p50 JCT",
+        "p99 JCT",
+        "makespan",
+        "avg queue",
+        "GPU util",
+        "GPUs used",
+    ];
+    if services {
+        header.extend(["SLO goodput", "req. dropped"]);
+    }
+    header.extend(["preempt", "wall"]);
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|p| {
             let Some(s) = &p.summary else {
                 let mut row = vec![p.policy.clone(), "FAILED".to_string()];
-                row.resize(12, "-".to_string());
+                row.resize(header.len() - 1, "-".to_string());
                 row.push(format!("{:.2} s", p.wall_s));
                 return row;
             };
@@ -293,7 +338,7 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
             } else {
                 "-".into()
             };
-            vec![
+            let mut row = vec![
                 p.policy.clone(),
                 format!("{}/{}", s.finished, s.jobs),
                 s.rejected.to_string(),
@@ -305,29 +350,21 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
                 human_secs(s.makespan_s),
                 human_secs(s.avg_queue_s),
                 format!("{:.1}%", 100.0 * s.gpu_util),
-                s.preemptions.to_string(),
-                format!("{:.2} s", p.wall_s),
-            ]
+                format!("{:.1}", s.mean_active_gpus),
+            ];
+            if services {
+                row.push(
+                    s.slo_goodput()
+                        .map_or("-".into(), |g| format!("{:.1}%", 100.0 * g)),
+                );
+                row.push(s.requests_dropped().to_string());
+            }
+            row.push(s.preemptions.to_string());
+            row.push(format!("{:.2} s", p.wall_s));
+            row
         })
         .collect();
-    table(
-        &[
-            "policy",
-            "finished",
-            "rejected",
-            "unfinished",
-            "avg JCT",
-            "vs first",
-            "p50 JCT",
-            "p99 JCT",
-            "makespan",
-            "avg queue",
-            "GPU util",
-            "preempt",
-            "wall",
-        ],
-        &rows,
-    ) + &failed_notes(summaries)
+    table(&header, &rows) + &failed_notes(summaries)
 }
 
 /// Writes `jobs.csv` (one row per job and policy), `summary.json` and `timeseries.csv`.

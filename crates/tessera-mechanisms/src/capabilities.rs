@@ -546,7 +546,7 @@ pub fn relaxation(c: Capability) -> &'static str {
         Capability::MigProfile | Capability::MigAny => "left to the policy: a whole GPU",
         Capability::GpuShare => "left to the policy: a whole GPU",
         Capability::CpuMemory => "left to the policy: CPU/memory its own way",
-        Capability::Services => "services removed (their requests not counted)",
+        Capability::Services => "services removed (their requests counted as dropped)",
         Capability::ServiceQuotas => "left to the policy: a whole GPU per instance",
         Capability::Failures => "failures not injected",
         Capability::NonMigGpus => "jobs that can run only without MIG rejected",
@@ -647,6 +647,44 @@ pub fn relax(
             })
             .collect(),
     })
+}
+
+/// How the reason of a service a policy was not given starts ([`dropped_services`]).
+pub const NOT_GIVEN: &str = "not given to ";
+
+/// The services of `workload` as a run of `policy` on its relaxed copy without them would
+/// report them if it had: every request dropped, counted with the arrivals the run's serving
+/// seed draws (the requests a policy serving them is offered), so that a relaxed run's SLO
+/// goodput counts what its policy left unserved. Drivers put them in the run's summary.
+#[cfg(feature = "experiments")]
+pub fn dropped_services(
+    workload: &Workload,
+    policy: &str,
+    serving_seed: u64,
+) -> Vec<tessera_sim::ServiceSummary> {
+    let arrivals = tessera_sim::serving::arrivals_per_service(workload, serving_seed);
+    workload
+        .services()
+        .iter()
+        .zip(arrivals)
+        .map(|(s, requests)| tessera_sim::ServiceSummary {
+            service: s.name.clone(),
+            requests,
+            served: 0,
+            dropped: requests,
+            slo_violations: 0,
+            slo_violation_rate: if requests > 0 { 1.0 } else { 0.0 },
+            served_rps: 0.0,
+            p50_latency_s: 0.0,
+            p99_latency_s: 0.0,
+            mean_instances: 0.0,
+            peak_instances: 0,
+            unschedulable: Some(format!(
+                "{NOT_GIVEN}{}: it serves no services (--ignore-unsupported)",
+                shown(policy)
+            )),
+        })
+        .collect()
 }
 
 /// The capability matrix as Markdown (the generated part of docs/capabilities.md): one row

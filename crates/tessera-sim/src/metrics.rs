@@ -307,6 +307,23 @@ pub struct RunTotals {
 }
 
 impl Summary {
+    /// Requests of all services served within their SLO over all requests that arrived (a
+    /// dropped request misses its SLO too); `None` without requests.
+    pub fn slo_goodput(&self) -> Option<f64> {
+        let requests: u64 = self.services.iter().map(|v| v.requests).sum();
+        let good: u64 = self
+            .services
+            .iter()
+            .map(|v| v.served.saturating_sub(v.slo_violations))
+            .sum();
+        (requests > 0).then(|| good as f64 / requests as f64)
+    }
+
+    /// Requests dropped, all services.
+    pub fn requests_dropped(&self) -> u64 {
+        self.services.iter().map(|v| v.dropped).sum()
+    }
+
     /// Aggregates per-job records and run totals (shared by both engines).
     pub fn of(jobs: &[JobRecord], totals: &RunTotals) -> Summary {
         // One pass over the records (a million-job run has a million of them); sums in job

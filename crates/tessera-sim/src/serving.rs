@@ -398,22 +398,9 @@ impl<'a> Serving<'a> {
         let mut runs = Vec::with_capacity(specs.len());
         let mut boundaries = Vec::new();
         for s in specs {
-            // One stream per service: a service's arrivals do not change when another is
-            // added or removed.
-            let mut seed = SimRng::seed_from_u64(config.seed ^ 0x5e7c_1ce5);
-            for _ in 0..=s.id.0 % 64 {
-                seed.next_u64();
-            }
-            let rng = SimRng::seed_from_u64(seed.next_u64().wrapping_add(s.id.0 as u64));
-            let mut cursor = ArrivalCursor {
-                rng,
-                next: None,
-                series_sec: 0,
-                index: 0,
-            };
+            let cursor = arrival_stream(s, config.seed);
             let start = s.start.as_micros();
             let end = s.end.as_micros();
-            cursor.next = first_arrival(s, &mut cursor, start, end);
             boundaries.push(start);
             boundaries.push(end);
             runs.push(ServiceRun {
@@ -983,6 +970,45 @@ impl<'a> Serving<'a> {
 }
 
 /// First arrival at or after `start` (and before `end`).
+/// A service's arrival stream under the run's serving `seed`, at its first arrival. One
+/// stream per service: a service's arrivals do not change when another is added or removed.
+fn arrival_stream(s: &InferenceService, seed: u64) -> ArrivalCursor {
+    let mut seeds = SimRng::seed_from_u64(seed ^ 0x5e7c_1ce5);
+    for _ in 0..=s.id.0 % 64 {
+        seeds.next_u64();
+    }
+    let rng = SimRng::seed_from_u64(seeds.next_u64().wrapping_add(s.id.0 as u64));
+    let mut cursor = ArrivalCursor {
+        rng,
+        next: None,
+        series_sec: 0,
+        index: 0,
+    };
+    cursor.next = first_arrival(s, &mut cursor, s.start.as_micros(), s.end.as_micros());
+    cursor
+}
+
+/// The requests each service of `workload` receives over its whole lifetime in a run whose
+/// serving seed is `seed` ([`ServingConfig::seed`]), in service order: the same draws a run
+/// makes, whatever the policy. Drivers use it to count the requests of services a policy was
+/// not given (they were all dropped, as far as the service's users are concerned).
+pub fn arrivals_per_service(workload: &Workload, seed: u64) -> Vec<u64> {
+    workload
+        .services()
+        .iter()
+        .map(|s| {
+            let mut c = arrival_stream(s, seed);
+            let (start, end) = (s.start.as_micros(), s.end.as_micros());
+            let mut n = 0u64;
+            while let Some(a) = c.next {
+                n += 1;
+                c.next = next_arrival(s, &mut c, a, start, end);
+            }
+            n
+        })
+        .collect()
+}
+
 fn first_arrival(s: &InferenceService, c: &mut ArrivalCursor, start: u64, end: u64) -> Option<u64> {
     next_arrival(s, c, start, start, end)
 }

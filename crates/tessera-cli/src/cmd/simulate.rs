@@ -4,7 +4,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tessera_mechanisms::capabilities::{check_support, refusal, relax, CheckOptions, Relaxed};
+use tessera_mechanisms::capabilities::{
+    check_support, dropped_services, refusal, relax, CheckOptions, Relaxed,
+};
 use tessera_mechanisms::experiment::{engines, run_parallel, EngineInfo};
 use tessera_mechanisms::{
     build_policy, build_truth, did_you_mean, serving_setup, truths, ServingSetup, Truth,
@@ -56,11 +58,23 @@ fn trace_truth() -> Truth {
     }
 }
 
-/// What `tessera simulate` compares when no `--policy` is given: the baselines, and the
-/// headline mechanism (Synergy's LAS+TUNE, with its proportional allocation beside it so the
-/// gain of tuning CPU and memory shows on its own).
-pub const DEFAULT_POLICIES: &[&str] =
-    &["fifo", "srtf", "las", "ftf", "las+proportional", "las+tune"];
+/// What `tessera simulate` compares when no `--policy` is given (issue 37): the mixed
+/// world's policies ([`tessera_mechanisms::tessera::world::DEFAULT_POLICIES`]: FIFO, LAS, one
+/// policy of each mechanism and `tessera`), each looked up by name in the registry.
+pub use tessera_mechanisms::tessera::world::DEFAULT_POLICIES;
+
+/// The header line of a run without `--policy`: every policy runs on what it honours.
+pub const DEFAULT_COMPARISON: &str = "default comparison: each policy runs on the part of the \
+     workload it honours (as with --ignore-unsupported; what it ignored is listed under the \
+     table); requests of services it does not serve count as dropped, against its SLO goodput";
+
+/// [`DEFAULT_POLICIES`] that are registered, and the names left out.
+pub fn default_policies() -> (Vec<String>, Vec<&'static str>) {
+    let (known, missing): (Vec<&str>, Vec<&str>) = DEFAULT_POLICIES
+        .iter()
+        .partition(|p| tessera_mechanisms::mechanism_of_policy(p).is_some());
+    (known.into_iter().map(str::to_string).collect(), missing)
+}
 
 /// Rounds beyond which a run is worth a warning: each round costs a scheduling pass (a few
 /// microseconds when idle), so 100 million of them take minutes to hours.
@@ -237,9 +251,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        let services = trace_services(&doc);
         writeln!(
             out,
-            "{jobs} jobs from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            "{jobs} jobs{services} from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
             args.trace,
             doc.trace_format,
             args.cluster,
@@ -268,6 +283,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             if let Some(setup) = &p.setup {
                 writeln!(out, "{}: {setup}", p.policy)?;
             }
+        }
+        if let Some(c) = &doc.comparison {
+            writeln!(out, "{c}")?;
         }
         writeln!(out)?;
         write!(out, "{}", comparison_table(&doc.policies))?;
@@ -318,6 +336,23 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     match PoliciesFailed::of(&doc) {
         Some(failed) => Err(failed.into()),
         None => Ok(()),
+    }
+}
+
+/// `, N services` when the runs' summaries have services (the workload's, counted ones
+/// included), for the header.
+fn trace_services(doc: &SummaryDoc) -> String {
+    let n = doc
+        .policies
+        .iter()
+        .filter_map(|p| p.summary.as_ref())
+        .map(|s| s.services.len())
+        .max()
+        .unwrap_or(0);
+    match n {
+        0 => String::new(),
+        1 => " and 1 service".into(),
+        n => format!(" and {n} services"),
     }
 }
 
@@ -401,8 +436,17 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     if let Some(r) = round {
         let _ = warn_many_rounds(&trace.workload, r);
     }
-    let names: Vec<String> = if args.policies.is_empty() {
-        DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
+    // Without --policy: the default comparison, each policy on what it honours.
+    let default_run = args.policies.is_empty();
+    let names: Vec<String> = if default_run {
+        let (known, missing) = default_policies();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "default policies not registered in this build, left out: {}",
+                missing.join(", ")
+            ));
+        }
+        known
     } else {
         args.policies.clone()
     };
@@ -484,7 +528,14 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             e.name
         );
     }
-    check_capabilities(args, &cluster, &trace, &mut runs, config.failures.is_some())?;
+    check_capabilities(
+        args,
+        &cluster,
+        &trace,
+        &mut runs,
+        config.failures.is_some(),
+        args.ignore_unsupported || default_run,
+    )?;
     if let (Some(e), Some(r)) = (
         semantics,
         runs.iter()
@@ -509,7 +560,8 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let threads = args
         .threads
         .unwrap_or_else(tessera_mechanisms::experiment::default_threads);
-    let results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
+    let mut results = run_policies_with(&cluster, &trace.workload, &runs, &engine, threads)?;
+    count_removed_services(&trace.workload, &runs, &engine, &mut results);
 
     let summaries: Vec<PolicySummary> = results
         .iter()
@@ -539,6 +591,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             profile_error: profiled.then_some(args.profile_error),
         });
     let doc = SummaryDoc {
+        comparison: default_run.then(|| DEFAULT_COMPARISON.to_string()),
         cluster: format!("{} ({})", args.cluster, cluster.name),
         gpus: cluster.totals().0,
         trace: args.trace.clone(),
@@ -563,6 +616,36 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
     })
+}
+
+/// A policy run on a workload relaxed of its services (it does not serve any) did not see
+/// their requests; their users did. Each such run gets the services back in its summary,
+/// every request dropped (counted with the arrivals the run's serving seed draws, the same
+/// as a policy serving them is offered), so that its SLO goodput is honest.
+fn count_removed_services(
+    workload: &Workload,
+    runs: &[PolicyRun],
+    engine: &Engine,
+    results: &mut [PolicyResult],
+) {
+    if workload.services().is_empty() {
+        return;
+    }
+    for (run, (result, _)) in runs.iter().zip(results.iter_mut()) {
+        let (Some(relaxed), Ok(report)) = (&run.relaxed, result) else {
+            continue;
+        };
+        if !relaxed.workload.services().is_empty() || !report.summary.services.is_empty() {
+            continue;
+        }
+        // The serving seed this policy's run used (a mechanism's setup sets --seed).
+        let seed = if run.setup.is_some() {
+            engine.seed
+        } else {
+            engine.config.serving.seed
+        };
+        report.summary.services = dropped_services(workload, &run.name, seed);
+    }
 }
 
 /// Requests at most this many elements per capability in a refusal (then a count).
@@ -591,6 +674,7 @@ fn check_capabilities(
     trace: &tessera_trace::LoadedTrace,
     runs: &mut [PolicyRun],
     failures: bool,
+    relax_unsupported: bool,
 ) -> Result<()> {
     // Trace files and workload specs give each job's line; a built-in only numbers its jobs.
     let numbered = !args.trace.starts_with("builtin:");
@@ -605,7 +689,7 @@ fn check_capabilities(
         if missing.is_empty() {
             continue;
         }
-        if args.ignore_unsupported {
+        if relax_unsupported {
             let relaxed = relax(&r.name, cluster, &trace.workload, &options)
                 .with_context(|| format!("--policy {}", r.name))?;
             r.relaxed = Some(std::sync::Arc::new(relaxed));
@@ -1183,7 +1267,14 @@ mod tests {
         assert_eq!(plain.truth.why, "auto: the jobs name no models");
         // Models Synergy's tables know only through the catalogue (`resnet50` is its
         // `res50`): not Synergy's own workload, so the trace's throughput.
-        let aliased = doc(&["--trace", &data("small.csv"), "--policy", "fifo"]);
+        let aliased = doc(&[
+            "--cluster",
+            "builtin:synergy-128",
+            "--trace",
+            &data("small.csv"),
+            "--policy",
+            "fifo",
+        ]);
         assert_eq!(aliased.truth.name, "trace", "{}", aliased.truth.why);
         // Given: said so.
         let given = doc(&[
@@ -1259,6 +1350,53 @@ mod tests {
         .map(|e| format!("{e:#}"))
         .unwrap_or_default();
         assert!(err.contains("did you mean \"dilu-no-vertical\""), "{err}");
+    }
+
+    /// "Same policy code in every driver": `repro tessera` runs each policy as the default
+    /// `simulate` does (relaxed inputs, serving setup, dropped services counted), so its
+    /// figures for a seed are the default run's, field for field.
+    #[test]
+    fn the_default_run_and_repro_tessera_agree() {
+        use tessera_mechanisms::tessera::world::{cluster_yaml, MixedWorkload};
+        use tessera_mechanisms::tessera::world_run::{auto_truth, run_policy};
+        let policies = ["fifo", "miso", "dilu"];
+        let mut a = args(&["--seed", "3", "--threads", "1"]);
+        a.policies = policies.iter().map(|p| p.to_string()).collect();
+        a.ignore_unsupported = true;
+        let got = execute(&a).unwrap();
+        let cluster =
+            Cluster::from_yaml(&cluster_yaml(), &tessera_model::GpuCatalog::builtin()).unwrap();
+        let workload = MixedWorkload {
+            seed: 3,
+            ..MixedWorkload::default()
+        }
+        .generate()
+        .unwrap();
+        let (truth, _) = auto_truth("builtin:mixed", &cluster, &workload).unwrap();
+        for (p, report) in policies.iter().zip(&got.reports) {
+            let want = run_policy(&cluster, &workload, truth.as_ref(), p, 3).unwrap();
+            assert_eq!(json(&report.summary), json(&want.report.summary), "{p}");
+            assert_eq!(report.summary.services.len(), 3, "{p}");
+        }
+        // The default run is the same comparison, relaxed without asking.
+        let mut d = args(&["--seed", "3", "--threads", "1"]);
+        d.policies = Vec::new();
+        let default = execute(&d).unwrap();
+        for (p, want) in policies.iter().zip(&got.reports) {
+            let i = default
+                .doc
+                .policies
+                .iter()
+                .position(|x| x.policy == *p)
+                .unwrap();
+            assert_eq!(
+                json(&default.reports[i].summary),
+                json(&want.summary),
+                "{p}"
+            );
+        }
+        assert!(default.doc.comparison.is_some());
+        assert!(got.doc.comparison.is_none());
     }
 
     #[test]

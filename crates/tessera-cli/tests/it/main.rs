@@ -689,11 +689,102 @@ fn simulate_runs_synergy_policies_on_sensitivity_tables() {
     }
 }
 
-/// Issue 10 item 2: the run with no arguments loads its cluster so that policies differ,
-/// and shows the headline mechanism (Synergy's tuned CPU/memory) beside the baselines.
+/// Issue 37 item 3: the run with no arguments compares FIFO, LAS, each mechanism's policy
+/// and `tessera` (those registered) on the mixed cluster and workload, each on what it
+/// honours; every row is honest: jobs a policy cannot run are rejected and counted, requests
+/// of services it does not serve are dropped and count against its SLO goodput.
 #[test]
-fn the_default_run_shows_policies_that_differ() {
+fn the_default_run_compares_the_mixed_world() {
     let o = tessera(&["simulate", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["cluster"], "builtin:mixed (mixed)");
+    assert_eq!(doc["trace"], "builtin:mixed");
+    assert!(doc["comparison"]
+        .as_str()
+        .unwrap()
+        .contains("--ignore-unsupported"));
+    let p = doc["policies"].as_array().unwrap();
+    let names: Vec<&str> = p.iter().map(|x| x["policy"].as_str().unwrap()).collect();
+    let registered: Vec<&str> = [
+        "fifo", "las", "las+tune", "miso", "crius", "sia", "dilu", "tessera",
+    ]
+    .into_iter()
+    .filter(|n| tessera_mechanisms::mechanism_of_policy(n).is_some())
+    .collect();
+    assert_eq!(names, registered);
+    assert!(names.len() >= 7, "{names:?}");
+    let requests = |x: &serde_json::Value, key: &str| -> u64 {
+        x["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s[key].as_u64().unwrap())
+            .sum()
+    };
+    let offered = requests(&p[0], "requests");
+    assert!(offered > 10_000, "{offered}");
+    for x in p {
+        assert_eq!(x.get("error"), None, "{x}");
+        let jobs = x["jobs"].as_u64().unwrap();
+        assert_eq!(
+            x["finished"].as_u64().unwrap() + x["rejected"].as_u64().unwrap(),
+            jobs,
+            "{x}"
+        );
+        assert_eq!(x["unfinished"], 0, "{x}");
+        // Every policy's summary has the three services, served or counted as dropped.
+        assert_eq!(x["services"].as_array().unwrap().len(), 3, "{x}");
+        assert_eq!(
+            requests(x, "served") + requests(x, "dropped"),
+            requests(x, "requests"),
+            "{x}"
+        );
+        let serves = tessera_mechanisms::capabilities::policy_info(x["policy"].as_str().unwrap())
+            .unwrap()
+            .capabilities
+            .honours(tessera_sched::Capability::Services);
+        if serves {
+            assert!(requests(x, "served") > 0, "{x}");
+        } else {
+            assert_eq!(requests(x, "dropped"), requests(x, "requests"), "{x}");
+            let ignored = x["ignored"].as_array().unwrap();
+            assert!(ignored.iter().any(|i| i["what"] == "services"), "{x}");
+        }
+        assert!(x["mean_active_gpus"].as_f64().unwrap() > 1.0, "{x}");
+    }
+    // The table has the columns the comparison is about, and says how it was run.
+    let o = tessera(&["simulate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "default comparison",
+        "avg JCT",
+        "p99 JCT",
+        "SLO goodput",
+        "req. dropped",
+        "GPUs used",
+        "ignored (--ignore-unsupported)",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+}
+
+/// Issue 10 item 2, kept for the setup it pinned: Synergy's cluster and workload under the
+/// baselines and Synergy's LAS with proportional and tuned CPU/memory (the default run
+/// before issue 37), now given by flags.
+#[test]
+fn synergys_setup_shows_policies_that_differ() {
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        "builtin:synergy-128",
+        "--trace",
+        "builtin:synergy-mix-600",
+        "--policy",
+        "fifo,srtf,las,ftf,las+proportional,las+tune",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let p = doc["policies"].as_array().unwrap();

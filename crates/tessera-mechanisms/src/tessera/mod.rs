@@ -8,11 +8,19 @@
 
 use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
 
-use crate::{BuiltinCluster, BuiltinWorkload, Mechanism, Truth, TruthInfo, TruthOptions};
+use crate::{
+    BuiltinCluster, BuiltinWorkload, Mechanism, Truth, TruthInfo, TruthOptions, WorkloadGenerator,
+};
 
 pub mod policy;
+#[cfg(feature = "experiments")]
+pub mod repro;
 pub mod truth;
 pub mod world;
+#[cfg(feature = "experiments")]
+pub mod world_run;
+#[cfg(feature = "experiments")]
+pub mod world_workload;
 
 /// The composed mechanism (registered last in [`crate::MECHANISMS`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,6 +57,15 @@ impl Mechanism for Tessera {
 
     fn workloads(&self) -> &'static [BuiltinWorkload] {
         world::WORKLOADS
+    }
+
+    fn generators(&self) -> &'static [WorkloadGenerator] {
+        world::GENERATORS
+    }
+
+    #[cfg(feature = "experiments")]
+    fn experiments(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
+        &[&repro::TesseraRepro]
     }
 
     #[cfg(feature = "experiments")]

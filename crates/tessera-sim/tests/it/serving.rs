@@ -530,6 +530,10 @@ proptest! {
             prop_assert_eq!(s.requests, s.served + s.dropped, "{:?}", s);
             prop_assert!(s.slo_violations <= s.served);
         }
+        // The requests a driver counts for services it did not give a policy are the run's.
+        let counted = tessera_sim::serving::arrivals_per_service(&w, seed);
+        let requests: Vec<u64> = r.summary.services.iter().map(|s| s.requests).collect();
+        prop_assert_eq!(counted, requests);
         prop_assert_eq!(r.summary.services.len(), w.services().len());
         for series in &r.service_instances {
             prop_assert!(series.points.windows(2).all(|p| p[0].0 <= p[1].0));
