@@ -469,8 +469,9 @@ pub fn mechanism_of_truth(truth: &str) -> Option<&'static dyn Mechanism> {
 
 /// The profiler a run of `policy` uses under `truth`: the truth's own (every policy's jobs
 /// go through it, as they always have), plus the profiler the policy's mechanism declares
-/// for it ([`Mechanism::policy_profiler`]) when the truth is another mechanism's, so that a
-/// policy that reads knowledge gets it under any truth.
+/// for it ([`Mechanism::policy_profiler`]) when the truth is another mechanism's, or its own
+/// but without a profiler (the composed truth profiles nothing itself), so that a policy
+/// that reads knowledge gets it under any truth.
 pub fn run_profiler(
     policy: &str,
     truth: &Truth,
@@ -478,7 +479,7 @@ pub fn run_profiler(
 ) -> Option<Arc<dyn Profiler>> {
     let own = mechanism_of_policy(policy).and_then(|m| {
         let same = mechanism_of_truth(truth.name).is_some_and(|t| t.name() == m.name());
-        (!same)
+        (!same || truth.profiler.is_none())
             .then(|| m.policy_profiler(policy, options))
             .flatten()
     });
@@ -498,21 +499,34 @@ pub struct AutoTruth {
     pub why: String,
 }
 
+/// The truth `--perf auto` picks when no paper's setup is asked for: Tessera's composed truth
+/// ([`tessera::truth`], docs/truth.md), which reads every mechanism's tables at once and is
+/// exactly the trace's rate on each job's requested allocation.
+pub const DEFAULT_TRUTH: &str = tessera::truth::NAME;
+
 /// The truth for `--perf auto`, chosen from the inputs only, never from the policies asked
-/// for (so that each policy's figures do not depend on its company): a mechanism's built-in
-/// workload (`trace_source` = `builtin:NAME`) runs under that mechanism's truth; otherwise
-/// the one mechanism that [covers](Mechanism::covers) the cluster and workload gives its
-/// truth; none or several: the trace's throughput.
+/// for (so that each policy's figures do not depend on its company):
+///
+/// 1. a mechanism's built-in workload (`trace_source` = `builtin:NAME`) runs under that
+///    mechanism's truth (a paper's setup keeps its paper's truth);
+/// 2. inputs that exactly one mechanism [covers](Mechanism::covers) (every job's model in its
+///    own tables, the cluster's GPUs ones its tables describe) run under its truth;
+/// 3. a built-in workload of a mechanism without a truth of its own (the baselines') keeps
+///    the trace's throughput, as its benchmarks always ran;
+/// 4. everything else (models of several papers, of none, no models at all, several papers
+///    covering the inputs) runs under [`DEFAULT_TRUTH`], the composed truth.
 pub fn auto_truth(
     trace_source: &str,
     cluster: &tessera_model::Cluster,
     workload: &tessera_model::Workload,
 ) -> AutoTruth {
+    let mut builtin_of: Option<&dyn Mechanism> = None;
     if let Some(name) = trace_source.strip_prefix("builtin:") {
-        let owner = MECHANISMS
+        builtin_of = MECHANISMS
             .iter()
+            .copied()
             .find(|m| m.workloads().iter().any(|w| w.name == name));
-        if let Some(m) = owner {
+        if let Some(m) = builtin_of {
             if let Some(t) = m.preferred_truth() {
                 return AutoTruth {
                     truth: Some(t),
@@ -526,29 +540,37 @@ pub fn auto_truth(
         .copied()
         .filter(|m| m.preferred_truth().is_some() && m.covers(cluster, workload))
         .collect();
-    match covering.as_slice() {
-        [m] => AutoTruth {
+    if let [m] = covering.as_slice() {
+        return AutoTruth {
             truth: m.preferred_truth(),
             why: format!(
                 "every job's model is in {}'s tables, for this cluster's GPUs",
                 m.name()
             ),
-        },
-        [] if workload.jobs().iter().all(|j| j.model.is_empty()) => AutoTruth {
-            truth: None,
-            why: "the jobs name no models".into(),
-        },
-        [] => AutoTruth {
-            truth: None,
-            why: "no mechanism's tables cover every job's model on this cluster's GPUs".into(),
-        },
-        many => AutoTruth {
+        };
+    }
+    if let Some(m) = builtin_of {
+        return AutoTruth {
             truth: None,
             why: format!(
-                "the inputs fit the tables of several mechanisms ({})",
-                many.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                "{trace_source} is {}'s workload, run at the trace's throughput",
+                m.name()
             ),
-        },
+        };
+    }
+    let why = match covering.as_slice() {
+        [] if workload.jobs().iter().all(|j| j.model.is_empty()) => {
+            "the jobs name no models".to_string()
+        }
+        [] => "no single paper's tables cover every job's model on this cluster's GPUs".into(),
+        many => format!(
+            "the inputs fit the tables of several mechanisms ({})",
+            many.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    AutoTruth {
+        truth: Some(DEFAULT_TRUTH),
+        why: format!("{why}: the composed truth"),
     }
 }
 
