@@ -581,3 +581,47 @@ proptest! {
         }
     }
 }
+
+/// docs/truth.md's worked example, figure for figure.
+#[test]
+fn the_worked_example_of_the_docs() {
+    let c = mixed();
+    let t = ComposedTruth::shared();
+    let mut j = job("res50", 2);
+    j.duration = SimDuration::from_secs(3600);
+    j.iterations = 7200;
+    let close = |a: f64, b: f64| (a - b).abs() < 5e-4;
+    // Read on A100-80GB (16 GPUs, tied with V100-32GB, first by name): 8 cores, 64 GiB per GPU.
+    let r = reference(&j, &c).unwrap();
+    assert_eq!(
+        (r.gpu, r.cpu_per_gpu, r.mem_per_gpu),
+        (id(&c, "A100-80GB"), 8.0, 64.0)
+    );
+    let on = |g: &str, n: u32| {
+        t.factors(&j, &Allocation::single(whole(&c, id(&c, g), 0, n)), &c, &[])
+            .unwrap()
+            .type_and_count
+    };
+    assert!(close(on("A100-80GB", 4), 1.94), "{}", on("A100-80GB", 4));
+    assert!(close(on("H100-80GB", 2), 1.7179), "{}", on("H100-80GB", 2));
+    assert!(close(on("V100-32GB", 2), 0.4006), "{}", on("V100-32GB", 2));
+    let mut a = Allocation::single(whole(&c, id(&c, "V100-32GB"), 0, 2));
+    a.shares[0].cpu = MilliCpu::from_cores(4);
+    let f = t.factors(&j, &a, &c, &[]).unwrap();
+    assert!(close(f.cpu_memory, 0.74), "{f:?}");
+    assert!(close(rate(&j, &a, &c), 0.5929), "{}", rate(&j, &a, &c));
+    let mut one = job("res50", 1);
+    one.duration = SimDuration::from_secs(3600);
+    one.iterations = 3600;
+    let f = t
+        .factors(&one, &mig(&c, id(&c, "A100-80GB"), "3g.40gb"), &c, &[])
+        .unwrap();
+    assert!(close(f.sub_gpu, 0.9375), "{f:?}");
+    let q = quota(&c, id(&c, "A100-80GB"), 0, 300, 300);
+    let other = job("bert-base", 1);
+    let f = t.factors(&one, &q, &c, &[(&other, &q)]).unwrap();
+    assert!(
+        close(f.sub_gpu, 0.7927) && close(f.interference, 0.85),
+        "{f:?}"
+    );
+}
