@@ -729,6 +729,63 @@ mod tests {
         );
     }
 
+    /// `--perf auto`: a paper's built-in workload keeps its paper's truth, a built-in of a
+    /// mechanism without one keeps the trace's, inputs one paper covers keep its truth, and
+    /// everything else gets the composed truth, which is registered.
+    #[test]
+    fn auto_truth_keeps_paper_setups_and_composes_the_rest() {
+        assert!(build_truth(DEFAULT_TRUTH, &TruthOptions::default()).is_some());
+        let v100 = tessera_model::Cluster::homogeneous(
+            "V100-32GB",
+            1,
+            8,
+            tessera_model::MilliCpu::from_cores(24),
+            tessera_model::Bytes::from_gib(500),
+        )
+        .unwrap();
+        let empty = tessera_model::Workload::new(Vec::new());
+        for m in MECHANISMS {
+            for w in m.workloads() {
+                let got = auto_truth(&format!("builtin:{}", w.name), &v100, &empty);
+                assert_eq!(got.truth, m.preferred_truth(), "{}: {}", w.name, got.why);
+            }
+        }
+        let workload = |models: &[&str]| {
+            tessera_model::Workload::new(
+                models
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let mut j = tessera_model::TrainingJob::simple(
+                            i as u32,
+                            tessera_model::SimTime::ZERO,
+                            1,
+                            tessera_model::SimDuration::from_secs(60),
+                        );
+                        j.model = m.to_string();
+                        j
+                    })
+                    .collect(),
+            )
+        };
+        // Synergy's own names on V100s: Synergy's.
+        let own = auto_truth("jobs.csv", &v100, &workload(&["alexnet", "res50"]));
+        assert_eq!(own.truth, Some("synergy"), "{}", own.why);
+        // Crius's large models alone: Crius's.
+        let large = auto_truth("jobs.csv", &v100, &workload(&["bert-1.3b"]));
+        assert_eq!(large.truth, Some("crius"), "{}", large.why);
+        // Several papers' models, none, or no names at all: the composed truth.
+        for models in [
+            &["alexnet", "bert-1.3b"][..],
+            &["vgg19"],
+            &[""],
+            &["resnet50"],
+        ] {
+            let got = auto_truth("jobs.csv", &v100, &workload(models));
+            assert_eq!(got.truth, Some(DEFAULT_TRUTH), "{models:?}: {}", got.why);
+        }
+    }
+
     #[test]
     fn edit_distances() {
         assert_eq!(edit_distance("las", "las"), 0);

@@ -103,7 +103,7 @@ impl QuotaCurve {
 /// A value in (0, 1]: NaN and non-positive values become a thousandth.
 fn clamp_unit(x: f64) -> f64 {
     if x.is_finite() && x > 0.0 {
-        x.min(1.0).max(1e-3)
+        x.clamp(1e-3, 1.0)
     } else {
         1e-3
     }
