@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use tessera_model::{
     Allocation, Cluster, GpuModelId, GpuPart, Knowledge, ParallelPlan, SimDuration, SimRng,
@@ -248,24 +248,30 @@ type RateKey = (u32, Source, u64, u32, u32, u32, Option<ParallelPlan>);
 pub struct ComposedTruth {
     matrix: Arc<GavelMatrix>,
     gavel_types: Vec<JobTypeKey>,
+    /// The matrix's GPU types (lower case), longest first: a catalog name's type is the first
+    /// that prefixes it (as `GavelMatrix::matrix_type`, without allocating per call).
+    matrix_gpus: Vec<String>,
     slices: Arc<SliceTable>,
     hw: HwOptions,
     facts: RwLock<HashMap<u64, Vec<Facts>>>,
     next_id: AtomicU32,
-    rates: Mutex<HashMap<RateKey, f64>>,
+    rates: RwLock<HashMap<RateKey, f64>>,
 }
 
 impl Default for ComposedTruth {
     fn default() -> Self {
         let matrix = GavelMatrix::builtin();
+        let mut matrix_gpus: Vec<String> = matrix.gpu_types().map(str::to_string).collect();
+        matrix_gpus.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         ComposedTruth {
             gavel_types: matrix.job_types(),
+            matrix_gpus,
             matrix,
             slices: crate::miso::miso_table(),
             hw: HwOptions::default(),
             facts: RwLock::new(HashMap::new()),
             next_id: AtomicU32::new(0),
-            rates: Mutex::new(HashMap::new()),
+            rates: RwLock::new(HashMap::new()),
         }
     }
 }
@@ -289,6 +295,18 @@ impl ComposedTruth {
         SHARED
             .get_or_init(|| Arc::new(ComposedTruth::default()))
             .clone()
+    }
+
+    /// The matrix's GPU type of a catalog GPU (`V100-16GB` → `v100`).
+    fn matrix_gpu(&self, catalog_name: &str) -> Option<&str> {
+        self.matrix_gpus
+            .iter()
+            .find(|t| {
+                catalog_name
+                    .get(..t.len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case(t))
+            })
+            .map(String::as_str)
     }
 
     /// The tables' facts about `job`'s model, looked up once per (model, batch, GPU count).
@@ -347,7 +365,7 @@ impl ComposedTruth {
             nodes,
             plan,
         );
-        if let Some(r) = self.rates.lock().ok().and_then(|m| m.get(&key).copied()) {
+        if let Some(r) = self.rates.read().ok().and_then(|m| m.get(&key).copied()) {
             return r;
         }
         let r = match source {
@@ -359,7 +377,7 @@ impl ComposedTruth {
                     .unwrap_or(crate::crius::perf::DEFAULT_BATCH);
                 CellThroughput::rate(large, batch, &device, count, nodes.max(1), plan)
             }),
-            Source::Gavel => match (&facts.gavel, self.matrix.matrix_type(&model.name)) {
+            Source::Gavel => match (&facts.gavel, self.matrix_gpu(&model.name)) {
                 (Some(k), Some(t)) => self
                     .matrix
                     .throughput(k, t, count, nodes > 1)
@@ -368,7 +386,7 @@ impl ComposedTruth {
             },
         };
         let r = if r.is_finite() && r > 0.0 { r } else { 0.0 };
-        if let Ok(mut m) = self.rates.lock() {
+        if let Ok(mut m) = self.rates.write() {
             m.insert(key, r);
         }
         r
@@ -392,11 +410,7 @@ impl ComposedTruth {
         if facts.large.is_some() && held.whole {
             sources[0] = Some(Source::Cells);
         }
-        let matrix_knows = |g: GpuModelId| {
-            self.matrix
-                .matrix_type(&cluster.catalog.get(g).name)
-                .is_some()
-        };
+        let matrix_knows = |g: GpuModelId| self.matrix_gpu(&cluster.catalog.get(g).name).is_some();
         if facts.gavel.is_some()
             && matrix_knows(r.gpu)
             && types.iter().all(|&(g, _, _)| matrix_knows(g))
