@@ -271,8 +271,10 @@ pub struct SimulateArgs {
     pub semantics: String,
 
     /// Truth model: trace (each job's trace throughput), a mechanism's model (e.g. synergy:
-    /// per-model CPU/memory sensitivity tables, jobs profiled on arrival), or auto: the model
-    /// the requested policies' mechanism prefers (synergy for ORDER+MECH policies), else trace.
+    /// per-model CPU/memory sensitivity tables, jobs profiled on arrival), tessera (the
+    /// composed truth: every mechanism's tables at once, docs/truth.md), or auto, chosen from
+    /// the inputs, never the policies: a mechanism's built-in workload or inputs only one
+    /// paper's tables cover keep that paper's truth, everything else gets tessera.
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub perf: String,
 

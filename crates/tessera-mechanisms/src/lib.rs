@@ -478,8 +478,9 @@ pub fn mechanism_of_truth(truth: &str) -> Option<&'static dyn Mechanism> {
 
 /// The profiler a run of `policy` uses under `truth`: the truth's own (every policy's jobs
 /// go through it, as they always have), plus the profiler the policy's mechanism declares
-/// for it ([`Mechanism::policy_profiler`]) when the truth is another mechanism's, so that a
-/// policy that reads knowledge gets it under any truth.
+/// for it ([`Mechanism::policy_profiler`]) when the truth is another mechanism's, or its own
+/// but without a profiler (the composed truth profiles nothing itself), so that a policy
+/// that reads knowledge gets it under any truth.
 pub fn run_profiler(
     policy: &str,
     truth: &Truth,
@@ -487,7 +488,7 @@ pub fn run_profiler(
 ) -> Option<Arc<dyn Profiler>> {
     let own = mechanism_of_policy(policy).and_then(|m| {
         let same = mechanism_of_truth(truth.name).is_some_and(|t| t.name() == m.name());
-        (!same)
+        (!same || truth.profiler.is_none())
             .then(|| m.policy_profiler(policy, options))
             .flatten()
     });
@@ -507,21 +508,34 @@ pub struct AutoTruth {
     pub why: String,
 }
 
+/// The truth `--perf auto` picks when no paper's setup is asked for: Tessera's composed truth
+/// ([`tessera::truth`], docs/truth.md), which reads every mechanism's tables at once and is
+/// exactly the trace's rate on each job's requested allocation.
+pub const DEFAULT_TRUTH: &str = tessera::truth::NAME;
+
 /// The truth for `--perf auto`, chosen from the inputs only, never from the policies asked
-/// for (so that each policy's figures do not depend on its company): a mechanism's built-in
-/// workload (`trace_source` = `builtin:NAME`) runs under that mechanism's truth; otherwise
-/// the one mechanism that [covers](Mechanism::covers) the cluster and workload gives its
-/// truth; none or several: the trace's throughput.
+/// for (so that each policy's figures do not depend on its company):
+///
+/// 1. a mechanism's built-in workload (`trace_source` = `builtin:NAME`) runs under that
+///    mechanism's truth (a paper's setup keeps its paper's truth);
+/// 2. inputs that exactly one mechanism [covers](Mechanism::covers) (every job's model in its
+///    own tables, the cluster's GPUs ones its tables describe) run under its truth;
+/// 3. a built-in workload of a mechanism without a truth of its own (the baselines') keeps
+///    the trace's throughput, as its benchmarks always ran;
+/// 4. everything else (models of several papers, of none, no models at all, several papers
+///    covering the inputs) runs under [`DEFAULT_TRUTH`], the composed truth.
 pub fn auto_truth(
     trace_source: &str,
     cluster: &tessera_model::Cluster,
     workload: &tessera_model::Workload,
 ) -> AutoTruth {
+    let mut builtin_of: Option<&dyn Mechanism> = None;
     if let Some(name) = trace_source.strip_prefix("builtin:") {
-        let owner = MECHANISMS
+        builtin_of = MECHANISMS
             .iter()
+            .copied()
             .find(|m| m.workloads().iter().any(|w| w.name == name));
-        if let Some(m) = owner {
+        if let Some(m) = builtin_of {
             if let Some(t) = m.preferred_truth() {
                 return AutoTruth {
                     truth: Some(t),
@@ -535,29 +549,37 @@ pub fn auto_truth(
         .copied()
         .filter(|m| m.preferred_truth().is_some() && m.covers(cluster, workload))
         .collect();
-    match covering.as_slice() {
-        [m] => AutoTruth {
+    if let [m] = covering.as_slice() {
+        return AutoTruth {
             truth: m.preferred_truth(),
             why: format!(
                 "every job's model is in {}'s tables, for this cluster's GPUs",
                 m.name()
             ),
-        },
-        [] if workload.jobs().iter().all(|j| j.model.is_empty()) => AutoTruth {
-            truth: None,
-            why: "the jobs name no models".into(),
-        },
-        [] => AutoTruth {
-            truth: None,
-            why: "no mechanism's tables cover every job's model on this cluster's GPUs".into(),
-        },
-        many => AutoTruth {
+        };
+    }
+    if let Some(m) = builtin_of {
+        return AutoTruth {
             truth: None,
             why: format!(
-                "the inputs fit the tables of several mechanisms ({})",
-                many.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                "{trace_source} is {}'s workload, run at the trace's throughput",
+                m.name()
             ),
-        },
+        };
+    }
+    let why = match covering.as_slice() {
+        [] if workload.jobs().iter().all(|j| j.model.is_empty()) => {
+            "the jobs name no models".to_string()
+        }
+        [] => "no single paper's tables cover every job's model on this cluster's GPUs".into(),
+        many => format!(
+            "the inputs fit the tables of several mechanisms ({})",
+            many.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    AutoTruth {
+        truth: Some(DEFAULT_TRUTH),
+        why: format!("{why}: the composed truth"),
     }
 }
 
@@ -714,6 +736,63 @@ mod tests {
             build_policy("LAS", &PolicyOptions::default()).map(|p| p.name().to_string()),
             Ok("las".to_string())
         );
+    }
+
+    /// `--perf auto`: a paper's built-in workload keeps its paper's truth, a built-in of a
+    /// mechanism without one keeps the trace's, inputs one paper covers keep its truth, and
+    /// everything else gets the composed truth, which is registered.
+    #[test]
+    fn auto_truth_keeps_paper_setups_and_composes_the_rest() {
+        assert!(build_truth(DEFAULT_TRUTH, &TruthOptions::default()).is_some());
+        let v100 = tessera_model::Cluster::homogeneous(
+            "V100-32GB",
+            1,
+            8,
+            tessera_model::MilliCpu::from_cores(24),
+            tessera_model::Bytes::from_gib(500),
+        )
+        .unwrap();
+        let empty = tessera_model::Workload::new(Vec::new());
+        for m in MECHANISMS {
+            for w in m.workloads() {
+                let got = auto_truth(&format!("builtin:{}", w.name), &v100, &empty);
+                assert_eq!(got.truth, m.preferred_truth(), "{}: {}", w.name, got.why);
+            }
+        }
+        let workload = |models: &[&str]| {
+            tessera_model::Workload::new(
+                models
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let mut j = tessera_model::TrainingJob::simple(
+                            i as u32,
+                            tessera_model::SimTime::ZERO,
+                            1,
+                            tessera_model::SimDuration::from_secs(60),
+                        );
+                        j.model = m.to_string();
+                        j
+                    })
+                    .collect(),
+            )
+        };
+        // Synergy's own names on V100s: Synergy's.
+        let own = auto_truth("jobs.csv", &v100, &workload(&["alexnet", "res50"]));
+        assert_eq!(own.truth, Some("synergy"), "{}", own.why);
+        // Crius's large models alone: Crius's.
+        let large = auto_truth("jobs.csv", &v100, &workload(&["bert-1.3b"]));
+        assert_eq!(large.truth, Some("crius"), "{}", large.why);
+        // Several papers' models, none, or no names at all: the composed truth.
+        for models in [
+            &["alexnet", "bert-1.3b"][..],
+            &["vgg19"],
+            &[""],
+            &["resnet50"],
+        ] {
+            let got = auto_truth("jobs.csv", &v100, &workload(models));
+            assert_eq!(got.truth, Some(DEFAULT_TRUTH), "{models:?}: {}", got.why);
+        }
     }
 
     #[test]

@@ -577,19 +577,20 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             Err(e) => PolicySummary::failed(&run.name, format!("{e:#}"), *wall),
         })
         .collect();
-    // Reported when it is not the default (trace truth, exact engine), so the default
-    // summary stays free of fields no one asked for.
+    // Reported when it is not the default (the trace's or the composed truth, exact engine),
+    // so the default summary stays free of fields no one asked for (`truth` names it).
     let profiled = engine.semantics.is_none() && engine.truth.profiler.is_some();
-    let engine_info =
-        (engine.truth.name != "trace" || engine.semantics.is_some()).then(|| EngineSummary {
-            perf: engine.truth.name.to_string(),
-            semantics: engine
-                .semantics
-                .map_or(EXACT_ENGINE, |e| e.name)
-                .to_string(),
-            profile_cost_s: profiled.then_some(args.profile_cost),
-            profile_error: profiled.then_some(args.profile_error),
-        });
+    let default_truth =
+        engine.truth.name == "trace" || engine.truth.name == tessera_mechanisms::DEFAULT_TRUTH;
+    let engine_info = (!default_truth || engine.semantics.is_some()).then(|| EngineSummary {
+        perf: engine.truth.name.to_string(),
+        semantics: engine
+            .semantics
+            .map_or(EXACT_ENGINE, |e| e.name)
+            .to_string(),
+        profile_cost_s: profiled.then_some(args.profile_cost),
+        profile_error: profiled.then_some(args.profile_error),
+    });
     let doc = SummaryDoc {
         comparison: default_run.then(|| DEFAULT_COMPARISON.to_string()),
         cluster: format!("{} ({})", args.cluster, cluster.name),
@@ -1175,7 +1176,7 @@ mod tests {
             (
                 data("mixed_cluster.yaml"),
                 data("mixed_workload.yaml"),
-                "trace",
+                "tessera",
             ),
         ] {
             let run = |policies: &[&str]| {
@@ -1242,9 +1243,15 @@ mod tests {
             "--policy",
             "las+tune",
         ]);
-        assert_eq!(mixed.truth.name, "trace");
+        // Models of several papers and of none, on GPUs of several types: the composed truth.
+        assert_eq!(mixed.truth.name, "tessera");
         assert!(mixed.truth.why.starts_with("auto: "), "{}", mixed.truth.why);
-        assert_eq!(json(&mixed)["truth"]["name"], "trace");
+        assert!(
+            mixed.truth.why.ends_with("the composed truth"),
+            "{}",
+            mixed.truth.why
+        );
+        assert_eq!(json(&mixed)["truth"]["name"], "tessera");
         // The Synergy fixture: every model in Synergy's tables, V100 servers.
         let synergy = doc(&[
             "--cluster",
@@ -1260,13 +1267,17 @@ mod tests {
             "{}",
             synergy.truth.why
         );
-        // No model names at all: the trace.
+        // No model names at all: the composed truth (the trace's rate on each job's request).
         let (four, services) = (data("four_gpus.yaml"), data("services.yaml"));
         let plain = doc(&["--cluster", &four, "--trace", &services, "--policy", "fifo"]);
-        assert_eq!(plain.truth.name, "trace");
-        assert_eq!(plain.truth.why, "auto: the jobs name no models");
+        assert_eq!(plain.truth.name, "tessera");
+        assert_eq!(
+            plain.truth.why,
+            "auto: the jobs name no models: the composed truth"
+        );
         // Models Synergy's tables know only through the catalogue (`resnet50` is its
-        // `res50`): not Synergy's own workload, so the trace's throughput.
+        // `res50`): not Synergy's own workload, so not Synergy's truth but the composed one
+        // (which reads Synergy's tables through the catalogue).
         let aliased = doc(&[
             "--cluster",
             "builtin:synergy-128",
@@ -1275,7 +1286,23 @@ mod tests {
             "--policy",
             "fifo",
         ]);
-        assert_eq!(aliased.truth.name, "trace", "{}", aliased.truth.why);
+        assert_eq!(aliased.truth.name, "tessera", "{}", aliased.truth.why);
+        // A mechanism's built-in workload keeps its mechanism's truth; one of a mechanism
+        // without a truth of its own (Dilu's serving workload) keeps the trace's.
+        let dilu = doc(&[
+            "--cluster",
+            "builtin:dilu-4x4",
+            "--trace",
+            "builtin:dilu-serving",
+            "--policy",
+            "fifo",
+        ]);
+        assert_eq!(dilu.truth.name, "trace", "{}", dilu.truth.why);
+        assert!(
+            dilu.truth.why.contains("dilu's workload"),
+            "{}",
+            dilu.truth.why
+        );
         // Given: said so.
         let given = doc(&[
             "--cluster",
@@ -1289,6 +1316,109 @@ mod tests {
         ]);
         assert_eq!(given.truth.name, "crius");
         assert_eq!(given.truth.why, "given by --perf");
+    }
+
+    /// The composed truth is exactly the trace's rate on each job's requested allocation: under
+    /// FIFO, which gives every job what it asks for, `--perf tessera` and `--perf trace` give
+    /// the same jobs the same times, for a trace without models and for traces whose models
+    /// are in Synergy's, Gavel's and MISO's tables.
+    #[test]
+    fn composed_truth_keeps_a_plain_trace_durations() {
+        let dir = std::env::temp_dir().join(format!("tessera-truth-plain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let no_models = dir.join("no_models.csv");
+        std::fs::write(
+            &no_models,
+            "job_id,submit_s,gpus,duration_s\na,0,2,100\nb,0,4,50\nc,10,2,30\nd,12,1,70\ne,13,1,20\n",
+        )
+        .unwrap();
+        let no_models = no_models.display().to_string();
+        for (cluster, trace) in [
+            (data("four_gpus.yaml"), no_models.as_str()),
+            (data("four_gpus.yaml"), &data("small.csv")),
+            (data("synergy_server.yaml"), &data("synergy_mix.csv")),
+        ] {
+            let run = |perf: &str| {
+                let got = execute(&args(&[
+                    "--cluster",
+                    &cluster,
+                    "--trace",
+                    trace,
+                    "--perf",
+                    perf,
+                    "--policy",
+                    "fifo",
+                ]))
+                .unwrap_or_else(|e| panic!("{trace} --perf {perf}: {e:#}"));
+                assert_eq!(got.doc.truth.name, perf);
+                got
+            };
+            let (composed, plain) = (run("tessera"), run("trace"));
+            assert_eq!(
+                json(&composed.reports[0].jobs),
+                json(&plain.reports[0].jobs),
+                "{trace}"
+            );
+            assert_eq!(composed.reports[0].summary.unfinished, 0);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// `--perf tessera` on the mixed fixtures (four GPU types, models of every mechanism and
+    /// of none): every job of every training policy finishes.
+    #[test]
+    fn composed_truth_finishes_every_job_of_the_mixed_workload() {
+        let mut a = args(&[
+            "--cluster",
+            &data("mixed_cluster.yaml"),
+            "--trace",
+            &data("mixed_workload.yaml"),
+            "--perf",
+            "tessera",
+            "--policy",
+            "fifo",
+            "--policy",
+            "las",
+            "--policy",
+            "las+tune",
+            "--policy",
+            "crius",
+            "--policy",
+            "gavel",
+            "--policy",
+            "sia",
+            "--policy",
+            "miso",
+        ]);
+        a.ignore_unsupported = true;
+        let got = execute(&a).unwrap();
+        assert_eq!(got.doc.truth.name, "tessera");
+        for r in &got.reports {
+            let s = &r.summary;
+            assert_eq!(
+                (s.finished, s.rejected, s.unfinished),
+                (got.jobs, 0, 0),
+                "{}",
+                r.policy
+            );
+        }
+        // The composed truth differs from the trace's where the GPUs do: FIFO's first job
+        // on a type other than its reference runs at another speed.
+        let trace = {
+            let mut a = args(&[
+                "--cluster",
+                &data("mixed_cluster.yaml"),
+                "--trace",
+                &data("mixed_workload.yaml"),
+                "--perf",
+                "trace",
+                "--policy",
+                "fifo",
+            ]);
+            a.ignore_unsupported = true;
+            execute(&a).unwrap()
+        };
+        assert_ne!(json(&trace.reports[0].jobs), json(&got.reports[0].jobs));
     }
 
     /// A policy that reads sensitivity estimates gets Synergy's profiler under the trace's
@@ -1309,7 +1439,8 @@ mod tests {
             "las+proportional",
         ]))
         .unwrap();
-        assert_eq!(got.doc.truth.name, "trace");
+        // The composed truth profiles nothing itself.
+        assert_eq!(got.doc.truth.name, "tessera");
         let profiled: Vec<f64> = got
             .reports
             .iter()

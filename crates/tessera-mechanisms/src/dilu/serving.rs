@@ -117,8 +117,8 @@ fn curve_of(job: &TrainingJob) -> TrainingCurve {
 }
 
 /// Static effective share (permille) of a quota (req, lim) on `gpu` of `node`, among
-/// `others`' quota holdings.
-fn static_share(
+/// `others`' quota holdings (also the composed truth's, `tessera::truth`).
+pub(crate) fn static_share(
     req: u32,
     lim: u32,
     node: tessera_model::NodeId,

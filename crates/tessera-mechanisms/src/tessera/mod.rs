@@ -51,6 +51,22 @@ impl Mechanism for Tessera {
         truth::build(name, options)
     }
 
+    /// The composed truth, for the built-in mixed workloads (and, through
+    /// [`crate::DEFAULT_TRUTH`], for every input no single paper's tables cover).
+    fn preferred_truth(&self) -> Option<&'static str> {
+        Some(truth::NAME)
+    }
+
+    /// The `tessera` policies read the composed estimates, Synergy's sensitivity and Crius's
+    /// cells ([`truth::policy_profiler`]).
+    fn policy_profiler(
+        &self,
+        policy: &str,
+        options: &TruthOptions,
+    ) -> Option<std::sync::Arc<dyn tessera_perf::Profiler>> {
+        truth::policy_profiler(policy, options)
+    }
+
     fn clusters(&self) -> &'static [BuiltinCluster] {
         world::CLUSTERS
     }
