@@ -195,6 +195,8 @@ pub struct DiluServe {
     quota: BTreeMap<InstanceId, QuotaScaler>,
     raises: u64,
     lowers: u64,
+    /// Mirror GPUs booked as unusable by a composition ([`DiluServe::set_blocked`]).
+    blocked: std::collections::BTreeSet<u32>,
 }
 
 impl DiluServe {
@@ -219,6 +221,7 @@ impl DiluServe {
             quota: BTreeMap::new(),
             raises: 0,
             lowers: 0,
+            blocked: std::collections::BTreeSet::new(),
         }
     }
 
@@ -445,6 +448,92 @@ impl DiluServe {
         self.pool.as_mut()?.apply(spec, &parts).ok()?;
         state.take(view.cluster, &resolved);
         Some(a)
+    }
+
+    /// For a composition sharing the cluster with other policies (Tessera's): shapes the
+    /// mirror on the nodes `on` accepts (GPUs per node: the most of those nodes; device
+    /// memory: the least of their GPUs) instead of every node, before the first call. A
+    /// later call changes nothing.
+    pub(crate) fn shape_on(
+        &mut self,
+        view: &ClusterView<'_>,
+        on: impl Fn(&tessera_model::Node) -> bool,
+    ) {
+        if self.pool.is_some() {
+            return;
+        }
+        let nodes: Vec<&tessera_model::Node> = view.cluster.nodes.iter().filter(|n| on(n)).collect();
+        if nodes.is_empty() {
+            return self.init(view);
+        }
+        let per_node = nodes.iter().map(|n| n.gpus).max().unwrap_or(1).max(1);
+        let mem_gib = nodes
+            .iter()
+            .map(|n| view.cluster.catalog.get(n.gpu).memory_gib)
+            .fold(f64::INFINITY, f64::min);
+        let mem_mb = if mem_gib.is_finite() {
+            (Bytes::from_gib_f64(mem_gib).0 / 1_000_000) as u32
+        } else {
+            0
+        };
+        self.per_node = per_node;
+        self.pool = Some(Pool::new(PoolSpec {
+            gpu_memory_mb: mem_mb,
+            gpus_per_node: per_node,
+            max_nodes: Some(view.cluster.nodes.len() as u32),
+        }));
+    }
+
+    /// For a composition: books in the mirror, as whole holders, the GPUs this policy must
+    /// leave alone (`usable` false: held by another policy, of a model its holders may not
+    /// use, or missing on a node with fewer GPUs than the mirror's), and frees those booked
+    /// at the previous call that are usable again. A GPU the policy holds itself stays as
+    /// it is.
+    pub(crate) fn set_blocked(&mut self, view: &ClusterView<'_>, usable: impl Fn(NodeId, u32) -> bool) {
+        self.init(view);
+        let per_node = self.per_node;
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let mut now_blocked = std::collections::BTreeSet::new();
+        for n in &view.cluster.nodes {
+            for g in 0..per_node {
+                if g >= n.gpus || !usable(n.id, g) {
+                    now_blocked.insert(n.id.0 * per_node + g);
+                }
+            }
+        }
+        let name = |gpu: u32| format!("blocked-{gpu}");
+        for &gpu in self.blocked.difference(&now_blocked) {
+            pool.release(&name(gpu));
+        }
+        let mut kept = std::collections::BTreeSet::new();
+        for &gpu in &now_blocked {
+            if self.blocked.contains(&gpu) {
+                kept.insert(gpu);
+                continue;
+            }
+            let spec = InstanceSpec {
+                name: name(gpu),
+                service: "blocked".into(),
+                kind: InstanceKind::Training,
+                sm_request: 1000,
+                sm_limit: 1000,
+                memory_mb: vec![0],
+            };
+            let part = Part {
+                gpu,
+                request: 1000,
+                limit: 1000,
+                memory_mb: 0,
+                whole: true,
+            };
+            // A GPU the mirror still books for a holder of ours is left to that holder.
+            if pool.apply(&spec, &[part]).is_ok() {
+                kept.insert(gpu);
+            }
+        }
+        self.blocked = kept;
     }
 
     /// Forgets jobs that ended and maps new instance ids to their pool names.
