@@ -197,6 +197,10 @@ pub struct DiluServe {
     lowers: u64,
     /// Mirror GPUs booked as unusable by a composition ([`DiluServe::set_blocked`]).
     blocked: std::collections::BTreeSet<u32>,
+    /// A job whose placement the validator refuses for want of host CPU or memory is
+    /// planned again away from nodes that cannot hold it (a composition's; off for Dilu's
+    /// own policies, which keep their published behaviour).
+    pub(crate) host_fit: bool,
 }
 
 impl DiluServe {
@@ -222,6 +226,7 @@ impl DiluServe {
             raises: 0,
             lowers: 0,
             blocked: std::collections::BTreeSet::new(),
+            host_fit: false,
         }
     }
 
@@ -534,6 +539,69 @@ impl DiluServe {
             }
         }
         self.blocked = kept;
+    }
+
+    /// For a composition ([`DiluServe::host_fit`]): plans `spec` again with the GPUs of every
+    /// node whose free CPU or memory cannot hold the job booked as taken for this one
+    /// placement (the packing rules plan on GPUs only, and the validator refuses a node short
+    /// of host resources, so the job would wait for ever on a node it cannot use).
+    #[allow(clippy::too_many_arguments)]
+    fn place_where_host_fits(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        spec: &InstanceSpec,
+        cpu: MilliCpu,
+        memory: Bytes,
+        action: impl Fn(Allocation) -> Action,
+        job: &TrainingJob,
+    ) -> Option<Action> {
+        let per_node = self.per_node;
+        let mut trial = self.pool.clone()?;
+        let mut closed = false;
+        for (n, f) in state.free().iter().enumerate() {
+            if f.cpu >= cpu && f.memory >= memory {
+                continue;
+            }
+            for g in 0..per_node {
+                let gpu = n as u32 * per_node + g;
+                if self.blocked.contains(&gpu) {
+                    continue;
+                }
+                closed = true;
+                if trial.load(gpu).is_some_and(|l| l.holders > 0) {
+                    trial.close(gpu);
+                    continue;
+                }
+                let block = InstanceSpec {
+                    name: format!("host-{gpu}"),
+                    service: "host".into(),
+                    kind: InstanceKind::Training,
+                    sm_request: 1000,
+                    sm_limit: 1000,
+                    memory_mb: vec![0],
+                };
+                let part = Part {
+                    gpu,
+                    request: 1000,
+                    limit: 1000,
+                    memory_mb: 0,
+                    whole: true,
+                };
+                let _ = trial.apply(&block, &[part]);
+            }
+        }
+        if !closed {
+            return None;
+        }
+        // As `place`, planned on the trial copy, booked in the mirror.
+        let parts = plan(&trial, self.mode.booking(spec.kind), spec).ok()?;
+        let alloc = self.allocation(&parts, cpu, memory)?;
+        let a = action(alloc);
+        let resolved = validate(state, view.cluster, job, None, &a, view.now).ok()??;
+        self.pool.as_mut()?.apply(spec, &parts).ok()?;
+        state.take(view.cluster, &resolved);
+        Some(a)
     }
 
     /// Forgets jobs that ended and maps new instance ids to their pool names.
@@ -897,18 +965,16 @@ impl Policy for DiluServe {
             let gpus = job.gpus.max(1);
             let cpu = job.cpu.unwrap_or(MilliCpu::from_cores(2 * u64::from(gpus)));
             let memory = job.memory.unwrap_or(Bytes::from_gib(8 * u64::from(gpus)));
-            if let Some(a) = self.place(
-                view,
-                &mut state,
-                &spec,
-                cpu,
-                memory,
-                |allocation| Action::Start {
-                    job: jid,
-                    allocation,
-                },
-                job.into(),
-            ) {
+            let start = |allocation| Action::Start {
+                job: jid,
+                allocation,
+            };
+            let mut placed = self.place(view, &mut state, &spec, cpu, memory, start, job.into());
+            if placed.is_none() && self.host_fit {
+                placed =
+                    self.place_where_host_fits(view, &mut state, &spec, cpu, memory, start, job);
+            }
+            if let Some(a) = placed {
                 actions.push(a);
                 self.jobs.insert(jid, name);
             }

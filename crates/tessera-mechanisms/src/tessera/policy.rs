@@ -223,9 +223,11 @@ impl TesseraPolicy {
         } else {
             "dilu-exclusive"
         };
-        DiluServe::by_name(name).unwrap_or_else(|| {
+        let mut d = DiluServe::by_name(name).unwrap_or_else(|| {
             DiluServe::new("dilu-exclusive", crate::dilu::policy::ServeMode::Exclusive)
-        })
+        });
+        d.host_fit = true;
+        d
     }
 
     fn run_dilu(
