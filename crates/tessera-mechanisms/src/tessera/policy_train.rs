@@ -25,6 +25,10 @@ pub const FIRST_CLASS_GPU_US: u64 = 3_600_000_000;
 pub const CLASS_FACTOR: u64 = 4;
 /// Queued jobs per round that may preempt.
 pub const PREEMPTING_JOBS_PER_ROUND: usize = 8;
+/// Rounds a job of several GPUs waits before it may span GPU models (HAP).
+pub const SPAN_AFTER_ROUNDS: u64 = 2;
+/// Jobs that may start across GPU models per round.
+pub const SPANS_PER_ROUND: usize = 4;
 /// Queued jobs per call the multi-resource placement tries after Crius's pass.
 pub const BACKFILL_TRIES: usize = 32;
 
@@ -43,6 +47,7 @@ pub(crate) struct TrainOptions {
 #[derive(Debug)]
 pub(crate) struct Training {
     opts: TrainOptions,
+    round: SimDuration,
     crius: CriusPolicy,
     /// Distinct GPU models of the cluster and the GPUs of each (set at the first call).
     types: Vec<(GpuModelId, u32)>,
@@ -97,6 +102,7 @@ impl Training {
     pub(crate) fn new(opts: TrainOptions, round: SimDuration) -> Training {
         Training {
             opts,
+            round,
             crius: CriusPolicy::new("tessera-crius", CriusOptions::FULL, round),
             types: Vec::new(),
             preemptions: 0,
@@ -244,7 +250,7 @@ impl Training {
         // Multi-resource placement (Synergy's) for what Crius left waiting: the asked count
         // on the first model that holds it with the job's CPU and memory.
         let mut tries = 0;
-        for a in queued {
+        for a in queued.iter().copied() {
             if tries >= BACKFILL_TRIES || scratch.state.free_gpus() == 0 {
                 break;
             }
@@ -273,6 +279,47 @@ impl Training {
                 }
             }
         }
+        // HAP at a round: a job of several GPUs that has waited [`SPAN_AFTER_ROUNDS`] rounds
+        // while no model it may use has its GPUs free, but the models together have, runs
+        // across them (HAP's uneven data parallelism sizes each GPU's shard by its speed)
+        // instead of waiting on for one model to empty.
+        if full && self.opts.hap {
+            let mut spanned = 0;
+            for a in queued {
+                if spanned >= SPANS_PER_ROUND || scratch.state.free_gpus() < 2 {
+                    break;
+                }
+                if spanning.contains(&a.id) || started.contains(&a.id) || gone.contains(&a.id) {
+                    continue;
+                }
+                let Some(spec) = orig.spec(a) else { continue };
+                let waited = orig.now.saturating_since(spec.submit);
+                if spec.gpus < 2
+                    || waited.as_micros() < self.round.as_micros().saturating_mul(SPAN_AFTER_ROUNDS)
+                    || self.fits_one_model(orig, scratch, spec)
+                {
+                    continue;
+                }
+                if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
+                    if self.commit(orig, a, spec, Action::Start { job: a.id, allocation: alloc }, scratch, out) {
+                        self.spans += 1;
+                        spanned += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether one allowed model of `spec` has its GPUs free now.
+    fn fits_one_model(&self, orig: &ClusterView<'_>, scratch: &Scratch, spec: &TrainingJob) -> bool {
+        let allowed = self.allowed(spec);
+        let mut free_of: Vec<(GpuModelId, u64)> = allowed.iter().map(|&t| (t, 0)).collect();
+        for (n, f) in orig.cluster.nodes.iter().zip(scratch.state.free()) {
+            if let Some(x) = free_of.iter_mut().find(|(t, _)| *t == n.gpu) {
+                x.1 += u64::from(f.gpus);
+            }
+        }
+        free_of.iter().any(|&(_, k)| k >= u64::from(spec.gpus))
     }
 
     /// Gives a start or resize its CPU and memory ([`Self::fit`]), checks and applies it.
