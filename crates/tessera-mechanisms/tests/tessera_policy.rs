@@ -96,9 +96,17 @@ fn run(policy: &str) {
         }
     }
     let report = sim.into_report();
-    assert_eq!(report.summary.finished, work.len(), "{policy}: every job finishes");
+    assert_eq!(
+        report.summary.finished,
+        work.len(),
+        "{policy}: every job finishes"
+    );
     for s in &report.summary.services {
-        assert_eq!(s.served, s.requests, "{policy}: service {} serves everything", s.service);
+        assert_eq!(
+            s.served, s.requests,
+            "{policy}: service {} serves everything",
+            s.service
+        );
         assert!(s.requests > 0);
     }
     let stat = |k: &str| {
@@ -108,12 +116,22 @@ fn run(policy: &str) {
             .find(|(n, _)| n == k)
             .map_or(0.0, |(_, v)| *v)
     };
-    assert_eq!(stat("refused_actions"), 0.0, "{policy}: a piece's action was refused");
+    assert_eq!(
+        stat("refused_actions"),
+        0.0,
+        "{policy}: a piece's action was refused"
+    );
     let seen = seen.lock().unwrap();
     let by_name = |n: &str| work.jobs().iter().find(|j| &*j.name == n).unwrap();
     let end = |n: &str| {
         let id = by_name(n).id;
-        report.jobs.iter().find(|j| j.job == id).unwrap().finish.unwrap()
+        report
+            .jobs
+            .iter()
+            .find(|j| j.job == id)
+            .unwrap()
+            .finish
+            .unwrap()
     };
     let allocs = |n: &str| seen.get(&by_name(n).id).cloned().unwrap_or_default();
     // HAP: the 6-GPU job, with 4 A100s held, spans the A100s and the V100s.
@@ -122,29 +140,50 @@ fn run(policy: &str) {
         .flat_map(|a| a.shares.iter().map(|s| cluster.nodes[s.node.index()].gpu))
         .collect();
     if policy == "tessera-no-hap" {
-        assert_eq!(models.len(), 1, "{policy}: without HAP no job spans GPU models");
+        assert_eq!(
+            models.len(),
+            1,
+            "{policy}: without HAP no job spans GPU models"
+        );
     } else {
-        assert!(models.len() >= 2, "{policy}: the 6-GPU job spans GPU models");
+        assert!(
+            models.len() >= 2,
+            "{policy}: the 6-GPU job spans GPU models"
+        );
     }
     // LAS: the short job preempts the long one on the V100s and ends first.
     assert!(stat("preemptions") >= 1.0, "{policy}: no preemption");
-    assert!(end("short") < end("long"), "{policy}: the short job waited for the long one");
+    assert!(
+        end("short") < end("long"),
+        "{policy}: the short job waited for the long one"
+    );
     // MISO: the fixed profile is held as asked.
     if policy != "tessera-no-miso" {
         for a in allocs("mig1") {
-            assert!(matches!(a.part(), Some(GpuPart::Mig(_))), "{policy}: mig1 held {a:?}");
+            assert!(
+                matches!(a.part(), Some(GpuPart::Mig(_))),
+                "{policy}: mig1 held {a:?}"
+            );
         }
     }
     // Dilu: shares on quotas, on the models they allow.
     if policy != "tessera-no-dilu" {
         for n in ["share0", "share1"] {
             for a in allocs(n) {
-                assert!(matches!(a.part(), Some(GpuPart::Quota { .. })), "{policy}: {n} held {a:?}");
+                assert!(
+                    matches!(a.part(), Some(GpuPart::Quota { .. })),
+                    "{policy}: {n} held {a:?}"
+                );
             }
         }
     }
     for a in allocs("share0") {
-        assert_eq!(catalog.get(cluster.nodes[a.shares[0].node.index()].gpu).name, "T4");
+        assert_eq!(
+            catalog
+                .get(cluster.nodes[a.shares[0].node.index()].gpu)
+                .name,
+            "T4"
+        );
     }
     // Explicit CPU and memory are given.
     for a in allocs("heavy") {

@@ -467,7 +467,8 @@ impl DiluServe {
         if self.pool.is_some() {
             return;
         }
-        let nodes: Vec<&tessera_model::Node> = view.cluster.nodes.iter().filter(|n| on(n)).collect();
+        let nodes: Vec<&tessera_model::Node> =
+            view.cluster.nodes.iter().filter(|n| on(n)).collect();
         if nodes.is_empty() {
             return self.init(view);
         }
@@ -494,7 +495,11 @@ impl DiluServe {
     /// use, or missing on a node with fewer GPUs than the mirror's), and frees those booked
     /// at the previous call that are usable again. A GPU the policy holds itself stays as
     /// it is.
-    pub(crate) fn set_blocked(&mut self, view: &ClusterView<'_>, usable: impl Fn(NodeId, u32) -> bool) {
+    pub(crate) fn set_blocked(
+        &mut self,
+        view: &ClusterView<'_>,
+        usable: impl Fn(NodeId, u32) -> bool,
+    ) {
         self.init(view);
         let per_node = self.per_node;
         let Some(pool) = self.pool.as_mut() else {

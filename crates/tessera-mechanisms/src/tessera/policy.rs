@@ -42,11 +42,11 @@ mod policy_scratch;
 #[path = "policy_train.rs"]
 pub mod policy_train;
 
-use policy_scratch::Scratch;
-use policy_train::{TrainOptions, Training};
 use crate::crius::policy::ROUND;
 use crate::dilu::policy::DiluServe;
 use crate::miso::policy::Miso;
+use policy_scratch::Scratch;
+use policy_train::{TrainOptions, Training};
 
 /// Every capability.
 const ALL: Capabilities = Capabilities::TRAINING
@@ -281,16 +281,13 @@ impl TesseraPolicy {
                 .collect();
             // GPUs this Dilu's holders are on.
             let mut own: Vec<(u32, u32)> = Vec::new();
-            let allocs = jobs
-                .iter()
-                .filter_map(|a| a.allocation.as_ref())
-                .chain(
-                    view.services
-                        .iter()
-                        .zip(&service_keys)
-                        .filter(|(_, k)| **k == key)
-                        .flat_map(|(s, _)| s.instances.iter().map(|i| &i.allocation)),
-                );
+            let allocs = jobs.iter().filter_map(|a| a.allocation.as_ref()).chain(
+                view.services
+                    .iter()
+                    .zip(&service_keys)
+                    .filter(|(_, k)| **k == key)
+                    .flat_map(|(s, _)| s.instances.iter().map(|i| &i.allocation)),
+            );
             for alloc in allocs {
                 for s in &alloc.shares {
                     if let Some(d) = s.devices {
@@ -437,7 +434,10 @@ impl Policy for TesseraPolicy {
             ("preemptions".into(), self.training.preemptions as f64),
             ("spanning_starts".into(), self.training.spans as f64),
             ("synergy_tuned".into(), self.training.tuned as f64),
-            ("multi_resource_starts".into(), self.training.backfills as f64),
+            (
+                "multi_resource_starts".into(),
+                self.training.backfills as f64,
+            ),
             ("refused_actions".into(), self.refused as f64),
         ];
         s.extend(

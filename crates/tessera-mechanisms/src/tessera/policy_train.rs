@@ -204,7 +204,17 @@ impl Training {
         for a in queued.iter().filter(|a| spanning.contains(&a.id)) {
             let Some(spec) = orig.spec(a) else { continue };
             if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
-                if self.commit(orig, a, spec, Action::Start { job: a.id, allocation: alloc }, scratch, out) {
+                if self.commit(
+                    orig,
+                    a,
+                    spec,
+                    Action::Start {
+                        job: a.id,
+                        allocation: alloc,
+                    },
+                    scratch,
+                    out,
+                ) {
                     started.insert(a.id);
                     self.spans += 1;
                 }
@@ -214,7 +224,9 @@ impl Training {
         if self.opts.crius {
             let rest: Vec<ActiveJob> = active
                 .iter()
-                .filter(|a| !spanning.contains(&a.id) && !gone.contains(&a.id) && !started.contains(&a.id))
+                .filter(|a| {
+                    !spanning.contains(&a.id) && !gone.contains(&a.id) && !started.contains(&a.id)
+                })
                 .cloned()
                 .collect();
             let mut acts = Vec::new();
@@ -273,7 +285,17 @@ impl Training {
                 }
             }
             if let Some(alloc) = found {
-                if self.commit(orig, a, spec, Action::Start { job: a.id, allocation: alloc }, scratch, out) {
+                if self.commit(
+                    orig,
+                    a,
+                    spec,
+                    Action::Start {
+                        job: a.id,
+                        allocation: alloc,
+                    },
+                    scratch,
+                    out,
+                ) {
                     started.insert(a.id);
                     self.backfills += 1;
                 }
@@ -301,7 +323,17 @@ impl Training {
                     continue;
                 }
                 if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
-                    if self.commit(orig, a, spec, Action::Start { job: a.id, allocation: alloc }, scratch, out) {
+                    if self.commit(
+                        orig,
+                        a,
+                        spec,
+                        Action::Start {
+                            job: a.id,
+                            allocation: alloc,
+                        },
+                        scratch,
+                        out,
+                    ) {
                         self.spans += 1;
                         spanned += 1;
                     }
@@ -311,7 +343,12 @@ impl Training {
     }
 
     /// Whether one allowed model of `spec` has its GPUs free now.
-    fn fits_one_model(&self, orig: &ClusterView<'_>, scratch: &Scratch, spec: &TrainingJob) -> bool {
+    fn fits_one_model(
+        &self,
+        orig: &ClusterView<'_>,
+        scratch: &Scratch,
+        spec: &TrainingJob,
+    ) -> bool {
         let allowed = self.allowed(spec);
         let mut free_of: Vec<(GpuModelId, u64)> = allowed.iter().map(|&t| (t, 0)).collect();
         for (n, f) in orig.cluster.nodes.iter().zip(scratch.state.free()) {
