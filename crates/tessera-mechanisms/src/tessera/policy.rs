@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 
 use tessera_model::{GpuModelId, SimDuration, SimTime, TrainingJob};
 use tessera_sched::{
-    Action, ActiveJob, Capabilities, Capability, ClusterView, JobState, Policy, PolicyInfo,
-    PolicyOptions, ServicePhase, ServiceView,
+    Action, ActiveJob, Capabilities, Capability, ClusterView, Policy, PolicyInfo, PolicyOptions,
+    ServicePhase, ServiceView,
 };
 
 #[path = "policy_scratch.rs"]
@@ -422,9 +422,6 @@ impl Policy for TesseraPolicy {
                 }
                 _ => {}
             }
-        }
-        if !shares.is_empty() && shares.iter().any(|a| a.state == JobState::Queued) {
-            earliest(view.now + SimDuration::from_secs(1));
         }
         self.wakeup = wake;
     }

@@ -262,6 +262,7 @@ impl Training {
         // Multi-resource placement (Synergy's) for what Crius left waiting: the asked count
         // on the first model that holds it with the job's CPU and memory.
         let mut tries = 0;
+        let mut map: Option<FreeMap<'_>> = None;
         for a in queued.iter().copied() {
             if tries >= BACKFILL_TRIES || scratch.state.free_gpus() == 0 {
                 break;
@@ -274,7 +275,8 @@ impl Training {
                 continue;
             }
             tries += 1;
-            let map = FreeMap::new(orig.cluster, scratch.state.free());
+            // One map for the call, kept as starts take from it.
+            let map = map.get_or_insert_with(|| FreeMap::new(orig.cluster, scratch.state.free()));
             let mut found = None;
             for t in self.allowed(spec) {
                 let mut one = spec.clone();
@@ -298,6 +300,9 @@ impl Training {
                 ) {
                     started.insert(a.id);
                     self.backfills += 1;
+                    if let Some(Action::Start { allocation, .. }) = out.last() {
+                        map.reserve(allocation);
+                    }
                 }
             }
         }
