@@ -1006,8 +1006,40 @@ impl Policy for CriusPolicy {
         if !view.trigger.round {
             return;
         }
-        self.rounds += 1;
-        self.migrations_left = MIGRATIONS_PER_ROUND;
+        // FIFO: submission time, then id.
+        self.pass(
+            view,
+            actions,
+            |a, spec| (spec.map_or(0, |s| s.submit.as_micros()), 0, a.id.0),
+            true,
+        );
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        self.stats_pairs()
+    }
+}
+
+impl CriusPolicy {
+    /// One pass over `view.active` with queued jobs taken in the order of `key` (smallest
+    /// first): with `full`, Crius's round (starts, search, defragmentation, upgrades);
+    /// without, only starts of queued jobs on cells that fit as they are (no search, no
+    /// migration, no upgrade), for a composition that fills free GPUs between rounds.
+    /// [`Policy::schedule`] is the full pass in FIFO order; Tessera's policy calls this
+    /// with its own order.
+    pub(crate) fn pass(
+        &mut self,
+        view: &ClusterView<'_>,
+        actions: &mut Vec<Action>,
+        key: impl Fn(&ActiveJob, Option<&tessera_model::TrainingJob>) -> (u64, u64, u32),
+        full: bool,
+    ) {
+        if full {
+            self.rounds += 1;
+            self.migrations_left = MIGRATIONS_PER_ROUND;
+        } else {
+            self.migrations_left = 0;
+        }
         self.defrag_failed.clear();
         let mut pool = Pool::new(view.cluster, view.free);
         let mut jobs: Vec<JobCtx<'_>> = Vec::with_capacity(view.active.len());
@@ -1016,18 +1048,16 @@ impl Policy for CriusPolicy {
                 jobs.push(j);
             }
         }
-        // FIFO: submission time, then id.
-        let key = |j: &JobCtx<'_>| {
+        jobs.sort_by_cached_key(|j| {
             let a = &view.active[j.idx];
-            (view.spec(a).map_or(0, |s| s.submit.as_micros()), a.id.0)
-        };
-        jobs.sort_by_key(key);
+            key(a, view.spec(a))
+        });
         let mut searched = 0;
         for qi in 0..jobs.len() {
             if view.active[jobs[qi].idx].state != JobState::Queued {
                 continue;
             }
-            let allow_search = searched < SEARCH_BUDGET;
+            let allow_search = full && searched < SEARCH_BUDGET;
             let nothing_free = pool.free.iter().all(|&f| f == 0);
             let (started, did_search) = if nothing_free && !(allow_search && self.opts.shrink) {
                 (false, false)
@@ -1039,7 +1069,7 @@ impl Policy for CriusPolicy {
                 break;
             }
         }
-        if self.opts.upgrades {
+        if self.opts.upgrades && full {
             let mut done = 0;
             for j in jobs.iter_mut() {
                 if done >= UPGRADES_PER_ROUND || pool.free.iter().all(|&f| f == 0) {
@@ -1056,7 +1086,7 @@ impl Policy for CriusPolicy {
         }
     }
 
-    fn stats(&self) -> Vec<(String, f64)> {
+    fn stats_pairs(&self) -> Vec<(String, f64)> {
         vec![
             ("rounds".into(), self.rounds as f64),
             ("searches".into(), self.searches as f64),

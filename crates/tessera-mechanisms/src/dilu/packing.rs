@@ -238,6 +238,14 @@ impl Pool {
         self.loads.len() as u32
     }
 
+    /// Closes GPU `gpu` to new parts (on a trial copy: a composition plans away from it);
+    /// its bookings stay.
+    pub(crate) fn close(&mut self, gpu: u32) {
+        if let Some(l) = self.loads.get_mut(gpu as usize) {
+            l.whole = true;
+        }
+    }
+
     /// Load of GPU `gpu` (an unused GPU is empty).
     pub fn load(&self, gpu: u32) -> Option<&GpuLoad> {
         self.loads.get(gpu as usize)

@@ -195,6 +195,12 @@ pub struct DiluServe {
     quota: BTreeMap<InstanceId, QuotaScaler>,
     raises: u64,
     lowers: u64,
+    /// Mirror GPUs booked as unusable by a composition ([`DiluServe::set_blocked`]).
+    blocked: std::collections::BTreeSet<u32>,
+    /// A job whose placement the validator refuses for want of host CPU or memory is
+    /// planned again away from nodes that cannot hold it (a composition's; off for Dilu's
+    /// own policies, which keep their published behaviour).
+    pub(crate) host_fit: bool,
 }
 
 impl DiluServe {
@@ -219,6 +225,8 @@ impl DiluServe {
             quota: BTreeMap::new(),
             raises: 0,
             lowers: 0,
+            blocked: std::collections::BTreeSet::new(),
+            host_fit: false,
         }
     }
 
@@ -442,6 +450,160 @@ impl DiluServe {
         let alloc = self.allocation(&parts, cpu, memory)?;
         let a = action(alloc);
         let resolved = validate(state, view.cluster, holder, None, &a, view.now).ok()??;
+        self.pool.as_mut()?.apply(spec, &parts).ok()?;
+        state.take(view.cluster, &resolved);
+        Some(a)
+    }
+
+    /// For a composition sharing the cluster with other policies (Tessera's): shapes the
+    /// mirror on the nodes `on` accepts (GPUs per node: the most of those nodes; device
+    /// memory: the least of their GPUs) instead of every node, before the first call. A
+    /// later call changes nothing.
+    pub(crate) fn shape_on(
+        &mut self,
+        view: &ClusterView<'_>,
+        on: impl Fn(&tessera_model::Node) -> bool,
+    ) {
+        if self.pool.is_some() {
+            return;
+        }
+        let nodes: Vec<&tessera_model::Node> =
+            view.cluster.nodes.iter().filter(|n| on(n)).collect();
+        if nodes.is_empty() {
+            return self.init(view);
+        }
+        let per_node = nodes.iter().map(|n| n.gpus).max().unwrap_or(1).max(1);
+        let mem_gib = nodes
+            .iter()
+            .map(|n| view.cluster.catalog.get(n.gpu).memory_gib)
+            .fold(f64::INFINITY, f64::min);
+        let mem_mb = if mem_gib.is_finite() {
+            (Bytes::from_gib_f64(mem_gib).0 / 1_000_000) as u32
+        } else {
+            0
+        };
+        self.per_node = per_node;
+        self.pool = Some(Pool::new(PoolSpec {
+            gpu_memory_mb: mem_mb,
+            gpus_per_node: per_node,
+            max_nodes: Some(view.cluster.nodes.len() as u32),
+        }));
+    }
+
+    /// For a composition: books in the mirror, as whole holders, the GPUs this policy must
+    /// leave alone (`usable` false: held by another policy, of a model its holders may not
+    /// use, or missing on a node with fewer GPUs than the mirror's), and frees those booked
+    /// at the previous call that are usable again. A GPU the policy holds itself stays as
+    /// it is.
+    pub(crate) fn set_blocked(
+        &mut self,
+        view: &ClusterView<'_>,
+        usable: impl Fn(NodeId, u32) -> bool,
+    ) {
+        self.init(view);
+        let per_node = self.per_node;
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let mut now_blocked = std::collections::BTreeSet::new();
+        for n in &view.cluster.nodes {
+            for g in 0..per_node {
+                if g >= n.gpus || !usable(n.id, g) {
+                    now_blocked.insert(n.id.0 * per_node + g);
+                }
+            }
+        }
+        let name = |gpu: u32| format!("blocked-{gpu}");
+        for &gpu in self.blocked.difference(&now_blocked) {
+            pool.release(&name(gpu));
+        }
+        let mut kept = std::collections::BTreeSet::new();
+        for &gpu in &now_blocked {
+            if self.blocked.contains(&gpu) {
+                kept.insert(gpu);
+                continue;
+            }
+            let spec = InstanceSpec {
+                name: name(gpu),
+                service: "blocked".into(),
+                kind: InstanceKind::Training,
+                sm_request: 1000,
+                sm_limit: 1000,
+                memory_mb: vec![0],
+            };
+            let part = Part {
+                gpu,
+                request: 1000,
+                limit: 1000,
+                memory_mb: 0,
+                whole: true,
+            };
+            // A GPU the mirror still books for a holder of ours is left to that holder.
+            if pool.apply(&spec, &[part]).is_ok() {
+                kept.insert(gpu);
+            }
+        }
+        self.blocked = kept;
+    }
+
+    /// For a composition ([`DiluServe::host_fit`]): plans `spec` again with the GPUs of every
+    /// node whose free CPU or memory cannot hold the job booked as taken for this one
+    /// placement (the packing rules plan on GPUs only, and the validator refuses a node short
+    /// of host resources, so the job would wait for ever on a node it cannot use).
+    #[allow(clippy::too_many_arguments)]
+    fn place_where_host_fits(
+        &mut self,
+        view: &ClusterView<'_>,
+        state: &mut ClusterState,
+        spec: &InstanceSpec,
+        cpu: MilliCpu,
+        memory: Bytes,
+        action: impl Fn(Allocation) -> Action,
+        job: &TrainingJob,
+    ) -> Option<Action> {
+        let per_node = self.per_node;
+        let mut trial = self.pool.clone()?;
+        let mut closed = false;
+        for (n, f) in state.free().iter().enumerate() {
+            if f.cpu >= cpu && f.memory >= memory {
+                continue;
+            }
+            for g in 0..per_node {
+                let gpu = n as u32 * per_node + g;
+                if self.blocked.contains(&gpu) {
+                    continue;
+                }
+                closed = true;
+                if trial.load(gpu).is_some_and(|l| l.holders > 0) {
+                    trial.close(gpu);
+                    continue;
+                }
+                let block = InstanceSpec {
+                    name: format!("host-{gpu}"),
+                    service: "host".into(),
+                    kind: InstanceKind::Training,
+                    sm_request: 1000,
+                    sm_limit: 1000,
+                    memory_mb: vec![0],
+                };
+                let part = Part {
+                    gpu,
+                    request: 1000,
+                    limit: 1000,
+                    memory_mb: 0,
+                    whole: true,
+                };
+                let _ = trial.apply(&block, &[part]);
+            }
+        }
+        if !closed {
+            return None;
+        }
+        // As `place`, planned on the trial copy, booked in the mirror.
+        let parts = plan(&trial, self.mode.booking(spec.kind), spec).ok()?;
+        let alloc = self.allocation(&parts, cpu, memory)?;
+        let a = action(alloc);
+        let resolved = validate(state, view.cluster, job, None, &a, view.now).ok()??;
         self.pool.as_mut()?.apply(spec, &parts).ok()?;
         state.take(view.cluster, &resolved);
         Some(a)
@@ -808,18 +970,16 @@ impl Policy for DiluServe {
             let gpus = job.gpus.max(1);
             let cpu = job.cpu.unwrap_or(MilliCpu::from_cores(2 * u64::from(gpus)));
             let memory = job.memory.unwrap_or(Bytes::from_gib(8 * u64::from(gpus)));
-            if let Some(a) = self.place(
-                view,
-                &mut state,
-                &spec,
-                cpu,
-                memory,
-                |allocation| Action::Start {
-                    job: jid,
-                    allocation,
-                },
-                job.into(),
-            ) {
+            let start = |allocation| Action::Start {
+                job: jid,
+                allocation,
+            };
+            let mut placed = self.place(view, &mut state, &spec, cpu, memory, start, job.into());
+            if placed.is_none() && self.host_fit {
+                placed =
+                    self.place_where_host_fits(view, &mut state, &spec, cpu, memory, start, job);
+            }
+            if let Some(a) = placed {
                 actions.push(a);
                 self.jobs.insert(jid, name);
             }

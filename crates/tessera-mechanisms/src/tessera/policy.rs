@@ -1,18 +1,480 @@
-//! The `tessera` policy and its ablations. Owned by the policy work of issue 37.
+//! The `tessera` policy and its ablations `tessera-no-<mechanism>`: the five mechanisms'
+//! pieces on one cluster, each called from its own module (none is copied here).
+//!
+//! Every active job and service belongs to one piece, by what it asks:
+//! - jobs asking for a MIG instance (`nvidia.com/mig-<profile>`, `mig-any`): MISO's policy
+//!   (layouts on MIG-capable GPUs, MPS profiling, reconfiguration);
+//! - inference services and jobs asking for a GPU share (`gpu_share`): Dilu's (quota
+//!   packing, lazy horizontal and per-second vertical scaling), one Dilu per set of GPU
+//!   models its holders may use, so that each plans only on GPUs its holders accept;
+//! - every other training job: the training piece ([`policy_train`]): Crius's cells
+//!   and plans in least-attained-service order with preemption at rounds, HAP's spanning of
+//!   GPU models, Synergy's CPU and memory by sensitivity.
+//!
+//! At each scheduling point the pieces decide one after the other — MISO, then Dilu, then
+//! training — on one scratch copy of the cluster (`policy_scratch`): each sees the
+//! view filtered to its own jobs and services, with free resources and GPU states after the
+//! earlier pieces' actions; each action is checked with the one validator and applied to
+//! the copy before the next piece decides, so that no piece over-allocates another's GPUs.
+//! MISO goes first because its jobs are waiting on GPUs it reconfigured for them (a start
+//! after a reconfiguration must not find its GPU taken); Dilu next, so that services scale
+//! out before training fills the rest; training last, on what is left. Dilu's mirror of the
+//! cluster books every GPU another piece holds (or that its holders may not use) as taken,
+//! so it neither plans on them nor adopts their holders. A piece never preempts,
+//! reconfigures or retunes anything another owns: it only sees its own.
+//!
+//! Ablations: `tessera-no-synergy` (CPU and memory proportional to GPUs, explicit requests
+//! still honoured), `tessera-no-crius` (the asked count on the first model that fits, no
+//! plan), `tessera-no-miso` (MIG jobs get whole GPUs from the training piece),
+//! `tessera-no-dilu` (a whole GPU per service instance, by Dilu's exclusive mode, and per
+//! share job, from the training piece), `tessera-no-hap` (no job spans GPU models).
 
-use tessera_sched::{Policy, PolicyInfo, PolicyOptions};
+use std::collections::BTreeMap;
+
+use tessera_model::{GpuModelId, SimDuration, SimTime, TrainingJob};
+use tessera_sched::{
+    Action, ActiveJob, Capabilities, Capability, ClusterView, Policy, PolicyInfo, PolicyOptions,
+    ServicePhase, ServiceView,
+};
+
+#[path = "policy_scratch.rs"]
+mod policy_scratch;
+#[path = "policy_train.rs"]
+pub mod policy_train;
+
+use crate::crius::policy::ROUND;
+use crate::dilu::policy::DiluServe;
+use crate::miso::policy::Miso;
+use policy_scratch::Scratch;
+use policy_train::{TrainOptions, Training};
+
+/// Every capability.
+const ALL: Capabilities = Capabilities::TRAINING
+    .with(Capability::MigProfile)
+    .with(Capability::MigAny)
+    .with(Capability::GpuShare)
+    .with(Capability::Services)
+    .with(Capability::ServiceQuotas)
+    .with(Capability::Failures);
 
 /// The policies this module registers.
-pub const POLICIES: &[PolicyInfo] = &[];
+pub const POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "tessera",
+        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for MIG jobs, Dilu quota packing and scaling for services and shares, Synergy CPU/memory",
+        capabilities: ALL,
+    },
+    PolicyInfo {
+        name: "tessera-no-synergy",
+        about: "tessera with CPU and memory proportional to GPUs (explicit requests honoured)",
+        capabilities: ALL,
+    },
+    PolicyInfo {
+        name: "tessera-no-crius",
+        about: "tessera without Crius: the asked GPU count on the first type that fits, no plan choice",
+        capabilities: ALL,
+    },
+    PolicyInfo {
+        name: "tessera-no-miso",
+        about: "tessera without MISO: MIG jobs get whole GPUs",
+        capabilities: ALL
+            .without(Capability::MigProfile)
+            .without(Capability::MigAny),
+    },
+    PolicyInfo {
+        name: "tessera-no-dilu",
+        about: "tessera without Dilu's packing: a whole GPU per service instance and per share job",
+        capabilities: ALL
+            .without(Capability::GpuShare)
+            .without(Capability::ServiceQuotas),
+    },
+    PolicyInfo {
+        name: "tessera-no-hap",
+        about: "tessera without HAP: no job spans GPU types (one too large for any type waits)",
+        capabilities: ALL,
+    },
+];
 
-/// Builds one of [`POLICIES`] by name (case-insensitive).
-pub fn build(_name: &str, _options: &PolicyOptions) -> Option<Box<dyn Policy>> {
-    None
+/// Which pieces a variant uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pieces {
+    name: &'static str,
+    synergy: bool,
+    crius: bool,
+    miso: bool,
+    dilu: bool,
+    hap: bool,
 }
 
-/// What the simulator needs to run one of [`POLICIES`] (services' latency truth, quota
-/// controller); `None` when the name is not one of them.
+fn pieces(name: &str) -> Option<Pieces> {
+    let key = name.trim().to_ascii_lowercase();
+    let info = POLICIES.iter().find(|p| p.name == key)?;
+    let off = key.strip_prefix("tessera-no-").unwrap_or("");
+    Some(Pieces {
+        name: info.name,
+        synergy: off != "synergy",
+        crius: off != "crius",
+        miso: off != "miso",
+        dilu: off != "dilu",
+        hap: off != "hap",
+    })
+}
+
+/// Builds one of [`POLICIES`] by name (case-insensitive).
+pub fn build(name: &str, options: &PolicyOptions) -> Option<Box<dyn Policy>> {
+    let p = pieces(name)?;
+    Some(Box::new(TesseraPolicy::new(p, options)))
+}
+
+/// What the simulator needs to run one of [`POLICIES`]: Dilu's serving latency tables and
+/// 2 s load window, and Dilu's per-batch quota controller where Dilu packs quotas (not for
+/// `tessera-no-dilu`, whose instances hold whole GPUs). The training truth is the run's
+/// (`--perf`, or the one the inputs choose), not Dilu's. `None` when the name is not one of
+/// them.
 #[cfg(feature = "experiments")]
-pub fn serving_setup(_policy: &str) -> Option<Result<crate::ServingSetup, String>> {
-    None
+pub fn serving_setup(policy: &str) -> Option<Result<crate::ServingSetup, String>> {
+    let p = pieces(policy)?;
+    let base = if p.dilu { "dilu" } else { "dilu-exclusive" };
+    let setup = crate::dilu::setup::serving_setup(base)?;
+    Some(
+        setup
+            .map(|mut s| {
+                s.about = if p.dilu {
+                    "Dilu latency tables and vertical scaling for services; the run's training truth"
+                } else {
+                    "Dilu latency tables for services (whole-GPU instances); the run's training truth"
+                };
+                s.truth = None;
+                s
+            })
+            .map_err(|e| e.to_string()),
+    )
+}
+
+/// Which piece a job belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Mig,
+    Share,
+    Train,
+}
+
+/// The composed policy (see the module docs).
+#[derive(Debug)]
+pub struct TesseraPolicy {
+    pieces: Pieces,
+    round: SimDuration,
+    miso: Miso,
+    miso_used: bool,
+    /// One Dilu per set of GPU models its holders may use (empty: any).
+    dilu: BTreeMap<Vec<GpuModelId>, DiluServe>,
+    training: Training,
+    wakeup: Option<SimTime>,
+    refused: u64,
+}
+
+impl TesseraPolicy {
+    fn new(pieces: Pieces, options: &PolicyOptions) -> TesseraPolicy {
+        let round = options.round.unwrap_or(ROUND);
+        TesseraPolicy {
+            pieces,
+            round,
+            miso: Miso::new(crate::miso::miso_config(false, options.seed)),
+            miso_used: false,
+            dilu: BTreeMap::new(),
+            training: Training::new(
+                TrainOptions {
+                    crius: pieces.crius,
+                    synergy: pieces.synergy,
+                    hap: pieces.hap,
+                },
+                round,
+            ),
+            wakeup: None,
+            refused: 0,
+        }
+    }
+
+    fn class(&self, spec: &TrainingJob) -> Class {
+        if self.pieces.miso && spec.mig.is_some() {
+            Class::Mig
+        } else if self.pieces.dilu && spec.gpu_share.is_some() {
+            Class::Share
+        } else {
+            Class::Train
+        }
+    }
+
+    /// The Dilu a holder allowed on `types` belongs to: its models sorted, none when they
+    /// include every model of the cluster.
+    fn dilu_key(view: &ClusterView<'_>, types: &[GpuModelId]) -> Vec<GpuModelId> {
+        let mut k: Vec<GpuModelId> = types.to_vec();
+        k.sort_unstable();
+        k.dedup();
+        if view.cluster.groups.iter().all(|g| k.contains(&g.gpu)) {
+            k.clear();
+        }
+        k
+    }
+
+    fn new_dilu(&self) -> DiluServe {
+        let name = if self.pieces.dilu {
+            "dilu"
+        } else {
+            "dilu-exclusive"
+        };
+        let mut d = DiluServe::by_name(name).unwrap_or_else(|| {
+            DiluServe::new("dilu-exclusive", crate::dilu::policy::ServeMode::Exclusive)
+        });
+        d.host_fit = true;
+        d
+    }
+
+    fn run_dilu(
+        &mut self,
+        view: &ClusterView<'_>,
+        shares: &[ActiveJob],
+        scratch: &mut Scratch,
+        actions: &mut Vec<Action>,
+    ) {
+        // Per key: its share jobs and services.
+        let mut jobs_of: BTreeMap<Vec<GpuModelId>, Vec<ActiveJob>> = BTreeMap::new();
+        for a in shares {
+            if let Some(spec) = view.spec(a) {
+                jobs_of
+                    .entry(Self::dilu_key(view, &spec.gpu_types))
+                    .or_default()
+                    .push(a.clone());
+            }
+        }
+        let service_keys: Vec<Vec<GpuModelId>> = view
+            .services
+            .iter()
+            .map(|s| Self::dilu_key(view, &s.spec.gpu_types))
+            .collect();
+        for k in jobs_of.keys().chain(service_keys.iter()) {
+            if !self.dilu.contains_key(k) {
+                let d = self.new_dilu();
+                self.dilu.insert(k.clone(), d);
+            }
+        }
+        let keys: Vec<Vec<GpuModelId>> = self.dilu.keys().cloned().collect();
+        for key in keys {
+            let jobs = jobs_of.remove(&key).unwrap_or_default();
+            let services: Vec<ServiceView> = view
+                .services
+                .iter()
+                .zip(&service_keys)
+                .map(|(s, k)| {
+                    if *k == key {
+                        s.clone()
+                    } else {
+                        // Another Dilu's: this one leaves it alone.
+                        ServiceView {
+                            phase: ServicePhase::Pending,
+                            instances: Vec::new(),
+                            pending: 0,
+                            ..s.clone()
+                        }
+                    }
+                })
+                .collect();
+            // GPUs this Dilu's holders are on.
+            let mut own: Vec<(u32, u32)> = Vec::new();
+            let allocs = jobs.iter().filter_map(|a| a.allocation.as_ref()).chain(
+                view.services
+                    .iter()
+                    .zip(&service_keys)
+                    .filter(|(_, k)| **k == key)
+                    .flat_map(|(s, _)| s.instances.iter().map(|i| &i.allocation)),
+            );
+            for alloc in allocs {
+                for s in &alloc.shares {
+                    if let Some(d) = s.devices {
+                        own.extend(d.gpus.iter().map(|g| (s.node.0, g)));
+                    }
+                }
+            }
+            own.sort_unstable();
+            let mut acts = Vec::new();
+            {
+                let v = ClusterView {
+                    free: scratch.state.free(),
+                    state: &scratch.state,
+                    active: &jobs,
+                    services: &services,
+                    ..*view
+                };
+                let Some(dilu) = self.dilu.get_mut(&key) else {
+                    continue;
+                };
+                let allowed = |gpu: GpuModelId| key.is_empty() || key.contains(&gpu);
+                dilu.shape_on(&v, |n| allowed(n.gpu));
+                let state = &scratch.state;
+                dilu.set_blocked(&v, |node, g| {
+                    let Some(n) = view.cluster.nodes.get(node.index()) else {
+                        return false;
+                    };
+                    if !allowed(n.gpu) {
+                        return false;
+                    }
+                    if own.binary_search(&(node.0, g)).is_ok() {
+                        return true;
+                    }
+                    state
+                        .gpus(node)
+                        .get(g as usize)
+                        .is_some_and(|s| s.is_whole_free() && s.ready_at <= view.now)
+                });
+                dilu.schedule(&v, &mut acts);
+            }
+            for a in acts {
+                if scratch.apply(view, &a) {
+                    actions.push(a);
+                }
+            }
+        }
+    }
+}
+
+impl Policy for TesseraPolicy {
+    fn name(&self) -> &str {
+        self.pieces.name
+    }
+
+    fn round_length(&self) -> Option<SimDuration> {
+        Some(self.round)
+    }
+
+    fn wakeup(&self) -> Option<SimTime> {
+        self.wakeup
+    }
+
+    /// Delegated to the pieces, each of which renumbers what it keeps per job; the
+    /// composition keeps nothing per job id.
+    fn renumber_jobs(&mut self, map: &[Option<tessera_model::JobId>]) -> bool {
+        let mut ok = self.miso.renumber_jobs(map);
+        for d in self.dilu.values_mut() {
+            ok &= d.renumber_jobs(map);
+        }
+        ok &= self.training.crius_mut().renumber_jobs(map);
+        ok
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
+        let mut scratch = Scratch::new(view);
+        let mut mig: Vec<ActiveJob> = Vec::new();
+        let mut shares: Vec<ActiveJob> = Vec::new();
+        let mut train: Vec<ActiveJob> = Vec::new();
+        for a in view.active {
+            let Some(spec) = view.spec(a) else { continue };
+            match self.class(spec) {
+                Class::Mig => mig.push(a.clone()),
+                Class::Share => shares.push(a.clone()),
+                Class::Train => train.push(a.clone()),
+            }
+        }
+        // 1. MISO: MIG jobs (it keeps its own state per GPU; called while it has any).
+        if !mig.is_empty() || self.miso_used {
+            self.miso_used = true;
+            let mut acts = Vec::new();
+            {
+                let v = ClusterView {
+                    free: scratch.state.free(),
+                    state: &scratch.state,
+                    active: &mig,
+                    services: &[],
+                    ..*view
+                };
+                self.miso.schedule(&v, &mut acts);
+            }
+            for a in acts {
+                if scratch.apply(view, &a) {
+                    actions.push(a);
+                }
+            }
+        }
+        // 2. Dilu: services and share jobs.
+        if !shares.is_empty() || !view.services.is_empty() || !self.dilu.is_empty() {
+            self.run_dilu(view, &shares, &mut scratch, actions);
+        }
+        // 3. Training.
+        self.training
+            .schedule(view, &train, view.trigger.round, &mut scratch, actions);
+        self.refused += scratch.refused;
+        // Wake-ups: MISO's, and Dilu's second-by-second scaling while a service is live.
+        let mut wake = if self.miso_used {
+            self.miso.wakeup()
+        } else {
+            None
+        };
+        let mut earliest = |t: SimTime| {
+            if t > view.now {
+                wake = Some(wake.map_or(t, |w: SimTime| w.min(t)));
+            }
+        };
+        for s in view.services {
+            match s.phase {
+                ServicePhase::Active => earliest(view.now + SimDuration::from_secs(1)),
+                ServicePhase::Pending => earliest(s.spec.start),
+                ServicePhase::Ended if !s.instances.is_empty() => {
+                    earliest(view.now + SimDuration::from_secs(1))
+                }
+                _ => {}
+            }
+        }
+        self.wakeup = wake;
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        let mut s = vec![
+            ("preemptions".into(), self.training.preemptions as f64),
+            ("spanning_starts".into(), self.training.spans as f64),
+            ("synergy_tuned".into(), self.training.tuned as f64),
+            (
+                "multi_resource_starts".into(),
+                self.training.backfills as f64,
+            ),
+            ("refused_actions".into(), self.refused as f64),
+        ];
+        s.extend(
+            self.training
+                .crius()
+                .stats()
+                .into_iter()
+                .map(|(k, v)| (format!("crius_{k}"), v)),
+        );
+        if self.miso_used {
+            s.extend(
+                self.miso
+                    .stats()
+                    .into_iter()
+                    .map(|(k, v)| (format!("miso_{k}"), v)),
+            );
+        }
+        let mut dilu: BTreeMap<String, f64> = BTreeMap::new();
+        for d in self.dilu.values() {
+            for (k, v) in d.stats() {
+                *dilu.entry(format!("dilu_{k}")).or_default() += v;
+            }
+        }
+        s.extend(dilu);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_builds_with_its_pieces() {
+        for p in POLICIES {
+            let built = build(p.name, &PolicyOptions::default()).expect("builds");
+            assert_eq!(built.name(), p.name);
+        }
+        assert!(build("tessera-no-nothing", &PolicyOptions::default()).is_none());
+        let p = pieces("TESSERA-NO-MISO").unwrap();
+        assert!(!p.miso && p.crius && p.dilu && p.synergy && p.hap);
+    }
 }
