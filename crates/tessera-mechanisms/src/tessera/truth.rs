@@ -480,6 +480,11 @@ impl ComposedTruth {
         let Some(table) = facts.synergy else {
             return 1.0;
         };
+        // An allocation naming no CPU and no memory comes from a policy that does not manage
+        // them (MISO's): the job gets the node's default, taken as what it asked, not zero.
+        if held_cpu <= 0.0 && held_mem <= 0.0 {
+            return 1.0;
+        }
         let g = f64::from(job.gpus.max(1));
         let ask_cpu = job.cpu.map_or(r.cpu_per_gpu, |c| c.as_cores() / g);
         let ask_mem = job.memory.map_or(r.mem_per_gpu, |m| m.as_gib() / g);
