@@ -280,8 +280,14 @@ impl DiluServe {
         if self.pool.is_some() {
             return;
         }
-        let nodes = &view.cluster.nodes;
+        let nodes: Vec<&tessera_model::Node> = view.cluster.nodes.iter().collect();
         let per_node = nodes.iter().map(|n| n.gpus).min().unwrap_or(1).max(1);
+        self.set_pool(view, &nodes, per_node);
+    }
+
+    /// The mirror over `nodes`' GPUs: `per_node` GPUs per node, the least device memory of
+    /// their GPUs, as many nodes as the cluster has.
+    fn set_pool(&mut self, view: &ClusterView<'_>, nodes: &[&tessera_model::Node], per_node: u32) {
         let mem_gib = nodes
             .iter()
             .map(|n| view.cluster.catalog.get(n.gpu).memory_gib)
@@ -295,7 +301,7 @@ impl DiluServe {
         self.pool = Some(Pool::new(PoolSpec {
             gpu_memory_mb: mem_mb,
             gpus_per_node: per_node,
-            max_nodes: Some(nodes.len() as u32),
+            max_nodes: Some(view.cluster.nodes.len() as u32),
         }));
     }
 
@@ -473,21 +479,7 @@ impl DiluServe {
             return self.init(view);
         }
         let per_node = nodes.iter().map(|n| n.gpus).max().unwrap_or(1).max(1);
-        let mem_gib = nodes
-            .iter()
-            .map(|n| view.cluster.catalog.get(n.gpu).memory_gib)
-            .fold(f64::INFINITY, f64::min);
-        let mem_mb = if mem_gib.is_finite() {
-            (Bytes::from_gib_f64(mem_gib).0 / 1_000_000) as u32
-        } else {
-            0
-        };
-        self.per_node = per_node;
-        self.pool = Some(Pool::new(PoolSpec {
-            gpu_memory_mb: mem_mb,
-            gpus_per_node: per_node,
-            max_nodes: Some(view.cluster.nodes.len() as u32),
-        }));
+        self.set_pool(view, &nodes, per_node);
     }
 
     /// For a composition: books in the mirror, as whole holders, the GPUs this policy must
