@@ -59,7 +59,7 @@ pub enum Element {
 
 /// A name as messages show it: bare when it is a plain word, quoted and escaped otherwise (no
 /// raw control character from an input reaches a terminal).
-fn shown(name: &str) -> String {
+pub(crate) fn shown(name: &str) -> String {
     let plain = !name.is_empty()
         && name
             .chars()

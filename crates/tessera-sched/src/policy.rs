@@ -1,7 +1,7 @@
 //! The [`Policy`] trait, the options policies are built with, and the descriptors a registry
 //! lists them by (the registry itself is `tessera-mechanisms`).
 
-use tessera_model::{JobId, SimDuration, TrainingJob};
+use tessera_model::{Cluster, JobId, SimDuration, TrainingJob};
 use thiserror::Error;
 
 use crate::view::{Action, ActiveJob, ClusterView, ProgressLine, Trigger};
@@ -60,6 +60,17 @@ pub trait Policy: Send {
     /// LP-based policies), as (name, value) pairs in a fixed order. Default: none.
     fn stats(&self) -> Vec<(String, f64)> {
         Vec::new()
+    }
+
+    /// Why this policy will never start `job` on `cluster`, judged from its own knowledge
+    /// (MISO's slice table finding the job's model too large for the one MIG profile it
+    /// asked for), or `None`. Drivers ask once per job, at its arrival or submission, and
+    /// reject it with this reason: a job the policy would otherwise leave queued for ever
+    /// stalls the run (the simulator) or waits silently (the daemon). Shape checks every
+    /// policy shares (no node of the type, too many GPUs) are the drivers' own. Default:
+    /// never.
+    fn refuses(&self, _job: &TrainingJob, _cluster: &Cluster) -> Option<String> {
+        None
     }
 
     /// Called once, before the first scheduling point, by a driver that runs the Synergy

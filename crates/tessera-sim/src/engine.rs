@@ -1199,6 +1199,12 @@ impl<'a> Simulation<'a> {
                 self.fitting_shapes.push(shape);
             }
         }
+        if let Some(reason) = self.policy.refuses(job, self.cluster) {
+            self.outcomes
+                .insert(job.id.0, JobOutcome::Rejected { reason });
+            self.job_ended(job.id);
+            return;
+        }
         if let Some(profiler) = self.config.profiler.clone() {
             let estimate = profiler.profile(job, self.cluster, &mut self.profile_rng);
             let cost = profiler.cost();

@@ -402,10 +402,15 @@ fn every_policy_on(case: &Case) -> Result<(), TestCaseError> {
 
 #[test]
 fn every_registered_policy_refuses_up_front_or_finishes_everything() {
-    // A fixed stream of cases: the same cases on every machine and every run.
+    // A fixed stream of cases: the same cases on every machine and every run. CI runs 12;
+    // `TESSERA_EVERY_POLICY_CASES=100` goes deeper by hand (the same first 12, then more).
+    let cases = std::env::var("TESSERA_EVERY_POLICY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
     let mut runner = TestRunner::new_with_rng(
         Config {
-            cases: 12,
+            cases,
             max_shrink_iters: 16,
             failure_persistence: None,
             ..Config::default()

@@ -206,3 +206,68 @@ fn every_truth_rates_what_every_policy_hands_out() {
         }
     }
 }
+
+/// MISO and `static` place a job asking for one fixed MIG profile only where their slice
+/// table finds its model fits: cyclegan fits no 1g slice, so a job pinned to 1g.10gb waited
+/// for ever and the run stalled; `static` also waited for ever on a profile its kept layout
+/// (3g+2g+2g) does not have. Each is now rejected at arrival with the reason; the other
+/// jobs finish.
+#[test]
+fn mig_policies_reject_a_fixed_profile_they_could_never_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "apiVersion: tessera/v1
+kind: Cluster
+metadata: {name: two-a100}
+spec:
+  nodeGroups:
+    - {name: a100, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}
+",
+    )
+    .unwrap();
+    let trace = dir.path().join("workload.yaml");
+    std::fs::write(
+        &trace,
+        "apiVersion: tessera/v1
+kind: Workload
+spec:
+  jobs:
+    - {name: too-large, submitSeconds: 0, gpus: 1, durationSeconds: 600, model: cyclegan, resources: {limits: {nvidia.com/mig-1g.10gb: 1}}}
+    - {name: fits, submitSeconds: 10, gpus: 1, durationSeconds: 600, model: resnet50, resources: {limits: {nvidia.com/mig-3g.40gb: 1}}}
+    - {name: plain, submitSeconds: 20, gpus: 1, durationSeconds: 600, model: resnet50}
+",
+    )
+    .unwrap();
+    let too_large = "MISO's slice table finds model cyclegan too large for MIG profile 1g.10gb";
+    let not_kept =
+        "MIG profile 1g.10gb is not in the layout this policy keeps every MIG GPU in (3g+2g+2g)";
+    for (policy, reason) in [
+        ("miso", too_large),
+        ("miso-oracle", too_large),
+        ("static", not_kept),
+    ] {
+        let out = dir.path().join(policy);
+        let o = tessera(&[
+            "simulate",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--perf",
+            "trace",
+            "--policy",
+            policy,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{policy}: {}", stderr(&o));
+        let s = &summary(&out)["policies"][0];
+        assert_eq!(s["unfinished"], 0, "{policy}: {s}");
+        assert_eq!(s["rejected"], 1, "{policy}: {s}");
+        assert_eq!(s["finished"], 2, "{policy}: {s}");
+        let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+        assert!(jobs.contains(reason), "{policy}: {jobs}");
+    }
+}

@@ -449,6 +449,11 @@ impl Core {
         if let Some(reason) = self.unsupported(asks) {
             return Err(ApiError::new(400, "unsupported", reason));
         }
+        // What the policy itself says it will never start (the simulator rejects the same
+        // job at arrival with the same words).
+        if let Some(reason) = self.policy.refuses(&tj, &self.map.cluster) {
+            return Err(ApiError::new(400, "refused", reason));
+        }
         let full: Vec<Resources> = self
             .map
             .cluster

@@ -79,3 +79,28 @@ fn a_service_the_policy_cannot_serve_is_refused() {
     }
     assert!(matches!(submit("dilu"), Ok(Response::Service(_))));
 }
+
+/// A job the policy itself will never start (MISO's slice table finds cyclegan too large for
+/// any 1g slice) is refused at submission with the words the simulator rejects it with at
+/// arrival, instead of waiting for ever; a profile the model fits is accepted.
+#[test]
+fn a_job_the_policy_would_never_start_is_refused_with_its_reason() {
+    let too_large =
+        "name: gan\ncommand: [sleep, \"1\"]\ngpus: 1\nmig: 1g.10gb\nhints: {model: cyclegan}\n";
+    let mut core = core_with(&[node("n1", 2)], policy("miso", None), SimTime::ZERO);
+    let e = submit_job(&mut core, too_large).expect_err("refused");
+    assert_eq!((e.status, e.code), (400, "refused"), "{}", e.message);
+    let tj = core
+        .training_job(0, &crate::spec::JobSpec::parse(too_large).unwrap(), 0)
+        .unwrap();
+    let sim = policy("miso", None).refuses(&tj, &core.map.cluster);
+    assert_eq!(Some(e.message.as_str()), sim.as_deref());
+    assert!(
+        e.message.contains("too large for MIG profile 1g.10gb"),
+        "{}",
+        e.message
+    );
+    let fits =
+        "name: gan\ncommand: [sleep, \"1\"]\ngpus: 1\nmig: 3g.40gb\nhints: {model: cyclegan}\n";
+    submit_job(&mut core, fits).expect("accepted");
+}

@@ -15,8 +15,9 @@
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Bytes, DeviceAlloc, GpuMask, GpuPart, JobId, LayoutSet, MigGeometry, MigInstance,
-    MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime, TrainingJob,
+    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, LayoutSet, MigGeometry,
+    MigInstance, MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime,
+    TrainingJob,
 };
 use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
 
@@ -97,6 +98,69 @@ fn pick_whole(
         picked.push((node, take));
     }
     (left == 0).then_some(picked)
+}
+
+/// Why a job that asked for one fixed MIG profile can never start under these policies:
+/// no GPU of a type it allows offers that profile (`offers`: any profile of the geometry for
+/// MISO, the kept layout's for `static`), or `table` finds its model too large for the
+/// profile's slices wherever it is offered. The policies place by the same table, so such a
+/// job would wait for ever.
+fn fixed_profile_refusal(
+    job: &TrainingJob,
+    cluster: &Cluster,
+    table: &SliceTable,
+    offers: impl Fn(&MigGeometry, u8) -> bool,
+    kept_layout: Option<&str>,
+) -> Option<String> {
+    let Some(MigRequest::Profile(name)) = job.mig.as_ref() else {
+        return None;
+    };
+    let speeds = table.speeds_of(job);
+    let (mut exists, mut offered) = (false, false);
+    let mut seen_types: Vec<tessera_model::GpuModelId> = Vec::new();
+    for node in &cluster.nodes {
+        if !job.gpu_types.is_empty() && !job.gpu_types.contains(&node.gpu) {
+            continue;
+        }
+        if seen_types.contains(&node.gpu) {
+            continue;
+        }
+        seen_types.push(node.gpu);
+        let Some(geo) = cluster.catalog.mig_geometry(node.gpu) else {
+            continue;
+        };
+        let Some(profile) = geo.find_profile(name) else {
+            continue;
+        };
+        exists = true;
+        if !offers(geo, profile) {
+            continue;
+        }
+        offered = true;
+        let size = geo.profiles[profile as usize].compute_slices;
+        if speeds
+            .get(size as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|s| s > 0.0)
+        {
+            return None;
+        }
+    }
+    let name = crate::capabilities::shown(name);
+    Some(if !exists {
+        format!("no GPU of the types it allows has MIG profile {name}")
+    } else if offered {
+        format!(
+            "MISO's slice table finds model {} too large for MIG profile {name} (it fits a larger slice only)",
+            crate::capabilities::shown(&job.model)
+        )
+    } else {
+        format!(
+            "MIG profile {name} is not in the layout this policy keeps every MIG GPU in ({})",
+            kept_layout.unwrap_or("its own")
+        )
+    })
 }
 
 /// An allocation of whole GPUs, as [`pick_whole`] picks them.
@@ -325,6 +389,19 @@ impl Policy for StaticPartition {
     /// Keeps only the GPUs' layout between calls, nothing per job.
     fn renumber_jobs(&mut self, _map: &[Option<JobId>]) -> bool {
         true
+    }
+    fn refuses(&self, job: &TrainingJob, cluster: &Cluster) -> Option<String> {
+        let code: Vec<String> = self.code.iter().map(|c| format!("{c}g")).collect();
+        fixed_profile_refusal(
+            job,
+            cluster,
+            &self.table,
+            |geo, profile| {
+                self.layout_for(geo)
+                    .is_some_and(|l| l.iter().any(|i| i.profile == profile))
+            },
+            Some(&code.join("+")),
+        )
     }
     /// Single-GPU jobs take the largest idle place that fits them: a slice of a split GPU, or
     /// a GPU kept whole (no MIG) counted as 7 slices. A job asking for more GPUs takes that
@@ -1169,6 +1246,9 @@ impl Miso {
 impl Policy for Miso {
     fn name(&self) -> &str {
         self.name
+    }
+    fn refuses(&self, job: &TrainingJob, cluster: &Cluster) -> Option<String> {
+        fixed_profile_refusal(job, cluster, &self.config.table, |_, _| true, None)
     }
 
     fn round_length(&self) -> Option<SimDuration> {

@@ -289,11 +289,10 @@ fn fixed_profile_jobs_run_only_on_exactly_that_profile() {
 }
 
 #[test]
-fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
-    // A100-80GB profile names do not exist on the A100-40GB geometry: the job is never
-    // placed (strict FIFO then holds the queue). The run ends, without a panic, as stalled
-    // (issue 36: it used to end silently with the queue unfinished), and the jobs before
-    // it finished.
+fn a_profile_no_gpu_has_is_rejected_at_arrival_and_blocks_nothing() {
+    // A100-80GB profile names do not exist on the A100-40GB geometry: the job could never be
+    // placed (strict FIFO would then hold the queue for ever and the run stall, issue 36).
+    // The policy refuses it at arrival with the reason; every other job finishes.
     use tessera_model::MigRequest;
     let w = workload::miso_workload(1, 60.0, 30.0, workload::ArrivalOrder::Shuffled).unwrap();
     let mut jobs = w.jobs().to_vec();
@@ -305,7 +304,7 @@ fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
         let built = Miso
             .build_policy(policy, &PolicyOptions::default())
             .unwrap();
-        let mut sim = Simulation::new(
+        let sim = Simulation::new(
             &cluster,
             &w,
             &truth,
@@ -315,22 +314,20 @@ fn a_profile_no_gpu_has_blocks_nothing_it_cannot_fit_and_panics_nowhere() {
                 ..SimConfig::default()
             },
         );
-        let end = loop {
-            match sim.step() {
-                Ok(true) => {}
-                Ok(false) => break None,
-                Err(e) => break Some(e),
-            }
-        };
-        assert!(
-            matches!(&end, Some(tessera_sim::SimError::Stalled { count, .. }) if *count >= 1),
-            "{policy}: {end:?}"
-        );
-        let r = sim.into_report();
-        assert!(
-            r.summary.finished >= 50 && r.summary.finished < w.len(),
-            "{policy}: {:?}",
-            r.summary
+        let r = sim.run(&mut ()).unwrap_or_else(|e| panic!("{policy}: {e}"));
+        assert_eq!(r.summary.finished, w.len() - 1, "{policy}: {:?}", r.summary);
+        assert_eq!(r.summary.rejected, 1, "{policy}: {:?}", r.summary);
+        let reason = r
+            .jobs
+            .iter()
+            .find_map(|j| match &j.outcome {
+                tessera_sim::JobOutcome::Rejected { reason } => Some(reason.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            reason, "no GPU of the types it allows has MIG profile 3g.40gb",
+            "{policy}"
         );
     }
 }
