@@ -29,6 +29,7 @@ pub mod config;
 pub mod core;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod inventory;
 pub mod metrics;
 pub mod services;
@@ -40,6 +41,7 @@ mod server;
 mod server_services;
 #[cfg(test)]
 mod services_tests;
+mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;
