@@ -467,7 +467,7 @@ impl Core {
                 400,
                 "unsatisfiable",
                 format!(
-                    "no placement on this cluster can hold {} GPU(s){}{}{}",
+                    "no placement on this cluster can hold {} GPU(s){}{}{}{}",
                     spec.gpus,
                     spec.gpu_type
                         .as_deref()
@@ -476,6 +476,11 @@ impl Core {
                     spec.cpu.map(|c| format!(", cpu {c}")).unwrap_or_default(),
                     spec.memory
                         .map(|m| format!(", memory {m}"))
+                        .unwrap_or_default(),
+                    spec.gpu_type
+                        .as_deref()
+                        .and_then(|t| self.map.absent_type_hint(t))
+                        .map(|h| format!(": {h}"))
                         .unwrap_or_default(),
                 ),
             ));

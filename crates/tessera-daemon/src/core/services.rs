@@ -910,6 +910,7 @@ impl Core {
             ("TESSERA_ATTEMPT", inst.row.attempt.to_string()),
         ];
         if !inst.token.is_empty() {
+            identity.push(("TESSERA_JOB_TOKEN", inst.token.clone()));
             identity.push(("TESSERA_TOKEN", inst.token.clone()));
         }
         let (payload, env, gpu_type) = self.run_setup(super::launch::RunSetup {
