@@ -77,3 +77,55 @@ impl Core {
         crate::events::EventList { events }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{node, policy, Harness};
+    use crate::backend::RunStatus;
+    use crate::events::EventKind;
+
+    fn admin() -> super::super::api::Caller {
+        super::super::api::Caller::Tenant {
+            name: "ops".into(),
+            admin: true,
+        }
+    }
+
+    /// Issue 39 item 4: what the core applies is in the event log, a preemption with its
+    /// reason: LAS on one GPU gives it to a new job at the next round.
+    #[test]
+    fn starts_preemptions_and_ends_are_events() {
+        let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+        let x = h.submit("x", 1, 10_000);
+        h.schedule();
+        h.advance(90);
+        let b = h.submit("b", 1, 10_000);
+        h.schedule();
+        h.now = h.core.poll_timeout().expect("a round is due");
+        h.poll();
+        h.schedule();
+        h.advance(5);
+        h.end_run(b, RunStatus::Completed);
+        h.poll();
+        let events = h.core.events(&admin(), None, 100).events;
+        let seen: Vec<(EventKind, Option<i64>)> = events.iter().map(|e| (e.kind, e.job)).collect();
+        assert_eq!(
+            seen,
+            [
+                (EventKind::Started, Some(x)),
+                (EventKind::Preempted, Some(x)),
+                (EventKind::Started, Some(b)),
+                (EventKind::Finished, Some(b)),
+            ],
+            "{events:?}"
+        );
+        assert_eq!(events[1].detail, "preempted by the policy; requeued");
+        assert_eq!(events[2].nodes, ["n1"]);
+        // Another tenant sees none of these jobs' events.
+        let other = super::super::api::Caller::Tenant {
+            name: "nobody".into(),
+            admin: false,
+        };
+        assert!(h.core.events(&other, None, 100).events.is_empty());
+    }
+}
