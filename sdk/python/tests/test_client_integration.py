@@ -7,7 +7,9 @@ test skips, except under CI=true, where it fails.
 
 import hashlib
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +177,25 @@ def test_client_errors_and_environment(daemon):
     in_job = {"TESSERA_URL": daemon, "TESSERA_TOKEN": "job-token", "TESSERA_JOB_ID": "3"}
     c = Client(env=in_job)
     assert c.url == daemon and c.token is None
+
+
+def test_inside_a_job_the_client_does_not_take_the_jobs_token(daemon, tmp_path):
+    """Issue 41: a job gets TESSERA_JOB_TOKEN (and TESSERA_TOKEN, the same), and a client made
+    inside it finds the daemon from TESSERA_URL but takes neither as a tenant's token."""
+    alice = Client(daemon, token=ALICE, env={})
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    script = (
+        "#!/bin/sh\n"
+        'test -n "$TESSERA_JOB_TOKEN" && test "$TESSERA_JOB_TOKEN" = "$TESSERA_TOKEN" || exit 3\n'
+        f"exec {sys.executable} - <<'PY'\n"
+        "from tessera_sdk.client import Client\n"
+        "c = Client()\n"
+        "print('client', c.url, c.token)\n"
+        "PY\n"
+    )
+    job = alice.submit({"name": "inside", "gpus": 1, "script": script, "env": {"PYTHONPATH": src}})
+    wait("the job to end", lambda: alice.describe(job["id"])["state"] in ("completed", "failed"))
+    assert alice.describe(job["id"])["state"] == "completed", alice.describe(job["id"])
+    runs = tmp_path / "runs"
+    logs = list(runs.glob(f"*-{job['id']}-1/output.log"))
+    assert logs and logs[0].read_text() == f"client {daemon} None\n", logs and logs[0].read_text()
