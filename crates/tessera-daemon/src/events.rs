@@ -99,6 +99,9 @@ pub struct EventLog {
     ring: VecDeque<Event>,
     capacity: usize,
     next_seq: u64,
+    /// Where each started job runs: its allocation is released before it is preempted or
+    /// finishes, and those events still name its nodes.
+    running_on: std::collections::HashMap<i64, Vec<String>>,
 }
 
 impl Default for EventLog {
@@ -118,6 +121,7 @@ impl EventLog {
             ring: VecDeque::new(),
             capacity: capacity.max(1),
             next_seq: 1,
+            running_on: Default::default(),
         }
     }
 
@@ -169,6 +173,15 @@ impl EventLog {
         } else {
             return;
         };
+        let mut nodes: Vec<String> = placement.iter().map(|s| s.node.clone()).collect();
+        nodes.dedup();
+        if kind == EventKind::Started {
+            self.running_on.insert(job, nodes.clone());
+        } else if let Some(were) = self.running_on.remove(&job) {
+            if nodes.is_empty() {
+                nodes = were;
+            }
+        }
         self.push(Event {
             seq: 0,
             at: secs(at_us),
@@ -179,7 +192,7 @@ impl EventLog {
             service: None,
             instance: None,
             state: Some(to),
-            nodes: placement.iter().map(|s| s.node.clone()).collect(),
+            nodes,
             gpu: None,
             detail: detail.to_string(),
         });

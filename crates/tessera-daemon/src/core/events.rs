@@ -121,6 +121,8 @@ mod tests {
         );
         assert_eq!(events[1].detail, "preempted by the policy; requeued");
         assert_eq!(events[2].nodes, ["n1"]);
+        assert_eq!(events[1].nodes, ["n1"], "preempted from where it ran");
+        assert_eq!(events[3].nodes, ["n1"], "finished where it ran");
         // Another tenant sees none of these jobs' events.
         let other = super::super::api::Caller::Tenant {
             name: "nobody".into(),
