@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests of the real mode: brings up a single-machine Slurm (installing Debian's slurm-wlm if
-# absent), runs `cargo test -p tessera-daemon` against it and the job SDK's pytest suite against
-# the real daemon, tears Slurm down, and exits non-zero if anything failed.
+# absent), installs Debian's Chromium if absent (the dashboard's headless-browser test), runs
+# `cargo test -p tessera-daemon` against them and the Python SDK's and client's pytest suite
+# against the real daemon, tears Slurm down, and exits non-zero if anything failed.
 #
 # Under CI=true a Slurm that cannot be brought up is a failure (the Slurm tests also fail
 # rather than skip); elsewhere the Slurm tests skip.
@@ -18,6 +19,17 @@ if out=$("$ROOT/scripts/slurm/up.sh"); then
 else
   echo "test-daemon: could not bring Slurm up" >&2
   [[ "${CI:-}" == true ]] && rc=1
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "test-daemon: installing chromium (the dashboard's headless-browser test)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+      || echo "test-daemon: could not install chromium" >&2
+  else
+    echo "test-daemon: chromium absent and cannot be installed here (not root or no apt-get)" >&2
+  fi
 fi
 
 cargo test -p tessera-daemon || rc=1

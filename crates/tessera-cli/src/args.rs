@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 /// Start with `tessera simulate`: it runs a built-in mixed cluster and workload (four GPU
 /// types, MIG, training jobs of every size, inference services) under the baselines, each
 /// mechanism's policy and `tessera`, and prints a comparison. `tessera serve` runs the same policies on real jobs;
-/// `submit`, `list`, `describe`, `cancel`, `nodes` and `queue` talk to it.
+/// `submit`, `list`, `describe`, `cancel`, `nodes`, `queue` and `services` talk to it.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about, long_about, max_term_width = 100)]
 pub struct Cli {
@@ -54,8 +54,12 @@ pub enum Command {
     Describe(crate::cmd::daemon::IdArgs),
     /// Cancel a job.
     Cancel(crate::cmd::daemon::IdArgs),
-    /// Show the cluster's nodes with allocated and total resources.
-    Nodes(crate::cmd::daemon::ClientArgs),
+    /// The cluster's nodes: list (default), drain, undrain, health.
+    #[command(after_help = crate::cmd::daemon::NODES_EXAMPLES)]
+    Nodes(crate::cmd::daemon::NodesArgs),
+    /// Inference services on the daemon: submit, list, describe, retire.
+    #[command(after_help = crate::cmd::daemon::SERVICES_EXAMPLES)]
+    Services(crate::cmd::daemon::ServicesArgs),
     /// Show queues and the pending jobs in scheduling order.
     Queue(crate::cmd::daemon::ClientArgs),
 }

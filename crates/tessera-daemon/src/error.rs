@@ -58,6 +58,10 @@ pub enum DaemonError {
     /// The scheduling engine thread stopped unexpectedly.
     #[error("engine stopped: {0}")]
     Engine(String),
+    /// The daemon failed before it served anything (bad policy, backend, store, address):
+    /// nothing ran, nothing stopped.
+    #[error("the daemon could not start: {0}")]
+    NotStarted(Box<DaemonError>),
 }
 
 /// A failure of a resource-manager backend command.

@@ -256,13 +256,77 @@ impl ClusterMap {
         })
     }
 
-    /// Resolves a job's GPU type (a GRES type or a catalog name) to a model of this cluster.
+    /// Resolves a job's GPU type to a GPU model: a GRES type or catalog name of a model this
+    /// cluster has; else a family name (`a100`, `H100`, case ignored) when exactly one of the
+    /// cluster's whole-GPU models is of that family (`a100` on an A100-40GB cluster is
+    /// A100-40GB, though the default GRES map says A100-80GB); else a known model the cluster
+    /// lacks (the job is then refused as unsatisfiable, with [`Self::absent_type_hint`]).
     pub fn resolve_gpu(&self, name: &str) -> Option<GpuModelId> {
         let lower = name.to_ascii_lowercase();
-        if let Some(target) = self.gres_map.get(&lower) {
-            return self.cluster.catalog.find(target);
+        let catalog = &self.cluster.catalog;
+        let direct = match self.gres_map.get(&lower) {
+            Some(target) => catalog.find(target),
+            None => catalog.find(name),
+        };
+        let here = self.models();
+        if let Some(id) = direct.filter(|id| here.contains(id)) {
+            return Some(id);
         }
-        self.cluster.catalog.find(name)
+        let family: Vec<GpuModelId> = here
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let n = catalog.get(id).name.to_ascii_lowercase();
+                !n.contains("-mig-")
+                    && (n == lower || n.strip_prefix(&lower).is_some_and(|r| r.starts_with('-')))
+            })
+            .collect();
+        match family.as_slice() {
+            [one] => Some(*one),
+            _ => direct,
+        }
+    }
+
+    /// The GPU models of this cluster's nodes, in node order, each once.
+    fn models(&self) -> Vec<GpuModelId> {
+        let mut out: Vec<GpuModelId> = Vec::new();
+        for n in &self.cluster.nodes {
+            if !out.contains(&n.gpu) {
+                out.push(n.gpu);
+            }
+        }
+        out
+    }
+
+    /// The GPU types a job may name on this cluster (GRES types and catalog names), sorted.
+    pub fn gpu_type_names(&self) -> Vec<String> {
+        let mut known: Vec<String> = self
+            .logical
+            .iter()
+            .filter_map(|l| l.gres_type.clone())
+            .chain(
+                self.models()
+                    .into_iter()
+                    .map(|id| self.cluster.catalog.get(id).name.clone()),
+            )
+            .collect();
+        known.sort();
+        known.dedup();
+        known
+    }
+
+    /// When `name` resolves to a model no node of this cluster has: a hint naming the model
+    /// and the cluster's types, for the refusal.
+    pub fn absent_type_hint(&self, name: &str) -> Option<String> {
+        let id = self.resolve_gpu(name)?;
+        if self.models().contains(&id) {
+            return None;
+        }
+        Some(format!(
+            "{name:?} means {}, which no node of this cluster has (this cluster has: {})",
+            self.cluster.catalog.get(id).name,
+            self.gpu_type_names().join(", ")
+        ))
     }
 
     /// The node id of a backend node and GRES type.
@@ -527,5 +591,46 @@ mod tests {
         assert_eq!(m.resolve_gpu("TESLA"), Some(m.cluster.nodes[0].gpu));
         let bad: BTreeMap<String, String> = [("tesla".to_string(), "V900".to_string())].into();
         assert!(ClusterMap::build(&nodes, &bad, None, &GpuCatalog::builtin()).is_err());
+    }
+
+    /// Issue 41: `gpuType: a100` meant A100-80GB (the default GRES map) even on a cluster of
+    /// A100-40GBs, and was refused with no hint.
+    #[test]
+    fn family_names_resolve_to_the_clusters_one_model_of_that_family() {
+        let nodes = vec![
+            node("n1", 8, 1000, &[("A100-40GB", 4)]),
+            node("n2", 8, 1000, &[("v100", 2)]),
+        ];
+        let m = ClusterMap::build(&nodes, &BTreeMap::new(), None, &GpuCatalog::builtin()).unwrap();
+        let name = |id| m.cluster.catalog.get(id).name.clone();
+        assert_eq!(
+            m.resolve_gpu("a100").map(name).as_deref(),
+            Some("A100-40GB")
+        );
+        assert_eq!(
+            m.resolve_gpu("A100").map(name).as_deref(),
+            Some("A100-40GB")
+        );
+        assert_eq!(
+            m.resolve_gpu("v100").map(name).as_deref(),
+            Some("V100-32GB")
+        );
+        assert_eq!(m.absent_type_hint("a100"), None);
+        // A known model the cluster lacks: resolved (refused later as unsatisfiable) with a
+        // hint listing what the cluster has.
+        let hint = m.absent_type_hint("H100").expect("a hint");
+        assert!(hint.contains("H100-80GB"), "{hint}");
+        assert!(
+            hint.contains("this cluster has: A100-40GB, V100-32GB, v100"),
+            "{hint}"
+        );
+        // Two models of one family: the GRES map's meaning stands.
+        let both = vec![
+            node("n1", 8, 1000, &[("A100-40GB", 4)]),
+            node("n2", 8, 1000, &[("A100-80GB", 4)]),
+        ];
+        let m = ClusterMap::build(&both, &BTreeMap::new(), None, &GpuCatalog::builtin()).unwrap();
+        let a100 = m.resolve_gpu("a100").unwrap();
+        assert_eq!(m.cluster.catalog.get(a100).name, "A100-80GB");
     }
 }

@@ -29,6 +29,7 @@ pub mod config;
 pub mod core;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod inventory;
 pub mod metrics;
 pub mod services;
@@ -40,6 +41,7 @@ mod server;
 mod server_services;
 #[cfg(test)]
 mod services_tests;
+mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -64,8 +66,11 @@ pub fn build_backend(config: &BackendConfig) -> Result<Box<dyn Backend>, DaemonE
 
 /// Runs the daemon: binds `config.listen`, serves until SIGINT or SIGTERM.
 pub async fn serve(config: DaemonConfig) -> Result<(), DaemonError> {
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
-    let backend = build_backend(&config.backend)?;
+    let not_started = |e: DaemonError| DaemonError::NotStarted(Box::new(e));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| not_started(e.into()))?;
+    let backend = build_backend(&config.backend).map_err(not_started)?;
     serve_on(
         config,
         backend,
@@ -98,7 +103,8 @@ pub async fn serve_on(
     let cfg = config.clone();
     let engine = tokio::task::spawn_blocking(move || Engine::open(&cfg, backend, clock))
         .await
-        .map_err(|e| DaemonError::Engine(e.to_string()))??;
+        .map_err(|e| DaemonError::Engine(e.to_string()))?
+        .map_err(|e| DaemonError::NotStarted(Box::new(e)))?;
     server::serve_engine(
         engine,
         listener,

@@ -304,6 +304,7 @@ pub(crate) fn respond(r: Result<Response, ApiError>, created: bool) -> HttpRespo
         Ok(Response::Service(v)) if created => (StatusCode::CREATED, Json(*v)).into_response(),
         Ok(Response::Service(v)) => Json(*v).into_response(),
         Ok(Response::Services(l)) => Json(l).into_response(),
+        Ok(Response::Events(l)) => Json(l).into_response(),
         Ok(Response::Text(t)) => (
             [(
                 header::CONTENT_TYPE,
@@ -532,6 +533,39 @@ async fn queue(State(s): State<AppState>, headers: HeaderMap) -> HttpResponse {
     respond(call(&s, &headers, Request::Queue).await, false)
 }
 
+#[derive(Deserialize)]
+struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/events[?after=SEQ&limit=N]`: the recent events the caller may see, oldest first.
+async fn events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> HttpResponse {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return error_response(&ApiError::bad_request(e.body_text())),
+    };
+    let cap = crate::events::EVENT_CAPACITY;
+    let limit = match q.limit {
+        None => cap,
+        Some(l) if (1..=cap).contains(&l) => l,
+        Some(_) => {
+            return error_response(&ApiError::bad_request(format!(
+                "limit: must be within 1..={cap}"
+            )))
+        }
+    };
+    let request = Request::Events {
+        after: q.after,
+        limit,
+    };
+    respond(call(&s, &headers, request).await, false)
+}
+
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> HttpResponse {
     let answer = call(&s, &headers, Request::Metrics).await.map(|r| match r {
         Response::Text(mut text) => {
@@ -564,6 +598,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/health", post(node_health))
         .route("/v1/queue", get(queue))
+        .route("/v1/events", get(events))
         .route(
             "/v1/services",
             post(crate::server_services::submit).get(crate::server_services::list),
@@ -578,6 +613,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
         )
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .merge(crate::web::routes())
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(AppState {

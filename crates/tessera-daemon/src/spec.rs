@@ -260,6 +260,10 @@ fn check_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The answer to a service document (`kind: Workload`) sent as a job spec.
+pub const SERVICE_DOCUMENT: &str = "this is a service document (kind: Workload), not a job spec: \
+submit it with `tessera services submit FILE` (POST /v1/services)";
+
 impl JobSpec {
     /// Parses a spec: JSON when the text starts with `{`, YAML otherwise.
     ///
@@ -275,15 +279,39 @@ impl JobSpec {
         }
         check_shape(text)?;
         let trimmed = text.trim_start();
-        let spec: JobSpec = if trimmed.starts_with('{') {
+        let parsed: Result<JobSpec, ApiError> = if trimmed.starts_with('{') {
             serde_json::from_str(trimmed)
-                .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?
+                .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
         } else {
             serde_norway::from_str(text)
-                .map_err(|e| ApiError::bad_request(format!("malformed YAML: {e}")))?
+                .map_err(|e| ApiError::bad_request(format!("malformed YAML: {e}")))
         };
+        // A service document sent as a job fails on its first unknown field (`metadata`):
+        // say what it is instead.
+        let spec = parsed.map_err(|e| {
+            if Self::kind_of(text).as_deref() == Some("Workload") {
+                ApiError::bad_request(SERVICE_DOCUMENT)
+            } else {
+                e
+            }
+        })?;
+        if spec.kind.as_deref() == Some("Workload") {
+            return Err(ApiError::bad_request(SERVICE_DOCUMENT));
+        }
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// The top-level `kind` of a document, if it parses as a mapping with a string `kind`
+    /// (the text has passed the depth and alias checks).
+    fn kind_of(text: &str) -> Option<String> {
+        let trimmed = text.trim_start();
+        let value: serde_json::Value = if trimmed.starts_with('{') {
+            serde_json::from_str(trimmed).ok()?
+        } else {
+            serde_norway::from_str(text).ok()?
+        };
+        value.get("kind")?.as_str().map(String::from)
     }
 
     /// Checks names, sizes and ranges.
@@ -439,6 +467,24 @@ mod tests {
             JobSpec::parse(r#"{"name":"x","script":"echo hi","gpus":1,"hints":{"iterations":5}}"#)
                 .unwrap();
         assert_eq!(j.hints.iterations, Some(5));
+    }
+
+    /// Issue 41: a service document sent as a job said `unknown field metadata`.
+    #[test]
+    fn a_service_document_is_named_as_such() {
+        let doc = "apiVersion: tessera/v1\nkind: Workload\nmetadata:\n  command: [serve]\nspec:\n  services: []\n";
+        let e = JobSpec::parse(doc).unwrap_err();
+        assert!(
+            e.message.contains("tessera services submit"),
+            "{}",
+            e.message
+        );
+        let json = r#"{"kind": "Workload", "metadata": {}}"#;
+        let e = JobSpec::parse(json).unwrap_err();
+        assert!(e.message.contains("service document"), "{}", e.message);
+        // Other documents keep their own error.
+        let e = JobSpec::parse("name: x\nmetadata: {}\n").unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
     }
 
     #[test]

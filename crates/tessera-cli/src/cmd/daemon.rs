@@ -27,20 +27,89 @@ pub struct ServeArgs {
 /// Where the daemon is and who is asking.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// Daemon URL.
-    #[arg(
-        long,
-        env = "TESSERA_SERVER",
-        default_value = "http://127.0.0.1:8765",
-        global = true
-    )]
-    pub server: String,
-    /// Bearer token of your tenant (or an admin token).
-    #[arg(long, env = "TESSERA_TOKEN", hide_env_values = true, global = true)]
+    /// Daemon URL. Default: $TESSERA_URL (what jobs are given), else $TESSERA_SERVER (the
+    /// older name), else http://127.0.0.1:8765.
+    #[arg(long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// Bearer token of your tenant (or an admin token). Default: $TESSERA_API_TOKEN, else
+    /// $TESSERA_TOKEN outside a job (inside one, TESSERA_TOKEN is the job's own token, which
+    /// may only report progress).
+    #[arg(long, global = true, value_name = "TOKEN")]
     pub token: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+/// The daemon address when neither `--server` nor the environment names one.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8765";
+
+/// Where a client's token came from (said in the hint of a 401).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TokenFrom {
+    Flag,
+    ApiTokenEnv,
+    LegacyEnv,
+    None,
+    /// None given, and TESSERA_TOKEN was set but is a run's own token (inside a job).
+    NoneInsideRun,
+}
+
+/// The daemon URL and tenant token from the flags, else the environment (`env`).
+fn resolve(
+    server: Option<&str>,
+    token: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> (String, Option<String>, TokenFrom) {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty());
+    let url = server
+        .map(String::from)
+        .or_else(|| var("TESSERA_URL"))
+        .or_else(|| var("TESSERA_SERVER"))
+        .unwrap_or_else(|| DEFAULT_SERVER.to_string());
+    // Inside a job or service instance, TESSERA_TOKEN is the run's own token.
+    let in_run = ["TESSERA_JOB_TOKEN", "TESSERA_JOB_ID", "TESSERA_INSTANCE"]
+        .iter()
+        .any(|n| var(n).is_some());
+    let (token, from) = match (token, var("TESSERA_API_TOKEN"), var("TESSERA_TOKEN")) {
+        (Some(t), _, _) => (Some(t.to_string()), TokenFrom::Flag),
+        (None, Some(t), _) => (Some(t), TokenFrom::ApiTokenEnv),
+        (None, None, Some(_)) if in_run => (None, TokenFrom::NoneInsideRun),
+        (None, None, Some(t)) => (Some(t), TokenFrom::LegacyEnv),
+        (None, None, None) => (None, TokenFrom::None),
+    };
+    (url, token, from)
+}
+
+/// A client of the daemon, and how to explain its refusals.
+struct Api {
+    client: Client,
+    from: TokenFrom,
+}
+
+impl Api {
+    /// An error of a call, with a hint when the daemon refused the token.
+    fn explain(&self, e: tessera_daemon::ClientError) -> anyhow::Error {
+        if e.status() != Some(401) {
+            return e.into();
+        }
+        let hint = match self.from {
+            TokenFrom::Flag => "the token given with --token is not one of the daemon's tenants'",
+            TokenFrom::ApiTokenEnv => {
+                "the token in TESSERA_API_TOKEN is not one of the daemon's tenants'"
+            }
+            TokenFrom::LegacyEnv => {
+                "the token in TESSERA_TOKEN is not one of the daemon's tenants' (set \
+                 TESSERA_API_TOKEN or pass --token)"
+            }
+            TokenFrom::None => "no token given: pass --token TOKEN or set TESSERA_API_TOKEN",
+            TokenFrom::NoneInsideRun => {
+                "no tenant token given (inside a job, TESSERA_TOKEN is the job's own token and \
+                 is not used): pass --token TOKEN or set TESSERA_API_TOKEN"
+            }
+        };
+        anyhow::Error::new(e).context(hint.to_string())
+    }
 }
 
 /// `tessera submit`.
@@ -94,8 +163,12 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             tessera_trace::printable(&w.to_string())
         );
     }
-    tessera_daemon::run(config).context("daemon stopped")?;
-    Ok(())
+    match tessera_daemon::run(config) {
+        Ok(()) => Ok(()),
+        // It never ran: saying it "stopped" would send the reader looking for a crash.
+        Err(e @ tessera_daemon::DaemonError::NotStarted(_)) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("daemon stopped")),
+    }
 }
 
 // The CLI is an edge where reading the wall clock is right: ages are relative to now.
@@ -156,8 +229,55 @@ fn age(secs: f64) -> String {
     }
 }
 
-fn client(args: &ClientArgs) -> Client {
-    Client::new(&args.server, args.token.clone())
+fn client(args: &ClientArgs) -> Api {
+    let (url, token, from) = resolve(args.server.as_deref(), args.token.as_deref(), |n| {
+        std::env::var(n).ok()
+    });
+    Api {
+        client: Client::new(&url, token),
+        from,
+    }
+}
+
+/// A byte quantity for people: an exact unit of GiB or more (binary or decimal: `32Gi`,
+/// `10G`, not `9765625Ki`); else, from 1 GiB, GiB (or TiB, PiB) with up to two decimals
+/// (`9.31Gi`); below, exact MiB or MB, else MiB with decimals.
+pub fn human_bytes(b: tessera_model::Bytes) -> String {
+    let n = b.0;
+    const EXACT: [(&str, u64); 8] = [
+        ("Pi", 1 << 50),
+        ("P", 1_000_000_000_000_000),
+        ("Ti", 1 << 40),
+        ("T", 1_000_000_000_000),
+        ("Gi", 1 << 30),
+        ("G", 1_000_000_000),
+        ("Mi", 1 << 20),
+        ("M", 1_000_000),
+    ];
+    if n == 0 {
+        return "0".into();
+    }
+    let approx = |unit: &str, f: u64| {
+        let text = format!("{:.2}", n as f64 / f as f64);
+        format!("{}{unit}", text.trim_end_matches('0').trim_end_matches('.'))
+    };
+    for (unit, f) in EXACT {
+        if n.is_multiple_of(f) && (f >= 1_000_000_000 || n < 1 << 30) {
+            return format!("{}{unit}", n / f);
+        }
+    }
+    match [
+        ("Pi", 1u64 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+    ]
+    .into_iter()
+    .find(|(_, f)| n >= *f)
+    {
+        Some((unit, f)) => approx(unit, f),
+        None => format!("{n}"),
+    }
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {
@@ -217,8 +337,11 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
     } else {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file))?
     };
-    let job = client(&args.client)
+    let api = client(&args.client);
+    let job = api
+        .client
         .submit(&text)
+        .map_err(|e| api.explain(e))
         .with_context(|| format!("submitting {}", args.file))?;
     if args.client.json {
         return print_json(&job);
@@ -234,7 +357,8 @@ pub fn submit(args: &SubmitArgs) -> Result<()> {
 }
 
 pub fn list(args: &ListArgs) -> Result<()> {
-    let c = client(&args.client);
+    let api = client(&args.client);
+    let c = &api.client;
     let jobs = match &args.state {
         Some(s) => {
             let Some(state) = JobState::ALL
@@ -248,6 +372,7 @@ pub fn list(args: &ListArgs) -> Result<()> {
         }
         None => c.list(),
     }
+    .map_err(|e| api.explain(e))
     .context("listing jobs")?;
     if args.client.json {
         return print_json(&jobs);
@@ -278,14 +403,18 @@ fn devices_text(d: Option<&tessera_daemon::backend::PlacedDevices>) -> String {
             sm_limit,
             memory,
         } => format!(
-            " devices=[{list}] quota sm={sm_request}-{sm_limit}permille gpu-memory={memory}"
+            " devices=[{list}] quota sm={sm_request}-{sm_limit}permille gpu-memory={}",
+            human_bytes(*memory)
         ),
     }
 }
 
 pub fn describe(args: &IdArgs) -> Result<()> {
-    let detail = client(&args.client)
+    let api = client(&args.client);
+    let detail = api
+        .client
         .describe(args.id)
+        .map_err(|e| api.explain(e))
         .with_context(|| format!("describing job {}", args.id))?;
     if args.client.json {
         return print_json(&detail);
@@ -318,7 +447,7 @@ pub fn describe(args: &IdArgs) -> Result<()> {
             s.node,
             s.gpus,
             s.cpu,
-            s.memory,
+            human_bytes(s.memory),
             devices_text(s.devices.as_ref())
         )?;
     }
@@ -366,8 +495,11 @@ pub fn describe(args: &IdArgs) -> Result<()> {
 }
 
 pub fn cancel(args: &IdArgs) -> Result<()> {
-    let job = client(&args.client)
+    let api = client(&args.client);
+    let job = api
+        .client
         .cancel(args.id)
+        .map_err(|e| api.explain(e))
         .with_context(|| format!("cancelling job {}", args.id))?;
     if args.client.json {
         return print_json(&job);
@@ -401,11 +533,65 @@ fn device_modes(devices: &[tessera_daemon::types::GpuView]) -> String {
         .join(", ")
 }
 
-pub fn nodes(args: &ClientArgs) -> Result<()> {
-    let list = client(args).nodes().context("listing nodes")?;
-    if args.json {
-        return print_json(&list);
-    }
+/// `tessera nodes`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct NodesArgs {
+    #[command(subcommand)]
+    pub command: Option<NodesCommand>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// What `tessera nodes` does (default: list).
+#[derive(Debug, clap::Subcommand)]
+pub enum NodesCommand {
+    /// The nodes with allocated and total GPUs, CPU and memory, and their GPUs' modes.
+    List,
+    /// Place nothing new on a node; its jobs run on (admins).
+    Drain(NodeNameArgs),
+    /// Hand a node's health back to the backend's view, after drain or `health --set down`
+    /// (admins).
+    Undrain(NodeNameArgs),
+    /// Each node's health and its unhealthy GPUs with the reason; with --set, set a node's
+    /// health (admins; `down` stops and requeues its jobs).
+    Health(NodeHealthArgs),
+}
+
+/// A node name.
+#[derive(Debug, Args)]
+pub struct NodeNameArgs {
+    /// Backend node name (as `tessera nodes` shows it).
+    pub node: String,
+}
+
+/// `tessera nodes health`.
+#[derive(Debug, Args)]
+pub struct NodeHealthArgs {
+    /// Only this node.
+    pub node: Option<String>,
+    /// Set the node's health: up (back to the backend's view), draining or down.
+    #[arg(long, value_name = "HEALTH", requires = "node")]
+    pub set: Option<String>,
+}
+
+pub const NODES_EXAMPLES: &str = "Examples:
+  tessera nodes
+      every node: health, GPUs, CPU and memory in use, GPU modes (free, whole, mig, shared)
+  tessera nodes drain n3 --token $ADMIN_TOKEN
+      place nothing new on n3; its jobs run on
+  tessera nodes undrain n3 --token $ADMIN_TOKEN
+      n3 back in service (its health as the backend reports it)
+  tessera nodes health
+      each node's health and unhealthy GPUs with the reason
+  tessera nodes health n3 --set down --token $ADMIN_TOKEN
+      take n3 out now: its jobs are stopped and requeued";
+
+fn health_text(h: tessera_daemon::backend::NodeHealth) -> String {
+    format!("{h:?}").to_lowercase()
+}
+
+fn print_nodes(list: &tessera_daemon::types::NodeList) -> Result<()> {
     let rows: Vec<Vec<String>> = list
         .nodes
         .iter()
@@ -413,10 +599,14 @@ pub fn nodes(args: &ClientArgs) -> Result<()> {
             vec![
                 n.name.clone(),
                 n.gpu_model.clone(),
-                format!("{:?}", n.health).to_lowercase(),
+                health_text(n.health),
                 format!("{}/{}", n.gpus_allocated, n.gpus),
                 format!("{}/{}", n.cpu_allocated, n.cpu),
-                format!("{}/{}", n.memory_allocated, n.memory),
+                format!(
+                    "{}/{}",
+                    human_bytes(n.memory_allocated),
+                    human_bytes(n.memory)
+                ),
                 device_modes(&n.devices),
             ]
         })
@@ -432,8 +622,338 @@ pub fn nodes(args: &ClientArgs) -> Result<()> {
     Ok(())
 }
 
+pub fn nodes(args: &NodesArgs) -> Result<()> {
+    use tessera_daemon::backend::NodeHealth;
+    let api = client(&args.client);
+    let set = |node: &str, health: NodeHealth, what: &str| -> Result<()> {
+        let list = api
+            .client
+            .set_node_health(node, health)
+            .map_err(|e| api.explain(e))
+            .with_context(|| format!("{what} node {node}"))?;
+        if args.client.json {
+            return print_json(&list);
+        }
+        let now = list
+            .nodes
+            .iter()
+            .filter(|n| n.name == node)
+            .map(|n| health_text(n.health))
+            .collect::<Vec<_>>();
+        writeln!(
+            crate::output::stdout(),
+            "node {node}: {}",
+            if now.is_empty() {
+                "-".to_string()
+            } else {
+                now.join(", ")
+            }
+        )?;
+        Ok(())
+    };
+    match &args.command {
+        None | Some(NodesCommand::List) => {
+            let list = api
+                .client
+                .nodes()
+                .map_err(|e| api.explain(e))
+                .context("listing nodes")?;
+            if args.client.json {
+                return print_json(&list);
+            }
+            print_nodes(&list)
+        }
+        Some(NodesCommand::Drain(n)) => set(&n.node, NodeHealth::Draining, "draining"),
+        Some(NodesCommand::Undrain(n)) => set(&n.node, NodeHealth::Up, "undraining"),
+        Some(NodesCommand::Health(h)) => {
+            if let (Some(node), Some(value)) = (&h.node, &h.set) {
+                let health = match value.to_ascii_lowercase().as_str() {
+                    "up" => NodeHealth::Up,
+                    "draining" | "drain" => NodeHealth::Draining,
+                    "down" => NodeHealth::Down,
+                    other => bail!("--set: unknown health {other:?} (up, draining, down)"),
+                };
+                return set(node, health, "setting the health of");
+            }
+            let list = api
+                .client
+                .nodes()
+                .map_err(|e| api.explain(e))
+                .context("listing nodes")?;
+            let nodes: Vec<_> = list
+                .nodes
+                .iter()
+                .filter(|n| h.node.as_ref().is_none_or(|want| &n.name == want))
+                .collect();
+            if let Some(want) = &h.node {
+                if nodes.is_empty() {
+                    let names: Vec<&str> = list.nodes.iter().map(|n| n.name.as_str()).collect();
+                    bail!("no node {want:?} (nodes: {})", names.join(", "));
+                }
+            }
+            if args.client.json {
+                return print_json(&nodes);
+            }
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .map(|n| {
+                    let bad: Vec<String> = n
+                        .devices
+                        .iter()
+                        .filter(|d| d.mode == "unhealthy" || d.reason.is_some())
+                        .map(|d| {
+                            format!(
+                                "gpu {}: {}",
+                                d.index,
+                                tessera_trace::printable(d.reason.as_deref().unwrap_or(&d.mode))
+                            )
+                        })
+                        .collect();
+                    vec![
+                        n.name.clone(),
+                        n.gres_type.clone().unwrap_or_else(|| "-".into()),
+                        health_text(n.health),
+                        if bad.is_empty() {
+                            "-".into()
+                        } else {
+                            bad.join("; ")
+                        },
+                    ]
+                })
+                .collect();
+            write!(
+                crate::output::stdout(),
+                "{}",
+                table(&["node", "gres", "health", "unhealthy gpus"], &rows)
+            )?;
+            Ok(())
+        }
+    }
+}
+
+/// `tessera services`.
+#[derive(Debug, Args)]
+pub struct ServicesArgs {
+    #[command(subcommand)]
+    pub command: ServicesCommand,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// What `tessera services` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum ServicesCommand {
+    /// Submit an inference service: a `kind: Workload` document with one service
+    /// (docs/daemon.md, "Inference services"); `-` for stdin.
+    Submit(SpecFileArgs),
+    /// Your services (every tenant's with an admin token).
+    List,
+    /// One service: state, instances, where they run, their load and SLO attainment.
+    Describe(ServiceIdArgs),
+    /// Retire a service: every instance is stopped.
+    Retire(ServiceIdArgs),
+}
+
+/// A spec file.
+#[derive(Debug, Args)]
+pub struct SpecFileArgs {
+    /// The document (YAML or JSON); `-` for stdin.
+    pub file: String,
+}
+
+/// A service id.
+#[derive(Debug, Args)]
+pub struct ServiceIdArgs {
+    /// Service id.
+    #[arg(allow_negative_numbers = true)]
+    pub id: i64,
+}
+
+pub const SERVICES_EXAMPLES: &str = "Examples:
+  tessera services submit bert.yaml --token $TOKEN
+      submit a service (kind: Workload, one service); prints its id
+  tessera services list
+      your services: state, instances, SLO attainment
+  tessera services describe 3
+      one service: each instance's placement, load and latency
+  tessera services retire 3
+      stop every instance of service 3";
+
+fn read_spec(file: &str) -> Result<String> {
+    if file == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the document from stdin")
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+fn service_state(v: &tessera_daemon::services::ServiceView) -> String {
+    serde_json::to_value(v.state)
+        .ok()
+        .and_then(|s| s.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{:?}", v.state).to_lowercase())
+}
+
+/// Requests within the SLO over requests completed, over the instances' latest reports.
+fn slo_attainment(v: &tessera_daemon::services::ServiceView) -> String {
+    let (done, late) = v
+        .instances
+        .iter()
+        .filter_map(|i| i.load.as_ref())
+        .fold((0u64, 0u64), |(d, l), r| {
+            (d + r.completed, l + r.violations)
+        });
+    if done == 0 {
+        "-".into()
+    } else {
+        format!(
+            "{:.1}% of {done}",
+            100.0 * (done - late.min(done)) as f64 / done as f64
+        )
+    }
+}
+
+fn share_text(s: &tessera_daemon::backend::PlacedShare) -> String {
+    format!(
+        "{} gpus={}{}",
+        s.node,
+        s.gpus,
+        devices_text(s.devices.as_ref())
+    )
+}
+
+pub fn services(args: &ServicesArgs) -> Result<()> {
+    let api = client(&args.client);
+    let c = &api.client;
+    let mut out = crate::output::stdout();
+    match &args.command {
+        ServicesCommand::Submit(f) => {
+            let text = read_spec(&f.file)?;
+            let v = c
+                .submit_service(&text)
+                .map_err(|e| api.explain(e))
+                .with_context(|| format!("submitting {}", f.file))?;
+            if args.client.json {
+                return print_json(&v);
+            }
+            writeln!(
+                out,
+                "submitted service {} ({}), {}",
+                v.id,
+                v.name,
+                service_state(&v)
+            )?;
+        }
+        ServicesCommand::List => {
+            let list = c
+                .services()
+                .map_err(|e| api.explain(e))
+                .context("listing services")?;
+            if args.client.json {
+                return print_json(&list);
+            }
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|v| {
+                    vec![
+                        v.id.to_string(),
+                        v.name.clone(),
+                        v.tenant.clone(),
+                        service_state(v),
+                        v.instances.len().to_string(),
+                        slo_attainment(v),
+                        v.restarts.to_string(),
+                    ]
+                })
+                .collect();
+            write!(
+                out,
+                "{}",
+                table(
+                    &[
+                        "id",
+                        "name",
+                        "tenant",
+                        "state",
+                        "instances",
+                        "slo attainment",
+                        "restarts"
+                    ],
+                    &rows
+                )
+            )?;
+        }
+        ServicesCommand::Describe(id) => {
+            let v = c
+                .service(id.id)
+                .map_err(|e| api.explain(e))
+                .with_context(|| format!("describing service {}", id.id))?;
+            if args.client.json {
+                return print_json(&v);
+            }
+            let now = unix_now();
+            writeln!(out, "service {} ({}), tenant {}", v.id, v.name, v.tenant)?;
+            writeln!(out, "state:          {}", service_state(&v))?;
+            writeln!(out, "submitted:      {}", when(v.submitted_at, now))?;
+            writeln!(out, "ends:           {}", when(v.end_at, now))?;
+            if let Some(t) = v.retired_at {
+                writeln!(out, "retired:        {}", when(t, now))?;
+            }
+            writeln!(out, "slo attainment: {}", slo_attainment(&v))?;
+            writeln!(out, "restarts:       {}", v.restarts)?;
+            if let Some(m) = &v.message {
+                writeln!(out, "message:        {}", tessera_trace::printable(m))?;
+            }
+            writeln!(out, "instances:      {}", v.instances.len())?;
+            for i in &v.instances {
+                let state = serde_json::to_value(i.state)
+                    .ok()
+                    .and_then(|s| s.as_str().map(String::from))
+                    .unwrap_or_default();
+                let place: Vec<String> = i.allocation.iter().map(share_text).collect();
+                writeln!(
+                    out,
+                    "  #{} {state} attempt {} on {}",
+                    i.id,
+                    i.attempt,
+                    place.join(", ")
+                )?;
+                if let Some(l) = &i.load {
+                    writeln!(
+                        out,
+                        "     load: {:.1} req/s, queue {}, in flight {}, p50 {:.1} ms, p99 {:.1} ms, {} completed, {} over the SLO",
+                        l.requests_per_second,
+                        l.queue_length,
+                        l.in_flight,
+                        l.p50_latency_seconds * 1e3,
+                        l.p99_latency_seconds * 1e3,
+                        l.completed,
+                        l.violations
+                    )?;
+                }
+            }
+        }
+        ServicesCommand::Retire(id) => {
+            let v = c
+                .retire_service(id.id)
+                .map_err(|e| api.explain(e))
+                .with_context(|| format!("retiring service {}", id.id))?;
+            if args.client.json {
+                return print_json(&v);
+            }
+            writeln!(out, "service {} ({}): {}", v.id, v.name, service_state(&v))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn queue(args: &ClientArgs) -> Result<()> {
-    let q = client(args).queue().context("reading the queue")?;
+    let api = client(args);
+    let q = api
+        .client
+        .queue()
+        .map_err(|e| api.explain(e))
+        .context("reading the queue")?;
     if args.json {
         return print_json(&q);
     }
@@ -476,6 +996,93 @@ pub fn queue(args: &ClientArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41: `describe` printed `gpu-memory=9765625Ki` for 10 GB.
+    #[test]
+    fn byte_quantities_are_human() {
+        use tessera_model::Bytes;
+        assert_eq!(human_bytes(Bytes(10_000_000_000)), "10G");
+        assert_eq!(human_bytes(Bytes(32 << 30)), "32Gi");
+        assert_eq!(human_bytes(Bytes(9537 << 20)), "9.31Gi");
+        assert_eq!(human_bytes(Bytes(512 << 20)), "512Mi");
+        assert_eq!(human_bytes(Bytes(1_500_000)), "1.43Mi");
+        assert_eq!(human_bytes(Bytes(3 << 40)), "3Ti");
+        assert_eq!(human_bytes(Bytes(0)), "0");
+        assert_eq!(human_bytes(Bytes(1000)), "1000");
+    }
+
+    /// Issue 41: the CLI read TESSERA_SERVER while jobs get TESSERA_URL, and took
+    /// TESSERA_TOKEN, inside a job the job's own token, as the tenant's.
+    #[test]
+    fn server_and_token_come_from_flags_then_the_environment() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let none: &[(&str, &str)] = &[];
+        assert_eq!(
+            resolve(None, None, env(none)),
+            (DEFAULT_SERVER.to_string(), None, TokenFrom::None)
+        );
+        let both = &[
+            ("TESSERA_URL", "http://url"),
+            ("TESSERA_SERVER", "http://server"),
+            ("TESSERA_API_TOKEN", "api"),
+            ("TESSERA_TOKEN", "legacy"),
+        ];
+        assert_eq!(
+            resolve(None, None, env(both)),
+            (
+                "http://url".into(),
+                Some("api".into()),
+                TokenFrom::ApiTokenEnv
+            )
+        );
+        assert_eq!(
+            resolve(Some("http://flag"), Some("t"), env(both)),
+            ("http://flag".into(), Some("t".into()), TokenFrom::Flag)
+        );
+        let old = &[
+            ("TESSERA_SERVER", "http://server"),
+            ("TESSERA_TOKEN", "legacy"),
+        ];
+        assert_eq!(
+            resolve(None, None, env(old)),
+            (
+                "http://server".into(),
+                Some("legacy".into()),
+                TokenFrom::LegacyEnv
+            )
+        );
+        let in_job = &[
+            ("TESSERA_URL", "http://url"),
+            ("TESSERA_TOKEN", "job-token"),
+            ("TESSERA_JOB_ID", "4"),
+        ];
+        assert_eq!(
+            resolve(None, None, env(in_job)),
+            ("http://url".into(), None, TokenFrom::NoneInsideRun)
+        );
+    }
+
+    /// Issue 41: `--help` showed `[env: TESSERA_SERVER=]` when it was unset.
+    #[test]
+    fn help_shows_no_empty_env_value() {
+        use clap::CommandFactory;
+        let mut cmd = crate::args::Cli::command();
+        for verb in ["submit", "list", "nodes", "services", "queue"] {
+            let help = cmd
+                .find_subcommand_mut(verb)
+                .expect(verb)
+                .render_long_help()
+                .to_string();
+            assert!(!help.contains("[env:"), "{verb}: {help}");
+            assert!(help.contains("TESSERA_URL"), "{verb}: {help}");
+        }
+    }
 
     #[test]
     fn times_are_rfc3339_with_age() {

@@ -29,6 +29,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Describe(a) => daemon::describe(&a),
         Command::Cancel(a) => daemon::cancel(&a),
         Command::Nodes(a) => daemon::nodes(&a),
+        Command::Services(a) => daemon::services(&a),
         Command::Queue(a) => daemon::queue(&a),
     }
 }

@@ -73,6 +73,11 @@ pub(crate) enum Request {
     RetireService {
         id: i64,
     },
+    /// `GET /v1/events`: recent events after `after` (a `seq`), at most `limit`.
+    Events {
+        after: Option<u64>,
+        limit: usize,
+    },
     /// `POST /v1/services/{id}/instances/{instance}/load` (the instance's own token).
     InstanceLoad {
         service: i64,
@@ -117,6 +122,7 @@ pub(crate) enum Response {
     Nodes(NodeList),
     Queue(QueueView),
     Ack(ProgressAck),
+    Events(crate::events::EventList),
     Text(String),
     Service(Box<crate::services::ServiceView>),
     Services(crate::services::ServiceList),
@@ -466,7 +472,7 @@ impl Core {
                 400,
                 "unsatisfiable",
                 format!(
-                    "no placement on this cluster can hold {} GPU(s){}{}{}",
+                    "no placement on this cluster can hold {} GPU(s){}{}{}{}",
                     spec.gpus,
                     spec.gpu_type
                         .as_deref()
@@ -475,6 +481,11 @@ impl Core {
                     spec.cpu.map(|c| format!(", cpu {c}")).unwrap_or_default(),
                     spec.memory
                         .map(|m| format!(", memory {m}"))
+                        .unwrap_or_default(),
+                    spec.gpu_type
+                        .as_deref()
+                        .and_then(|t| self.map.absent_type_hint(t))
+                        .map(|h| format!(": {h}"))
                         .unwrap_or_default(),
                 ),
             ));
@@ -615,6 +626,9 @@ impl Core {
                 Ok(Response::Nodes(self.nodes()))
             }
             Request::Queue => Ok(Response::Queue(self.queue(&caller))),
+            Request::Events { after, limit } => {
+                Ok(Response::Events(self.events(&caller, after, limit)))
+            }
             Request::Progress { id, report } => {
                 // Only the job itself reports progress: a tenant token (or another job's)
                 // could otherwise feed the policy made-up throughput.

@@ -21,8 +21,15 @@ impl Core {
         let mut to_restart_instances: Vec<i64> = Vec::new();
         for plan in plans {
             match plan {
-                Plan::ScaleOut(idx, alloc) => to_start.push(self.scale_out(idx, alloc, now_us)),
-                Plan::ScaleIn(id) => to_preempt.extend(self.scale_in(id)),
+                Plan::ScaleOut(idx, alloc) => {
+                    let launch = self.scale_out(idx, alloc, now_us);
+                    self.note_scaled(now_us, true, -launch.job_id);
+                    to_start.push(launch);
+                }
+                Plan::ScaleIn(id) => {
+                    self.note_scaled(now_us, false, id);
+                    to_preempt.extend(self.scale_in(id));
+                }
                 Plan::RetuneInstance(id, alloc) => match self.retune_instance(id, alloc) {
                     Some(r) => to_retune.push(r),
                     None => to_restart_instances.push(id),
@@ -298,12 +305,14 @@ impl Core {
             Ok(()) => {
                 *self.metrics.reconfigurations.entry("done").or_default() += 1;
                 self.devices.reconfigure(node, gpu, layout, now);
+                self.note_reconfigured(now, node, gpu, "reconfigured");
             }
             Err(e @ BackendError::Declined { .. }) => {
                 self.metrics.rejected_actions += 1;
                 *self.metrics.reconfigurations.entry("declined").or_default() += 1;
                 tracing::warn!(?node, gpu, "reconfiguration declined: {e}");
                 self.devices.reconfigure(node, gpu, before, now);
+                self.note_reconfigured(now, node, gpu, &format!("declined ({e})"));
             }
             Err(e) => {
                 self.metrics.backend_errors += 1;
@@ -321,6 +330,7 @@ impl Core {
                 // never ready.
                 self.devices
                     .reconfigure(node, gpu, Some(Vec::new()), SimTime::MAX);
+                self.note_reconfigured(now, node, gpu, "failed; GPU marked unhealthy");
             }
         }
         self.trigger.reconfigured = true;

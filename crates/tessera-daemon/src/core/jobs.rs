@@ -11,21 +11,7 @@ impl Core {
     ) -> Result<TrainingJob, ApiError> {
         let gpu_types = match &spec.gpu_type {
             Some(t) => vec![self.map.resolve_gpu(t).ok_or_else(|| {
-                let mut known: Vec<String> = self
-                    .map
-                    .logical
-                    .iter()
-                    .filter_map(|l| l.gres_type.clone())
-                    .chain(
-                        self.map
-                            .cluster
-                            .groups
-                            .iter()
-                            .map(|g| self.map.cluster.catalog.get(g.gpu).name.clone()),
-                    )
-                    .collect();
-                known.sort();
-                known.dedup();
+                let known = self.map.gpu_type_names();
                 ApiError::new(
                     400,
                     "unknown_gpu_type",

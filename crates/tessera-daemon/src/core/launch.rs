@@ -167,6 +167,9 @@ impl Core {
             identity: vec![
                 ("TESSERA_JOB_ID", job.row.id.to_string()),
                 ("TESSERA_ATTEMPT", job.row.attempt.to_string()),
+                // The run's own token: TESSERA_JOB_TOKEN, and TESSERA_TOKEN for SDKs that
+                // predate it (the CLI never takes TESSERA_TOKEN for a tenant's inside a run).
+                ("TESSERA_JOB_TOKEN", token.to_string()),
                 ("TESSERA_TOKEN", token.to_string()),
             ],
             gpus: job.spec.gpus,

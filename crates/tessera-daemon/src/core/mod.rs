@@ -29,6 +29,7 @@ mod api;
 mod apply;
 mod archive;
 mod decide;
+mod events;
 mod health;
 mod jobs;
 mod launch;
@@ -418,6 +419,9 @@ pub struct Core {
     services: services::Services,
     /// What jobs are profiled with at submission (see [`Core::set_profiler`]).
     profiler: Option<KnowledgeSource>,
+    /// Recent events (jobs started, finished, preempted; GPUs reconfigured; instances
+    /// scaled), each also logged at info level.
+    events: crate::events::EventLog,
 }
 
 /// Where the knowledge given to policies comes from: a registered truth's catalogue.
@@ -538,6 +542,7 @@ impl Core {
             cannot_compact: false,
             services: services::Services::default(),
             profiler: None,
+            events: crate::events::EventLog::default(),
         };
         for i in 0..core.map.logical.len() {
             if core.map.logical[i].health != NodeHealth::Up {

@@ -168,6 +168,17 @@ impl Core {
         }
     }
 
+    /// Instance `id`'s service (id, name, tenant) and nodes, for the event log.
+    pub(super) fn instance_event_info(
+        &self,
+        id: i64,
+    ) -> Option<(i64, String, String, Vec<String>)> {
+        let inst = self.services.live.get(&id)?;
+        let svc = &self.services.list.get(inst.svc)?.row;
+        let nodes = inst.row.placement.iter().map(|s| s.node.clone()).collect();
+        Some((svc.id, svc.name.clone(), svc.tenant.clone(), nodes))
+    }
+
     fn service_view(&self, idx: usize, now: SimTime) -> ServiceView {
         let s = &self.services.list[idx];
         let instances = self
@@ -899,6 +910,7 @@ impl Core {
             ("TESSERA_ATTEMPT", inst.row.attempt.to_string()),
         ];
         if !inst.token.is_empty() {
+            identity.push(("TESSERA_JOB_TOKEN", inst.token.clone()));
             identity.push(("TESSERA_TOKEN", inst.token.clone()));
         }
         let (payload, env, gpu_type) = self.run_setup(super::launch::RunSetup {

@@ -24,6 +24,16 @@ impl Core {
                 *n = n.saturating_sub(1);
             }
         }
+        self.events.record_transition(
+            now_us,
+            job.row.id,
+            &job.row.name,
+            &job.row.tenant,
+            &job.row.placement,
+            from,
+            to,
+            detail,
+        );
         job.row.state = to;
         job.row.message = Some(detail.to_string());
         if to.is_terminal() {

@@ -17,3 +17,4 @@ mod local;
 mod restart;
 mod services;
 mod slurm;
+mod web;

@@ -64,7 +64,7 @@ class JobContext:
         return cls(
             url=(env.get("TESSERA_URL") or None),
             job_id=int(job_id) if job_id and job_id.isdigit() else None,
-            token=env.get("TESSERA_TOKEN") or None,
+            token=env.get("TESSERA_JOB_TOKEN") or env.get("TESSERA_TOKEN") or None,
             cpu_workers=max(1, _int_env(env, "TESSERA_CPU_WORKERS", 1)),
             start_iteration=max(0, _int_env(env, "TESSERA_START_ITERATION", 0)),
         )
@@ -418,7 +418,7 @@ def report_load(
     daemon-run instance or on any failure (never raises)."""
     env = os.environ if env is None else env
     me = instance(env)
-    url, token = env.get("TESSERA_URL"), env.get("TESSERA_TOKEN")
+    url, token = env.get("TESSERA_URL"), env.get("TESSERA_JOB_TOKEN") or env.get("TESSERA_TOKEN")
     if me is None or not url or not token:
         return False
     body = {
