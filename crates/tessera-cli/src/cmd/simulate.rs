@@ -182,6 +182,8 @@ pub struct Simulated {
     pub jobs: usize,
     /// Nodes of the cluster.
     pub nodes: usize,
+    /// Their names and GPU models (where `jobs.csv` says each job ran).
+    pub node_labels: crate::report::NodeLabels,
 }
 
 /// Some policies' runs failed; the others' results were printed and written. `tessera`
@@ -243,6 +245,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         notes,
         jobs,
         nodes,
+        node_labels,
     } = execute(args)?;
     for note in &notes {
         eprintln!("{note}");
@@ -318,7 +321,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
     }
     if let Some(dir) = &args.out {
-        write_outputs(dir, &doc, &reports)?;
+        write_outputs(dir, &doc, &reports, &node_labels)?;
         let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
             .iter()
             .map(|f| dir.join(f).display().to_string())
@@ -616,6 +619,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         notes,
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
+        node_labels: crate::report::NodeLabels::of(&cluster),
     })
 }
 
