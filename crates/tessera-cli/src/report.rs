@@ -341,10 +341,12 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
                 row.push(format!("{:.2} s", p.wall_s));
                 return row;
             };
-            let speedup = if s.avg_jct_s > 0.0 {
+            // As the plots' bars: none for a policy without a finished job (or when the
+            // first policy finished none), not 0 or infinity.
+            let speedup = if s.avg_jct_s > 0.0 && base > 0.0 {
                 format!("{:.2}x", base / s.avg_jct_s)
             } else {
-                "-".into()
+                "none".into()
             };
             let mut row = vec![
                 p.policy.clone(),
