@@ -408,9 +408,10 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "philly", value_name = "philly|NAME")]
     pub generator: String,
     /// Variant of a mechanism's generator, e.g. for `synergy-reference`: `single` (every job
-    /// 1 GPU, the paper's Fig. 8) or `multi` (GPU counts from the Philly log, Fig. 7).
-    #[arg(long, default_value = "single", value_name = "single|multi")]
-    pub trace: String,
+    /// 1 GPU, the paper's Fig. 8; its default) or `multi` (GPU counts from the Philly log,
+    /// Fig. 7). Refused by generators without variants (`philly` among them).
+    #[arg(long, value_name = "single|multi")]
+    pub trace: Option<String>,
     /// Number of jobs.
     #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
     pub jobs: usize,

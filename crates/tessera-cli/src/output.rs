@@ -51,6 +51,24 @@ impl Write for Stdout {
     }
 }
 
+/// A writer (a file named on the command line, which may be `/dev/stdout` or a FIFO) whose
+/// broken pipe is noted as stdout's is: the reader went away, not a failure.
+pub struct Watched<W>(pub W);
+
+impl<W: Write> Write for Watched<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        note(self.0.write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        note(self.0.write_all(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        note(self.0.flush())
+    }
+}
+
 /// `text` for the terminal, line by line: control characters that input names carry (a
 /// model, tensor or tenant name) are escaped, the line breaks of the listing itself kept.
 pub fn printable_lines(text: &str) -> String {

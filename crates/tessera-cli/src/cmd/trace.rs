@@ -165,7 +165,10 @@ fn write_workload(
             writeln!(out)?;
         }
     } else {
-        std::fs::write(output, &text).with_context(|| format!("writing {output}"))?;
+        std::fs::File::create(output)
+            .map(crate::output::Watched)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("writing {output}"))?;
         eprintln!(
             "wrote {} jobs and {} services to {output}",
             workload.len(),
@@ -180,7 +183,8 @@ fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCata
         tessera_trace::write_tessera_csv(crate::output::stdout(), workload, catalog)?;
     } else {
         let file = std::fs::File::create(output).with_context(|| format!("creating {output}"))?;
-        tessera_trace::write_tessera_csv(std::io::BufWriter::new(file), workload, catalog)
+        let file = std::io::BufWriter::new(crate::output::Watched(file));
+        tessera_trace::write_tessera_csv(file, workload, catalog)
             .with_context(|| format!("writing {output}"))?;
         eprintln!("wrote {} jobs to {output}", workload.len());
     }
@@ -206,6 +210,13 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 fn generate(args: &GenerateArgs) -> Result<()> {
     if args.generator != "philly" {
         return generate_registered(args);
+    }
+    if let Some(variant) = &args.trace {
+        anyhow::bail!(
+            "--trace {:?}: the philly generator has no variants (--trace picks one of a \
+             mechanism's generator, e.g. --generator synergy-reference --trace multi)",
+            tessera_trace::printable(variant)
+        );
     }
     let gpu_mix = match args.gpus {
         Some(g) => vec![(g, 1.0)],
@@ -244,7 +255,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     } else {
         let file = std::fs::File::create(&args.output)
             .with_context(|| format!("creating {}", args.output))?;
-        let n = write(&mut std::io::BufWriter::new(file))
+        let n = write(&mut std::io::BufWriter::new(crate::output::Watched(file)))
             .with_context(|| format!("writing {}", args.output))?;
         eprintln!("wrote {n} jobs to {}", args.output);
     }
@@ -267,11 +278,25 @@ fn generate_registered(args: &GenerateArgs) -> Result<()> {
             known.join(", ")
         );
     };
+    if let Some(variant) = &args.trace {
+        if !generator.variants.contains(&variant.as_str()) {
+            anyhow::bail!(
+                "--trace {:?}: generator {} {}",
+                tessera_trace::printable(variant),
+                generator.name,
+                if generator.variants.is_empty() {
+                    "has no variants".to_string()
+                } else {
+                    format!("takes {}", generator.variants.join(" or "))
+                }
+            );
+        }
+    }
     let options = tessera_mechanisms::GeneratorOptions {
         jobs: args.jobs,
         load: args.load,
         seed: args.seed,
-        variant: Some(args.trace.clone()),
+        variant: args.trace.clone(),
         gpus: args.gpus,
     };
     let workload = generator

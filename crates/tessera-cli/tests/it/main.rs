@@ -3,6 +3,7 @@
 mod bounds;
 mod dilu;
 mod failures;
+mod newcomer;
 mod outputs;
 mod plan;
 mod plots;

@@ -213,6 +213,7 @@ impl Mechanism for Crius {
         &[WorkloadGenerator {
             name: "crius",
             about: "Crius-style large-model jobs on the crius-1280 cluster's GPU types (--jobs, --load jobs/h, --seed)",
+            variants: &[],
             generate: |o: &GeneratorOptions| {
                 crate::check_generator_options(o)?;
                 let jobs = if o.jobs == 0 {

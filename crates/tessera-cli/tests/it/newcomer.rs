@@ -1,0 +1,127 @@
+//! What a newcomer meets (issue 41): one cluster file for `plan` and `simulate`, quiet exits
+//! on a closed pipe, no option silently ignored.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use super::{data, stderr, stdout, tessera};
+
+#[test]
+fn plan_reads_the_simulators_cluster_file_and_builtins() {
+    let o = tessera(&[
+        "plan",
+        "--model",
+        "bert-base",
+        "--cluster",
+        &data("mixed_cluster.yaml"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    // mixed_cluster.yaml: 2 x 8 A100 + 1 x 8 H100 + 2 x 8 V100 + 2 x 4 A10.
+    assert_eq!(v["ranks"].as_array().unwrap().len(), 48);
+    let o = tessera(&["plan", "--model", "vit", "--cluster", "builtin:mixed"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("model vit: 96 ranks"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tessera(&["plan", "--model", "vit", "--cluster", "builtin:nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("builtin:hap-1") && stderr(&o).contains("mixed"));
+}
+
+/// Reads one line of the command's stdout, closes the pipe and returns its exit status and
+/// stderr.
+fn head_one(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(!line.is_empty());
+    // The reader is dropped here: the pipe is closed while the command still writes.
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_pipe_ends_plan_and_generate_quietly() {
+    for args in [
+        &["plan", "--model", "bert-moe", "--cluster", "builtin:hap-2"][..],
+        &[
+            "plan",
+            "--model",
+            "bert-moe",
+            "--cluster",
+            "builtin:hap-2",
+            "--json",
+        ][..],
+        &["trace", "generate", "--jobs", "200000"][..],
+        &["trace", "generate", "--jobs", "200000", "-o", "/dev/stdout"][..],
+    ] {
+        let (code, err) = head_one(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(
+            !err.contains("error") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_generator_variant_is_never_silently_ignored() {
+    for (generator, needle) in [
+        ("philly", "the philly generator has no variants"),
+        ("miso-synthetic", "generator miso-synthetic has no variants"),
+    ] {
+        let o = tessera(&[
+            "trace",
+            "generate",
+            "--generator",
+            generator,
+            "--trace",
+            "multi",
+            "--jobs",
+            "5",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{generator}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
+    let o = tessera(&[
+        "trace",
+        "generate",
+        "--generator",
+        "synergy-reference",
+        "--trace",
+        "mult",
+        "--jobs",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("takes single or multi"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tessera(&[
+        "trace",
+        "generate",
+        "--generator",
+        "synergy-reference",
+        "--trace",
+        "multi",
+        "--jobs",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
