@@ -125,3 +125,45 @@ fn a_generator_variant_is_never_silently_ignored() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// docs/failures.md's example (the sim's fixture, which the sim's tests check the page
+/// shows) runs on the default cluster as written; on another cluster an unknown node is
+/// refused with the cluster's node names.
+#[test]
+fn the_documented_failures_example_runs_on_the_default_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("failures.yaml");
+    std::fs::write(
+        &path,
+        include_str!("../../../tessera-sim/tests/data/failures.yaml"),
+    )
+    .unwrap();
+    let f = path.to_str().unwrap();
+    let o = tessera(&[
+        "simulate",
+        "--policy",
+        "fifo,crius",
+        "--ignore-unsupported",
+        "--failures",
+        f,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("GPU-h down"), "{}", stdout(&o));
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        "builtin:synergy-128",
+        "--trace",
+        "builtin:synergy-mix-600",
+        "--policy",
+        "fifo",
+        "--failures",
+        f,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no node `dgx-a100-1` in cluster synergy-128; its nodes are named GROUP-INDEX: v100-0 to v100-15"),
+        "{}",
+        stderr(&o)
+    );
+}
