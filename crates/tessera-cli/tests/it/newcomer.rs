@@ -167,3 +167,48 @@ fn the_documented_failures_example_runs_on_the_default_cluster() {
         stderr(&o)
     );
 }
+
+/// docs/byod.md's cluster and trace examples run as written, and jobs.csv names the nodes
+/// the page says the cluster has.
+#[test]
+fn the_bring_your_own_data_examples_run() {
+    let page = include_str!("../../../../docs/byod.md");
+    let block = |fence: &str| {
+        let start = page.find(fence).unwrap() + fence.len();
+        let end = start + page[start..].find("```").unwrap();
+        page[start..end].to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("lab.yaml");
+    std::fs::write(&cluster, block("```yaml\n")).unwrap();
+    let trace = dir.path().join("jobs.csv");
+    std::fs::write(&trace, block("```text\n")).unwrap();
+    let out = dir.path().join("out");
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "fifo,las,crius",
+        "--no-plots",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    assert!(jobs.contains(",a100-0,A100-80GB"), "{jobs}");
+    for n in ["a100-0", "a100-3", "a10-0", "a10-1"] {
+        assert!(page.contains(&format!("`{n}`")), "byod.md names {n}");
+    }
+    let o = tessera(&[
+        "plan",
+        "--model",
+        "bert-base",
+        "--cluster",
+        cluster.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("model bert-base: 40 ranks"));
+}
