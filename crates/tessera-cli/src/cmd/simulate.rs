@@ -429,13 +429,11 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         ));
     }
 
-    let round = match args.round {
-        Some(s) if !(s.is_finite() && s > 0.0) => {
-            anyhow::bail!("--round must be a positive number of seconds, got {s}")
-        }
-        Some(s) => Some(SimDuration::checked_from_secs_f64(s).context("--round")?),
-        None => None,
-    };
+    let round = args
+        .round
+        .as_deref()
+        .map(|r| crate::args::flag_duration("round", r, true))
+        .transpose()?;
     if let Some(r) = round {
         let _ = warn_many_rounds(&trace.workload, r);
     }
@@ -472,8 +470,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--policy {}: its serving setup: {e}", r.name))?;
     }
-    let profile_cost =
-        SimDuration::checked_from_secs_f64(args.profile_cost).context("--profile-cost")?;
+    let profile_cost = crate::args::flag_duration("profile-cost", &args.profile_cost, false)?;
     if !(args.profile_error.is_finite() && (0.0..1.0).contains(&args.profile_error)) {
         anyhow::bail!(
             "--profile-error must be a fraction in [0, 1), got {}",
@@ -591,7 +588,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             .semantics
             .map_or(EXACT_ENGINE, |e| e.name)
             .to_string(),
-        profile_cost_s: profiled.then_some(args.profile_cost),
+        profile_cost_s: profiled.then_some(profile_cost.as_secs_f64()),
         profile_error: profiled.then_some(args.profile_error),
     });
     let doc = SummaryDoc {

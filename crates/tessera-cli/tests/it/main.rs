@@ -305,7 +305,8 @@ fn messages_a_newcomer_meets() {
     );
     fails_with(
         &["--round", "-5"],
-        &["--round must be a positive number of seconds, got -5"],
+        // One parser for every duration flag (issue 41): its wording.
+        &["--round: `-5`: a duration is a finite number >= 0"],
     );
     fails_with(
         &["--round", "1e300"],

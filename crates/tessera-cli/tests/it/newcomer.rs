@@ -212,3 +212,69 @@ fn the_bring_your_own_data_examples_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("model bert-base: 40 ranks"));
 }
+
+/// Every duration flag takes units (issue 41: `--round 5m` was refused while `--mtbf 500h`
+/// took them): `--round 5m` is `--round 300`, `--profile-cost 1m` is 60 s.
+#[test]
+fn duration_flags_take_units() {
+    let summary = |extra: &[&str]| {
+        let (c, t) = (data("four_gpus.yaml"), data("small.csv"));
+        let mut args = vec![
+            "simulate",
+            "--cluster",
+            &c,
+            "--trace",
+            &t,
+            "--policy",
+            "las",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = tessera(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        let mut v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        for p in v["policies"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("wall_s");
+        }
+        v
+    };
+    let minutes = summary(&["--round", "5m"]);
+    assert_eq!(minutes["round_s"], 300.0);
+    assert_eq!(minutes, summary(&["--round", "300"]));
+    assert_eq!(summary(&["--round", "0.5h"])["round_s"], 1800.0);
+    let o = tessera(&["simulate", "--round", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--round: `0`: must be more than 0"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tessera(&["simulate", "--round", "5 minutes"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("s/m/h/d"), "{}", stderr(&o));
+}
+
+/// `--trace-format`'s help lists every registered format, the mechanisms' replay formats
+/// too (issue 41: alibaba-gpu-2023 and dilu-instances were missing).
+#[test]
+fn trace_format_help_lists_every_format() {
+    let o = tessera(&["builtins"]);
+    let listed = stdout(&o);
+    let formats: Vec<&str> = listed
+        .split("Trace formats (--trace-format NAME): auto\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(formats.contains(&"alibaba-gpu-2023") && formats.contains(&"dilu-instances"));
+    let o = tessera(&["simulate", "--help"]);
+    let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    for f in formats {
+        assert!(
+            help.contains(&format!("{f},")) || help.contains(&format!("{f} (")),
+            "{f}"
+        );
+    }
+}
