@@ -19,7 +19,8 @@ pub struct PlanArgs {
     /// The devices: the simulator's `kind: Cluster` file or built-in cluster (one machine per
     /// node, default speeds and links), a `kind: PlanCluster` file for calibrated speeds and
     /// links (YAML or JSON; see docs/plan-format.md), or `builtin:hap-K` for HAP's 2K V100 +
-    /// 6K P100 cluster with K GPUs per machine.
+    /// 6K P100 cluster with K GPUs per machine. Speeds not given are the catalog's FP32 peak
+    /// times 0.25 (the listing's TFLOP/s).
     #[arg(long)]
     pub cluster: String,
     /// Samples per GPU of a built-in model (the global batch is this times the GPUs).
@@ -71,6 +72,17 @@ fn load_cluster(source: &str, catalog_path: Option<&Path>) -> Result<Devices> {
         PlanClusterSpec::from_text(&text).with_context(|| format!("parsing cluster {source}"))?;
     spec.validate(&catalog)
         .with_context(|| format!("in cluster {source}"))
+}
+
+/// What the listing's TFLOP/s are (issue 41: an A10 at 7.80 and an A100-40GB at 4.88 puzzled
+/// readers who know the datasheets).
+fn speed_note() -> String {
+    format!(
+        "TFLOP/s: each GPU's attained speed for training: its FP32 peak from the GPU catalog \
+         times {} (the fraction dense training attains), unless a kind: PlanCluster file gives \
+         `flops`; plans depend on the ratios between GPUs, not on the absolute figures.",
+        tessera_perf::roofline::DEFAULT_ATTAINED_FRACTION
+    )
 }
 
 /// The `kind:` of a YAML or JSON document, if it has one.
@@ -132,7 +144,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             "{}",
             crate::output::printable_lines(&synth::listing(&plan))
         )?;
-        writeln!(out, "\nsynthesis and baselines took {elapsed:.3} s")?;
+        writeln!(out, "\n{}", speed_note())?;
+        writeln!(out, "synthesis and baselines took {elapsed:.3} s")?;
     }
     Ok(())
 }

@@ -257,11 +257,13 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         let services = trace_services(&doc);
         writeln!(
             out,
-            "{jobs} jobs{services} from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            "{}{services} from {} ({}) on {} ({}, {}){}",
+            crate::output::count(jobs as u64, "job"),
             args.trace,
             doc.trace_format,
             args.cluster,
-            doc.gpus,
+            crate::output::count(nodes as u64, "node"),
+            crate::output::count(doc.gpus, "GPU"),
             doc.round_s
                 .map(|r| format!(", {r} s rounds"))
                 .unwrap_or_default()
@@ -424,8 +426,9 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
         notes.push(format!(
-            "{}: {unfit} jobs can never fit this cluster and are reported as rejected",
-            args.trace
+            "{}: {} never fit this cluster and are reported as rejected",
+            args.trace,
+            crate::output::count(unfit as u64, "job")
         ));
     }
 

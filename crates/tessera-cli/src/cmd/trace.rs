@@ -116,12 +116,26 @@ fn services_summary(workload: &tessera_model::Workload) -> String {
             s.end.as_secs_f64(),
             s.slo.as_micros() as f64 / 1000.0,
             s.max_batch,
-            s.instance.gpu_memory,
+            memory_text(s.instance.gpu_memory),
             s.instance.cpu,
-            s.instance.memory,
+            memory_text(s.instance.memory),
         );
     }
     out
+}
+
+/// A memory size for people: the shortest exact quantity, decimal (`6G`, as specs often
+/// write device memory) or binary (`4Gi`), instead of `5859375Ki` for 6 GB.
+fn memory_text(b: tessera_model::Bytes) -> String {
+    let binary = b.to_string();
+    let decimal = [("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)]
+        .iter()
+        .find(|(_, size)| b.0 >= *size as u64 && b.0 % (*size as u64) == 0)
+        .map(|(suffix, size)| format!("{}{suffix}", b.0 / *size as u64));
+    match decimal {
+        Some(d) if d.len() < binary.len() => d,
+        _ => binary,
+    }
 }
 
 /// Writes `workload` to `output` in `format` (`auto`: by the output's extension): a
@@ -170,9 +184,9 @@ fn write_workload(
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .with_context(|| format!("writing {output}"))?;
         eprintln!(
-            "wrote {} jobs and {} services to {output}",
-            workload.len(),
-            workload.services().len()
+            "wrote {} and {} to {output}",
+            crate::output::count(workload.len() as u64, "job"),
+            crate::output::count(workload.services().len() as u64, "service")
         );
     }
     Ok(())
@@ -186,7 +200,10 @@ fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCata
         let file = std::io::BufWriter::new(crate::output::Watched(file));
         tessera_trace::write_tessera_csv(file, workload, catalog)
             .with_context(|| format!("writing {output}"))?;
-        eprintln!("wrote {} jobs to {output}", workload.len());
+        eprintln!(
+            "wrote {} to {output}",
+            crate::output::count(workload.len() as u64, "job")
+        );
     }
     Ok(())
 }
@@ -257,7 +274,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
             .with_context(|| format!("creating {}", args.output))?;
         let n = write(&mut std::io::BufWriter::new(crate::output::Watched(file)))
             .with_context(|| format!("writing {}", args.output))?;
-        eprintln!("wrote {n} jobs to {}", args.output);
+        eprintln!(
+            "wrote {} to {}",
+            crate::output::count(n as u64, "job"),
+            args.output
+        );
     }
     Ok(())
 }

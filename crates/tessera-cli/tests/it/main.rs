@@ -1096,7 +1096,7 @@ fn trace_inspect_and_convert_keep_services() {
         let o = tessera(&["trace", "convert", &spec, "-o", out]);
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(
-            stderr(&o).contains("40 jobs and 1 services"),
+            stderr(&o).contains("40 jobs and 1 service"),
             "{}",
             stderr(&o)
         );

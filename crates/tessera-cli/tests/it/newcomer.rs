@@ -278,3 +278,43 @@ fn trace_format_help_lists_every_format() {
         );
     }
 }
+
+/// Numbers explained (issue 41): plan says what its TFLOP/s are; trace inspect prints
+/// device memory as written (6G, not 5859375Ki) and run times without sentinels; one job is
+/// `1 job`.
+#[test]
+fn numbers_come_with_their_meaning() {
+    let o = tessera(&["plan", "--model", "vgg19", "--cluster", "builtin:hap-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("FP32 peak") && text.contains("times 0.25"),
+        "{text}"
+    );
+    let o = tessera(&["trace", "inspect", "builtin:dilu-serving"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("6G GPU memory") && text.contains(", 5G GPU memory"),
+        "{text}"
+    );
+    assert!(
+        text.contains("max 2.00 h") && text.contains("GPU-hours:      24.0"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.csv");
+    std::fs::write(&one, "job_id,submit_s,gpus,duration_s\na,0,1,60\n").unwrap();
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("four_gpus.yaml"),
+        "--trace",
+        one.to_str().unwrap(),
+        "--policy",
+        "fifo",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("1 job from "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("(1 node, 4 GPUs)"), "{}", stdout(&o));
+}

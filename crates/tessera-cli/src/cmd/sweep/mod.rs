@@ -409,13 +409,14 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
     let started = Instant::now();
     let tally = run_local(&args.out, &plan, threads)?;
     eprintln!(
-        "sweep {}: {} runs: {} ran now, {} already done, {} failed ({:.1} s on {threads} threads)",
+        "sweep {}: {}: {} ran now, {} already done, {} failed ({:.1} s on {})",
         printable(&plan.spec.name),
-        tally.total,
+        crate::output::count(tally.total as u64, "run"),
         tally.done,
         tally.already,
         tally.failed,
-        exec::secs(started)
+        exec::secs(started),
+        crate::output::count(threads as u64, "thread")
     );
     if tally.failed > 0 {
         for r in &plan.runs {
