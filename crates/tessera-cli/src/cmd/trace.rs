@@ -130,7 +130,7 @@ fn memory_text(b: tessera_model::Bytes) -> String {
     let binary = b.to_string();
     let decimal = [("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)]
         .iter()
-        .find(|(_, size)| b.0 >= *size as u64 && b.0 % (*size as u64) == 0)
+        .find(|(_, size)| b.0 >= *size as u64 && b.0.is_multiple_of(*size as u64))
         .map(|(suffix, size)| format!("{}{suffix}", b.0 / *size as u64));
     match decimal {
         Some(d) if d.len() < binary.len() => d,
