@@ -14,7 +14,7 @@
 //!   move a job to another type, FCFS honours the first.
 
 use tessera_model::{Cluster, GpuCatalog, SimDuration, SimRng, SimTime, TrainingJob, Workload};
-use tessera_perf::cells::{HwOptions, LargeModel, CELL_COUNTS};
+use crate::crius::cells::{HwOptions, LargeModel, CELL_COUNTS};
 
 use super::perf::{cluster_types, CellThroughput, DEFAULT_BATCH};
 

@@ -26,7 +26,7 @@ use tessera_model::{
     Allocation, Cluster, GpuModelId, GpuPart, Knowledge, ParallelPlan, SimDuration, SimRng,
     TrainingJob,
 };
-use tessera_perf::cells::{Device, HwOptions};
+use crate::crius::cells::{Device, HwOptions};
 use tessera_perf::{ConfigEstimate, ConfigEstimates, Profiler, Profilers, ThroughputModel};
 use tessera_sched::PolicyOptions;
 

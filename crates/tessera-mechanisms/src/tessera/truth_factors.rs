@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tessera_model::models::{lookup, split_batch_suffix, ModelCatalog};
 use tessera_model::{GpuModel, TrainingJob};
-use tessera_perf::cells::LargeModel;
+use crate::crius::cells::LargeModel;
 use tessera_perf::roofline::{Precision, Roofline, DEFAULT_ATTAINED_FRACTION};
 
 use crate::dilu::table::DiluModel;
