@@ -15,11 +15,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use tessera_model::{
-    Allocation, Cluster, GpuModelId, Knowledge, ParallelPlan, SimDuration, SimRng, TrainingJob,
-};
 use crate::crius::cells::{
     estimate_plan, Cell, CellPlanner, Device, HwOptions, LargeModel, View, CELL_COUNTS,
+};
+use tessera_model::{
+    Allocation, Cluster, GpuModelId, Knowledge, ParallelPlan, SimDuration, SimRng, TrainingJob,
 };
 use tessera_perf::{ConfigEstimate, ConfigEstimates, Profiler, ThroughputModel, TraceThroughput};
 

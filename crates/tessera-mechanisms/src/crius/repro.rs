@@ -19,10 +19,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tessera_model::{Allocation, Cluster, SimDuration, Workload};
 use crate::crius::cells::{
     best_packed, cells_of, estimate_cell, estimate_plan, CellPlanner, View, CELL_COUNTS,
 };
+use tessera_model::{Allocation, Cluster, SimDuration, Workload};
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ClusterView, Policy, PolicyOptions};
 use tessera_sim::{SimConfig, Simulation};
