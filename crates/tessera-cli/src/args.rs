@@ -384,9 +384,11 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_restart_cost: bool,
 
-    /// Write jobs.csv, summary.json and timeseries.csv into this directory, and plots:
-    /// jct_cdf (JCT CDF per policy, log x), timeline (busy GPUs and queue length over time)
-    /// and jct_bars (average and p99 JCT relative to the first policy).
+    /// Write jobs.csv (one row per job and policy, with the nodes and GPU types it ran on),
+    /// summary.json and timeseries.csv into this directory, and plots: jct_cdf (JCT CDF per
+    /// policy, log x), timeline (busy GPUs in GPU-equivalents and queue length over time) and
+    /// jct_bars (average and p99 JCT speed-ups over the first policy, as the table's `vs
+    /// first`). docs/byod.md explains every file.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
