@@ -300,16 +300,19 @@ fn generate_registered(args: &GenerateArgs) -> Result<()> {
         );
     };
     if let Some(variant) = &args.trace {
+        if generator.variants.is_empty() {
+            anyhow::bail!(
+                "--trace {:?}: generator {} has no variants",
+                tessera_trace::printable(variant),
+                generator.name
+            );
+        }
         if !generator.variants.contains(&variant.as_str()) {
             anyhow::bail!(
-                "--trace {:?}: generator {} {}",
-                tessera_trace::printable(variant),
+                "--trace must be {} for generator {}, got {:?}",
+                generator.variants.join(" or "),
                 generator.name,
-                if generator.variants.is_empty() {
-                    "has no variants".to_string()
-                } else {
-                    format!("takes {}", generator.variants.join(" or "))
-                }
+                tessera_trace::printable(variant)
             );
         }
     }

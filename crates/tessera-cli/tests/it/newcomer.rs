@@ -109,7 +109,7 @@ fn a_generator_variant_is_never_silently_ignored() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("takes single or multi"),
+        stderr(&o).contains("--trace must be single or multi for generator synergy-reference"),
         "{}",
         stderr(&o)
     );
