@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand};
+use tessera_model::SimDuration;
 
 /// Tessera: a GPU-cluster scheduler for multi-tenant deep learning, and its simulator.
 ///
@@ -27,20 +29,30 @@ pub enum Command {
     Trace(TraceCommand),
     /// Run a speed benchmark and print its figures (see BENCHMARKS.md); `all` runs every one.
     /// The benchmarks come from the mechanism registry (`tessera builtins`).
-    #[command(subcommand_required = true, arg_required_else_help = true)]
+    #[command(
+        subcommand_required = true,
+        arg_required_else_help = true,
+        after_help = BENCH_EXAMPLES
+    )]
     Bench(ExperimentCommand),
     /// Reproduce a paper's setup and print our figures beside the published ones. The
     /// experiments come from the mechanism registry (`tessera builtins`).
-    #[command(subcommand_required = true, arg_required_else_help = true)]
+    #[command(
+        subcommand_required = true,
+        arg_required_else_help = true,
+        after_help = REPRO_EXAMPLES
+    )]
     Repro(ExperimentCommand),
     /// List built-in clusters, traces, policies (with the capability matrix: what each
     /// honours) and trace formats.
+    #[command(after_help = BUILTINS_EXAMPLES)]
     Builtins(BuiltinsArgs),
     /// Run many simulations from one spec (axes x fixed options) on local cores or as a
     /// Slurm job array; resumable; merged and plotted by `sweep collect` (docs/sweep.md).
-    #[command(subcommand)]
+    #[command(subcommand, after_help = crate::cmd::sweep::SWEEP_EXAMPLES)]
     Sweep(crate::cmd::sweep::SweepCommand),
     /// Plan how to shard one model's training across GPUs of different speeds (HAP).
+    #[command(after_help = PLAN_EXAMPLES)]
     Plan(crate::cmd::plan::PlanArgs),
     /// Run the scheduler daemon (real mode): HTTP API, durable store, Slurm or local backend.
     #[command(after_help = SERVE_EXAMPLES)]
@@ -49,10 +61,13 @@ pub enum Command {
     #[command(after_help = SUBMIT_EXAMPLES)]
     Submit(crate::cmd::daemon::SubmitArgs),
     /// List your jobs (all jobs with an admin token).
+    #[command(after_help = LIST_EXAMPLES)]
     List(crate::cmd::daemon::ListArgs),
     /// Show one job: state, allocation, pending reason, queue position, history.
+    #[command(after_help = DESCRIBE_EXAMPLES)]
     Describe(crate::cmd::daemon::IdArgs),
     /// Cancel a job.
+    #[command(after_help = CANCEL_EXAMPLES)]
     Cancel(crate::cmd::daemon::IdArgs),
     /// The cluster's nodes: list (default), drain, undrain, health.
     #[command(after_help = crate::cmd::daemon::NODES_EXAMPLES)]
@@ -61,6 +76,7 @@ pub enum Command {
     #[command(after_help = crate::cmd::daemon::SERVICES_EXAMPLES)]
     Services(crate::cmd::daemon::ServicesArgs),
     /// Show queues and the pending jobs in scheduling order.
+    #[command(after_help = QUEUE_EXAMPLES)]
     Queue(crate::cmd::daemon::ClientArgs),
 }
 
@@ -68,7 +84,7 @@ const SIMULATE_EXAMPLES: &str = "Examples:
   tessera simulate
       the built-in mixed cluster and workload under fifo, las, las+tune, miso, crius, sia,
       dilu and tessera, each on what it honours
-  tessera simulate --cluster builtin:synergy-128 --trace builtin:synergy-mix-600 \
+  tessera simulate --cluster builtin:synergy-128 --trace builtin:synergy-mix-600 \\
       --policy fifo,srtf,las,ftf,las+proportional,las+tune
       Synergy's setup: 128 V100s, its workload and sensitivity tables
   tessera simulate --cluster c.yaml --trace jobs.csv --policy fifo --policy las --out out/
@@ -96,6 +112,74 @@ const TRACE_EXAMPLES: &str = "Examples:
   tessera trace generate --jobs 10000 --load 120 --seed 7 -o jobs.csv
   tessera trace inspect cluster_log.csv
   tessera trace convert trace_seren.csv -o seren.csv";
+
+const INSPECT_EXAMPLES: &str = "Examples:
+  tessera trace inspect jobs.csv
+      jobs, time span, arrival rate, GPU-count histogram, run-time percentiles
+  tessera trace inspect builtin:mixed
+      a built-in workload as generated (services too)
+  tessera trace inspect philly.csv --trace-format pollux-philly --skip-invalid";
+
+const CONVERT_EXAMPLES: &str = "Examples:
+  tessera trace convert trace_seren.csv -o seren.csv
+      a public trace (format detected) to the canonical CSV
+  tessera trace convert jobs.csv --arrivals poisson:60 --seed 2 -o jobs-60.csv
+      the same jobs with arrivals re-drawn at 60 jobs/h
+  tessera trace convert builtin:mixed -o mixed.yaml
+      a built-in workload with its services, as a kind: Workload YAML";
+
+const GENERATE_EXAMPLES: &str = "Examples:
+  tessera trace generate --jobs 2000 --load 40 --seed 7 -o jobs.csv
+      Poisson arrivals at 40 jobs/h, Philly's GPU counts and run times
+  tessera trace generate --generator mixed --jobs 500 --load 60 -o mixed.yaml
+      the default run's mixed workload (services too, in YAML)
+  tessera trace generate --generator synergy-reference --trace multi --load 4 -o s.csv
+      the Synergy simulator's own multi-GPU jobs";
+
+const BENCH_EXAMPLES: &str = "Examples:
+  tessera bench all
+      every benchmark of BENCHMARKS.md, one after the other
+  tessera bench synergy --json
+      one benchmark's figures as JSON";
+
+const REPRO_EXAMPLES: &str = "Examples:
+  tessera repro synergy --out out/synergy
+      Synergy's experiments, our figures beside the paper's, plots in out/synergy
+  tessera repro tessera --json
+      the mixed world over seeds and loads, as JSON";
+
+const BUILTINS_EXAMPLES: &str = "Examples:
+  tessera builtins
+      every built-in cluster, trace, generator, policy (with what it honours) and format
+  tessera builtins --capabilities-markdown
+      the capability matrix as docs/capabilities.md has it";
+
+const PLAN_EXAMPLES: &str = "Examples:
+  tessera plan --model bert-moe --cluster builtin:hap-2
+      HAP's cluster (2 x 2 V100 + 6 x 2 P100): the plan against data parallelism
+  tessera plan --model gpt-48x1024 --cluster lab.yaml --json
+      a simulator cluster file (kind: Cluster) works too; the plan as JSON
+  tessera plan --model graph.yaml --cluster devices.yaml
+      your own graph on calibrated devices (docs/plan-format.md)
+
+TFLOP/s per rank: a GPU's FP32 peak from the catalog times 0.25 (the fraction dense
+training attains), unless a kind: PlanCluster file gives `flops`.";
+
+const LIST_EXAMPLES: &str = "Examples:
+  tessera list --token $TOKEN
+      your jobs: id, name, state, GPUs, age
+  tessera list --state pending --token $TOKEN";
+
+const DESCRIBE_EXAMPLES: &str = "Examples:
+  tessera describe 12 --token $TOKEN
+      its state, allocation, pending reason, queue position and history";
+
+const CANCEL_EXAMPLES: &str = "Examples:
+  tessera cancel 12 --token $TOKEN";
+
+const QUEUE_EXAMPLES: &str = "Examples:
+  tessera queue --token $TOKEN
+      each queue and its pending jobs in scheduling order";
 
 /// `repro` and `bench`: one subcommand per registered experiment, added at run time
 /// ([`with_registry`]), whose flags are the experiment's parameters.
@@ -144,21 +228,37 @@ fn experiment_subcommand(e: &dyn tessera_mechanisms::experiment::Experiment) -> 
 /// The CLI with `repro` and `bench` subcommands for every registered experiment.
 pub fn with_registry(cmd: clap::Command) -> clap::Command {
     use tessera_mechanisms::experiment::{benches, experiments};
+    // Every experiment takes --out, --threads and --json; its own flags are in its help.
+    let examples = |verb: &str, name: &str| {
+        format!(
+            "Examples:\n  tessera {verb} {name}\n      with its defaults, the report on the \
+             terminal\n  tessera {verb} {name} --out out/{name} --threads 2\n      also \
+             summary.json and the figures in out/{name}, on two worker threads"
+        )
+    };
     cmd.mut_subcommand("repro", |c| {
-        c.subcommands(experiments().map(experiment_subcommand))
+        c.subcommands(
+            experiments().map(|e| experiment_subcommand(e).after_help(examples("repro", e.name()))),
+        )
     })
     .mut_subcommand("bench", |c| {
-        c.subcommands(benches().map(experiment_subcommand))
-            .subcommand(
-                clap::Command::new("all")
-                    .about("Every benchmark, one after the other.")
-                    .arg(
-                        clap::Arg::new("json")
-                            .long("json")
-                            .action(clap::ArgAction::SetTrue)
-                            .help("Print one JSON document."),
-                    ),
-            )
+        c.subcommands(
+            benches().map(|e| experiment_subcommand(e).after_help(examples("bench", e.name()))),
+        )
+        .subcommand(
+            clap::Command::new("all")
+                .about("Every benchmark, one after the other.")
+                .after_help(
+                    "Examples:\n  tessera bench all\n  tessera bench all --json\n      \
+                         one JSON document with every benchmark's figures",
+                )
+                .arg(
+                    clap::Arg::new("json")
+                        .long("json")
+                        .action(clap::ArgAction::SetTrue)
+                        .help("Print one JSON document."),
+                ),
+        )
     })
 }
 
@@ -171,6 +271,48 @@ pub struct BuiltinsArgs {
     /// docs/capabilities.md, generated from the registry.
     #[arg(long)]
     pub capabilities_markdown: bool,
+}
+
+/// `--trace-format`'s help, listing the formats from their registries (the readers', and
+/// with `replays` the mechanisms' replay formats `simulate` also takes), so that it never
+/// misses one.
+pub fn trace_format_help(replays: bool) -> String {
+    let mut names: Vec<&str> = vec!["auto (detect from header or extension)"];
+    names.extend(tessera_trace::TraceFormat::ALL.iter().map(|f| f.name()));
+    if replays {
+        names.extend(tessera_mechanisms::experiment::replay_formats().map(|f| f.name));
+    }
+    format!(
+        "Trace format: {} (each described by `tessera builtins`; docs/trace-format.md)",
+        names.join(", ")
+    )
+}
+
+/// A duration on the command line: seconds, or a number with s/m/h/d (`300`, `5m`, `2h`,
+/// `1.5d`). Every flag that takes a duration parses it here (the failures file's parser),
+/// so that all accept the same forms.
+pub fn duration(text: &str) -> Result<SimDuration, String> {
+    tessera_sim::failures::parse_duration(text)
+}
+
+/// A [`duration`] that must be more than 0.
+pub fn positive_duration(text: &str) -> Result<SimDuration, String> {
+    let d = duration(text)?;
+    if d.is_zero() {
+        return Err(format!("`{text}`: must be more than 0"));
+    }
+    Ok(d)
+}
+
+/// The [`duration`] of `--FLAG`, the flag named in its error (a bad value is bad input,
+/// exit 1, as every other).
+pub fn flag_duration(flag: &str, text: &str, positive: bool) -> anyhow::Result<SimDuration> {
+    let parse = if positive {
+        positive_duration
+    } else {
+        duration
+    };
+    parse(text).map_err(|e| anyhow!("--{flag}: {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -196,9 +338,8 @@ pub struct SimulateArgs {
     )]
     pub trace: Source,
 
-    /// Trace format: auto (detect from header or extension), tessera, pollux-philly, gavel,
-    /// pollux, tiresias, philly-json, helios, acme (see `tessera builtins`).
-    #[arg(long, default_value = "auto", value_name = "NAME")]
+    // Its help lists the registered formats (`trace_format_help`).
+    #[arg(long, default_value = "auto", value_name = "NAME", help = trace_format_help(true))]
     pub trace_format: String,
 
     /// Policy to run; repeat (or separate by commas) to compare several. Default: fifo, las,
@@ -208,10 +349,11 @@ pub struct SimulateArgs {
     #[arg(long = "policy", value_name = "NAME", value_delimiter = ',')]
     pub policies: Vec<String>,
 
-    /// Round length in seconds for preemptive policies (leases end and jobs are re-planned
-    /// every round). Without it, they re-plan at every arrival and completion.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
-    pub round: Option<f64>,
+    /// Round length for preemptive policies (leases end and jobs are re-planned every
+    /// round): seconds, or a number with s/m/h/d (`300`, `5m`). Without it, they re-plan at
+    /// every arrival and completion.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub round: Option<String>,
 
     /// Seed for generated workloads and anything stochastic.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
@@ -241,9 +383,11 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_restart_cost: bool,
 
-    /// Write jobs.csv, summary.json and timeseries.csv into this directory, and plots:
-    /// jct_cdf (JCT CDF per policy, log x), timeline (busy GPUs and queue length over time)
-    /// and jct_bars (average and p99 JCT relative to the first policy).
+    /// Write jobs.csv (one row per job and policy, with the nodes and GPU types it ran on),
+    /// summary.json and timeseries.csv into this directory, and plots: jct_cdf (JCT CDF per
+    /// policy, log x), timeline (busy GPUs in GPU-equivalents and queue length over time) and
+    /// jct_bars (average and p99 JCT speed-ups over the first policy, as the table's `vs
+    /// first`). docs/byod.md explains every file.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
@@ -282,14 +426,15 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "auto", value_name = "NAME")]
     pub perf: String,
 
-    /// Profiling cost in seconds of one GPU per job (synergy truth, exact semantics).
+    /// Profiling cost of one GPU per job (synergy truth, exact semantics): seconds, or a
+    /// number with s/m/h/d (`60`, `2m`).
     #[arg(
         long,
-        default_value_t = 60.0,
-        value_name = "SECS",
-        allow_negative_numbers = true
+        default_value = "60",
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
-    pub profile_cost: f64,
+    pub profile_cost: String,
 
     /// Profiling relative error: each measurement is scaled by 1 + e·U(-1, 1) (synergy
     /// truth, exact semantics).
@@ -352,10 +497,13 @@ pub struct SimulateArgs {
 #[derive(Debug, Subcommand)]
 pub enum TraceCommand {
     /// Print a trace's job count, time span, GPU-count histogram and duration percentiles.
+    #[command(after_help = INSPECT_EXAMPLES)]
     Inspect(InspectArgs),
     /// Convert a trace to Tessera's canonical CSV format.
+    #[command(after_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
     /// Generate a synthetic trace: Poisson arrivals, Philly job runtimes and GPU counts.
+    #[command(after_help = GENERATE_EXAMPLES)]
     Generate(GenerateArgs),
 }
 
@@ -368,8 +516,7 @@ pub struct InspectArgs {
 
     /// Trace file or `builtin:NAME`.
     pub path: Source,
-    /// Trace format (default: detect).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_name = "NAME", help = trace_format_help(false))]
     pub trace_format: String,
     /// Skip malformed rows instead of failing.
     #[arg(long)]
@@ -393,8 +540,7 @@ pub struct ConvertArgs {
     /// extension (`.yaml`/`.yml`, `.json`), else csv.
     #[arg(long, default_value = "auto", value_name = "auto|csv|yaml|json")]
     pub output_format: String,
-    /// Input format (default: detect).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_name = "NAME", help = trace_format_help(false))]
     pub trace_format: String,
     /// Arrival times: `trace` or `poisson:JOBS_PER_HOUR` (re-drawn, seeded by --seed).
     #[arg(long, default_value = "trace", value_name = "trace|poisson:RATE")]
@@ -412,9 +558,10 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "philly", value_name = "philly|NAME")]
     pub generator: String,
     /// Variant of a mechanism's generator, e.g. for `synergy-reference`: `single` (every job
-    /// 1 GPU, the paper's Fig. 8) or `multi` (GPU counts from the Philly log, Fig. 7).
-    #[arg(long, default_value = "single", value_name = "single|multi")]
-    pub trace: String,
+    /// 1 GPU, the paper's Fig. 8; its default) or `multi` (GPU counts from the Philly log,
+    /// Fig. 7). Refused by generators without variants (`philly` among them).
+    #[arg(long, value_name = "single|multi")]
+    pub trace: Option<String>,
     /// Number of jobs.
     #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
     pub jobs: usize,
@@ -431,4 +578,73 @@ pub struct GenerateArgs {
     /// Output CSV; `-` for stdout.
     #[arg(long, short, default_value = "-")]
     pub output: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's `--help` ends with an Examples section (issue 41), and every
+    /// example parses with the flags the command has: the examples cannot go stale.
+    #[test]
+    fn every_subcommand_has_examples_that_parse() {
+        let root = super::with_registry(super::Cli::command());
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        let mut stack: Vec<(Vec<String>, &clap::Command)> = root
+            .get_subcommands()
+            .map(|c| (vec![c.get_name().to_string()], c))
+            .collect();
+        while let Some((path, cmd)) = stack.pop() {
+            if cmd.get_name() == "help" {
+                continue;
+            }
+            for sub in cmd.get_subcommands() {
+                let mut p = path.clone();
+                p.push(sub.get_name().to_string());
+                stack.push((p, sub));
+            }
+            // The text as written (the rendering wraps long lines).
+            let help = cmd
+                .get_after_long_help()
+                .or(cmd.get_after_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let Some(examples) = help.split("Examples:\n").nth(1) else {
+                missing.push(path.join(" "));
+                continue;
+            };
+            // Example lines (a trailing `\` continues one), up to the first blank line.
+            let mut lines: Vec<String> = Vec::new();
+            let mut joined = String::new();
+            for line in examples.lines().take_while(|l| !l.trim().is_empty()) {
+                if !line.starts_with("  tessera ") && joined.is_empty() {
+                    continue;
+                }
+                joined.push_str(line.trim().trim_end_matches('\\'));
+                joined.push(' ');
+                if !line.trim_end().ends_with('\\') {
+                    lines.push(std::mem::take(&mut joined));
+                }
+            }
+            let own = format!("tessera {}", path.join(" "));
+            assert!(
+                lines.iter().any(|l| l.starts_with(&own)),
+                "{own}: no example of the command itself: {lines:?}"
+            );
+            for line in &lines {
+                // Shell redirections end the arguments.
+                let argv: Vec<&str> = line
+                    .split_whitespace()
+                    .take_while(|w| !w.contains('>') && *w != "|")
+                    .collect();
+                if let Err(e) = root.clone().try_get_matches_from(&argv) {
+                    panic!("example `{line}` does not parse: {e}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(missing.is_empty(), "no Examples section: {missing:?}");
+        assert!(checked > 40, "{checked} examples");
+    }
 }

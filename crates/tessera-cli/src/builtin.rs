@@ -17,12 +17,10 @@ pub const CLUSTERS: &[(&str, &str, &str)] = &[
         "Tiresias' n32g4: 32 servers x 4 P100",
         include_str!("../data/clusters/tiresias-n32g4.yaml"),
     ),
-    (
-        "hetero-gavel-108",
-        "Gavel's 36 K80 + 36 P100 + 36 V100",
-        include_str!("../data/clusters/hetero-gavel-108.yaml"),
-    ),
 ];
+// Gavel's 108-GPU cluster is the gavel mechanism's `builtin:gavel-108` (one definition: the
+// CLI's own copy, `hetero-gavel-108`, had 256Gi per server where Gavel's p3.8xlarge-shaped
+// servers have 244Gi).
 
 /// The YAML of a built-in cluster: the CLI's own, or one a mechanism ships.
 pub fn cluster_yaml(name: &str) -> Option<String> {

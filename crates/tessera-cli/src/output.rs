@@ -51,6 +51,24 @@ impl Write for Stdout {
     }
 }
 
+/// A writer (a file named on the command line, which may be `/dev/stdout` or a FIFO) whose
+/// broken pipe is noted as stdout's is: the reader went away, not a failure.
+pub struct Watched<W>(pub W);
+
+impl<W: Write> Write for Watched<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        note(self.0.write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        note(self.0.write_all(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        note(self.0.flush())
+    }
+}
+
 /// `text` for the terminal, line by line: control characters that input names carry (a
 /// model, tensor or tenant name) are escaped, the line breaks of the listing itself kept.
 pub fn printable_lines(text: &str) -> String {
@@ -58,4 +76,30 @@ pub fn printable_lines(text: &str) -> String {
         .map(tessera_trace::printable)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `n` and the noun, singular for 1: `1 job`, `3 jobs`, `1 policy`, `2 policies`.
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let plural = match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'o', 'u']) => format!("{stem}ies"),
+        _ => format!("{noun}s"),
+    };
+    format!("{n} {plural}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_are_singular_for_one() {
+        use super::count;
+        assert_eq!(count(1u32, "job"), "1 job");
+        assert_eq!(count(0u32, "job"), "0 jobs");
+        assert_eq!(count(2u32, "policy"), "2 policies");
+        assert_eq!(count(1u32, "thread"), "1 thread");
+        assert_eq!(count(4u32, "day"), "4 days");
+    }
 }

@@ -295,6 +295,22 @@ fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
+/// Markers drawn along each step line.
+const STEP_MARKERS: usize = 8;
+
+/// Height of one legend row, pixels (13 px text and its spacing).
+const LEGEND_ROW_PX: f64 = 19.0;
+
+/// The value a step line (as [`to_steps`] draws it) holds at `x`; `None` outside its span.
+fn step_value(points: &[(f64, f64)], x: f64) -> Option<f64> {
+    let (first, last) = (points.first()?, points.last()?);
+    if x < first.0 || x > last.0 {
+        return None;
+    }
+    let after = points.partition_point(|p| p.0 <= x);
+    Some(points[after.checked_sub(1)?].1)
+}
+
 fn to_steps(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let mut out = Vec::with_capacity(points.len() * 2);
     for (i, &(x, y)) in points.iter().enumerate() {
@@ -337,7 +353,54 @@ where
             .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
     });
     let (y0, y1) = bounds(ys.chain([0.0]), false);
-    let y1 = y1 + (y1 - y0) * 0.05;
+    // The legend must not cover data. A CDF (log x, steps) leaves its lower right empty:
+    // the legend goes there. Elsewhere the y range grows so that the legend, in the upper
+    // left, sits above the highest point.
+    let cdf = chart.log_x && chart.step;
+    let labelled = series
+        .iter()
+        .filter(|(_, s, _)| !s.label.is_empty())
+        .count();
+    let y1 = if cdf {
+        y1 + (y1 - y0) * 0.05
+    } else {
+        let (_, height) = area.dim_in_pixel();
+        let caption = if chart.title.is_empty() { 0 } else { 30 };
+        let plot_px = (height as f64 - caption as f64 - 42.0 - 24.0).max(60.0);
+        let legend_px = if labelled == 0 {
+            0.0
+        } else {
+            LEGEND_ROW_PX * labelled as f64 + 16.0
+        };
+        let free = (1.0 - legend_px / plot_px - 0.05).max(0.35);
+        y0 + (y1 - y0) / free
+    };
+    // Markers along step lines (a few per series, staggered so that lines lying on each
+    // other still show each one's): where lines overlap, the markers tell them apart.
+    let step_marks: Vec<Vec<(f64, f64)>> = if chart.step && !chart.markers {
+        let n = series.len().max(1) as f64;
+        let (lo, hi) = if chart.log_x {
+            (x0.log10(), x1.log10())
+        } else {
+            (x0, x1)
+        };
+        series
+            .iter()
+            .enumerate()
+            .map(|(k, (_, _, pts))| {
+                (0..STEP_MARKERS)
+                    .filter_map(|m| {
+                        let f = (m as f64 + (k as f64 + 0.5) / n) / STEP_MARKERS as f64;
+                        let x = lo + f * (hi - lo);
+                        let x = if chart.log_x { 10f64.powf(x) } else { x };
+                        step_value(pts, x).map(|y| (x, y))
+                    })
+                    .collect()
+            })
+            .collect()
+    } else {
+        vec![Vec::new(); series.len()]
+    };
 
     let mut builder = ChartBuilder::on(area);
     builder
@@ -360,7 +423,7 @@ where
                 .bold_line_style(RGBColor(0xD8, 0xD8, 0xD8))
                 .draw()
                 .map_err(draw_err)?;
-            for (i, s, pts) in &series {
+            for ((i, s, pts), marks) in series.iter().zip(&step_marks) {
                 let color = PALETTE[i % PALETTE.len()];
                 if !s.band.is_empty() {
                     let mut poly: Vec<(f64, f64)> = s
@@ -398,6 +461,10 @@ where
                                 color.filled(),
                             )
                     });
+                $ctx.draw_series(marks.iter().map(|&p| {
+                    EmptyElement::at(p) + Polygon::new(marker_shape(marker), color.filled())
+                }))
+                .map_err(draw_err)?;
                 if chart.markers {
                     $ctx.draw_series(
                         s.points
@@ -412,7 +479,11 @@ where
                 }
             }
             $ctx.configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(if cdf {
+                    SeriesLabelPosition::LowerRight
+                } else {
+                    SeriesLabelPosition::UpperLeft
+                })
                 .background_style(WHITE.mix(0.85))
                 .border_style(RGBColor(0xBB, 0xBB, 0xBB))
                 .label_font(legend_font.clone())
@@ -518,6 +589,21 @@ where
         .map_err(draw_err)?
         .label(name.as_str())
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+        // A missing value (a policy that finished no job) is said, not drawn as 0.
+        ctx.draw_series(
+            vals.iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_finite())
+                .map(|(i, _)| {
+                    Text::new(
+                        "none".to_string(),
+                        (left(i) + width * 0.46, hi * 0.01),
+                        TextStyle::from((FAMILY, 12).into_font())
+                            .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                    )
+                }),
+        )
+        .map_err(draw_err)?;
         ctx.draw_series(
             vals.iter()
                 .enumerate()
@@ -658,7 +744,8 @@ fn finished_jcts(r: &SimReport) -> Vec<f64> {
 }
 
 /// The plots of `tessera simulate --out`: JCT CDF (log x), busy GPUs and queue length over
-/// time, and average/p99 JCT relative to the first policy. Returns the files written.
+/// time, and average/p99 JCT speed-ups over the first policy (as the table's `vs first`).
+/// Returns the files written.
 pub fn simulate_plots(
     dir: &Path,
     format: PlotFormat,
@@ -734,31 +821,37 @@ pub fn simulate_plots(
         1,
     )?);
 
+    // Speed-ups over the first policy, as the table's `vs first`; a policy (or a first
+    // policy) without a finished job has none (NaN, drawn as "none", not as 0).
     let base = reports
         .first()
         .map(|r| (r.summary.avg_jct_s, r.summary.p99_jct_s));
-    let ratio = |v: f64, b: f64| if b > 0.0 { v / b } else { f64::NAN };
+    let speedup = |v: f64, b: f64| {
+        if b > 0.0 && v > 0.0 {
+            b / v
+        } else {
+            f64::NAN
+        }
+    };
     if let Some((avg0, p990)) = base {
+        let first = reports.first().map_or("", |r| r.policy.as_str());
         let bars = BarChart {
-            title: format!(
-                "JCT relative to {} (lower is better)",
-                reports.first().map_or("", |r| r.policy.as_str())
-            ),
-            y_label: "JCT / first policy's JCT".into(),
+            title: format!("Speed-up over {first} (higher is better)"),
+            y_label: format!("{first}'s JCT / policy's JCT"),
             categories: reports.iter().map(|r| r.policy.clone()).collect(),
             groups: vec![
                 (
                     "average JCT".into(),
                     reports
                         .iter()
-                        .map(|r| ratio(r.summary.avg_jct_s, avg0))
+                        .map(|r| speedup(r.summary.avg_jct_s, avg0))
                         .collect(),
                 ),
                 (
                     "p99 JCT".into(),
                     reports
                         .iter()
-                        .map(|r| ratio(r.summary.p99_jct_s, p990))
+                        .map(|r| speedup(r.summary.p99_jct_s, p990))
                         .collect(),
                 ),
             ],

@@ -295,7 +295,9 @@ pub fn failures_table(summaries: &[PolicySummary]) -> String {
 }
 
 /// The comparison table of `tessera simulate`; speed-ups are relative to the first policy
-/// that ran. A policy whose run failed has a row saying so, and its error below the table.
+/// that ran. "GPU util" counts GPUs held in parts (MIG instances, quotas) by their share
+/// (GPU-equivalents); when a run held parts, "whole-GPU util" beside it counts GPUs held
+/// whole only. A policy whose run failed has a row saying so, and its error below the table.
 /// "GPUs used" is the time-averaged number of GPUs with any holder (job or service
 /// instance, whole or in part). With services, two more columns: the SLO goodput (requests
 /// served within their SLO over all requests, dropped ones included) and the requests
@@ -306,6 +308,9 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
         .map(|(_, s)| s.avg_jct_s)
         .unwrap_or(0.0);
     let services = ran(summaries).any(|(_, s)| !s.services.is_empty());
+    // GPU util counts parts (MIG instances, quotas) by their share; when some run held
+    // parts, the whole-GPU figure beside it says how much of the use was whole GPUs.
+    let parts = ran(summaries).any(|(_, s)| s.whole_gpu_util < s.gpu_util);
     let mut header = vec![
         "policy",
         "finished",
@@ -318,8 +323,11 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
         "makespan",
         "avg queue",
         "GPU util",
-        "GPUs used",
     ];
+    if parts {
+        header.push("whole-GPU util");
+    }
+    header.push("GPUs used");
     if services {
         header.extend(["SLO goodput", "req. dropped"]);
     }
@@ -333,10 +341,12 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
                 row.push(format!("{:.2} s", p.wall_s));
                 return row;
             };
-            let speedup = if s.avg_jct_s > 0.0 {
+            // As the plots' bars: none for a policy without a finished job (or when the
+            // first policy finished none), not 0 or infinity.
+            let speedup = if s.avg_jct_s > 0.0 && base > 0.0 {
                 format!("{:.2}x", base / s.avg_jct_s)
             } else {
-                "-".into()
+                "none".into()
             };
             let mut row = vec![
                 p.policy.clone(),
@@ -350,8 +360,11 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
                 human_secs(s.makespan_s),
                 human_secs(s.avg_queue_s),
                 format!("{:.1}%", 100.0 * s.gpu_util),
-                format!("{:.1}", s.mean_active_gpus),
             ];
+            if parts {
+                row.push(format!("{:.1}%", 100.0 * s.whole_gpu_util));
+            }
+            row.push(format!("{:.1}", s.mean_active_gpus));
             if services {
                 row.push(
                     s.slo_goodput()
@@ -367,8 +380,52 @@ pub fn comparison_table(summaries: &[PolicySummary]) -> String {
     table(&header, &rows) + &failed_notes(summaries)
 }
 
-/// Writes `jobs.csv` (one row per job and policy), `summary.json` and `timeseries.csv`.
-pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Result<()> {
+/// Each node's name and GPU model, by node index: what `jobs.csv` says of where a job ran.
+#[derive(Debug, Clone, Default)]
+pub struct NodeLabels {
+    pub names: Vec<String>,
+    pub gpus: Vec<String>,
+}
+
+impl NodeLabels {
+    pub fn of(cluster: &tessera_model::Cluster) -> NodeLabels {
+        NodeLabels {
+            names: cluster.nodes.iter().map(|n| n.name.clone()).collect(),
+            gpus: cluster
+                .nodes
+                .iter()
+                .map(|n| cluster.catalog.get(n.gpu).name.clone())
+                .collect(),
+        }
+    }
+
+    /// The `nodes` and `gpu_types` cells of a job that ran on `nodes`: names joined by `;`,
+    /// GPU types once each, in order of first use.
+    fn cells(&self, nodes: &[tessera_model::NodeId]) -> (String, String) {
+        let label = |v: &[String], i: usize| v.get(i).cloned().unwrap_or_else(|| format!("#{i}"));
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|n| label(&self.names, n.index()))
+            .collect();
+        let mut types: Vec<String> = Vec::new();
+        for n in nodes {
+            let t = label(&self.gpus, n.index());
+            if !types.contains(&t) {
+                types.push(t);
+            }
+        }
+        (names.join(";"), types.join(";"))
+    }
+}
+
+/// Writes `jobs.csv` (one row per job and policy, with the nodes and GPU types it ran on),
+/// `summary.json` and `timeseries.csv`.
+pub fn write_outputs(
+    dir: &Path,
+    doc: &SummaryDoc,
+    reports: &[SimReport],
+    nodes: &NodeLabels,
+) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let summary_path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(doc)?;
@@ -394,6 +451,8 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
         "reason",
         "preemptions",
         "gpu_secs",
+        "nodes",
+        "gpu_types",
     ];
     if failures {
         header.extend(["restarts", "lost_gpu_secs"]);
@@ -423,6 +482,10 @@ pub fn write_outputs(dir: &Path, doc: &SummaryDoc, reports: &[SimReport]) -> Res
                 j.preemptions.to_string(),
                 format!("{:.3}", j.gpu_secs),
             ];
+            let (where_nodes, where_types) =
+                nodes.cells(r.placements.get(j.job.index()).map_or(&[], Vec::as_slice));
+            row.push(where_nodes);
+            row.push(where_types);
             if failures {
                 let f = r
                     .summary

@@ -162,6 +162,9 @@ pub struct WorkloadGenerator {
     pub name: &'static str,
     /// One line for listings, naming its variants.
     pub about: &'static str,
+    /// The variants it takes (`--trace`), its default first; empty when it takes none (a
+    /// `--trace` given to it is then refused, not ignored).
+    pub variants: &'static [&'static str],
     /// Generates a workload; the error says which option is wrong. Call it through
     /// [`WorkloadGenerator::run`], which checks the options' bounds first.
     pub generate: fn(&GeneratorOptions) -> Result<tessera_model::Workload, String>,

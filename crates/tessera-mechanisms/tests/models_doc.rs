@@ -41,7 +41,7 @@ fn no_truth_gives_a_model_it_lacks_a_throughput_of_zero() {
         catalog
             .models()
             .iter()
-            .filter(|m| tessera_perf::cells::LargeModel::from_name(&m.name).is_none())
+            .filter(|m| tessera_mechanisms::crius::cells::LargeModel::from_name(&m.name).is_none())
             .map(|m| m.name.clone()),
     );
     for (_, info) in tessera_mechanisms::truths() {

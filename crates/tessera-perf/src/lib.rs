@@ -12,8 +12,6 @@
 //! - [`Profiler`]: what a driver learns about a job when it arrives, as typed
 //!   [`Knowledge`] (mechanisms bring their own profilers; see `tessera-mechanisms`).
 //! - [`roofline`]: a device's compute roof and memory slope (kernel time from FLOPs and bytes).
-//! - [`cells`]: analytic large-model training time per (GPU type, count, locality, stages)
-//!   cell (Crius), with optimal, proxy and DP-only views.
 //! - [`collective`]: α–β costs of all-reduce, all-gather, reduce-scatter, all-to-all and
 //!   rooted collectives, inside a node and across nodes.
 #![deny(missing_docs)]
@@ -22,7 +20,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub mod cells;
 pub mod collective;
 pub mod config;
 pub mod roofline;

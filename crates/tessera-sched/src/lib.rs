@@ -7,7 +7,8 @@
 //!
 //! - [`view`]: [`ClusterView`], [`ActiveJob`], [`ServiceView`] (services, their instances,
 //!   load and latency), [`Trigger`], [`Action`].
-//! - [`policy`]: the [`Policy`] trait and the registry ([`build_policy`], [`POLICIES`]).
+//! - [`policy`]: the [`Policy`] trait and [`PolicyInfo`], a registry entry (every policy
+//!   is built by name through `tessera_mechanisms::build_policy`).
 //! - [`state`]: [`ClusterState`], free resources and every GPU's state, and [`validate`],
 //!   the one check of actions all drivers apply.
 //! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.

@@ -171,7 +171,7 @@ pub enum PolicyError {
 /// One registry entry: a name, what it does, and what it honours.
 #[derive(Clone, Copy, Debug)]
 pub struct PolicyInfo {
-    /// Name accepted by [`build_policy`].
+    /// Name accepted by `tessera_mechanisms::build_policy`.
     pub name: &'static str,
     /// One-line description for `--help` and listings.
     pub about: &'static str,

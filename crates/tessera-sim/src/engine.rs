@@ -51,7 +51,8 @@ pub struct SimConfig {
     pub restart_costs: RestartCosts,
     /// Stop the run at this instant; jobs still active are reported unfinished.
     pub time_limit: Option<SimTime>,
-    /// Record allocation changes over time.
+    /// Record allocation changes over time, and the nodes each job ran on
+    /// ([`SimReport::placements`]).
     pub record_timeseries: bool,
     /// Profile every job when it arrives: the job becomes visible to the policy after the
     /// profiler's cost, carrying what was learned in [`ActiveJob::knowledge`]. `None` = no
@@ -508,6 +509,9 @@ pub struct Simulation<'a> {
     max_events: u64,
     /// Consecutive scheduling points that changed nothing (see `note_point`).
     idle_points: u32,
+    /// The nodes each job ran on, in order of first use (with `record_timeseries`; kept
+    /// apart from the per-job run state, which stays small and hot).
+    placements: Vec<Vec<NodeId>>,
 }
 
 /// `alloc` with every quota part fixed at `sm` permille (request = limit).
@@ -698,6 +702,7 @@ impl<'a> Simulation<'a> {
             fitting_shapes: Vec::new(),
             max_events,
             idle_points: 0,
+            placements: Vec::new(),
         };
         sim.stale = StaleInstants::new(sim.skips_stale());
         sim
@@ -2120,6 +2125,9 @@ impl<'a> Simulation<'a> {
         let served = st.served_gpu_us;
         let remaining = st.total - st.done;
         let resumes_at = st.resumes_at;
+        if self.config.record_timeseries {
+            self.note_placement(job, &alloc);
+        }
         let a = &mut self.active[pos];
         a.state = JobState::Running;
         a.allocation = Some(alloc);
@@ -2157,6 +2165,20 @@ impl<'a> Simulation<'a> {
         if seq != 0 {
             self.completions.remove(self.state.as_slice());
             self.stale.push(at);
+        }
+    }
+
+    /// Adds the nodes of `alloc` to those `job` ran on.
+    fn note_placement(&mut self, job: JobId, alloc: &Allocation) {
+        if self.placements.len() < self.jobs.len() {
+            self.placements.resize(self.jobs.len(), Vec::new());
+        }
+        if let Some(nodes) = self.placements.get_mut(job.index()) {
+            for s in &alloc.shares {
+                if !nodes.contains(&s.node) {
+                    nodes.push(s.node);
+                }
+            }
         }
     }
 
@@ -2328,6 +2350,7 @@ impl<'a> Simulation<'a> {
             timeseries: std::mem::take(&mut self.timeseries),
             policy_stats: self.policy.stats(),
             service_instances,
+            placements: std::mem::take(&mut self.placements),
         }
     }
 
@@ -2365,6 +2388,7 @@ impl<'a> Simulation<'a> {
                     secs(self.util_us.1),
                     secs(self.util_us.2),
                 ),
+                part_gpu_secs: self.part_units_us as f64 / PART_UNITS_PER_GPU as f64 / 1e6,
                 capacity: self.capacity,
                 events: self.events,
                 scheduling_points: self.scheduling_points,

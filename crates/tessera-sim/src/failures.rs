@@ -192,6 +192,30 @@ struct Row {
     duration: Option<SimDuration>,
 }
 
+/// The cluster's node names, group by group (`dgx-a100-0 to dgx-a100-3, a10-0`): what an
+/// unknown node's error lists.
+fn node_names(cluster: &Cluster) -> String {
+    cluster
+        .groups
+        .iter()
+        .filter(|g| g.count > 0)
+        .map(|g| {
+            let name = |i: u32| {
+                cluster
+                    .nodes
+                    .get((g.first_node + i) as usize)
+                    .map_or_else(|| format!("{}-{i}", g.name), |n| n.name.clone())
+            };
+            if g.count == 1 {
+                name(0)
+            } else {
+                format!("{} to {}", name(0), name(g.count - 1))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn resolve_row(
     cluster: &Cluster,
     line: Option<usize>,
@@ -205,7 +229,12 @@ fn resolve_row(
     let Some(n) = cluster.nodes.iter().find(|n| n.name == node) else {
         return err(
             line,
-            format!("no node `{node}` in cluster {}", cluster.name),
+            format!(
+                "no node `{}` in cluster {}; its nodes are named GROUP-INDEX: {}",
+                node,
+                cluster.name,
+                node_names(cluster)
+            ),
         );
     };
     if let Some(g) = gpu {

@@ -180,8 +180,11 @@ pub struct Summary {
     /// Mean of first start − submit over started jobs.
     pub avg_queue_s: f64,
     /// Time-averaged GPU allocation over the makespan; a GPU held in parts (quotas, MIG
-    /// instances) counts by the SM share its holders take.
+    /// instances) counts by the SM share its holders take (GPU-equivalents).
     pub gpu_util: f64,
+    /// The same counting only GPUs held whole (MIG instances and quotas count nothing):
+    /// beside `gpu_util`, how much of the use was in parts.
+    pub whole_gpu_util: f64,
     /// Time-averaged CPU allocation over the makespan.
     pub cpu_util: f64,
     /// Time-averaged memory allocation over the makespan.
@@ -292,8 +295,11 @@ pub struct RunTotals {
     /// When the run stopped (utilization is averaged up to here if later than the last
     /// completion, i.e. when jobs were left unfinished).
     pub stopped_at: SimTime,
-    /// Time integrals of allocated GPUs, millicores and bytes (unit × seconds).
+    /// Time integrals of allocated GPUs (GPU-equivalents: parts by their share), millicores
+    /// and bytes (unit × seconds).
     pub util_integral: (f64, f64, f64),
+    /// The part of `util_integral.0` held in parts (MIG instances, quotas), GPU-seconds.
+    pub part_gpu_secs: f64,
     /// Cluster capacity: GPUs, millicores, bytes.
     pub capacity: (u64, u64, u64),
     /// Events processed.
@@ -397,6 +403,10 @@ impl Summary {
                 queue_sum / queued as f64
             },
             gpu_util: util(totals.util_integral.0, totals.capacity.0),
+            whole_gpu_util: util(
+                (totals.util_integral.0 - totals.part_gpu_secs).max(0.0),
+                totals.capacity.0,
+            ),
             cpu_util: util(totals.util_integral.1, totals.capacity.1),
             mem_util: util(totals.util_integral.2, totals.capacity.2),
             preemptions,
@@ -480,6 +490,10 @@ pub struct SimReport {
     pub policy_stats: Vec<(String, f64)>,
     /// Each service's instance count over time (empty without services).
     pub service_instances: Vec<InstanceSeries>,
+    /// Per job (by id), the nodes it ran on in order of first use; empty when the run did
+    /// not record them (`SimConfig::record_timeseries` off).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<Vec<tessera_model::NodeId>>,
 }
 
 #[cfg(test)]

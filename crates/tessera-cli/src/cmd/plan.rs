@@ -16,8 +16,11 @@ pub struct PlanArgs {
     /// docs/plan-format.md).
     #[arg(long)]
     pub model: String,
-    /// The devices: a `kind: PlanCluster` file (YAML or JSON; see docs/plan-format.md), or
-    /// `builtin:hap-K` for HAP's 2K V100 + 6K P100 cluster with K GPUs per machine.
+    /// The devices: the simulator's `kind: Cluster` file or built-in cluster (one machine per
+    /// node, default speeds and links), a `kind: PlanCluster` file for calibrated speeds and
+    /// links (YAML or JSON; see docs/plan-format.md), or `builtin:hap-K` for HAP's 2K V100 +
+    /// 6K P100 cluster with K GPUs per machine. Speeds not given are the catalog's FP32 peak
+    /// times 0.25 (the listing's TFLOP/s).
     #[arg(long)]
     pub cluster: String,
     /// Samples per GPU of a built-in model (the global batch is this times the GPUs).
@@ -38,23 +41,82 @@ pub struct PlanArgs {
 }
 
 fn load_cluster(source: &str, catalog_path: Option<&Path>) -> Result<Devices> {
+    let catalog = crate::inputs::load_catalog(catalog_path)?;
     if let Some(name) = source.strip_prefix("builtin:") {
         let k = name
             .strip_prefix("hap-")
             .and_then(|k| k.parse::<usize>().ok())
             .filter(|k| (1..=64).contains(k));
-        return match k {
-            Some(k) => Ok(builtin::mixed_cluster(k, 2, 6)),
-            None => bail!("unknown built-in plan cluster {source:?} (known: builtin:hap-1, builtin:hap-2, builtin:hap-4, builtin:hap-8)"),
-        };
+        if let Some(k) = k {
+            return Ok(builtin::mixed_cluster(k, 2, 6));
+        }
+        if crate::builtin::cluster_yaml(name).is_none() {
+            bail!(
+                "unknown built-in cluster {:?} (known: builtin:hap-1, builtin:hap-2, \
+                 builtin:hap-4, builtin:hap-8, and the simulator's: {})",
+                tessera_trace::printable(name),
+                crate::builtin::cluster_names().join(", ")
+            );
+        }
+        let cluster = crate::inputs::load_cluster(source, &catalog)?;
+        return devices_of(&cluster, &catalog).with_context(|| format!("in cluster {source}"));
     }
     let text =
         std::fs::read_to_string(source).with_context(|| format!("reading cluster {source}"))?;
+    // The simulator's cluster file serves here too: one file for both commands.
+    if document_kind(&text).as_deref() == Some("Cluster") {
+        let cluster = crate::inputs::load_cluster(source, &catalog)?;
+        return devices_of(&cluster, &catalog).with_context(|| format!("in cluster {source}"));
+    }
     let spec =
         PlanClusterSpec::from_text(&text).with_context(|| format!("parsing cluster {source}"))?;
-    let catalog = crate::inputs::load_catalog(catalog_path)?;
     spec.validate(&catalog)
         .with_context(|| format!("in cluster {source}"))
+}
+
+/// What the listing's TFLOP/s are (issue 41: an A10 at 7.80 and an A100-40GB at 4.88 puzzled
+/// readers who know the datasheets).
+fn speed_note() -> String {
+    format!(
+        "TFLOP/s: each GPU's attained speed for training: its FP32 peak from the GPU catalog \
+         times {} (the fraction dense training attains), unless a kind: PlanCluster file gives \
+         `flops`; plans depend on the ratios between GPUs, not on the absolute figures.",
+        tessera_perf::roofline::DEFAULT_ATTAINED_FRACTION
+    )
+}
+
+/// The `kind:` of a YAML or JSON document, if it has one.
+fn document_kind(text: &str) -> Option<String> {
+    let v: serde_norway::Value = serde_norway::from_str(text).ok()?;
+    v.get("kind")?.as_str().map(str::to_string)
+}
+
+/// The plan's devices of a simulator cluster: each node group a group of machines, speeds
+/// and links the catalog's defaults (as a `kind: PlanCluster` file without `flops` or links).
+fn devices_of(
+    cluster: &tessera_model::Cluster,
+    catalog: &tessera_model::GpuCatalog,
+) -> Result<Devices> {
+    let spec = PlanClusterSpec {
+        api_version: "tessera/v1".into(),
+        kind: "PlanCluster".into(),
+        spec: tessera_plan::cluster::PlanClusterBody {
+            machines: cluster
+                .groups
+                .iter()
+                .filter(|g| g.count > 0 && g.gpus_per_node > 0)
+                .map(|g| tessera_plan::cluster::MachineSpec {
+                    gpu: cluster.catalog.get(g.gpu).name.clone(),
+                    count: g.count as usize,
+                    gpus_per_machine: g.gpus_per_node as usize,
+                    flops: None,
+                })
+                .collect(),
+            intra_node: Default::default(),
+            inter_node: Default::default(),
+        },
+    };
+    Ok(spec.validate(catalog)?)
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
@@ -82,7 +144,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             "{}",
             crate::output::printable_lines(&synth::listing(&plan))
         )?;
-        writeln!(out, "\nsynthesis and baselines took {elapsed:.3} s")?;
+        writeln!(out, "\n{}", speed_note())?;
+        writeln!(out, "synthesis and baselines took {elapsed:.3} s")?;
     }
     Ok(())
 }

@@ -182,6 +182,8 @@ pub struct Simulated {
     pub jobs: usize,
     /// Nodes of the cluster.
     pub nodes: usize,
+    /// Their names and GPU models (where `jobs.csv` says each job ran).
+    pub node_labels: crate::report::NodeLabels,
 }
 
 /// Some policies' runs failed; the others' results were printed and written. `tessera`
@@ -243,6 +245,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         notes,
         jobs,
         nodes,
+        node_labels,
     } = execute(args)?;
     for note in &notes {
         eprintln!("{note}");
@@ -254,11 +257,13 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         let services = trace_services(&doc);
         writeln!(
             out,
-            "{jobs} jobs{services} from {} ({}) on {} ({nodes} nodes, {} GPUs){}",
+            "{}{services} from {} ({}) on {} ({}, {}){}",
+            crate::output::count(jobs as u64, "job"),
             args.trace,
             doc.trace_format,
             args.cluster,
-            doc.gpus,
+            crate::output::count(nodes as u64, "node"),
+            crate::output::count(doc.gpus, "GPU"),
             doc.round_s
                 .map(|r| format!(", {r} s rounds"))
                 .unwrap_or_default()
@@ -318,7 +323,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
     }
     if let Some(dir) = &args.out {
-        write_outputs(dir, &doc, &reports)?;
+        write_outputs(dir, &doc, &reports, &node_labels)?;
         let mut written: Vec<String> = ["summary.json", "jobs.csv", "timeseries.csv"]
             .iter()
             .map(|f| dir.join(f).display().to_string())
@@ -421,18 +426,17 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
     let unfit = check_fit(&args.trace, &trace, &cluster, args.reject_unfit)?;
     if unfit > 0 {
         notes.push(format!(
-            "{}: {unfit} jobs can never fit this cluster and are reported as rejected",
-            args.trace
+            "{}: {} never fit this cluster and are reported as rejected",
+            args.trace,
+            crate::output::count(unfit as u64, "job")
         ));
     }
 
-    let round = match args.round {
-        Some(s) if !(s.is_finite() && s > 0.0) => {
-            anyhow::bail!("--round must be a positive number of seconds, got {s}")
-        }
-        Some(s) => Some(SimDuration::checked_from_secs_f64(s).context("--round")?),
-        None => None,
-    };
+    let round = args
+        .round
+        .as_deref()
+        .map(|r| crate::args::flag_duration("round", r, true))
+        .transpose()?;
     if let Some(r) = round {
         let _ = warn_many_rounds(&trace.workload, r);
     }
@@ -469,8 +473,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--policy {}: its serving setup: {e}", r.name))?;
     }
-    let profile_cost =
-        SimDuration::checked_from_secs_f64(args.profile_cost).context("--profile-cost")?;
+    let profile_cost = crate::args::flag_duration("profile-cost", &args.profile_cost, false)?;
     if !(args.profile_error.is_finite() && (0.0..1.0).contains(&args.profile_error)) {
         anyhow::bail!(
             "--profile-error must be a fraction in [0, 1), got {}",
@@ -588,7 +591,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
             .semantics
             .map_or(EXACT_ENGINE, |e| e.name)
             .to_string(),
-        profile_cost_s: profiled.then_some(args.profile_cost),
+        profile_cost_s: profiled.then_some(profile_cost.as_secs_f64()),
         profile_error: profiled.then_some(args.profile_error),
     });
     let doc = SummaryDoc {
@@ -616,6 +619,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         notes,
         jobs: trace.workload.len(),
         nodes: cluster.nodes.len(),
+        node_labels: crate::report::NodeLabels::of(&cluster),
     })
 }
 

@@ -116,12 +116,26 @@ fn services_summary(workload: &tessera_model::Workload) -> String {
             s.end.as_secs_f64(),
             s.slo.as_micros() as f64 / 1000.0,
             s.max_batch,
-            s.instance.gpu_memory,
+            memory_text(s.instance.gpu_memory),
             s.instance.cpu,
-            s.instance.memory,
+            memory_text(s.instance.memory),
         );
     }
     out
+}
+
+/// A memory size for people: the shortest exact quantity, decimal (`6G`, as specs often
+/// write device memory) or binary (`4Gi`), instead of `5859375Ki` for 6 GB.
+fn memory_text(b: tessera_model::Bytes) -> String {
+    let binary = b.to_string();
+    let decimal = [("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)]
+        .iter()
+        .find(|(_, size)| b.0 >= *size as u64 && b.0.is_multiple_of(*size as u64))
+        .map(|(suffix, size)| format!("{}{suffix}", b.0 / *size as u64));
+    match decimal {
+        Some(d) if d.len() < binary.len() => d,
+        _ => binary,
+    }
 }
 
 /// Writes `workload` to `output` in `format` (`auto`: by the output's extension): a
@@ -165,11 +179,14 @@ fn write_workload(
             writeln!(out)?;
         }
     } else {
-        std::fs::write(output, &text).with_context(|| format!("writing {output}"))?;
+        std::fs::File::create(output)
+            .map(crate::output::Watched)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("writing {output}"))?;
         eprintln!(
-            "wrote {} jobs and {} services to {output}",
-            workload.len(),
-            workload.services().len()
+            "wrote {} and {} to {output}",
+            crate::output::count(workload.len() as u64, "job"),
+            crate::output::count(workload.services().len() as u64, "service")
         );
     }
     Ok(())
@@ -180,9 +197,13 @@ fn write_csv(output: &str, workload: &tessera_model::Workload, catalog: &GpuCata
         tessera_trace::write_tessera_csv(crate::output::stdout(), workload, catalog)?;
     } else {
         let file = std::fs::File::create(output).with_context(|| format!("creating {output}"))?;
-        tessera_trace::write_tessera_csv(std::io::BufWriter::new(file), workload, catalog)
+        let file = std::io::BufWriter::new(crate::output::Watched(file));
+        tessera_trace::write_tessera_csv(file, workload, catalog)
             .with_context(|| format!("writing {output}"))?;
-        eprintln!("wrote {} jobs to {output}", workload.len());
+        eprintln!(
+            "wrote {} to {output}",
+            crate::output::count(workload.len() as u64, "job")
+        );
     }
     Ok(())
 }
@@ -206,6 +227,13 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 fn generate(args: &GenerateArgs) -> Result<()> {
     if args.generator != "philly" {
         return generate_registered(args);
+    }
+    if let Some(variant) = &args.trace {
+        anyhow::bail!(
+            "--trace {:?}: the philly generator has no variants (--trace picks one of a \
+             mechanism's generator, e.g. --generator synergy-reference --trace multi)",
+            tessera_trace::printable(variant)
+        );
     }
     let gpu_mix = match args.gpus {
         Some(g) => vec![(g, 1.0)],
@@ -244,9 +272,13 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     } else {
         let file = std::fs::File::create(&args.output)
             .with_context(|| format!("creating {}", args.output))?;
-        let n = write(&mut std::io::BufWriter::new(file))
+        let n = write(&mut std::io::BufWriter::new(crate::output::Watched(file)))
             .with_context(|| format!("writing {}", args.output))?;
-        eprintln!("wrote {n} jobs to {}", args.output);
+        eprintln!(
+            "wrote {} to {}",
+            crate::output::count(n as u64, "job"),
+            args.output
+        );
     }
     Ok(())
 }
@@ -267,11 +299,28 @@ fn generate_registered(args: &GenerateArgs) -> Result<()> {
             known.join(", ")
         );
     };
+    if let Some(variant) = &args.trace {
+        if generator.variants.is_empty() {
+            anyhow::bail!(
+                "--trace {:?}: generator {} has no variants",
+                tessera_trace::printable(variant),
+                generator.name
+            );
+        }
+        if !generator.variants.contains(&variant.as_str()) {
+            anyhow::bail!(
+                "--trace must be {} for generator {}, got {:?}",
+                generator.variants.join(" or "),
+                generator.name,
+                tessera_trace::printable(variant)
+            );
+        }
+    }
     let options = tessera_mechanisms::GeneratorOptions {
         jobs: args.jobs,
         load: args.load,
         seed: args.seed,
-        variant: Some(args.trace.clone()),
+        variant: args.trace.clone(),
         gpus: args.gpus,
     };
     let workload = generator

@@ -101,7 +101,7 @@ fn simulate_out_draws_three_svg_plots_with_every_policy() {
 
     let (texts, _) = svg_parts(&out.join("jct_bars.svg"));
     for needle in [
-        "JCT relative to fifo (lower is better)",
+        "Speed-up over fifo (higher is better)",
         "average JCT",
         "p99 JCT",
         "fifo",
@@ -114,11 +114,12 @@ fn simulate_out_draws_three_svg_plots_with_every_policy() {
             "jct_bars lacks {needle:?}: {texts:?}"
         );
     }
-    // The bars' value labels are the ratios of summary.json's figures.
+    // The bars' value labels are speed-ups of summary.json's figures, as the table's
+    // `vs first` (issue 41: the bars were ratios, the table speed-ups).
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let avg = |i: usize| summary["policies"][i]["avg_jct_s"].as_f64().unwrap();
-    let srtf_ratio = format!("{:.2}", avg(1) / avg(0));
+    let srtf_ratio = format!("{:.2}", avg(0) / avg(1));
     assert!(
         texts.contains(&srtf_ratio),
         "no {srtf_ratio} label: {texts:?}"
@@ -170,4 +171,105 @@ fn deterministic_outputs_are_byte_identical() {
         let y = std::fs::read(b.path().join("out").join(name)).unwrap();
         assert!(x == y, "{name} differs between two identical runs");
     }
+}
+
+/// Issue 41: a policy that finished no job has no speed-up: the bars say "none" (they drew
+/// 0.00, as if infinitely better) and so does the table.
+#[test]
+fn a_policy_without_a_finished_job_has_no_speedup() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        &data("four_gpus.yaml"),
+        "--trace",
+        &data("small.csv"),
+        "--policy",
+        "fifo,las",
+        "--horizon",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    let fifo = table.lines().find(|l| l.starts_with("fifo")).unwrap();
+    assert!(fifo.contains("none"), "{table}");
+    let (texts, _) = svg_parts(&out.join("jct_bars.svg"));
+    assert!(texts.iter().any(|t| t == "none"), "{texts:?}");
+    assert!(!texts.iter().any(|t| t == "0.00"), "{texts:?}");
+}
+
+/// Issue 41: the timeline's legend covered data. Every point of every line lies below the
+/// legend box (SVG y grows downwards), and the step lines carry markers (polygons).
+#[test]
+fn the_timeline_legend_covers_no_data_and_lines_have_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = tessera(&[
+        "simulate",
+        "--cluster",
+        "builtin:miso-a100x8",
+        "--trace",
+        "builtin:miso-100",
+        "--policy",
+        "mps,miso,nopart",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("timeline.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap();
+    let num = |n: &roxmltree::Node, a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+    // The legend boxes, one per panel, top to bottom.
+    let mut legends: Vec<(f64, f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("stroke") == Some("#BBBBBB"))
+        .map(|n| {
+            (
+                num(&n, "y"),
+                num(&n, "y") + num(&n, "height"),
+                num(&n, "x") + num(&n, "width"),
+            )
+        })
+        .collect();
+    legends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(legends.len(), 2, "{legends:?}");
+    let mut lines = 0;
+    for n in doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke-width") == Some("2"))
+    {
+        let points: Vec<(f64, f64)> = n
+            .attribute("points")
+            .unwrap()
+            .split_whitespace()
+            .map(|p| {
+                let (x, y) = p.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        // Which panel: the last legend above the line's first point.
+        let Some(&(top, bottom, right)) = legends.iter().rev().find(|l| l.0 <= points[0].1) else {
+            continue;
+        };
+        // Legend keys are short lines inside the box itself.
+        if points.iter().all(|&(_, y)| y >= top && y <= bottom) {
+            continue;
+        }
+        lines += 1;
+        for &(x, y) in &points {
+            assert!(
+                x > right || y >= bottom,
+                "point ({x}, {y}) under the legend (bottom {bottom}, right {right})"
+            );
+        }
+    }
+    assert_eq!(lines, 6, "three policies in two panels");
+    let markers = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polygon"))
+        .count();
+    assert!(markers >= 6 * 4, "step lines carry markers: {markers}");
 }

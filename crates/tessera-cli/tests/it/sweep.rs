@@ -281,7 +281,13 @@ spec:
         "{texts:?}"
     );
     assert!(strokes.len() >= 2, "one line per policy: {strokes:?}");
+    // Issue 41: axes in words and units, not field names and seconds.
+    for label in ["average JCT (hours)", "load (jobs/h)"] {
+        assert!(texts.iter().any(|t| t == label), "no {label:?}: {texts:?}");
+    }
+    assert!(!texts.iter().any(|t| t.contains("avg_jct_s")), "{texts:?}");
     let cdf = std::fs::read_to_string(out.join("plots/jct-cdf.svg")).unwrap();
+    assert!(cdf.contains("job completion time (hours)"));
     assert!(
         cdf.contains("at load 240"),
         "the CDF is drawn at the last load by default"

@@ -1,7 +1,7 @@
 //! Crius (Xue et al., arXiv 2403.16125): heterogeneous GPUs, adaptive parallelism, cells.
 //!
 //! - The analytic model and the cells (optimal, proxy, DP-only views) are shared with other
-//!   planners in `tessera_perf::cells`.
+//!   planners in `crate::crius::cells`.
 //! - [`perf`]: the truth (`--perf crius`: the optimal view of an allocation's cell, honouring
 //!   its plan) and the estimator that attaches each job's proxy and DP-only estimates.
 //! - [`policy`]: `crius` and its ablations (`crius-no-shrink`, `crius-no-typechange`,
@@ -20,6 +20,7 @@ use crate::{
     WorkloadGenerator,
 };
 
+pub mod cells;
 pub mod perf;
 pub mod policy;
 pub mod workload;
@@ -75,7 +76,7 @@ pub const POLICIES: &[PolicyInfo] = &[
 ];
 
 fn perf_counts() -> impl Iterator<Item = u32> {
-    tessera_perf::cells::CELL_COUNTS.into_iter()
+    crate::crius::cells::CELL_COUNTS.into_iter()
 }
 
 /// The Crius mechanism.
@@ -174,7 +175,7 @@ impl Mechanism for Crius {
             && workload
                 .jobs()
                 .iter()
-                .all(|j| tessera_perf::cells::LargeModel::from_name(&j.model).is_some())
+                .all(|j| crate::crius::cells::LargeModel::from_name(&j.model).is_some())
     }
 
     /// The Crius policies pick cells from the estimator's views; `fcfs` reads none.
@@ -213,6 +214,7 @@ impl Mechanism for Crius {
         &[WorkloadGenerator {
             name: "crius",
             about: "Crius-style large-model jobs on the crius-1280 cluster's GPU types (--jobs, --load jobs/h, --seed)",
+            variants: &[],
             generate: |o: &GeneratorOptions| {
                 crate::check_generator_options(o)?;
                 let jobs = if o.jobs == 0 {

@@ -1,4 +1,4 @@
-//! Crius's truth and estimator over the analytic cell model of `tessera_perf::cells`.
+//! Crius's truth and estimator over the analytic cell model of `crate::crius::cells`.
 //!
 //! - [`CellThroughput`] (truth): a job runs at the optimal view of the cell its allocation
 //!   forms (GPU type, GPU count, nodes spanned). When the allocation carries a plan, the
@@ -15,11 +15,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::crius::cells::{
+    estimate_plan, Cell, CellPlanner, Device, HwOptions, LargeModel, View, CELL_COUNTS,
+};
 use tessera_model::{
     Allocation, Cluster, GpuModelId, Knowledge, ParallelPlan, SimDuration, SimRng, TrainingJob,
-};
-use tessera_perf::cells::{
-    estimate_plan, Cell, CellPlanner, Device, HwOptions, LargeModel, View, CELL_COUNTS,
 };
 use tessera_perf::{ConfigEstimate, ConfigEstimates, Profiler, ThroughputModel, TraceThroughput};
 

@@ -19,10 +19,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tessera_model::{Allocation, Cluster, SimDuration, Workload};
-use tessera_perf::cells::{
+use crate::crius::cells::{
     best_packed, cells_of, estimate_cell, estimate_plan, CellPlanner, View, CELL_COUNTS,
 };
+use tessera_model::{Allocation, Cluster, SimDuration, Workload};
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ClusterView, Policy, PolicyOptions};
 use tessera_sim::{SimConfig, Simulation};
@@ -518,7 +518,7 @@ pub fn proxy_errors() -> Result<Vec<ProxyErrorRow>, String> {
     let types = cluster_types(&cluster, &Default::default());
     let mut by: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for name in workload::MODELS {
-        let model = tessera_perf::cells::LargeModel::from_name(name)
+        let model = crate::crius::cells::LargeModel::from_name(name)
             .ok_or_else(|| format!("model {name}"))?;
         let family = format!("{:?}", model.family);
         let mut cells = Vec::new();
@@ -623,7 +623,7 @@ impl Experiment for CriusBench {
         let mut worst = 0.0f64;
         let mut per_job = Vec::new();
         for name in workload::MODELS {
-            let Some(model) = tessera_perf::cells::LargeModel::from_name(name) else {
+            let Some(model) = crate::crius::cells::LargeModel::from_name(name) else {
                 continue;
             };
             // The fastest of 20 repetitions: on a shared machine a repetition may be

@@ -13,8 +13,8 @@
 //! - `gpu_types` lists every type the job may run on, the requested one first: Crius may
 //!   move a job to another type, FCFS honours the first.
 
+use crate::crius::cells::{HwOptions, LargeModel, CELL_COUNTS};
 use tessera_model::{Cluster, GpuCatalog, SimDuration, SimRng, SimTime, TrainingJob, Workload};
-use tessera_perf::cells::{HwOptions, LargeModel, CELL_COUNTS};
 
 use super::perf::{cluster_types, CellThroughput, DEFAULT_BATCH};
 

@@ -220,6 +220,7 @@ impl Mechanism for Miso {
         &[WorkloadGenerator {
             name: "miso-synthetic",
             about: "single-GPU jobs drawn from MISO's trace (model, run time, iterations), Poisson arrivals at --load jobs/h",
+            variants: &[],
             generate: generate_synthetic,
         }]
     }

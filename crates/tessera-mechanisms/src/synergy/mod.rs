@@ -318,6 +318,7 @@ impl Mechanism for Synergy {
         &[WorkloadGenerator {
             name: "synergy-reference",
             about: "the Synergy simulator's own workload, job for job as its generator makes it at random.seed(42) (--trace single|multi)",
+            variants: &["single", "multi"],
             generate: generate_reference,
         }]
     }

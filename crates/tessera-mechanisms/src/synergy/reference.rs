@@ -556,5 +556,6 @@ pub fn run_reference(
         timeseries: Vec::new(),
         policy_stats: policy.stats(),
         service_instances: Vec::new(),
+        placements: Vec::new(),
     })
 }

@@ -22,11 +22,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+use crate::crius::cells::{Device, HwOptions};
 use tessera_model::{
     Allocation, Cluster, GpuModelId, GpuPart, Knowledge, ParallelPlan, SimDuration, SimRng,
     TrainingJob,
 };
-use tessera_perf::cells::{Device, HwOptions};
 use tessera_perf::{ConfigEstimate, ConfigEstimates, Profiler, Profilers, ThroughputModel};
 use tessera_sched::PolicyOptions;
 

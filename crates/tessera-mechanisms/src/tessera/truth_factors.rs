@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::crius::cells::LargeModel;
 use tessera_model::models::{lookup, split_batch_suffix, ModelCatalog};
 use tessera_model::{GpuModel, TrainingJob};
-use tessera_perf::cells::LargeModel;
 use tessera_perf::roofline::{Precision, Roofline, DEFAULT_ATTAINED_FRACTION};
 
 use crate::dilu::table::DiluModel;

@@ -74,6 +74,7 @@ pub const WORKLOADS: &[crate::BuiltinWorkload] = &[];
 pub const GENERATORS: &[WorkloadGenerator] = &[WorkloadGenerator {
     name: NAME,
     about: "the mixed workload of builtin:mixed (--jobs, --load jobs/h, --seed); training jobs only in CSV, services too in a Workload spec",
+    variants: &[],
     generate: generate_with,
 }];
 

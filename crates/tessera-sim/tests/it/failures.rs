@@ -43,9 +43,17 @@ fn render(spec: &FailureSpec) -> String {
         .collect()
 }
 
+/// The documented example's cluster: its node names are those of the default run's cluster
+/// (`builtin:mixed`'s first group), so that the example works there as written.
+fn dgx_cluster() -> Cluster {
+    let yaml = "apiVersion: tessera/v1\nkind: Cluster\nspec:\n  nodeGroups:\n    - {name: \
+                dgx-a100, count: 2, gpu: A100-80GB, gpusPerNode: 8, cpus: 256, memory: 2Ti}\n";
+    Cluster::from_yaml(yaml, &tessera_model::GpuCatalog::builtin()).unwrap()
+}
+
 #[test]
 fn failures_file_golden_yaml_and_csv() {
-    let c = cluster(2);
+    let c = dgx_cluster();
     let golden = include_str!("../data/failures.golden");
     let yaml = FailureSpec::parse(include_str!("../data/failures.yaml"), &c).unwrap();
     assert_eq!(render(&yaml), golden);
@@ -87,7 +95,10 @@ fn failures_file_golden_yaml_and_csv() {
 fn bad_failures_files_are_refused_with_a_reason() {
     let c = cluster(2);
     let bad = [
-        ("time,node,event\n10,node-9,down\n", "no node `node-9`"),
+        (
+            "time,node,event\n10,node-9,down\n",
+            "no node `node-9` in cluster cluster; its nodes are named GROUP-INDEX: node-0 to node-1",
+        ),
         ("time,node,event\n-5,node-0,down\n", ">= 0"),
         ("time,node,event\n10,node-0,up\n", "without going down"),
         (

@@ -414,10 +414,12 @@ fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row], format: PlotFormat) -> Resu
                             by_x.entry(xv.clone()).or_default().push(*y);
                         }
                     }
+                    let (_, scale) = metric_axis(metric);
                     let mut points: Vec<Point> = by_x
                         .iter()
                         .map(|(xv, ys)| {
                             let (mean, sd) = mean_sd(ys);
+                            let (mean, sd) = (mean * scale, sd * scale);
                             Point {
                                 x: position(xv),
                                 y: mean,
@@ -437,9 +439,13 @@ fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row], format: PlotFormat) -> Resu
                     continue;
                 }
                 let seeds = spec.axes.iter().any(|a| a.name == "seed");
+                let (y_label, _) = metric_axis(metric);
+                let x_label = axis_label(x);
                 let chart = Chart {
                     title: format!(
-                        "{metric} vs {x}{}{}",
+                        "{} vs {}{}{}",
+                        y_label.split(" (").next().unwrap_or(&y_label),
+                        x_label.split(" (").next().unwrap_or(&x_label),
                         if subtitle.is_empty() {
                             String::new()
                         } else {
@@ -447,8 +453,8 @@ fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row], format: PlotFormat) -> Resu
                         },
                         if seeds { ", mean ± sd over seeds" } else { "" }
                     ),
-                    x_label: x.clone(),
-                    y_label: metric.clone(),
+                    x_label,
+                    y_label,
                     series,
                     x_categories: (!all_numeric).then(|| values.clone()),
                     log_x: false,
@@ -463,6 +469,48 @@ fn draw_plots(dir: &Path, plan: &Plan, rows: &[Row], format: PlotFormat) -> Resu
         written.push(name);
     }
     Ok(written)
+}
+
+/// A metric's axis label with its unit, and the factor from `results.csv`'s value (times
+/// in seconds there, hours on a plot; fractions as percentages).
+fn metric_axis(metric: &str) -> (String, f64) {
+    let known = match metric {
+        "avg_jct_s" => Some("average JCT"),
+        "p50_jct_s" => Some("median JCT"),
+        "p95_jct_s" => Some("p95 JCT"),
+        "p99_jct_s" => Some("p99 JCT"),
+        "makespan_s" => Some("makespan"),
+        "avg_queue_s" => Some("average queueing delay"),
+        _ => None,
+    };
+    if let Some(name) = known {
+        return (format!("{name} (hours)"), 1.0 / 3600.0);
+    }
+    let words = |m: &str| m.replace('_', " ");
+    match metric {
+        "gpu_util" => ("GPU utilisation, GPU-equivalents (%)".into(), 100.0),
+        "whole_gpu_util" => ("GPU utilisation, whole GPUs (%)".into(), 100.0),
+        "cpu_util" => ("CPU utilisation (%)".into(), 100.0),
+        "mem_util" => ("memory utilisation (%)".into(), 100.0),
+        "wall_s" => ("wall time (seconds)".into(), 1.0),
+        m if m.ends_with("_s") => (
+            format!("{} (hours)", words(m.trim_end_matches("_s"))),
+            1.0 / 3600.0,
+        ),
+        m => (words(m), 1.0),
+    }
+}
+
+/// A sweep axis's label with its unit.
+fn axis_label(axis: &str) -> String {
+    match axis {
+        "load" => "load (jobs/h)".into(),
+        "round" => "round length (seconds)".into(),
+        "mtbf" => "mean time between failures".into(),
+        "mttr" => "mean time to repair".into(),
+        "checkpoint-interval" => "checkpoint interval".into(),
+        a => a.replace(['_', '-'], " "),
+    }
 }
 
 fn file_safe(s: &str) -> String {
@@ -570,7 +618,7 @@ fn draw_cdf(
                 .enumerate()
                 .filter(|(i, _)| i % every == 0 || *i + 1 == v.len())
                 .map(|(i, x)| Point {
-                    x: *x,
+                    x: *x / 3600.0,
                     y: (i + 1) as f64 / n,
                     err: None,
                 })
@@ -588,7 +636,7 @@ fn draw_cdf(
                 format!(" at {}", where_.join(", "))
             }
         ),
-        x_label: "job completion time (s)".into(),
+        x_label: "job completion time (hours)".into(),
         y_label: "fraction of jobs".into(),
         series,
         x_categories: None,

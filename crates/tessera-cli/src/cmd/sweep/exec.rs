@@ -222,7 +222,7 @@ pub fn execute_run(dir: &Path, spec: &Spec, run: &PlannedRun) -> Result<bool> {
 fn run_simulate(tmp: &Path, spec: &Spec, run: &PlannedRun) -> Result<()> {
     let args = simulate_args(&run.params)?;
     let sim = simulate::execute(&args)?;
-    write_outputs(tmp, &sim.doc, &sim.reports)?;
+    write_outputs(tmp, &sim.doc, &sim.reports, &sim.node_labels)?;
     for (file, name) in [("jobs", "jobs.csv"), ("timeseries", "timeseries.csv")] {
         if !spec.outputs.keeps(file) {
             let _ = std::fs::remove_file(tmp.join(name));

@@ -34,20 +34,47 @@ pub fn builtin_specs() -> impl Iterator<Item = (&'static str, &'static str, &'st
         .chain(tessera_mechanisms::sweeps().map(|s| (s.name, s.about, s.yaml)))
 }
 
+pub const SWEEP_EXAMPLES: &str = "Examples:
+  tessera sweep run builtin:baselines-load --out out/sweep
+  tessera sweep collect out/sweep
+      results.csv, results.json and plots in out/sweep";
+
 #[derive(Debug, Subcommand)]
 pub enum SweepCommand {
     /// Expand a spec into its runs and print them with their ids, checking every axis value
     /// (unknown policies, unreadable traces) before anything runs.
+    #[command(after_help = "Examples:
+  tessera sweep plan builtin:baselines-load
+      its runs with their ids, every axis value checked
+  tessera sweep plan my-sweep.yaml --json")]
     Plan(PlanArgs),
     /// Run every run of a spec that has no result yet in DIR on local cores.
+    #[command(after_help = "Examples:
+  tessera sweep run builtin:baselines-load --out out/sweep
+      every run on local cores; run again to resume after a stop
+  tessera sweep run my-sweep.yaml --out out/mine --threads 2")]
     Run(RunArgs),
     /// Run one run (or one Slurm task's runs) of the plan in DIR; what Slurm tasks call.
+    #[command(after_help = "Examples:
+  tessera sweep run-one out/sweep --index 3
+      run 3 of the plan in out/sweep (as a Slurm array task does)")]
     RunOne(RunOneArgs),
     /// Submit the runs that have no result yet as one Slurm job array.
+    #[command(after_help = "Examples:
+  tessera sweep submit my-sweep.yaml --out /shared/sweep --slurm --partition batch
+  tessera sweep submit --resume --slurm --out /shared/sweep
+      resubmit only the runs without a result")]
     Submit(SubmitArgs),
     /// Show done/failed/pending runs of DIR, and its Slurm jobs' states.
+    #[command(after_help = "Examples:
+  tessera sweep status out/sweep
+  tessera sweep status out/sweep --json")]
     Status(StatusArgs),
     /// Merge DIR's results into results.csv and results.json and draw the plots.
+    #[command(after_help = "Examples:
+  tessera sweep collect out/sweep
+      results.csv, results.json and one plot per metric against the first axis
+  tessera sweep collect out/sweep --plot-format png --cdf-at load=60")]
     Collect(CollectArgs),
 }
 
@@ -274,10 +301,7 @@ fn check_value(spec: &Spec, name: &str, value: &Value) -> Result<()> {
                 format!("poisson:{text}").parse::<tessera_trace::Arrivals>()?;
             }
             "round" => {
-                let s: f64 = text.parse().context("not a number")?;
-                if !(s.is_finite() && s > 0.0) {
-                    bail!("a round must be a positive number of seconds");
-                }
+                crate::args::positive_duration(text).map_err(|e| anyhow::anyhow!("{e}"))?;
             }
             _ => {}
         }
@@ -385,13 +409,14 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
     let started = Instant::now();
     let tally = run_local(&args.out, &plan, threads)?;
     eprintln!(
-        "sweep {}: {} runs: {} ran now, {} already done, {} failed ({:.1} s on {threads} threads)",
+        "sweep {}: {}: {} ran now, {} already done, {} failed ({:.1} s on {})",
         printable(&plan.spec.name),
-        tally.total,
+        crate::output::count(tally.total as u64, "run"),
         tally.done,
         tally.already,
         tally.failed,
-        exec::secs(started)
+        exec::secs(started),
+        crate::output::count(threads as u64, "thread")
     );
     if tally.failed > 0 {
         for r in &plan.runs {

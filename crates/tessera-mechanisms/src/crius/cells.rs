@@ -35,8 +35,8 @@
 
 use tessera_model::{GpuModel, ParallelPlan};
 
-use crate::collective::{self, Collective, CollectiveLinks, Fabric, Link};
-use crate::roofline::{Precision, Roofline};
+use tessera_perf::collective::{self, Collective, CollectiveLinks, Fabric, Link};
+use tessera_perf::roofline::{Precision, Roofline};
 
 /// Bytes of training state per parameter under mixed-precision Adam: fp16 weights and
 /// gradients (2 + 2) plus fp32 master weights, momentum and variance (4 + 4 + 4).
