@@ -17,10 +17,10 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 
 use crate::config::Limits;
-use crate::server_guard::{AuthLimiter, ClientKey, ConnectionCounts};
 use crate::engine::{Engine, Request, Response};
 use crate::error::{ApiError, DaemonError};
 use crate::metrics::Histogram;
+use crate::server_guard::{AuthLimiter, ClientKey, ConnectionCounts};
 use crate::spec::JobSpec;
 use crate::types::JobState;
 

@@ -133,7 +133,8 @@ impl AuthLimiter {
     }
 
     fn refill(&self, b: &mut Bucket, now: Instant) {
-        let gained = now.saturating_duration_since(b.refilled).as_secs_f64() / self.refill.as_secs_f64();
+        let gained =
+            now.saturating_duration_since(b.refilled).as_secs_f64() / self.refill.as_secs_f64();
         b.tokens = (b.tokens + gained).min(self.burst);
         b.refilled = now;
     }
@@ -148,7 +149,9 @@ impl AuthLimiter {
             return None;
         }
         b.refused += 1;
-        if b.logged.is_none_or(|t| now.saturating_duration_since(t) >= LOG_WINDOW) {
+        if b.logged
+            .is_none_or(|t| now.saturating_duration_since(t) >= LOG_WINDOW)
+        {
             tracing::warn!(
                 client = %key,
                 refused = b.refused,
@@ -255,7 +258,10 @@ mod tests {
         let a = c.acquire(v4(1)).unwrap();
         let _b = c.acquire(v4(1)).unwrap();
         assert!(c.acquire(v4(1)).is_none());
-        assert!(c.acquire(v4(2)).is_some(), "another client has its own slots");
+        assert!(
+            c.acquire(v4(2)).is_some(),
+            "another client has its own slots"
+        );
         drop(a);
         assert!(c.acquire(v4(1)).is_some());
     }

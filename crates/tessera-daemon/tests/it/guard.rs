@@ -130,8 +130,15 @@ fn token_guessing_is_limited_per_client_with_one_log_line() {
     let a = d.addr();
     let refused = request(connect_from(Ipv4Addr::LOCALHOST, a), "/v1/jobs", ALICE);
     assert_eq!(status(&refused), 429, "{refused}");
-    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
-    let other = request(connect_from(Ipv4Addr::new(127, 0, 0, 2), a), "/v1/jobs", ALICE);
+    assert!(
+        refused.to_ascii_lowercase().contains("retry-after: 1"),
+        "{refused}"
+    );
+    let other = request(
+        connect_from(Ipv4Addr::new(127, 0, 0, 2), a),
+        "/v1/jobs",
+        ALICE,
+    );
     assert_eq!(status(&other), 200, "{other}");
     // After the window, the right token works from the guesser's address.
     std::thread::sleep(refill + Duration::from_millis(100));
@@ -139,7 +146,10 @@ fn token_guessing_is_limited_per_client_with_one_log_line() {
     // One log line for the many refusals, and the metric agrees.
     assert_eq!(logged(needle), 1, "{:?}", LOGGED.lock().unwrap());
     let metrics = client(&d, ADMIN).metrics().unwrap();
-    assert!(metrics.contains("tessera_auth_limited_total 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("tessera_auth_limited_total 1\n"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -179,7 +189,9 @@ fn one_client_cannot_take_every_connection() {
         assert_eq!(status(&answer), 200, "{answer}");
     }
     drop(held);
-    wait_until("the capped client is served again", Duration::from_secs(5), || {
-        client(&d, ALICE).list().is_ok()
-    });
+    wait_until(
+        "the capped client is served again",
+        Duration::from_secs(5),
+        || client(&d, ALICE).list().is_ok(),
+    );
 }
