@@ -97,6 +97,15 @@ pub struct Limits {
     /// Milliseconds an answer may wait for a client that does not read it before the
     /// connection is closed (default 30000).
     pub send_timeout_ms: u64,
+    /// Most open connections from one client address (default 128; IPv6 addresses count by
+    /// their /64): beyond it a new connection from that address gets a 429 and is closed, so
+    /// one client cannot take every slot under `maxConnections`. Loopback is one address.
+    pub max_connections_per_client: usize,
+    /// Failed authentications (a wrong bearer token) one client address may make in a burst
+    /// (default 20); then every request from it gets a 429 until its allowance refills.
+    pub auth_failure_burst: u32,
+    /// Milliseconds for one failed authentication of the burst to be forgiven (default 1000).
+    pub auth_failure_refill_ms: u64,
 }
 
 impl Default for Limits {
@@ -110,6 +119,9 @@ impl Default for Limits {
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             send_timeout_ms: 30_000,
+            max_connections_per_client: 128,
+            auth_failure_burst: 20,
+            auth_failure_refill_ms: 1000,
         }
     }
 }
@@ -374,6 +386,18 @@ impl DaemonConfig {
         }
         if self.limits.max_connections == 0 {
             return bad("limits.maxConnections must be positive".into());
+        }
+        if self.limits.max_connections_per_client == 0 {
+            return bad("limits.maxConnectionsPerClient must be positive".into());
+        }
+        if self.limits.auth_failure_burst == 0 {
+            return bad("limits.authFailureBurst must be positive".into());
+        }
+        if !(1..=3_600_000).contains(&self.limits.auth_failure_refill_ms) {
+            return bad(format!(
+                "limits.authFailureRefillMs must be between 1 and 3600000, got {}",
+                self.limits.auth_failure_refill_ms
+            ));
         }
         for (field, ms) in [
             ("headerTimeoutMs", self.limits.header_timeout_ms),

@@ -38,6 +38,7 @@ pub mod store;
 pub mod types;
 
 mod server;
+mod server_guard;
 mod server_services;
 #[cfg(test)]
 mod services_tests;

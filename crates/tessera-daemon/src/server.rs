@@ -20,6 +20,7 @@ use crate::config::Limits;
 use crate::engine::{Engine, Request, Response};
 use crate::error::{ApiError, DaemonError};
 use crate::metrics::Histogram;
+use crate::server_guard::{AuthLimiter, ClientKey, ConnectionCounts};
 use crate::spec::JobSpec;
 use crate::types::JobState;
 
@@ -233,6 +234,8 @@ pub(crate) struct AppState {
     /// body, parse, the engine's wait and durable commit. Kept here, not in the engine, so
     /// that it covers the hops around the engine too.
     submit_latency: Arc<std::sync::Mutex<Histogram>>,
+    /// Failed authentications per client (read here for `/metrics`).
+    auth_limiter: Arc<AuthLimiter>,
 }
 
 /// `message` cut to [`MAX_ERROR_MESSAGE`] bytes (on a character boundary), saying how much
@@ -575,6 +578,10 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> HttpResponse 
             };
             text.push_str("# HELP tessera_submit_seconds Time from a submission's arrival to its answer (body, parse, engine wait, durable commit).\n# TYPE tessera_submit_seconds histogram\n");
             crate::metrics::histogram(&mut text, "tessera_submit_seconds", &h);
+            text.push_str(&format!(
+                "# HELP tessera_auth_limited_total Times a client was refused for too many failed authentications (one per log line).\n# TYPE tessera_auth_limited_total counter\ntessera_auth_limited_total {}\n",
+                s.auth_limiter.limited_total()
+            ));
             Response::Text(text)
         }
         other => other,
@@ -590,7 +597,7 @@ async fn fallback() -> HttpResponse {
     error_response(&ApiError::not_found("no such endpoint"))
 }
 
-fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
+fn router(tx: mpsc::Sender<Envelope>, limits: &Limits, auth_limiter: Arc<AuthLimiter>) -> Router {
     Router::new()
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
@@ -620,6 +627,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits) -> Router {
             tx,
             body_timeout: Duration::from_millis(limits.body_timeout_ms),
             submit_latency: Arc::default(),
+            auth_limiter,
         })
 }
 
@@ -639,9 +647,13 @@ pub(crate) async fn serve_engine(
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())
         .spawn(move || run_engine(engine, rx, poll_interval))?;
-    let app = router(tx, limits);
+    let auth_limiter = Arc::new(AuthLimiter::new(
+        limits.auth_failure_burst,
+        Duration::from_millis(limits.auth_failure_refill_ms),
+    ));
+    let app = router(tx, limits, Arc::clone(&auth_limiter));
     tracing::info!(%addr, "serving the tessera API");
-    accept_loop(listener, app, limits, shutdown).await;
+    accept_loop(listener, app, auth_limiter, limits, shutdown).await;
     // Every connection (and the router's sender with it) is gone; the engine loop then exits.
     let joined = tokio::task::spawn_blocking(move || thread.join()).await;
     match joined {
@@ -745,6 +757,58 @@ fn refuse(stream: tokio::net::TcpStream, cap: usize) {
     let _ = stream.try_write(reply.as_bytes());
 }
 
+/// Answers a connection beyond its client's own cap with a 429 (best effort) and closes it.
+fn refuse_client(stream: tokio::net::TcpStream, cap: usize) {
+    let body = serde_json::json!({"error": {
+        "code": "too_many_connections",
+        "message": format!("this client already holds {cap} connections, the most one client may open; reuse them or retry later"),
+    }})
+    .to_string();
+    let reply = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+         connection: close\r\nretry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(reply.as_bytes());
+}
+
+/// The answer to a request from a client with no failed authentications left.
+fn too_many_failures(wait: Duration) -> HttpResponse {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut r = error_response(&ApiError::new(
+        429,
+        "too_many_failed_authentications",
+        format!("too many failed authentications from this address; retry in {secs} s"),
+    ));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(secs.max(1)));
+    r
+}
+
+/// Serves one request of `client`: refused at once while the client has no failed
+/// authentications left (except `/healthz`), else by the router; a `401` to a request that
+/// carried a token spends one of its failures.
+async fn guarded(
+    app: Router,
+    limiter: Arc<AuthLimiter>,
+    client: ClientKey,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<HttpResponse, std::convert::Infallible> {
+    use tower_service::Service;
+    if req.uri().path() != "/healthz" {
+        if let Some(wait) = limiter.check(client, Instant::now()) {
+            return Ok(too_many_failures(wait));
+        }
+    }
+    let presented = req.headers().contains_key(header::AUTHORIZATION);
+    let mut app = app;
+    let answer = app.call(req).await?;
+    if presented && answer.status() == StatusCode::UNAUTHORIZED {
+        limiter.failed(client, Instant::now());
+    }
+    Ok(answer)
+}
+
 /// Accepts connections until `shutdown`, each served by hyper with a header read timeout
 /// (which also closes idle keep-alive connections: hyper arms it while waiting for the next
 /// request's head) and a send timeout, under a cap on open connections. Accept errors (running out of file
@@ -752,13 +816,14 @@ fn refuse(stream: tokio::net::TcpStream, cap: usize) {
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: Router,
+    auth_limiter: Arc<AuthLimiter>,
     limits: &Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
 
     let cap = limits.max_connections;
+    let per_client = ConnectionCounts::new(limits.max_connections_per_client);
     let send_timeout = Duration::from_millis(limits.send_timeout_ms);
     let permits = Arc::new(tokio::sync::Semaphore::new(cap));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -768,11 +833,11 @@ async fn accept_loop(
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, client) = tokio::select! {
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, ClientKey::of(peer.ip())),
                 Err(e) => {
                     tracing::warn!("accepting a connection failed, retrying: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -784,16 +849,24 @@ async fn accept_loop(
             refuse(stream, cap);
             continue;
         };
+        let Some(slot) = per_client.acquire(client) else {
+            refuse_client(stream, per_client.cap());
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let io = SendTimeout {
             inner: stream,
             limit: send_timeout,
             stalled: None,
         };
-        let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
+        let (app, limiter) = (app.clone(), Arc::clone(&auth_limiter));
+        let service = hyper::service::service_fn(move |req| {
+            guarded(app.clone(), Arc::clone(&limiter), client, req)
+        });
+        let conn = http.serve_connection(TokioIo::new(io), service);
         let mut stop = stop_rx.clone();
         tasks.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, slot);
             tokio::pin!(conn);
             let mut stopping = false;
             loop {

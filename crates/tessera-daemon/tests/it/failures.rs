@@ -2,7 +2,8 @@
 //! down by an administrator has its jobs requeued and restarted elsewhere, once; and a bounded
 //! chaos run that SIGKILLs its own `tesserad` child at random moments and fails a node while
 //! submitting continuously, after which every acknowledged job has run to completion exactly
-//! once or is still queued.
+//! once or is still queued; after every restart a second daemon started on the same store
+//! through a symlink must be refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -17,7 +18,7 @@ use tessera_daemon::{BackendConfig, Client, SystemClock};
 use tessera_model::{Bytes, MilliCpu};
 
 use crate::common::*;
-use crate::restart::{free_port, sigkill, start_tesserad};
+use crate::restart::{free_port, second_daemon_refused, sigkill, start_tesserad};
 
 fn two_nodes(dir: &Path, gpus: u32) -> BackendConfig {
     let node = |name: &str| LocalNodeConfig {
@@ -152,6 +153,10 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut daemon = Some(start_tesserad(dir.path(), c.clone(), port));
+    // Another path to the same store: a second daemon must be refused through it too.
+    let symlink = dir.path().join("store-via-symlink.db");
+    std::os::unix::fs::symlink(&c.store, &symlink).unwrap();
+    let mut seconds_refused = 0;
     let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = {
@@ -190,10 +195,24 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
         }
         std::thread::sleep(Duration::from_millis(rng.below(500)));
         daemon = Some(start_tesserad(dir.path(), c.clone(), port));
+        // While the restarted daemon serves (and the submitter writes), a second one on the
+        // same store through the symlink exits refused, leaving the first untouched.
+        let stderr = second_daemon_refused(
+            dir.path(),
+            c.clone(),
+            &symlink,
+            &format!("second-{seconds_refused}"),
+        );
+        assert!(stderr.contains("in use"), "{stderr}");
+        seconds_refused += 1;
     }
     stop.store(true, Ordering::Relaxed);
     submitter.join().unwrap();
     assert!(kills >= 3 && failed_node, "{kills} kills");
+    assert_eq!(
+        seconds_refused, kills,
+        "a second daemon tried after every restart"
+    );
     let acked = acked.lock().unwrap().clone();
     assert!(
         acked.len() > 50,

@@ -519,6 +519,7 @@ fn running_out_of_descriptors_changes_no_jobs_outcome() {
     let mut config = config(dir.path(), local_backend(dir.path(), 4));
     config.poll_interval_ms = 100;
     config.limits.max_connections = 10_000; // let the descriptors run out
+    config.limits.max_connections_per_client = 10_000; // all from one address
     config.limits.header_timeout_ms = 120_000; // and stay out until the test ends it
     let port = free_port();
     config.listen = format!("127.0.0.1:{port}").parse().unwrap();

@@ -7,11 +7,13 @@
 //! - `hardening`: hostile clients and faults (timeouts, caps, limits, exhaustion).
 //! - `restart`: SIGKILL the `tesserad` binary mid-run and restart it.
 //! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
+//! - `guard`: per-client connection caps and the limit on failed authentications.
 //! - `services`: inference services over HTTP.
 
 mod api;
 mod common;
 mod failures;
+mod guard;
 mod hardening;
 mod local;
 mod restart;

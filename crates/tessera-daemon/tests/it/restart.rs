@@ -286,7 +286,12 @@ fn kill_group(pid: i32) {
 
 /// Starts a second daemon on `store` and returns its stderr once it has exited, which it
 /// must do (refused) within 15 s.
-fn second_daemon_refused(dir: &Path, mut config: DaemonConfig, store: &Path, name: &str) -> String {
+pub fn second_daemon_refused(
+    dir: &Path,
+    mut config: DaemonConfig,
+    store: &Path,
+    name: &str,
+) -> String {
     config.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     config.store = store.to_path_buf();
     let path = dir.join(format!("{name}.yaml"));
