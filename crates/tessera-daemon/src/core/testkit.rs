@@ -32,6 +32,17 @@ pub(crate) fn node(name: &str, gpus: u32) -> InventoryNode {
     }
 }
 
+/// One node with `gpus` GPUs of GRES type (or catalog name) `kind`, 64 cores, 512 GiB.
+pub(crate) fn typed_node(name: &str, kind: &str, gpus: u32) -> InventoryNode {
+    InventoryNode {
+        gres: vec![GresCount {
+            kind: Some(kind.into()),
+            count: gpus,
+        }],
+        ..node(name, gpus)
+    }
+}
+
 /// What the driver did, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
@@ -215,6 +226,16 @@ impl Harness {
             "job {} acknowledged before it was durable",
             job.id
         );
+        job.id
+    }
+
+    /// Submits a job from its spec (YAML); returns its id.
+    pub(crate) fn submit_spec(&mut self, body: &str) -> i64 {
+        let mut r = self
+            .core
+            .submit(self.now, vec![(Some(TOKEN.into()), body.into())]);
+        let job = r.pop().expect("one result").expect("accepted");
+        self.drain();
         job.id
     }
 
