@@ -207,3 +207,44 @@ fn las_preempts_for_a_restricted_job_after_a_restart() {
     restricted_arrival(Some(false));
     restricted_arrival(Some(true));
 }
+
+/// With restart costs configured (`restartCosts: table`), a restarted attempt attains no
+/// service while it restores from its checkpoint, as in the simulator
+/// (`tessera_sched::book`), and a daemon restart brings running jobs back with exactly that
+/// service (their rows know the attempt and its start).
+#[test]
+fn restart_costs_hold_back_service_also_across_a_daemon_restart() {
+    let costs = || tessera_perf::RestartCosts::uniform(SimDuration::from_secs(20));
+    let run = |restart: bool| {
+        let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+        h.core.settings.restart_costs = costs();
+        let x = h.submit("x", 1, 10_000);
+        h.schedule();
+        h.advance(10);
+        let y = h.submit("y", 1, 10_000);
+        h.schedule();
+        // Rounds at 60 s (y for x) and 120 s (x, restarted, for y: equal service, x first).
+        for _ in 0..2 {
+            h.now = h.core.poll_timeout().expect("a round");
+            h.poll();
+            h.schedule();
+        }
+        assert_eq!(h.state(x), JobState::Running);
+        assert_eq!(h.core.job_row(x).map(|r| r.attempt), Some(2), "x restarted");
+        h.advance(30);
+        if restart {
+            h.restart_with(policy("las", Some(60)), |c| {
+                c.settings.restart_costs = costs()
+            });
+        }
+        h.schedule();
+        attained(&h, &[x, y])
+    };
+    let kept = run(false);
+    assert_eq!(
+        kept,
+        vec![70_000_000, 60_000_000],
+        "x: 60 GPU·s, then 10 of its 30 s back after a 20 s restore; y: 60"
+    );
+    assert_eq!(run(true), kept, "a daemon restart keeps the same service");
+}

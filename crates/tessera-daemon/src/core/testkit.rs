@@ -103,6 +103,9 @@ pub(crate) struct Harness {
     pub(crate) reconfigure_error: Option<BackendError>,
     next_handle: u64,
     pub(crate) nodes: Vec<InventoryNode>,
+    /// Every launch sent, in order: job id, attempt, placement down to the devices, CPU and
+    /// memory.
+    pub(crate) placements: Vec<(i64, u32, Vec<crate::backend::PlacedShare>)>,
 }
 
 fn settings() -> CoreSettings {
@@ -112,6 +115,7 @@ fn settings() -> CoreSettings {
         public_metrics: false,
         whole_cpus: false,
         arrival_coalescing: SimDuration::ZERO,
+        restart_costs: tessera_perf::RestartCosts::free(),
     }
 }
 
@@ -172,6 +176,7 @@ impl Harness {
             reconfigure_error: None,
             next_handle: 0,
             nodes,
+            placements: Vec::new(),
         }
     }
 
@@ -372,6 +377,8 @@ impl Harness {
                         l.job_id,
                         l.attempt
                     );
+                    self.placements
+                        .push((l.job_id, l.attempt, l.placement.clone()));
                     if self.hold_launches {
                         // Sent (the event), its answer to come.
                         self.events.push(Event::Launch(
