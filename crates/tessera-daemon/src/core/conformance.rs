@@ -37,7 +37,9 @@ fn restart_costs() -> RestartCosts {
 type Log = Arc<Mutex<Vec<(SimTime, Action)>>>;
 
 /// What each job held, in order, as the driver resolved it (devices, CPU, memory, MIG
-/// instance): `Some` per start, `None` per preemption; by job index.
+/// instance), one entry per start (a restart or a resize included); by job index.
+/// (Preemptions are compared on their own: a resize stops the daemon's run as a preemption
+/// does, where the simulator moves the job without one.)
 type Held<T> = BTreeMap<usize, Vec<Option<T>>>;
 type Holdings = Arc<Mutex<Held<Allocation>>>;
 
@@ -53,20 +55,10 @@ struct Recorder {
 }
 
 impl Recorder {
-    /// Notes that `job` holds `allocation` (a start) or nothing (`None`: a stop).
+    /// Notes that `job` starts on `allocation` (the simulator tells each start once).
     fn hold(&self, job: usize, allocation: Option<&Allocation>) {
         if let Ok(mut h) = self.holdings.lock() {
-            let seq = h.entry(job).or_default();
-            let last = seq.last();
-            // A driver may tell a running job again (its progress moved), and a queued job
-            // again (its key moved): one entry per start and per stop.
-            let new = match allocation {
-                Some(a) => last.is_none_or(|l| l.as_ref() != Some(a)),
-                None => last.is_some_and(Option::is_some),
-            };
-            if new {
-                seq.push(allocation.cloned());
-            }
+            h.entry(job).or_default().push(allocation.cloned());
         }
     }
 }
@@ -93,10 +85,8 @@ impl Policy for Recorder {
         true
     }
     fn observe(&mut self, change: JobChange<'_>) {
-        match change {
-            JobChange::Started(job, _) => self.hold(job.id.index(), job.allocation.as_ref()),
-            JobChange::Preempted(job, _) => self.hold(job.id.index(), None),
-            _ => {}
+        if let JobChange::Started(job, _) = change {
+            self.hold(job.id.index(), job.allocation.as_ref());
         }
         if self.inner_tracks {
             self.inner.observe(change);
@@ -319,17 +309,12 @@ fn run_core(
     let mut holdings: Held<Vec<PlacedShare>> = BTreeMap::new();
     let mut launched = h.placements.iter();
     for e in &seen {
-        match e {
-            Event::Launch(id, ..) => {
-                if let Some((_, _, placement)) = launched.next() {
-                    holdings
-                        .entry(index(&ids, *id))
-                        .or_default()
-                        .push(Some(placement.clone()));
-                }
-            }
-            Event::Stop(id, _, true) => holdings.entry(index(&ids, *id)).or_default().push(None),
-            _ => {}
+        let Event::Launch(id, ..) = e else { continue };
+        if let Some((_, _, placement)) = launched.next() {
+            holdings
+                .entry(index(&ids, *id))
+                .or_default()
+                .push(Some(placement.clone()));
         }
     }
     Some(DaemonRun {
@@ -426,13 +411,27 @@ fn check_if_honoured(
                     .map(|s| (s.node, s.gpus))
                     .collect();
                 sim_starts.push((*t, job.index(), placement));
+                if matches!(a, Action::Resize { .. }) {
+                    // A resize stops the old run as a preemption does (and counts as one in
+                    // both drivers' records).
+                    sim_preempts.push((*t, job.index()));
+                }
             }
             Action::Preempt { job } => sim_preempts.push((*t, job.index())),
             _ => {}
         }
     }
-    assert_eq!(daemon.launches, sim_starts, "{name}: launches");
-    assert_eq!(daemon.preemptions, sim_preempts, "{name}: preemptions");
+    // Within an instant the daemon may send launches in another order than the decisions
+    // (a resize's new run waits for its old run's stop): the order of decisions is compared
+    // above, the launches of each instant as a set.
+    let mut launches = daemon.launches.clone();
+    launches.sort_by_key(|&(t, job, _)| (t, job));
+    sim_starts.sort_by_key(|&(t, job, _)| (t, job));
+    assert_eq!(launches, sim_starts, "{name}: launches");
+    let mut preemptions = daemon.preemptions.clone();
+    preemptions.sort_unstable();
+    sim_preempts.sort_unstable();
+    assert_eq!(preemptions, sim_preempts, "{name}: preemptions");
     let sim_finish: Vec<Option<SimTime>> = report.jobs.iter().map(|r| r.finish).collect();
     assert_eq!(daemon.finish, sim_finish, "{name}: completion times");
     Some(daemon.preemptions.len())
@@ -545,18 +544,33 @@ fn the_baselines_decide_the_same_in_both_on_two_gpu_models() {
     }
 }
 
-/// Every registered policy, on the two-model workload: runs both drivers and reports which
-/// decide alike (`cargo test -p tessera-daemon every_registered -- --ignored --nocapture`).
+/// Policies whose drivers still diverge on the two-model workload (issue 38 item 3), each
+/// with what differs; the test below fails as soon as one of them agrees, so that it leaves
+/// this list.
+/// - `static`: the daemon's run gets stuck (a job never completes in the scripted world).
+/// - `mps`: the same decisions at different instants (completion times differ: co-located
+///   jobs' rates).
+/// - `gavel`, `gavel-max-sum`: the simulator preempts at the first round (60 s), the daemon
+///   does not (the estimates they read differ).
+const KNOWN_DIVERGING: &[&str] = &["static", "mps", "gavel", "gavel-max-sum"];
+
+/// Every registered policy the daemon takes the workload under (two GPU models, restricted
+/// jobs, restart costs on) decides the same in both drivers, down to each job's devices, CPU
+/// and memory, but the known divergences above. Prints each policy's outcome
+/// (`--no-capture`).
 #[test]
-#[ignore = "a survey: lists the policies whose drivers diverge"]
-fn every_registered_policy_survey() {
+fn every_registered_policy_decides_the_same_in_both() {
     let (nodes, items) = two_model_workload();
     let mut diverging = Vec::new();
+    let mut agreeing = 0;
     for (_, info) in tessera_mechanisms::policies() {
         let name = info.name;
         let r = std::panic::catch_unwind(|| check_if_honoured(name, Some(60), &nodes, &items));
         match r {
-            Ok(Some(p)) => eprintln!("{name}: same ({p} preemptions)"),
+            Ok(Some(p)) => {
+                agreeing += 1;
+                eprintln!("{name}: same ({p} preemptions)");
+            }
             Ok(None) => eprintln!("{name}: refused by the daemon"),
             Err(_) => {
                 eprintln!("{name}: DIVERGES");
@@ -564,5 +578,6 @@ fn every_registered_policy_survey() {
             }
         }
     }
-    eprintln!("diverging: {diverging:?}");
+    assert_eq!(diverging, KNOWN_DIVERGING, "policies whose drivers diverge");
+    assert!(agreeing >= 30, "most policies run and agree: {agreeing}");
 }
