@@ -947,13 +947,14 @@ fn advance(head: &mut Head<'_>) -> Option<Rank> {
 /// (issue 38: LAS in real mode, 2 A100 + 2 V100). On a cluster of one model this is the
 /// whole count, as it was.
 #[derive(Clone, Debug)]
-struct TypeBudget {
+pub struct TypeBudget {
     /// (model, GPUs left), in the order the models first appear among the groups.
     left: SmallVec<[(GpuModelId, u64); 4]>,
 }
 
 impl TypeBudget {
-    fn new(cluster: &tessera_model::Cluster) -> TypeBudget {
+    /// The whole cluster's GPUs, per model.
+    pub fn new(cluster: &tessera_model::Cluster) -> TypeBudget {
         let mut left: SmallVec<[(GpuModelId, u64); 4]> = SmallVec::new();
         for g in &cluster.groups {
             match left.iter_mut().find(|(m, _)| *m == g.gpu) {
@@ -964,19 +965,37 @@ impl TypeBudget {
         TypeBudget { left }
     }
 
+    /// The GPUs free per model, from each node's free resources (`free`, by node index): what
+    /// a policy that released its running jobs' allocations into a ledger selects into.
+    pub fn of_free(
+        cluster: &tessera_model::Cluster,
+        free: &[tessera_model::Resources],
+    ) -> TypeBudget {
+        let mut budget = TypeBudget::new(cluster);
+        for e in budget.left.iter_mut() {
+            e.1 = 0;
+        }
+        for (node, f) in cluster.nodes.iter().zip(free) {
+            if let Some(e) = budget.left.iter_mut().find(|(m, _)| *m == node.gpu) {
+                e.1 += u64::from(f.gpus);
+            }
+        }
+        budget
+    }
+
     /// Whether the cluster has GPUs of a single model (the budget is then one count).
-    fn single(&self) -> bool {
+    pub fn single(&self) -> bool {
         self.left.len() <= 1
     }
 
     /// The most GPUs left of any model: no job asking more can be selected.
-    fn most(&self) -> u64 {
+    pub fn most(&self) -> u64 {
         self.left.iter().map(|&(_, n)| n).max().unwrap_or(0)
     }
 
     /// Charges a running job's `gpus` to the model of the node it holds first; false (and
     /// nothing charged) when that model has fewer left.
-    fn take_held(
+    pub fn take_held(
         &mut self,
         cluster: &tessera_model::Cluster,
         held: &Allocation,
@@ -1000,7 +1019,7 @@ impl TypeBudget {
 
     /// Charges `job` (`spec` its spec) as [`take_held`](Self::take_held) or
     /// [`take_queued`](Self::take_queued) does, as it holds GPUs or not.
-    fn take(
+    pub fn take(
         &mut self,
         cluster: &tessera_model::Cluster,
         job: &ActiveJob,
@@ -1014,7 +1033,7 @@ impl TypeBudget {
 
     /// Charges a queued job's `gpus` to the first model it accepts (`allowed` empty: any)
     /// with enough left; false when none has.
-    fn take_queued(&mut self, allowed: &[GpuModelId], gpus: u32) -> bool {
+    pub fn take_queued(&mut self, allowed: &[GpuModelId], gpus: u32) -> bool {
         match self
             .left
             .iter_mut()
