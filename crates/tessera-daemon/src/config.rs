@@ -30,6 +30,12 @@ pub struct DaemonConfig {
     /// estimates; absent = policies see no profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truth: Option<String>,
+    /// What a restart costs before the job makes progress again, for the attained service
+    /// policies see: `none` (default: every GPU-second held counts) or `table` (the
+    /// simulator's default restart costs: the model's checkpoint + restore time, during which
+    /// no service is attained, as `tessera simulate` charges it).
+    #[serde(default)]
+    pub restart_costs: RestartCostMode,
     /// How often the backend is polled for job state changes, in milliseconds (default 500).
     #[serde(default = "default_poll_ms")]
     pub poll_interval_ms: u64,
@@ -545,6 +551,20 @@ mod tests {
     }
 
     #[test]
+    fn restart_costs_are_none_or_table() {
+        let base = "store: x\nbackend: {kind: local, workDir: /w}\n";
+        let c = DaemonConfig::from_yaml(base).unwrap();
+        assert_eq!(c.restart_costs, RestartCostMode::None);
+        let c = DaemonConfig::from_yaml(&format!("restartCosts: table\n{base}")).unwrap();
+        assert_eq!(c.restart_costs, RestartCostMode::Table);
+        assert!(
+            c.restart_costs.costs().checkpoint_restore("resnet50")
+                > tessera_model::SimDuration::ZERO
+        );
+        rejection(&format!("restartCosts: sometimes\n{base}"));
+    }
+
+    #[test]
     fn a_truth_must_be_registered() {
         let base = "store: x\nbackend: {kind: local, workDir: /w}\n";
         let e = rejection(&format!("truth: nonsuch\n{base}"));
@@ -630,5 +650,26 @@ mod tests {
         assert!(
             DaemonConfig::from_yaml("store: x\nbackend: {kind: slurm, workDir: /jobs}\n").is_ok()
         );
+    }
+}
+
+/// `restartCosts:` in the config (see [`DaemonConfig::restart_costs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartCostMode {
+    /// Restarts cost nothing: service is every GPU-second held.
+    #[default]
+    None,
+    /// The simulator's default table (`tessera_perf::RestartCosts::default()`).
+    Table,
+}
+
+impl RestartCostMode {
+    /// The costs this mode charges.
+    pub fn costs(self) -> tessera_perf::RestartCosts {
+        match self {
+            RestartCostMode::None => tessera_perf::RestartCosts::free(),
+            RestartCostMode::Table => tessera_perf::RestartCosts::default(),
+        }
     }
 }

@@ -221,6 +221,7 @@ impl Engine {
             public_metrics: config.public_metrics,
             whole_cpus: backend.whole_cpus(),
             arrival_coalescing: SimDuration::ZERO,
+            restart_costs: config.restart_costs.costs(),
         };
         let mut core = Core::new(settings, map, policy, tenants, Box::new(random_token), now);
         if let Some(name) = &config.truth {

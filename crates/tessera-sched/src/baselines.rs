@@ -7,7 +7,8 @@
 //! The preemptive orders (SRTF, LAS, FTF) re-plan at every round boundary, or at every event
 //! when no round length is set:
 //! 1. walk all active jobs in priority order and select those whose GPUs fit in the cluster's
-//!    GPU capacity (skipping any that do not, and continuing);
+//!    GPU capacity of the models they can use (skipping any that do not, and continuing; see
+//!    `TypeBudget`);
 //! 2. release the allocations of running jobs that were not selected;
 //! 3. start the selected queued jobs in priority order where a placement exists;
 //! 4. let unselected running jobs keep their GPUs if these are still free (no needless
@@ -936,6 +937,117 @@ fn advance(head: &mut Head<'_>) -> Option<Rank> {
     taken
 }
 
+/// The GPUs left to select jobs into, per GPU model of the cluster (step 1 of a re-plan).
+///
+/// A job stays within one node group, so only GPUs of a model it accepts can hold it: a
+/// running job is charged to the model it holds, a queued one to the first model (in group
+/// order, as placement tries them) it accepts with enough left. Budgeting against the whole
+/// cluster's count instead selected a queued job restricted to one model whenever other
+/// models had room, so the job it should displace kept running and it waited for ever
+/// (issue 38: LAS in real mode, 2 A100 + 2 V100). On a cluster of one model this is the
+/// whole count, as it was.
+#[derive(Clone, Debug)]
+pub struct TypeBudget {
+    /// (model, GPUs left), in the order the models first appear among the groups.
+    left: SmallVec<[(GpuModelId, u64); 4]>,
+}
+
+impl TypeBudget {
+    /// The whole cluster's GPUs, per model.
+    pub fn new(cluster: &tessera_model::Cluster) -> TypeBudget {
+        let mut left: SmallVec<[(GpuModelId, u64); 4]> = SmallVec::new();
+        for g in &cluster.groups {
+            match left.iter_mut().find(|(m, _)| *m == g.gpu) {
+                Some(e) => e.1 += g.total_gpus(),
+                None => left.push((g.gpu, g.total_gpus())),
+            }
+        }
+        TypeBudget { left }
+    }
+
+    /// The GPUs free per model, from each node's free resources (`free`, by node index): what
+    /// a policy that released its running jobs' allocations into a ledger selects into.
+    pub fn of_free(
+        cluster: &tessera_model::Cluster,
+        free: &[tessera_model::Resources],
+    ) -> TypeBudget {
+        let mut budget = TypeBudget::new(cluster);
+        for e in budget.left.iter_mut() {
+            e.1 = 0;
+        }
+        for (node, f) in cluster.nodes.iter().zip(free) {
+            if let Some(e) = budget.left.iter_mut().find(|(m, _)| *m == node.gpu) {
+                e.1 += u64::from(f.gpus);
+            }
+        }
+        budget
+    }
+
+    /// Whether the cluster has GPUs of a single model (the budget is then one count).
+    pub fn single(&self) -> bool {
+        self.left.len() <= 1
+    }
+
+    /// The most GPUs left of any model: no job asking more can be selected.
+    pub fn most(&self) -> u64 {
+        self.left.iter().map(|&(_, n)| n).max().unwrap_or(0)
+    }
+
+    /// Charges a running job's `gpus` to the model of the node it holds first; false (and
+    /// nothing charged) when that model has fewer left.
+    pub fn take_held(
+        &mut self,
+        cluster: &tessera_model::Cluster,
+        held: &Allocation,
+        gpus: u32,
+    ) -> bool {
+        let model = held
+            .shares
+            .first()
+            .and_then(|s| cluster.nodes.get(s.node.index()))
+            .map(|n| n.gpu);
+        // A holding that names no node of the cluster (none does) is charged as a queued job.
+        let Some(e) = model.and_then(|m| self.left.iter_mut().find(|(x, _)| *x == m)) else {
+            return self.take_queued(&[], gpus);
+        };
+        if e.1 < gpus as u64 {
+            return false;
+        }
+        e.1 -= gpus as u64;
+        true
+    }
+
+    /// Charges `job` (`spec` its spec) as [`take_held`](Self::take_held) or
+    /// [`take_queued`](Self::take_queued) does, as it holds GPUs or not.
+    pub fn take(
+        &mut self,
+        cluster: &tessera_model::Cluster,
+        job: &ActiveJob,
+        spec: &TrainingJob,
+    ) -> bool {
+        match &job.allocation {
+            Some(held) => self.take_held(cluster, held, spec.gpus),
+            None => self.take_queued(&spec.gpu_types, spec.gpus),
+        }
+    }
+
+    /// Charges a queued job's `gpus` to the first model it accepts (`allowed` empty: any)
+    /// with enough left; false when none has.
+    pub fn take_queued(&mut self, allowed: &[GpuModelId], gpus: u32) -> bool {
+        match self
+            .left
+            .iter_mut()
+            .find(|(m, n)| *n >= gpus as u64 && (allowed.is_empty() || allowed.contains(m)))
+        {
+            Some(e) => {
+                e.1 -= gpus as u64;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Failed shapes remembered per fill (the list is scanned per job: kept short).
 const MAX_FAILED_SHAPES: usize = 16;
 
@@ -1166,45 +1278,43 @@ impl OrderedPolicy {
 
         // 1. Select by priority within the GPU capacity: merge running and queued in rank
         //    order, skipping what exceeds the remaining budget.
-        let mut budget = view.cluster.total_gpus();
+        //    (Each job is taken or passed over in rank order, so a running job that does not
+        //    fit is passed over where it ranks.)
+        let mut budget = TypeBudget::new(view.cluster);
         let mut picked_queued: Vec<u32> = Vec::new();
-        let mut heads = bucket_heads(&queue, budget);
+        let mut heads = bucket_heads(&queue, budget.most());
         let mut best = BestHead::default();
         let mut next_running = 0;
         loop {
-            while let Some(&(_, _, _, id, _)) = self.ranked.get(next_running) {
-                let g = view
-                    .jobs
-                    .get(id as usize)
-                    .map_or(u64::MAX, |s| s.gpus as u64);
-                if g <= budget {
-                    break;
-                }
-                next_running += 1;
-            }
             let running_head = self
                 .ranked
                 .get(next_running)
-                .map(|&(_, k, sub, id, _)| (k, sub, id));
-            let queued = best.get(&heads, budget);
+                .map(|&(_, k, sub, id, i)| ((k, sub, id), i));
+            let queued = best.get(&heads, budget.most());
             let take_running = match (running_head, queued) {
-                (Some(r), Some(q)) => r < heads[q].2.unwrap_or(r),
+                (Some((r, _)), Some(q)) => r < heads[q].2.unwrap_or(r),
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
                 (None, None) => break,
             };
-            let id = if take_running {
+            let fits = if take_running {
                 next_running += 1;
-                running_head.map(|r| r.2)
+                let Some((r, i)) = running_head else { break };
+                let job = &view.active[i];
+                view.spec(job)
+                    .filter(|spec| budget.take(view.cluster, job, spec))
+                    .map(|_| r.2)
             } else {
                 best.taken();
-                queued.and_then(|q| advance(&mut heads[q])).map(|r| r.2)
+                let Some(id) = queued.and_then(|q| advance(&mut heads[q])).map(|r| r.2) else {
+                    break;
+                };
+                queue
+                    .demand(id, view.jobs)
+                    .filter(|d| budget.take_queued(d.gpu_types, d.gpus))
+                    .map(|_| id)
             };
-            let Some(id) = id else { break };
-            let Some(spec) = view.jobs.get(id as usize) else {
-                continue;
-            };
-            budget -= spec.gpus as u64;
+            let Some(id) = fits else { continue };
             self.picked[id as usize] = true;
             if !take_running {
                 picked_queued.push(id);
@@ -1294,10 +1404,22 @@ impl OrderedPolicy {
         let mut unpicked = std::mem::take(&mut self.unpicked);
         picked_queued.clear();
         unpicked.clear();
-        let mut heads = bucket_heads(&queue, capacity);
+        let budget = TypeBudget::new(view.cluster);
+        let typed = !budget.single();
+        let mut heads = bucket_heads(&queue, if typed { 0 } else { capacity });
         // Where the exact walk starts: after this rank (from the top for `Some(None)`).
         let mut exact_after: Option<Option<Rank>> = None;
-        if slack < 0 {
+        if typed {
+            // Several GPU models: the selection below, by model, from the top.
+            self.select_typed(
+                view,
+                &queue,
+                &run,
+                budget,
+                &mut picked_queued,
+                &mut unpicked,
+            );
+        } else if slack < 0 {
             exact_after = Some(None);
         } else {
             // The capacity left by what was taken so far bounds every later budget.
@@ -1439,19 +1561,68 @@ impl OrderedPolicy {
         self.running = Some(run);
     }
 
+    /// Step 1 of [`replan_running`](Self::replan_running) on a cluster of several GPU models:
+    /// every running and queued job in rank order, each taken when the models it can use
+    /// have its GPUs left ([`TypeBudget`]). Queued jobs selected go to `picked_queued` (and
+    /// are marked in `picked`), the places of running jobs not selected to `unpicked`.
+    fn select_typed(
+        &mut self,
+        view: &ClusterView<'_>,
+        queue: &Queue,
+        run: &RunningJobs,
+        mut budget: TypeBudget,
+        picked_queued: &mut Vec<u32>,
+        unpicked: &mut Vec<u32>,
+    ) {
+        let mut tail = std::mem::take(&mut self.tail);
+        run.ranked_after(None, view.now, queue.fair.as_deref(), &mut tail);
+        let mut heads = bucket_heads(queue, budget.most());
+        let mut best = BestHead::default();
+        let mut next = 0;
+        loop {
+            let queued = best.get(&heads, budget.most());
+            let running = tail.get(next).copied();
+            let take_running = match (running, queued) {
+                (Some((r, _, _)), Some(q)) => heads[q].2.is_none_or(|h| r < h),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_running {
+                let Some((_, g, place)) = running else { break };
+                next += 1;
+                let held = run.held.get(place as usize);
+                if !held.is_some_and(|a| budget.take_held(view.cluster, a, g)) {
+                    unpicked.push(place);
+                }
+            } else {
+                best.taken();
+                let Some(q) = queued else { break };
+                let Some((_, _, id)) = advance(&mut heads[q]) else {
+                    break;
+                };
+                let fits = queue
+                    .demand(id, view.jobs)
+                    .is_some_and(|d| budget.take_queued(d.gpu_types, d.gpus));
+                if fits {
+                    self.picked[id as usize] = true;
+                    picked_queued.push(id);
+                }
+            }
+        }
+        self.tail = tail;
+    }
+
     fn replan(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         self.rank(view, false);
-        let total_gpus = view.cluster.total_gpus();
-        let mut budget = total_gpus;
+        let mut budget = TypeBudget::new(view.cluster);
         let mut selected = vec![false; self.ranked.len()];
         for (r, &(_, _, _, _, i)) in self.ranked.iter().enumerate() {
-            let Some(spec) = view.spec(&view.active[i]) else {
+            let job = &view.active[i];
+            let Some(spec) = view.spec(job) else {
                 continue;
             };
-            if spec.gpus as u64 <= budget {
-                budget -= spec.gpus as u64;
-                selected[r] = true;
-            }
+            selected[r] = budget.take(view.cluster, job, spec);
         }
 
         let mut ledger = Ledger::new(view.cluster, view.free);

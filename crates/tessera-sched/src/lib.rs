@@ -13,6 +13,7 @@
 //!   the one check of actions all drivers apply.
 //! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.
 //! - [`baselines`]: FIFO, SRTF, LAS and FTF, and the job orderings other policies reuse.
+//! - [`book`]: the accounting both drivers keep of jobs' attained service and restarts.
 //!
 //! Mechanism-specific policies (Synergy, ...) live with their mechanism in
 //! `tessera-mechanisms`, whose registry builds every policy by name.
@@ -20,6 +21,7 @@
 #![warn(unreachable_pub)]
 
 pub mod baselines;
+pub mod book;
 pub mod free_index;
 mod kinetic;
 pub mod placement;

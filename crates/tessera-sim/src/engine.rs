@@ -1277,7 +1277,8 @@ impl<'a> Simulation<'a> {
         // Attained service counts the time the job made progress, not the time spent
         // restoring from a checkpoint: otherwise a preemptive policy with rounds shorter than
         // the restore time livelocks (each job is preempted before it ever resumes).
-        st.served_gpu_us += st.gpus_held as u64 * worked.as_micros();
+        st.served_gpu_us +=
+            tessera_sched::book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
         if st.gpus_held > 0 {
             st.held_secs += held;
             st.integ.0 += st.cur.0 * held;
@@ -1295,8 +1296,8 @@ impl<'a> Simulation<'a> {
         let now = self.now;
         let st = &self.state[job.index()];
         let line = st.line();
-        let worked = now.saturating_since(line.since);
-        let served = st.served_gpu_us + st.gpus_held as u64 * worked.as_micros();
+        let served = st.served_gpu_us
+            + tessera_sched::book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
         self.show_progress(job, served, line.remaining_at(now));
     }
 
@@ -2086,6 +2087,7 @@ impl<'a> Simulation<'a> {
         let cost = if restart {
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
+            // tessera_sched::book::restore_time, with the model's part looked up once.
             if *base == NEVER {
                 *base = costs.checkpoint_restore(&spec.model).as_micros();
             }

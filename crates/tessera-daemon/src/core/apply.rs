@@ -195,12 +195,12 @@ impl Core {
         detail: &str,
     ) -> Launch {
         // The service attained at this instant, stored with the attempt's start: what it has
-        // accrued up to the last scheduling point, and (a restart in place decided between
-        // points) the GPUs it holds since, which the next accrual counts from that point too.
-        let since = now_us.saturating_sub(self.last_accrual.as_micros());
-        let at_start = self.jobs[idx]
-            .attained_us
-            .saturating_add((alloc.gpus() as u64).saturating_mul(since));
+        // accrued up to the last scheduling point (a restart in place decided between points
+        // accrues from its start, or once restored, as every attempt does).
+        let at_start = self.jobs[idx].attained_us;
+        let restart = self.jobs[idx].row.attempt > 0;
+        let restore = self.resume_delay(idx, alloc.gpus(), restart);
+        self.jobs[idx].resumes_us = now_us.saturating_add(restore.as_micros());
         self.hold(idx, alloc);
         let token = (self.new_token)();
         let token_hash = hash_token(&token);
@@ -215,6 +215,14 @@ impl Core {
         self.job_tokens.insert(token_hash, idx);
         self.transition(idx, JobState::Starting, now_us, detail);
         self.launch(idx, &token)
+    }
+
+    /// How long attempt of job `idx` on `gpus` GPUs restores before its service grows: nothing
+    /// for a first start, the configured restart cost for a restart (the simulator's rule,
+    /// `tessera_sched::book::restore_time`).
+    pub(super) fn resume_delay(&self, idx: usize, gpus: u32, restart: bool) -> SimDuration {
+        let model = self.specs.get(idx).map_or("", |s| s.model.as_str());
+        tessera_sched::book::restore_time(&self.settings.restart_costs, model, gpus, restart)
     }
 
     /// Checkpoints and restarts a running job on the allocation it holds (a retune the

@@ -123,6 +123,7 @@ impl Core {
             archived: false,
             knowledge,
             attained_us,
+            resumes_us: 0,
         });
         self.specs.push(tj);
         self.touch(idx);

@@ -210,6 +210,10 @@ pub struct CoreSettings {
     /// per group commit. Completions, cancellations and rounds are not delayed. Zero (the
     /// simulator's semantics) schedules at every arrival.
     pub arrival_coalescing: SimDuration,
+    /// What a restart (after a preemption or a resize) costs before the job makes progress
+    /// again, as the simulator charges it (`tessera_sched::book`): no service is attained
+    /// meanwhile. `RestartCosts::free()` counts every GPU-second held.
+    pub restart_costs: tessera_perf::RestartCosts,
 }
 
 /// The end of the job table at one moment (see [`Core::submission_mark`]).
@@ -252,6 +256,9 @@ struct Job {
     /// and what it had when its attempt started while it holds an allocation (see
     /// [`Core::finish_restore`]).
     attained_us: u64,
+    /// When the current attempt's service starts growing, µs: its start, or the end of a
+    /// restart's checkpoint restore (`CoreSettings::restart_costs`).
+    resumes_us: u64,
 }
 
 /// A stopped run whose ending the backend has not told yet (in [`Core::verifying`]).

@@ -8,7 +8,7 @@
 
 use tessera_model::SimDuration;
 
-use super::testkit::{node, policy, Event, Harness};
+use super::testkit::{node, policy, typed_node, Event, Harness};
 use crate::backend::RunStatus;
 use crate::types::{JobState, ProgressReport};
 
@@ -139,4 +139,112 @@ fn stored_attained_service_follows_preemptions_and_restarts() {
         vec![215_000_000, 195_000_000],
         "x: 190 + 25 GPU·s; y: 225 - 30"
     );
+}
+
+/// Issue 38's real-mode case: LAS with 60 s rounds on 2 A100-40GB + 2 V100-32GB, after an
+/// earlier job that reported progress has run. `a` (2 A100s, long) runs; `b` (1 A100, short)
+/// arrives 20 s later: at the next round `b` gets an A100 and `a` is preempted, as the
+/// simulator decides (tessera-sim's tracked_baselines), also across a daemon restart between
+/// the two submissions or after both. (LAS budgeted against the cluster's 4 GPUs, so `a` and
+/// `b` "fit" together; `a` kept both A100s and `b` stayed pending with reason Resources.)
+fn restricted_arrival(restart: Option<bool>) {
+    let nodes = vec![
+        typed_node("a100", "A100-40GB", 2),
+        typed_node("v100", "V100-32GB", 2),
+    ];
+    let mut h = Harness::new(nodes, policy("las", Some(60)));
+    // Earlier history: an SDK job that reports progress and completes.
+    let p = h.submit("p", 1, 30);
+    h.schedule();
+    h.advance(10);
+    report(&mut h, p, 20);
+    h.advance(10);
+    h.end_run(p, RunStatus::Completed);
+    h.poll();
+    h.schedule();
+    assert_eq!(h.state(p), JobState::Completed);
+    let spec = |name: &str, gpus: u32, secs: u32| {
+        format!("name: {name}\ncommand: [sleep, \"{secs}\"]\ngpus: {gpus}\ngpuType: A100-40GB\n")
+    };
+    let a = h.submit_spec(&spec("a", 2, 400));
+    h.schedule();
+    assert_eq!(h.state(a), JobState::Running);
+    h.advance(20);
+    if restart == Some(false) {
+        h.restart(policy("las", Some(60)));
+    }
+    let b = h.submit_spec(&spec("b", 1, 30));
+    h.schedule();
+    assert_eq!(h.state(b), JobState::Pending, "both A100s are a's");
+    if restart == Some(true) {
+        h.advance(5);
+        h.restart(policy("las", Some(60)));
+        h.schedule();
+    }
+    h.take_events();
+    let next_round = h.core.poll_timeout().expect("a round is due");
+    assert!(next_round <= h.now + SimDuration::from_secs(60));
+    h.now = next_round;
+    h.poll();
+    h.schedule();
+    let events = h.take_events();
+    assert_eq!(
+        preempted(&events),
+        vec![a],
+        "restart {restart:?}: LAS gives b one of a's A100s: {events:?}"
+    );
+    assert_eq!(h.state(b), JobState::Running, "restart {restart:?}");
+    assert_eq!(h.core.metrics().preemptions.get("policy"), Some(&1));
+}
+
+#[test]
+fn las_preempts_for_a_job_restricted_to_a_busy_gpu_model() {
+    restricted_arrival(None);
+}
+
+#[test]
+fn las_preempts_for_a_restricted_job_after_a_restart() {
+    restricted_arrival(Some(false));
+    restricted_arrival(Some(true));
+}
+
+/// With restart costs configured (`restartCosts: table`), a restarted attempt attains no
+/// service while it restores from its checkpoint, as in the simulator
+/// (`tessera_sched::book`), and a daemon restart brings running jobs back with exactly that
+/// service (their rows know the attempt and its start).
+#[test]
+fn restart_costs_hold_back_service_also_across_a_daemon_restart() {
+    let costs = || tessera_perf::RestartCosts::uniform(SimDuration::from_secs(20));
+    let run = |restart: bool| {
+        let mut h = Harness::new(vec![node("n1", 1)], policy("las", Some(60)));
+        h.core.settings.restart_costs = costs();
+        let x = h.submit("x", 1, 10_000);
+        h.schedule();
+        h.advance(10);
+        let y = h.submit("y", 1, 10_000);
+        h.schedule();
+        // Rounds at 60 s (y for x) and 120 s (x, restarted, for y: equal service, x first).
+        for _ in 0..2 {
+            h.now = h.core.poll_timeout().expect("a round");
+            h.poll();
+            h.schedule();
+        }
+        assert_eq!(h.state(x), JobState::Running);
+        assert_eq!(h.core.job_row(x).map(|r| r.attempt), Some(2), "x restarted");
+        h.advance(30);
+        if restart {
+            h.restart_with(policy("las", Some(60)), |c| {
+                c.settings.restart_costs = costs()
+            });
+        }
+        h.schedule();
+        attained(&h, &[x, y])
+    };
+    let kept = run(false);
+    assert_eq!(
+        kept,
+        vec![70_000_000, 60_000_000],
+        "x: 60 GPU·s, then 10 of its 30 s back after a 20 s restore; y: 60"
+    );
+    assert_eq!(run(true), kept, "a daemon restart keeps the same service");
 }

@@ -169,10 +169,24 @@ impl Core {
                         // the instant accruals continue from, as a daemon that never stopped
                         // would have counted.
                         if let Some(start) = job.row.start_us {
-                            let since = self.last_accrual.as_micros().saturating_sub(start);
-                            job.attained_us = job
-                                .attained_us
-                                .saturating_add((a.gpus() as u64).saturating_mul(since));
+                            let resumes = start.saturating_add(
+                                tessera_sched::book::restore_time(
+                                    &self.settings.restart_costs,
+                                    &self.specs[idx].model,
+                                    a.gpus(),
+                                    job.row.attempt > 1,
+                                )
+                                .as_micros(),
+                            );
+                            job.resumes_us = resumes;
+                            job.attained_us = job.attained_us.saturating_add(
+                                tessera_sched::book::service_between(
+                                    a.gpus(),
+                                    SimTime::from_micros(start),
+                                    SimTime::from_micros(resumes),
+                                    self.last_accrual,
+                                ),
+                            );
                         }
                         self.holding.insert(idx);
                         for s in &a.shares {

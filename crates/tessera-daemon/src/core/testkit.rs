@@ -32,6 +32,17 @@ pub(crate) fn node(name: &str, gpus: u32) -> InventoryNode {
     }
 }
 
+/// One node with `gpus` GPUs of GRES type (or catalog name) `kind`, 64 cores, 512 GiB.
+pub(crate) fn typed_node(name: &str, kind: &str, gpus: u32) -> InventoryNode {
+    InventoryNode {
+        gres: vec![GresCount {
+            kind: Some(kind.into()),
+            count: gpus,
+        }],
+        ..node(name, gpus)
+    }
+}
+
 /// What the driver did, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
@@ -92,6 +103,9 @@ pub(crate) struct Harness {
     pub(crate) reconfigure_error: Option<BackendError>,
     next_handle: u64,
     pub(crate) nodes: Vec<InventoryNode>,
+    /// Every launch sent, in order: job id, attempt, placement down to the devices, CPU and
+    /// memory.
+    pub(crate) placements: Vec<(i64, u32, Vec<crate::backend::PlacedShare>)>,
 }
 
 fn settings() -> CoreSettings {
@@ -101,6 +115,7 @@ fn settings() -> CoreSettings {
         public_metrics: false,
         whole_cpus: false,
         arrival_coalescing: SimDuration::ZERO,
+        restart_costs: tessera_perf::RestartCosts::free(),
     }
 }
 
@@ -161,6 +176,7 @@ impl Harness {
             reconfigure_error: None,
             next_handle: 0,
             nodes,
+            placements: Vec::new(),
         }
     }
 
@@ -215,6 +231,16 @@ impl Harness {
             "job {} acknowledged before it was durable",
             job.id
         );
+        job.id
+    }
+
+    /// Submits a job from its spec (YAML); returns its id.
+    pub(crate) fn submit_spec(&mut self, body: &str) -> i64 {
+        let mut r = self
+            .core
+            .submit(self.now, vec![(Some(TOKEN.into()), body.into())]);
+        let job = r.pop().expect("one result").expect("accepted");
+        self.drain();
         job.id
     }
 
@@ -351,6 +377,8 @@ impl Harness {
                         l.job_id,
                         l.attempt
                     );
+                    self.placements
+                        .push((l.job_id, l.attempt, l.placement.clone()));
                     if self.hold_launches {
                         // Sent (the event), its answer to come.
                         self.events.push(Event::Launch(

@@ -1,6 +1,7 @@
 //! Scheduling, the view: attained service, and `view.active` kept between scheduling points.
 
 use super::*;
+use tessera_sched::book;
 
 impl Core {
     /// True when a scheduling call is due (an event happened or a timeout passed).
@@ -19,14 +20,18 @@ impl Core {
     /// Brings the attained service of every job holding an allocation up to `now` (exact
     /// GPU·µs), and its `view.active` entry with it. O(jobs holding), never O(pending).
     pub(super) fn accrue(&mut self, now: SimTime) {
-        let dt = now.saturating_since(self.last_accrual).as_micros();
+        let from = self.last_accrual;
         self.last_accrual = now;
         for &idx in &self.holding {
             let job = &mut self.jobs[idx];
+            let resumes = SimTime::from_micros(job.resumes_us);
             if let Some(a) = &job.alloc {
-                job.attained_us = job
-                    .attained_us
-                    .saturating_add((a.gpus() as u64).saturating_mul(dt));
+                job.attained_us = job.attained_us.saturating_add(book::service_between(
+                    a.gpus(),
+                    from,
+                    resumes,
+                    now,
+                ));
             }
             if let Some(e) = self
                 .active_pos
@@ -35,8 +40,9 @@ impl Core {
             {
                 e.attained_gpu_us = job.attained_us;
                 e.attained_gpu_secs = job.attained_us as f64 / 1e6;
-                // Grows from now at the GPUs held per µs (what a tracking LAS computes).
-                e.resumes_at = Some(now);
+                // Grows from now (or once restored) at the GPUs held per µs (what a
+                // tracking LAS computes).
+                e.resumes_at = Some(now.max(resumes));
             }
         }
     }
@@ -65,7 +71,7 @@ impl Core {
             allocation: if running { job.alloc.clone() } else { None },
             attained_gpu_secs: job.attained_us as f64 / 1e6,
             attained_gpu_us: job.attained_us,
-            resumes_at: running.then_some(now),
+            resumes_at: running.then_some(now.max(SimTime::from_micros(job.resumes_us))),
             remaining_iters: (spec.iterations as f64 - done).max(0.0),
             throughput_estimate: throughput,
             first_start: job.row.start_us.map(SimTime::from_micros),

@@ -588,3 +588,79 @@ fn slurm_las_preempts_at_the_next_round_after_progress_reports_and_a_restart() {
     }
     sigkill(d);
 }
+
+/// Issue 38 item 4, on a cluster of several GPU models (the whole `gpu` partition: a100, v100
+/// and MIG nodes): LAS with rounds, after a job that reported progress through the SDK, and
+/// across a daemon restart. `a` holds all four V100s; `b`, asking for one V100, gets one at the
+/// next round and `a` is preempted, as the simulator decides. (LAS budgeted against the whole
+/// cluster's GPUs: with the A100s idle, `a` and `b` "fitted" together, so `a` kept every V100
+/// and `b` stayed pending with reason Resources and no preemption.)
+#[test]
+fn slurm_las_preempts_for_a_job_restricted_to_a_busy_gpu_model() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = slurm_backend(dir.path(), &conf);
+    let mut config = config(dir.path(), backend);
+    config.policy = "las".into();
+    const ROUND: f64 = 5.0;
+    config.round_seconds = Some(ROUND);
+    let port = free_port();
+    let d = start_tesserad(dir.path(), config.clone(), port);
+    let _cancel = CancelOnDrop {
+        conf: conf.clone(),
+        prefix: format!("tessera-{}-", instance(dir.path())),
+    };
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    let nodes = alice.nodes().unwrap().nodes;
+    assert!(nodes.len() >= 3, "several GPU models: {nodes:?}");
+    let state = |c: &Client, id: i64| c.describe(id).unwrap().job;
+    let running = |c: &Client, id: i64| state(c, id).backend_state.as_deref() == Some("RUNNING");
+    let on_v100 = |spec: String| format!("gpuType: v100\n{spec}");
+
+    let early = alice
+        .submit(&on_v100(reporting_job("early", 2, 3)))
+        .unwrap();
+    wait_until("early completes", Duration::from_secs(60), || {
+        state(&alice, early.id).state == JobState::Completed
+    });
+    assert!(state(&alice, early.id).progress.is_some(), "early reported");
+    let a = alice.submit(&on_v100(job("a", 4, "sleep 120"))).unwrap();
+    wait_until("a runs", Duration::from_secs(30), || running(&alice, a.id));
+    std::thread::sleep(Duration::from_secs(3));
+
+    sigkill(d);
+    let d = start_tesserad(dir.path(), config, port);
+    let alice = Client::new(&d.url, Some(ALICE.into()));
+    wait_until("a adopted", Duration::from_secs(30), || {
+        running(&alice, a.id)
+    });
+    let b = alice.submit(&on_v100(job("b", 1, "sleep 5"))).unwrap();
+    wait_until("b starts", Duration::from_secs(30), || {
+        state(&alice, b.id).state != JobState::Pending
+    });
+    let detail = alice.describe(b.id).unwrap();
+    let started = detail
+        .transitions
+        .iter()
+        .find(|t| t.to == JobState::Starting)
+        .map(|t| t.at)
+        .unwrap();
+    assert!(
+        started - detail.job.submitted_at <= ROUND + 1.0,
+        "b started {:.1} s after its submission: at the next round",
+        started - detail.job.submitted_at
+    );
+    assert_eq!(state(&alice, a.id).preemptions, 1, "a gives b a V100");
+    assert!(alice
+        .metrics()
+        .unwrap()
+        .contains("tessera_preemptions_total{reason=\"policy\"} 1"));
+    wait_until("b runs on Slurm", Duration::from_secs(30), || {
+        running(&alice, b.id)
+    });
+    for id in [a.id, b.id] {
+        let _ = alice.cancel(id);
+    }
+    sigkill(d);
+}

@@ -29,6 +29,7 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use tessera_sched::baselines::TypeBudget;
 
 use super::perf::{gb_to_bytes, SensitivityEstimate, SynergyProfiles};
 use tessera_model::{
@@ -1226,14 +1227,24 @@ impl SynergyPolicy {
         }
         let mut chosen = std::mem::take(&mut self.candidates);
         chosen.clear();
-        let mut budget = ledger.free_gpus();
-        while budget > 0 {
-            let Some(r) = self.pop_ranked(view, budget as usize) else {
+        // Budgeted per GPU model, as the baselines' re-plan is (a job stays within one node
+        // group; issue 38): on one model, the free GPU count as the reference has it, and the
+        // walk reads no spec.
+        let mut budget = TypeBudget::of_free(view.cluster, ledger.free());
+        let typed = !budget.single();
+        while budget.most() > 0 {
+            let Some(r) = self.pop_ranked(view, budget.most() as usize) else {
                 break;
             };
-            let g = r.gpus as u64;
-            if g > 0 && g <= budget {
-                budget -= g;
+            let fits = r.gpus > 0
+                && if typed {
+                    let job = &view.active[r.idx];
+                    view.spec(job)
+                        .is_some_and(|spec| budget.take(view.cluster, job, spec))
+                } else {
+                    budget.take_queued(&[], r.gpus)
+                };
+            if fits {
                 chosen.push(r.idx);
             }
         }
