@@ -75,7 +75,9 @@ fn quiet_on_closed_pipe() {
 /// An error's text for the terminal: whatever it quotes from the input, control characters
 /// and other unprintable ones are escaped (one line per cause, so a newline is escaped too).
 fn for_terminal(text: &str) -> String {
-    tessera_trace::printable(text)
+    // Line by line: a refusal lists one capability per line, and those breaks are the
+    // message's own, not an input's.
+    output::printable_lines(text)
 }
 
 fn main() -> ExitCode {
