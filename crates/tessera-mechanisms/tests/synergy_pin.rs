@@ -51,7 +51,11 @@ fn repro_synergy_default_seed_is_unchanged() {
     // reference workload under its semantics, so the study is asked for by name.
     let args = ExperimentArgs::new(
         exp.params(),
-        [("seed", "1"), ("workload", "synthetic"), ("semantics", "both")],
+        [
+            ("seed", "1"),
+            ("workload", "synthetic"),
+            ("semantics", "both"),
+        ],
     )
     .unwrap();
     let out = exp.run(&args, &RunContext::quiet(2)).unwrap();

@@ -974,7 +974,11 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default()
         };
-        let e = run(&[("seeds", "1"), ("jobs", "10"), ("policies", "fcfs,crius-typo")]);
+        let e = run(&[
+            ("seeds", "1"),
+            ("jobs", "10"),
+            ("policies", "fcfs,crius-typo"),
+        ]);
         assert!(e.starts_with("--policies \"crius-typo\""), "{e}");
         let e = run(&[("jobs", "0")]);
         assert!(e.starts_with("--jobs"), "{e}");
