@@ -191,6 +191,23 @@ fn experiment_subcommand(e: &dyn tessera_mechanisms::experiment::Experiment) -> 
     let mut cmd = clap::Command::new(e.name()).about(e.about());
     for p in e.params() {
         let mut arg = Arg::new(p.name).long(p.name).help(p.help);
+        // One spelling for the arrival rate across repros, the other kept as a hidden alias.
+        match p.name {
+            "load" => arg = arg.alias("loads"),
+            "loads" => arg = arg.alias("load"),
+            _ => {}
+        }
+        // A negative flag `--no-X` keeps its old spelling `--X true|false`, hidden.
+        if let Some(positive) = p.name.strip_prefix("no-").filter(|_| p.default == "false") {
+            cmd = cmd.arg(
+                Arg::new(positive)
+                    .long(positive)
+                    .value_name("BOOL")
+                    .value_parser(clap::value_parser!(bool))
+                    .conflicts_with(p.name)
+                    .hide(true),
+            );
+        }
         arg = if p.default == "false" {
             arg.action(ArgAction::SetTrue)
         } else {
@@ -215,7 +232,7 @@ fn experiment_subcommand(e: &dyn tessera_mechanisms::experiment::Experiment) -> 
             .long("out")
             .value_name("DIR")
             .value_parser(clap::value_parser!(PathBuf))
-            .help("Write summary.json and the figures (SVG) into this directory."),
+            .help("Write summary.json and the figures (SVG and PNG) into this directory."),
     )
     .arg(
         Arg::new("json")

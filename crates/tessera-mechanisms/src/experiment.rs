@@ -98,6 +98,40 @@ impl ExperimentArgs {
             .collect()
     }
 
+    /// Seeds as a comma-separated list whose items may be ranges (`1-40`, `1,2,7-9`). An
+    /// empty list, a reversed range or more than 100,000 seeds is an error naming `name`.
+    pub fn seeds(&self, name: &str) -> Result<Vec<u64>, ExperimentError> {
+        let raw = self.get(name).unwrap_or("");
+        let mut out = Vec::new();
+        for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = |why: &str| ExperimentError::param(name, item, why);
+            match item.split_once('-') {
+                Some((a, b)) => {
+                    let a: u64 = a.trim().parse().map_err(|_| bad("not a seed range A-B"))?;
+                    let b: u64 = b.trim().parse().map_err(|_| bad("not a seed range A-B"))?;
+                    if a > b {
+                        return Err(bad("a range must not run backwards"));
+                    }
+                    if b - a >= 100_000 {
+                        return Err(bad("at most 100000 seeds"));
+                    }
+                    out.extend(a..=b);
+                }
+                None => out.push(
+                    item.parse()
+                        .map_err(|e: std::num::ParseIntError| bad(&e.to_string()))?,
+                ),
+            }
+            if out.len() > 100_000 {
+                return Err(ExperimentError::param(name, raw, "at most 100000 seeds"));
+            }
+        }
+        if out.is_empty() {
+            return Err(ExperimentError::param(name, raw, "names no seed"));
+        }
+        Ok(out)
+    }
+
     /// A boolean flag (`true`/`false`).
     pub fn flag(&self, name: &str) -> Result<bool, ExperimentError> {
         Ok(self.parse_opt::<bool>(name)?.unwrap_or(false))
@@ -510,4 +544,63 @@ pub fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Mean, sample standard deviation, minimum and maximum of a set of figures (one per seed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Spread {
+    /// Mean.
+    pub mean: f64,
+    /// Sample standard deviation (0 for one value).
+    pub sd: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Values.
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of `values` (all zero when empty).
+    pub fn of(values: &[f64]) -> Spread {
+        let n = values.len();
+        if n == 0 {
+            return Spread::default();
+        }
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Spread {
+            mean,
+            sd: var.sqrt(),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n,
+        }
+    }
+
+    /// Standard error of the mean.
+    pub fn sem(&self) -> f64 {
+        if self.n > 1 {
+            self.sd / (self.n as f64).sqrt()
+        } else {
+            0.0
+        }
+    }
+
+    /// `mean ± sd [min–max]` with `decimals` decimals.
+    pub fn show(&self, decimals: usize) -> String {
+        format!(
+            "{:.d$} ± {:.d$} [{:.d$}–{:.d$}]",
+            self.mean,
+            self.sd,
+            self.min,
+            self.max,
+            d = decimals
+        )
+    }
 }

@@ -19,6 +19,10 @@
 //! crosses the network, so a [`Fabric`] holds one [`Link`] per collective for each case. A
 //! ring that crosses nodes is limited by its slowest hop, so a group spanning several nodes
 //! uses the inter-node links.
+//!
+//! A link may instead carry a calibrated *algorithm* bandwidth ([`BandwidthKind::Algorithm`]:
+//! whole tensor over wall time, one figure per collective, as HAP's profiler measures it);
+//! then every collective costs `α + n/B` with its own `B`.
 
 use serde::{Deserialize, Serialize};
 
@@ -64,21 +68,48 @@ impl Collective {
     }
 }
 
+/// What a [`Link`]'s bandwidth measures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BandwidthKind {
+    /// Bytes per second each rank moves ("bus bandwidth"): the ring formulas of this module
+    /// scale it by the collective's step count and volume.
+    #[default]
+    Bus,
+    /// Whole tensor bytes over the collective's wall time ("algorithm bandwidth", what a
+    /// profiler timing `size / time` measures, as HAP's does): one latency plus the whole
+    /// (padded) tensor over the bandwidth, whatever the collective.
+    Algorithm,
+}
+
 /// Latency and bandwidth of one collective on one kind of interconnect.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Link {
     /// Seconds per algorithm step (α).
     pub latency_s: f64,
-    /// Attained bytes per second per rank (1/β).
+    /// Attained bytes per second (1/β), per rank or per collective as `kind` says.
     pub bytes_per_s: f64,
+    /// What `bytes_per_s` measures.
+    #[serde(default)]
+    pub kind: BandwidthKind,
 }
 
 impl Link {
-    /// A link with the given latency and bandwidth.
+    /// A link with the given latency and bus bandwidth.
     pub const fn new(latency_s: f64, bytes_per_s: f64) -> Link {
         Link {
             latency_s,
             bytes_per_s,
+            kind: BandwidthKind::Bus,
+        }
+    }
+
+    /// A link whose bandwidth is a calibrated algorithm bandwidth (`size / time`).
+    pub const fn algorithm(latency_s: f64, bytes_per_s: f64) -> Link {
+        Link {
+            latency_s,
+            bytes_per_s,
+            kind: BandwidthKind::Algorithm,
         }
     }
 }
@@ -166,6 +197,10 @@ pub fn time(kind: Collective, total_bytes: f64, p: usize, link: Link) -> f64 {
     let pf = p as f64;
     let steps = pf - 1.0;
     let (a, b) = (link.latency_s, link.bytes_per_s);
+    if link.kind == BandwidthKind::Algorithm {
+        // Calibrated per collective on whole tensors: the step structure is inside `b`.
+        return a + total_bytes / b;
+    }
     match kind {
         Collective::AllReduce => 2.0 * steps * a + 2.0 * steps / pf * total_bytes / b,
         Collective::AllGather | Collective::ReduceScatter => {
@@ -234,6 +269,20 @@ mod tests {
         let rs_ag =
             time(Collective::ReduceScatter, 8e8, 8, L) + time(Collective::AllGather, 8e8, 8, L);
         assert!(close(time(Collective::AllReduce, 8e8, 8, L), rs_ag));
+    }
+
+    #[test]
+    fn algorithm_bandwidth_prices_the_whole_tensor() {
+        let l = Link::algorithm(1e-5, 1e9);
+        for kind in Collective::ALL {
+            assert!(close(time(kind, 1e9, 8, l), 1e-5 + 1.0));
+            assert_eq!(time(kind, 1e9, 1, l), 0.0);
+        }
+        // Padded shards: the whole is p times the largest shard.
+        assert!(close(
+            padded_time(Collective::AllGather, 0.25e9, 8, l),
+            1e-5 + 2.0
+        ));
     }
 
     #[test]

@@ -715,6 +715,8 @@ pub fn mixed_cluster(k: usize, v100_machines: usize, p100_machines: usize) -> De
                 gpu: gpu.into(),
                 machine: m,
                 flops_per_s: flops,
+                // 16 GB parts both (the catalog's V100-16GB and P100).
+                memory_bytes: 16.0 * crate::cluster::GIB,
             });
         }
     }

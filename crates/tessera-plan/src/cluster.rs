@@ -12,6 +12,11 @@
 //!   intraNode: {bandwidth: 10G, allToAll: {bandwidth: 6G}} # optional overrides
 //! ```
 //!
+//! `bandwidthKind: algorithm` (on a fabric or one collective) reads a bandwidth as a
+//! profiler's `size / time` for that collective instead of a per-rank bus bandwidth;
+//! `memory` (bytes per GPU, per machine group) overrides the catalog's device memory, which
+//! the planner checks every plan against.
+//!
 //! Defaults: FLOP/s = catalog FP32 peak × [`DEFAULT_ATTAINED_FRACTION`]; intra-node bandwidth
 //! = the catalog's NVLink figure (or [`PCIE_BYTES_PER_S`] without NVLink); inter-node
 //! bandwidth [`DEFAULT_INTER_NODE_BYTES_PER_S`]. Each collective may override bandwidth and
@@ -21,7 +26,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use tessera_model::{Bytes, GpuCatalog};
-use tessera_perf::collective::{Collective, CollectiveLinks, Fabric, Link};
+use tessera_perf::collective::{BandwidthKind, Collective, CollectiveLinks, Fabric, Link};
 use tessera_perf::roofline::{Precision, Roofline, DEFAULT_ATTAINED_FRACTION};
 
 use crate::error::{invalid, PlanError};
@@ -34,6 +39,8 @@ pub const PCIE_BYTES_PER_S: f64 = 12e9;
 pub const DEFAULT_INTER_NODE_BYTES_PER_S: f64 = 1.25e9;
 /// Per-step latency inside a node (seconds).
 pub const DEFAULT_INTRA_LATENCY_S: f64 = 5e-6;
+/// Bytes in a GiB.
+pub(crate) const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// Per-step latency across nodes (seconds).
 pub const DEFAULT_INTER_LATENCY_S: f64 = 20e-6;
 
@@ -74,6 +81,10 @@ pub struct LinkSpec {
     /// Microseconds per algorithm step.
     #[serde(default)]
     pub latency_us: Option<f64>,
+    /// What `bandwidth` measures: `bus` (per rank, ring formulas) or `algorithm` (whole
+    /// tensor over wall time, as a `size / time` profiler measures it).
+    #[serde(default)]
+    pub bandwidth_kind: Option<BandwidthKind>,
 }
 
 /// Links of one interconnect, with optional per-collective overrides.
@@ -86,6 +97,9 @@ pub struct FabricSpec {
     /// Microseconds per step for every collective.
     #[serde(default)]
     pub latency_us: Option<f64>,
+    /// What the bandwidths measure for every collective (`bus` or `algorithm`).
+    #[serde(default)]
+    pub bandwidth_kind: Option<BandwidthKind>,
     /// All-reduce override.
     #[serde(default)]
     pub all_reduce: Option<LinkSpec>,
@@ -116,6 +130,9 @@ pub struct MachineSpec {
     /// Calibrated FLOP/s per GPU.
     #[serde(default)]
     pub flops: Option<Amount>,
+    /// Device memory per GPU in bytes (default: the catalog's).
+    #[serde(default)]
+    pub memory: Option<Amount>,
 }
 
 /// The body of a cluster file.
@@ -153,6 +170,8 @@ pub struct Device {
     pub machine: usize,
     /// Attained FLOP/s.
     pub flops_per_s: f64,
+    /// Device memory in bytes (`f64::INFINITY`: not checked).
+    pub memory_bytes: f64,
 }
 
 /// A validated planning cluster.
@@ -187,6 +206,14 @@ impl Devices {
         self.fabric.links(self.spans_machines()).get(kind)
     }
 
+    /// The smallest device memory (bytes; infinite when none is known).
+    pub fn min_memory_bytes(&self) -> f64 {
+        self.devices
+            .iter()
+            .map(|d| d.memory_bytes)
+            .fold(f64::INFINITY, f64::min)
+    }
+
     /// Device speeds (FLOP/s) in rank order.
     pub fn speeds(&self) -> Vec<f64> {
         self.devices.iter().map(|d| d.flops_per_s).collect()
@@ -201,6 +228,7 @@ impl Devices {
                     gpu: "gpu".into(),
                     machine: i / per,
                     flops_per_s,
+                    memory_bytes: f64::INFINITY,
                 })
                 .collect(),
             fabric,
@@ -226,6 +254,9 @@ fn apply(links: &mut CollectiveLinks, spec: &FabricSpec, field: &str) -> Result<
             }
             l.latency_s = us * 1e-6;
         }
+        if let Some(k) = spec.bandwidth_kind {
+            l.kind = k;
+        }
     }
     let overrides = [
         (Collective::AllReduce, &spec.all_reduce, "allReduce"),
@@ -249,6 +280,9 @@ fn apply(links: &mut CollectiveLinks, spec: &FabricSpec, field: &str) -> Result<
                     return Err(invalid(format!("{field}.{name}.latencyUs"), "must be >= 0"));
                 }
                 l.latency_s = us * 1e-6;
+            }
+            if let Some(k) = o.bandwidth_kind {
+                l.kind = k;
             }
         }
     }
@@ -303,6 +337,11 @@ impl PlanClusterSpec {
                     format!("{} has no FP32 peak in the catalog; give flops", gpu.name),
                 ));
             }
+            let memory_bytes = match &m.memory {
+                Some(a) => a.value(&format!("{field}.memory"))?,
+                None if gpu.memory_gib > 0.0 => gpu.memory_gib * GIB,
+                None => f64::INFINITY,
+            };
             let intra = if gpu.nvlink_g_bs > 0.0 {
                 gpu.nvlink_g_bs * 1e9
             } else {
@@ -315,6 +354,7 @@ impl PlanClusterSpec {
                         gpu: gpu.name.clone(),
                         machine,
                         flops_per_s: flops,
+                        memory_bytes,
                     });
                 }
                 machine += 1;

@@ -20,6 +20,10 @@ use crate::graph::{Graph, Prop};
 /// Backward costs twice the forward (gradients for inputs and for weights).
 pub const FORWARD_AND_BACKWARD: f64 = 3.0;
 
+/// Bytes of device memory per parameter byte: the weights, their gradients and Adam's two
+/// moments (HAP's artifact trains with Adam), all in the parameter's type.
+pub const PARAMETER_STATE_FACTOR: f64 = 4.0;
+
 /// Rounds `ratios` (summing to 1) to integer shard lengths summing to `len`: floor each
 /// `r_d · len`, then hand the leftover units one by one to the largest shortfall (ties to the
 /// lower rank). Deterministic; the total is always preserved.
@@ -87,6 +91,8 @@ pub struct CostModel<'a> {
     pub(crate) devices: &'a Devices,
     pub(crate) ratios: Vec<f64>,
     pub(crate) slowest: f64,
+    /// Bytes a plan may hold on its fullest device (the smallest device memory).
+    pub(crate) memory_limit: f64,
     stats: BTreeMap<u64, LenStats>,
 }
 
@@ -134,6 +140,7 @@ impl<'a> CostModel<'a> {
             devices,
             ratios: ratios.to_vec(),
             slowest,
+            memory_limit: devices.min_memory_bytes(),
             stats: BTreeMap::new(),
         };
         let mut lens: Vec<u64> = graph
@@ -177,6 +184,24 @@ impl<'a> CostModel<'a> {
             Some(s) => *s,
             None => self.compute_stats(len),
         }
+    }
+
+    /// Bytes the fullest device holds for a tensor of `bytes` and `shape` held as `prop`: all
+    /// of it unless split, else its largest shard (an upper bound: summed over tensors, the
+    /// largest shards may sit on different devices).
+    pub fn held_bytes(&self, bytes: f64, prop: Prop, shape: &[u64]) -> f64 {
+        match prop {
+            Prop::Gather(a) => {
+                let len = shape.get(a as usize).copied().unwrap_or(1);
+                bytes * self.stats(len).max_frac
+            }
+            Prop::Identity | Prop::Reduce => bytes,
+        }
+    }
+
+    /// Bytes a plan may hold on one device.
+    pub fn memory_limit(&self) -> f64 {
+        self.memory_limit
     }
 
     /// Number of devices.

@@ -45,6 +45,20 @@ pub enum PlanError {
         /// The budget.
         max_states: u64,
     },
+    /// No program of the kind asked for fits in the devices' memory.
+    #[error(
+        "{what} of graph {graph:?} does not fit in {limit_gib:.1} GiB per device (parameters \
+         with gradients and Adam state, plus activations kept for the backward pass); use \
+         devices with more memory, more devices, or a smaller batch"
+    )]
+    DoesNotFit {
+        /// Graph name.
+        graph: String,
+        /// `data parallelism` or `no plan`.
+        what: &'static str,
+        /// The smallest device memory, GiB.
+        limit_gib: f64,
+    },
     /// The search found no program (the graph admits no valid sharding; a bug in a rule set).
     #[error("no valid program for graph {graph:?}")]
     NoProgram {

@@ -8,7 +8,9 @@
 //!    once (free slices do not count);
 //! 2. free and communication steps are fused into their consumer: a tensor is converted only
 //!    when an operator needs it, so no state is spent on exchanges nobody reads;
-//! 3. a per-state best-cost table drops a state reached again at no lower cost;
+//! 3. a per-state best-cost table drops a state reached again at no lower cost (and, when
+//!    the devices' memory is known, no lower memory: plans over it are pruned, see
+//!    [`CostModel::held_bytes`]);
 //! 4. branch and bound: states whose cost plus an admissible bound on the rest (remaining
 //!    FLOPs over the cluster's total speed) exceed an upper bound are dropped.
 //!
@@ -21,7 +23,7 @@ use std::collections::{BinaryHeap, HashMap};
 use serde::Serialize;
 use tessera_perf::collective::Collective;
 
-use crate::cost::{CostModel, Exchange, LinearCost, FORWARD_AND_BACKWARD};
+use crate::cost::{CostModel, Exchange, LinearCost, FORWARD_AND_BACKWARD, PARAMETER_STATE_FACTOR};
 use crate::graph::{Graph, Prop, Role, TensorId};
 
 /// One instruction of a program.
@@ -76,7 +78,67 @@ pub enum Space {
     Full,
     /// Data parallelism: each operator split along its batch, parameters replicated,
     /// activations never exchanged (operators without a batch axis are free to choose).
+    /// Expert layers run expert-parallel, as MoE systems train them (GShard, DeepSpeed-MoE)
+    /// and as the MoE baselines HAP compares against do: see [`expert_rules`].
     DataParallel,
+}
+
+/// The expert-parallel rules data parallelism may use, per operator: a rule that splits a
+/// stacked parameter (rank 3 or more) along its first axis (one expert per slice) while every other input
+/// and the output stay split too (`becd,edf->becf` split along `e`), and, for an operator
+/// without parameters whose inputs and output are all split, a rule along such an expert
+/// label (the activation between two expert matrices). Graphs without stacked experts have
+/// none, and their data parallelism is plain.
+pub fn expert_rules(graph: &Graph) -> Vec<Vec<usize>> {
+    let all_split = |o: &crate::graph::Op, r: &crate::graph::Rule| {
+        matches!(r.output, Prop::Gather(_))
+            && o.inputs
+                .iter()
+                .zip(&r.inputs)
+                .all(|(&t, q)| matches!(q, Prop::Gather(_)) || graph.tensors[t].role == Role::Input)
+    };
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); graph.ops.len()];
+    let mut labels: Vec<char> = Vec::new();
+    for (i, o) in graph.ops.iter().enumerate() {
+        let has_param = o
+            .inputs
+            .iter()
+            .any(|&t| graph.tensors[t].role == Role::Parameter);
+        if !has_param {
+            continue;
+        }
+        for (ri, r) in o.rules.iter().enumerate() {
+            if Some(ri) == o.batch_rule || r.split.is_none() || !all_split(o, r) {
+                continue;
+            }
+            // A stack of matrices (rank 3 or more) split along the stack.
+            let params_by_expert = o.inputs.iter().zip(&r.inputs).all(|(&t, q)| {
+                let x = &graph.tensors[t];
+                x.role != Role::Parameter || (*q == Prop::Gather(0) && x.shape.len() >= 3)
+            });
+            if params_by_expert {
+                out[i].push(ri);
+                labels.extend(r.split);
+            }
+        }
+    }
+    for (i, o) in graph.ops.iter().enumerate() {
+        if o.inputs
+            .iter()
+            .any(|&t| graph.tensors[t].role == Role::Parameter)
+        {
+            continue;
+        }
+        for (ri, r) in o.rules.iter().enumerate() {
+            if Some(ri) != o.batch_rule
+                && r.split.is_some_and(|c| labels.contains(&c))
+                && all_split(o, r)
+            {
+                out[i].push(ri);
+            }
+        }
+    }
+    out
 }
 
 /// What a search returns.
@@ -98,6 +160,9 @@ pub struct SearchResult {
 /// tensors live at once) grow the state space exponentially; the budget bounds time and
 /// memory whatever the graph. `tessera plan --max-search-states` overrides it.
 pub const MAX_SEARCH_STATES: u64 = 500_000;
+
+/// Memory classes a state's dominance distinguishes (see `search_within`).
+const MEMORY_CLASSES: f64 = 16.0;
 
 const IDENTITY_BIT: u16 = 1;
 const REDUCE_BIT: u16 = 2;
@@ -137,6 +202,8 @@ struct Node {
 struct Entry {
     f: f64,
     g: f64,
+    /// Bytes held so far on the fullest device (see [`CostModel::held_bytes`]).
+    mem: f64,
     seq: u64,
     op: usize,
     node: u32,
@@ -205,12 +272,41 @@ pub fn search_within(
         parent: u32::MAX,
         steps: Vec::new(),
     }];
-    let mut best: HashMap<(usize, Frontier), f64> = HashMap::new();
+    // Per state: the (cost, memory) pairs reached so far that no other pair beats on both.
+    // Memory counts in sixteenths of the limit, so that a state is kept for using less
+    // memory only when it uses markedly less (at most 16 pairs per state); with unlimited
+    // memory only the cost counts.
+    let limit = model.memory_limit();
+    let mem_key = |m: f64| {
+        if limit.is_finite() {
+            (m / limit * MEMORY_CLASSES).ceil()
+        } else {
+            0.0
+        }
+    };
+    let mut best: HashMap<(usize, Frontier), Vec<(f64, f64)>> = HashMap::new();
     let mut heap = BinaryHeap::new();
     let mut seq = 0u64;
+    // Data parallelism's expert layers, and the operators reading them, may exchange
+    // activations (the all-to-alls of expert parallelism).
+    let experts = if space == Space::DataParallel {
+        expert_rules(graph)
+    } else {
+        vec![Vec::new(); n]
+    };
+    let relaxed: Vec<bool> = (0..n)
+        .map(|i| {
+            !experts[i].is_empty()
+                || graph.ops[i]
+                    .inputs
+                    .iter()
+                    .any(|&t| (0..i).any(|j| !experts[j].is_empty() && graph.ops[j].output == t))
+        })
+        .collect();
     heap.push(Entry {
         f: rest[0],
         g: 0.0,
+        mem: 0.0,
         seq,
         op: 0,
         node: 0,
@@ -219,8 +315,12 @@ pub fn search_within(
     let mut expanded = 0u64;
     let mut steps: Vec<Step> = Vec::with_capacity(8);
     while let Some(e) = heap.pop() {
-        if let Some(&b) = best.get(&(e.op, e.frontier.clone())) {
-            if e.g > b {
+        if let Some(pairs) = best.get(&(e.op, e.frontier.clone())) {
+            let m = mem_key(e.mem);
+            if pairs
+                .iter()
+                .any(|&(bg, bm)| (bg < e.g && bm <= m) || (bg <= e.g && bm < m))
+            {
                 continue;
             }
         }
@@ -260,15 +360,18 @@ pub fn search_within(
         let op = &graph.ops[e.op];
         // Data parallelism fixes every operator that carries the batch; one that does not
         // (a reshape that folds the batch away) may run any rule and read exchanged inputs.
-        let strict_dp = space == Space::DataParallel && op.batch_rule.is_some();
+        let strict_dp = space == Space::DataParallel && op.batch_rule.is_some() && !relaxed[e.op];
         let rules: Vec<usize> = match (space, op.batch_rule) {
-            (Space::DataParallel, Some(r)) => vec![r],
+            (Space::DataParallel, Some(r)) => std::iter::once(r)
+                .chain(experts[e.op].iter().copied())
+                .collect(),
             _ => (0..op.rules.len()).collect(),
         };
         'rules: for ri in rules {
             let rule = &op.rules[ri];
             let mut frontier = e.frontier.clone();
             let mut g = e.g;
+            let mut mem = e.mem;
             steps.clear();
             for (&t, &q) in op.inputs.iter().zip(&rule.inputs) {
                 let tensor = &graph.tensors[t];
@@ -300,6 +403,8 @@ pub fn search_within(
                         let mut m = mask | bit(q);
                         if c.forward.is_some() {
                             m |= COMMUNICATED_BIT;
+                            // A collective writes a new buffer; free re-labellings are views.
+                            mem += model.held_bytes(tensor.bytes(), q, &tensor.shape);
                         }
                         frontier[pos].1 = m;
                         steps.push(Step::Comm {
@@ -323,6 +428,10 @@ pub fn search_within(
                             if q == Prop::Identity {
                                 g += model.grad_sync(tensor.bytes());
                             }
+                            mem += PARAMETER_STATE_FACTOR
+                                * model.held_bytes(tensor.bytes(), q, &tensor.shape);
+                        } else {
+                            mem += model.held_bytes(tensor.bytes(), q, &tensor.shape);
                         }
                         steps.push(Step::Place { tensor: t, prop: q });
                         if last_use[t] > e.op {
@@ -332,6 +441,12 @@ pub fn search_within(
                 }
             }
             g += model.compute(op.flops, rule.split.map(|_| rule.split_len));
+            // Every output is kept for the backward pass.
+            let out_t = &graph.tensors[op.output];
+            mem += model.held_bytes(out_t.bytes(), rule.output, &out_t.shape);
+            if mem > model.memory_limit() {
+                continue 'rules;
+            }
             steps.push(Step::Compute { op: e.op, rule: ri });
             let out = op.output as u32;
             if last_use[op.output] > e.op {
@@ -345,8 +460,9 @@ pub fn search_within(
                 continue;
             }
             let key = (e.op + 1, frontier);
-            if let Some(&b) = best.get(&key) {
-                if b <= g {
+            let m = mem_key(mem);
+            if let Some(pairs) = best.get(&key) {
+                if pairs.iter().any(|&(bg, bm)| bg <= g && bm <= m) {
                     continue;
                 }
             }
@@ -363,11 +479,14 @@ pub fn search_within(
                 steps: steps.clone(),
             });
             let node = (nodes.len() - 1) as u32;
-            best.insert(key.clone(), g);
+            let pairs = best.entry(key.clone()).or_default();
+            pairs.retain(|&(bg, bm)| !(g <= bg && m <= bm));
+            pairs.push((g, m));
             seq += 1;
             heap.push(Entry {
                 f,
                 g,
+                mem,
                 seq,
                 op: key.0,
                 node,
@@ -396,6 +515,9 @@ pub struct Evaluation {
     pub compute_seconds: f64,
     /// Seconds spent communicating (including gradient synchronisation).
     pub comm_seconds: f64,
+    /// Bytes held on the fullest device: parameters with their gradients and optimizer
+    /// state, and every activation kept for the backward pass (an upper bound).
+    pub memory_bytes: f64,
 }
 
 /// Costs `program` under `model`. Exchange methods are re-chosen for the model's ratios.
@@ -406,11 +528,18 @@ pub fn evaluate(graph: &Graph, program: &Program, model: &CostModel<'_>) -> Eval
         linear: LinearCost::default(),
         compute_seconds: 0.0,
         comm_seconds: 0.0,
+        memory_bytes: 0.0,
     };
     for step in &program.steps {
         let s = match step {
             Step::Place { tensor, prop } => {
                 let t = &graph.tensors[*tensor];
+                let held = model.held_bytes(t.bytes(), *prop, &t.shape);
+                ev.memory_bytes += if t.role == Role::Parameter {
+                    PARAMETER_STATE_FACTOR * held
+                } else {
+                    held
+                };
                 if t.role == Role::Parameter && *prop == Prop::Identity {
                     let s = model.grad_sync(t.bytes());
                     ev.linear.constant += s;
@@ -426,6 +555,9 @@ pub fn evaluate(graph: &Graph, program: &Program, model: &CostModel<'_>) -> Eval
                 let t = &graph.tensors[*tensor];
                 match model.comm(*from, *to, t.bytes(), &t.shape) {
                     Some(c) => {
+                        if c.forward.is_some() {
+                            ev.memory_bytes += model.held_bytes(t.bytes(), *to, &t.shape);
+                        }
                         ev.linear.constant += c.constant;
                         ev.linear.padded += c.per_max_ratio;
                         ev.comm_seconds += c.seconds;
@@ -439,6 +571,8 @@ pub fn evaluate(graph: &Graph, program: &Program, model: &CostModel<'_>) -> Eval
                 let r = &o.rules[*rule];
                 let split = r.split.map(|_| r.split_len);
                 let s = model.compute(o.flops, split);
+                let out = &graph.tensors[o.output];
+                ev.memory_bytes += model.held_bytes(out.bytes(), r.output, &out.shape);
                 if split.is_some() {
                     ev.linear.compute_flops += FORWARD_AND_BACKWARD * o.flops;
                 } else {

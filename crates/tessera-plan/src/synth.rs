@@ -79,14 +79,39 @@ fn data_parallel_within(
             graph: graph.name.clone(),
             max_states,
         }),
+        None if model.memory_limit().is_finite() => {
+            Err(does_not_fit(graph, devices, "data parallelism"))
+        }
         None => Err(PlanError::NoProgram {
             graph: graph.name.clone(),
         }),
     }
 }
 
+fn does_not_fit(graph: &Graph, devices: &Devices, what: &'static str) -> PlanError {
+    PlanError::DoesNotFit {
+        graph: graph.name.clone(),
+        what,
+        limit_gib: devices.min_memory_bytes() / crate::cluster::GIB,
+    }
+}
+
+/// Data parallelism's seconds under `ratios`, `None` when it does not fit in memory.
+pub fn data_parallel_if_it_fits(
+    graph: &Graph,
+    devices: &Devices,
+    ratios: &[f64],
+    max_states: u64,
+) -> Result<Option<f64>, PlanError> {
+    match data_parallel_within(graph, devices, ratios, max_states) {
+        Ok((_, s)) => Ok(Some(s)),
+        Err(PlanError::DoesNotFit { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Synthesizes a program and ratios for `graph` on `devices`: search under speed-proportional
-/// ratios (bounded by data parallelism's cost), LP over the ratios for the program found,
+/// ratios (bounded by the cheaper data-parallel program's cost), LP over the ratios for the program found,
 /// search again under the LP's ratios, while the rounded cost improves.
 pub fn synthesize(graph: &Graph, devices: &Devices) -> Result<Synthesis, PlanError> {
     synthesize_within(graph, devices, MAX_SEARCH_STATES)
@@ -101,10 +126,21 @@ pub fn synthesize_within(
     max_states: u64,
 ) -> Result<Synthesis, PlanError> {
     let mut ratios = proportional(devices);
-    let (dp, dp_cost) = data_parallel_within(graph, devices, &ratios, max_states)?;
+    // The better data-parallel program (speed-proportional or equal: with expert layers,
+    // uneven expert shards can cost more than they save) bounds the search when it fits;
+    // otherwise nothing does.
+    let mut start = (Program::default(), f64::INFINITY, ratios.clone());
+    for r in [ratios.clone(), equal(devices)] {
+        match data_parallel_within(graph, devices, &r, max_states) {
+            Ok((p, c)) if c < start.1 => start = (p, c, r),
+            Ok(_) | Err(PlanError::DoesNotFit { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let (dp, dp_cost, dp_ratios) = start;
     let mut best = Synthesis {
         program: dp,
-        ratios: ratios.clone(),
+        ratios: dp_ratios,
         seconds: dp_cost,
         history: Vec::new(),
         expanded: 0,
@@ -126,6 +162,9 @@ pub fn synthesize_within(
                 best.ratios = ratios.clone();
             }
         }
+        if !best.seconds.is_finite() {
+            break;
+        }
         best.history.push(best.seconds);
         let lin = evaluate(graph, &best.program, &model).linear;
         let Some(next) = solve_ratios(&lin, &devices.speeds()) else {
@@ -136,14 +175,27 @@ pub fn synthesize_within(
         }
         // Keep the LP's ratios only when the program costs less under them once shard lengths
         // are rounded; otherwise the alternation has converged.
-        let at_next =
-            evaluate(graph, &best.program, &CostModel::new(graph, devices, &next)).seconds;
-        if at_next >= best.seconds * (1.0 - 1e-9) {
+        let next_model = CostModel::new(graph, devices, &next);
+        let ev_next = evaluate(graph, &best.program, &next_model);
+        let at_next = ev_next.seconds;
+        if at_next >= best.seconds * (1.0 - 1e-9)
+            || ev_next.memory_bytes > next_model.memory_limit()
+        {
             break;
         }
         best.seconds = at_next;
         best.ratios = next.clone();
         ratios = next;
+    }
+    if !best.seconds.is_finite() {
+        return Err(if best.exhausted {
+            PlanError::SearchBudget {
+                graph: graph.name.clone(),
+                max_states,
+            }
+        } else {
+            does_not_fit(graph, devices, "every plan")
+        });
     }
     let model = CostModel::new(graph, devices, &best.ratios);
     refresh_exchanges(graph, &mut best.program, &model);
@@ -243,12 +295,16 @@ pub struct Plan {
     pub compute_s: f64,
     /// Of which communication.
     pub communication_s: f64,
-    /// Data parallelism, equal split.
-    pub dp_equal_s: f64,
-    /// Data parallelism, speed-proportional split.
-    pub dp_proportional_s: f64,
+    /// Bytes the synthesized plan holds on its fullest device (parameters with gradients and
+    /// Adam state, activations kept for the backward pass).
+    pub memory_bytes: f64,
+    /// Data parallelism (expert-parallel in expert layers), equal split; `None` when it does
+    /// not fit in the devices' memory.
+    pub dp_equal_s: Option<f64>,
+    /// Data parallelism, speed-proportional split; `None` when it does not fit.
+    pub dp_proportional_s: Option<f64>,
     /// `dp_equal_s / iteration_s`.
-    pub speedup_vs_dp_equal: f64,
+    pub speedup_vs_dp_equal: Option<f64>,
     /// Search states expanded.
     pub states_expanded: u64,
     /// A search hit its state budget: the plan is the best found within it, not necessarily
@@ -271,9 +327,9 @@ pub fn plan(graph: &Graph, devices: &Devices) -> Result<Plan, PlanError> {
 
 /// [`plan`] with each search limited to `max_states` states (see [`synthesize_within`]).
 pub fn plan_within(graph: &Graph, devices: &Devices, max_states: u64) -> Result<Plan, PlanError> {
-    let (_, dp_equal_s) = data_parallel_within(graph, devices, &equal(devices), max_states)?;
-    let (_, dp_proportional_s) =
-        data_parallel_within(graph, devices, &proportional(devices), max_states)?;
+    let dp_equal_s = data_parallel_if_it_fits(graph, devices, &equal(devices), max_states)?;
+    let dp_proportional_s =
+        data_parallel_if_it_fits(graph, devices, &proportional(devices), max_states)?;
     let syn = synthesize_within(graph, devices, max_states)?;
     Ok(report(graph, devices, &syn, dp_equal_s, dp_proportional_s))
 }
@@ -282,8 +338,8 @@ fn report(
     graph: &Graph,
     devices: &Devices,
     syn: &Synthesis,
-    dp_equal_s: f64,
-    dp_proportional_s: f64,
+    dp_equal_s: Option<f64>,
+    dp_proportional_s: Option<f64>,
 ) -> Plan {
     let model = CostModel::new(graph, devices, &syn.ratios);
     let ev = evaluate(graph, &syn.program, &model);
@@ -384,7 +440,8 @@ fn report(
         communication_s: ev.comm_seconds,
         dp_equal_s,
         dp_proportional_s,
-        speedup_vs_dp_equal: dp_equal_s / ev.seconds,
+        memory_bytes: ev.memory_bytes,
+        speedup_vs_dp_equal: dp_equal_s.map(|d| d / ev.seconds),
         states_expanded: syn.expanded,
         search_exhausted: syn.exhausted,
         rounds: syn.history.clone(),
@@ -414,21 +471,25 @@ pub fn listing(plan: &Plan) -> String {
         ms(plan.compute_s),
         ms(plan.communication_s)
     );
+    let fits = |s: Option<f64>| s.map_or_else(|| "does not fit in memory".to_string(), ms);
+    let _ = writeln!(
+        out,
+        "  fullest device holds:        {:.2} GiB",
+        plan.memory_bytes / crate::cluster::GIB
+    );
     let _ = writeln!(
         out,
         "  DP equal split:              {}",
-        ms(plan.dp_equal_s)
+        fits(plan.dp_equal_s)
     );
     let _ = writeln!(
         out,
         "  DP speed-proportional split: {}",
-        ms(plan.dp_proportional_s)
+        fits(plan.dp_proportional_s)
     );
-    let _ = writeln!(
-        out,
-        "  speed-up over DP equal:      {:.2}x",
-        plan.speedup_vs_dp_equal
-    );
+    if let Some(x) = plan.speedup_vs_dp_equal {
+        let _ = writeln!(out, "  speed-up over DP equal:      {x:.2}x");
+    }
     let _ = writeln!(
         out,
         "  search: {} states expanded, {} round(s)",

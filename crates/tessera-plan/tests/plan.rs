@@ -208,14 +208,33 @@ fn ratio_lp_moves_away_from_speed_proportional_when_padded_exchanges_dominate() 
     let g = small_moe(64, 8).validate().unwrap();
     let mut d = builtin::mixed_cluster(1, 1, 3);
     d.fabric.inter_node = CollectiveLinks::uniform(Link::new(20e-6, 0.3e9));
+    // The LP itself: for the program searched under speed-proportional ratios, it proposes
+    // ratios away from them, and the program costs less under them.
+    let prop = synth::proportional(&d);
+    let at_prop = CostModel::new(&g, &d, &prop);
+    let program = search(&g, &at_prop, Space::Full, f64::INFINITY)
+        .program
+        .unwrap();
+    let ev = evaluate(&g, &program, &at_prop);
+    let next = tessera_plan::lp::solve_ratios(&ev.linear, &d.speeds()).unwrap();
+    let lp_moved = next
+        .iter()
+        .zip(&prop)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(lp_moved > 0.05, "{next:?}");
+    let at_next = evaluate(&g, &program, &CostModel::new(&g, &d, &next)).seconds;
+    assert!(at_next < ev.seconds, "{at_next} vs {}", ev.seconds);
+    // The synthesis ends away from speed-proportional too. (Since data parallelism runs
+    // expert layers expert-parallel, its even split is already cheaper than the program
+    // above, and the synthesis may start from it instead of needing LP rounds.)
     let syn = synth::synthesize(&g, &d).unwrap();
-    assert!(syn.history.len() >= 2, "{:?}", syn.history);
     assert!(
-        syn.history.windows(2).all(|w| w[1] < w[0]),
+        syn.history.windows(2).all(|w| w[1] <= w[0]),
         "{:?}",
         syn.history
     );
-    let prop = synth::proportional(&d);
+    assert!(syn.seconds <= at_next * (1.0 + 1e-9));
     let moved = syn
         .ratios
         .iter()
@@ -360,12 +379,22 @@ fn repro_ordering_on_every_case() {
         tessera_plan::repro::run(&tessera_plan::repro::MODELS, &tessera_plan::repro::KS).unwrap();
     assert_eq!(cases.len(), 16);
     for c in &cases {
+        // Every baseline fits in 16 GB with HAP's models at 32 samples per GPU.
+        let (eq, prop) = (c.dp_equal_s.unwrap(), c.dp_proportional_s.unwrap());
+        assert!(c.synthesized_s <= prop.min(eq) * (1.0 + 1e-12), "{c:?}");
+        // Dense models gain from a speed-proportional split; BERT-MoE's expert-parallel
+        // baseline may not (uneven expert shards are padded), so the synthesis starts from
+        // the better of the two.
+        if c.model != "bert-moe" {
+            assert!(prop <= eq * (1.0 + 1e-12), "{c:?}");
+        }
+        assert!(c.speedup.unwrap() >= 1.0 - 1e-12);
+        assert!(c.synthesized_gib <= 16.0, "{c:?}");
+        // HAP's calibrated constants keep every case within the published best.
         assert!(
-            c.synthesized_s <= c.dp_proportional_s * (1.0 + 1e-12),
+            c.speedup.unwrap() <= tessera_plan::repro::PUBLISHED_MAX_SPEEDUP,
             "{c:?}"
         );
-        assert!(c.dp_proportional_s <= c.dp_equal_s * (1.0 + 1e-12), "{c:?}");
-        assert!(c.speedup >= 1.0);
     }
 }
 
@@ -582,7 +611,8 @@ fn wide_graphs_stay_within_the_search_budget() {
     let plan = synth::plan_within(&graph, &devices, 5_000).unwrap();
     assert!(plan.search_exhausted);
     assert!(
-        plan.iteration_s.is_finite() && plan.iteration_s <= plan.dp_proportional_s * (1.0 + 1e-9)
+        plan.iteration_s.is_finite()
+            && plan.iteration_s <= plan.dp_proportional_s.unwrap() * (1.0 + 1e-9)
     );
     assert!(synth::listing(&plan).contains("state budget"));
     assert!(started.elapsed().as_secs_f64() < 5.0);
@@ -595,4 +625,104 @@ fn wide_graphs_stay_within_the_search_budget() {
     // A narrow graph is not affected by the default budget.
     let narrow = synth::plan(&two_op_graph().validate().unwrap(), &devices).unwrap();
     assert!(!narrow.search_exhausted);
+}
+
+/// Regression (issue 40): a 24-layer GPT at 32 samples per GPU was planned as pure data
+/// parallelism on 16 GB V100s and P100s though its activations alone need far more. Now data
+/// parallelism is refused, and any plan returned fits.
+#[test]
+fn plans_that_do_not_fit_in_device_memory_are_refused() {
+    let devices = builtin::mixed_cluster(1, 2, 6);
+    let g = builtin::by_name("gpt-24x1024", devices.len())
+        .unwrap()
+        .validate()
+        .unwrap();
+    let budget = tessera_plan::MAX_SEARCH_STATES;
+    let dp = synth::data_parallel_if_it_fits(&g, &devices, &synth::proportional(&devices), budget)
+        .unwrap();
+    assert_eq!(dp, None);
+    match synth::synthesize(&g, &devices) {
+        Err(e @ PlanError::DoesNotFit { .. }) => assert!(e.to_string().contains("16.0 GiB")),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(syn) => {
+            let m = CostModel::new(&g, &devices, &syn.ratios);
+            assert!(evaluate(&g, &syn.program, &m).memory_bytes <= 16.0 * 1024f64.powi(3));
+        }
+    }
+    // Without a memory size the same data parallelism is accepted (what happened before).
+    let mut unbounded = devices.clone();
+    for d in &mut unbounded.devices {
+        d.memory_bytes = f64::INFINITY;
+    }
+    let dp =
+        synth::data_parallel_if_it_fits(&g, &unbounded, &synth::equal(&unbounded), budget).unwrap();
+    assert!(dp.is_some());
+    // A small model fits, and its plan says how much the fullest device holds.
+    let small = builtin::by_name("bert-base", devices.len())
+        .unwrap()
+        .validate()
+        .unwrap();
+    let plan = synth::plan(&small, &devices).unwrap();
+    assert!(plan.memory_bytes > 1e9 && plan.memory_bytes < 16.0 * 1024f64.powi(3));
+    assert!(plan.dp_equal_s.is_some());
+}
+
+/// Data parallelism of an MoE graph is expert-parallel in its expert layers (the baseline HAP
+/// compares against): expert weights are split along the expert axis, not replicated, and
+/// tokens move by all-to-all.
+#[test]
+fn data_parallel_baseline_runs_experts_expert_parallel() {
+    let g = small_moe(64, 8).validate().unwrap();
+    let d = homogeneous_8();
+    let (program, _) = synth::data_parallel(&g, &d, &synth::equal(&d)).unwrap();
+    let mut experts = 0;
+    let mut all_to_all = 0;
+    for step in &program.steps {
+        match step {
+            Step::Place { tensor, prop } if g.tensors[*tensor].name.contains("expert_w") => {
+                assert_eq!(*prop, Prop::Gather(0));
+                experts += 1;
+            }
+            Step::Comm {
+                forward: Some(Collective::AllToAll),
+                ..
+            } => all_to_all += 1,
+            _ => {}
+        }
+    }
+    assert!(experts > 0 && all_to_all >= 2, "{experts} {all_to_all}");
+    // A dense graph's data parallelism has no expert rules and stays plain.
+    let dense = builtin::by_name("bert-base", 8)
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert!(tessera_plan::search::expert_rules(&dense)
+        .iter()
+        .all(Vec::is_empty));
+}
+
+/// HAP's calibrated constants, as HAP's code reads them (per element, so 4x as bytes), with
+/// an algorithm bandwidth per collective.
+#[test]
+fn hap_calibration_reads_the_artifacts_constants() {
+    use tessera_perf::collective::{time, BandwidthKind};
+    use tessera_plan::repro::Calibration;
+    let d = Calibration::Hap.devices(2).unwrap();
+    assert_eq!(d.len(), 16);
+    assert_eq!(d.devices[0].flops_per_s, 3858755112937.0);
+    assert_eq!(d.devices[15].flops_per_s, 2149250936815.0);
+    let ar = d.link(Collective::AllReduce);
+    assert_eq!(ar.kind, BandwidthKind::Algorithm);
+    assert_eq!(ar.bytes_per_s, 4.0 * 5906161310.0);
+    assert_eq!(
+        d.link(Collective::AllToAll).bytes_per_s,
+        4.0 * 24588140722.0
+    );
+    // 1 GB of fp32 gradients: 2.5e8 elements over HAP's all-reduce constant.
+    assert!(close(
+        time(Collective::AllReduce, 1e9, 16, ar),
+        2.5e8 / 5906161310.0
+    ));
+    let bytes = Calibration::HapBytes.devices(2).unwrap();
+    assert_eq!(bytes.link(Collective::AllReduce).bytes_per_s, 5906161310.0);
 }

@@ -58,7 +58,13 @@ fn run_one(exp: &dyn Experiment, sub: &ArgMatches) -> Result<ReproOutput> {
         .iter()
         .filter_map(|p| {
             if p.default == "false" {
-                sub.get_flag(p.name).then(|| (p.name, "true".to_string()))
+                // `--X false` (the hidden old spelling of `--no-X`) sets `no-X`.
+                let old = p
+                    .name
+                    .strip_prefix("no-")
+                    .and_then(|positive| sub.get_one::<bool>(positive))
+                    .map(|v| !v);
+                (sub.get_flag(p.name) || old == Some(true)).then(|| (p.name, "true".to_string()))
             } else {
                 sub.get_one::<String>(p.name).map(|v| (p.name, v.clone()))
             }
@@ -109,7 +115,7 @@ fn run_all(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Writes `summary.json` and one SVG per figure into `dir`.
+/// Writes `summary.json` and each figure as SVG and PNG into `dir`.
 pub(crate) fn write_outputs(dir: &std::path::Path, output: &ReproOutput) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("summary.json");
@@ -117,9 +123,11 @@ pub(crate) fn write_outputs(dir: &std::path::Path, output: &ReproOutput) -> Resu
         .with_context(|| format!("writing {}", path.display()))?;
     let mut written = vec![path.display().to_string()];
     for f in &output.figures {
-        let path = crate::plot::experiment_figure(dir, crate::plot::PlotFormat::Svg, f)
-            .with_context(|| format!("drawing {}", f.file_stem))?;
-        written.push(path.display().to_string());
+        for format in [crate::plot::PlotFormat::Svg, crate::plot::PlotFormat::Png] {
+            let path = crate::plot::experiment_figure(dir, format, f)
+                .with_context(|| format!("drawing {}", f.file_stem))?;
+            written.push(path.display().to_string());
+        }
     }
     eprintln!("wrote {}", written.join(", "));
     Ok(())

@@ -31,7 +31,7 @@ use super::perf::{cluster_types, CellEstimator, CellThroughput, DEFAULT_BATCH, R
 use super::workload;
 use crate::experiment::{
     bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
-    Param, ReproOutput, RunContext,
+    Figure, Param, ReproOutput, RunContext, Series, Spread,
 };
 
 /// Simulated seconds after which a run stops (jobs still active are unfinished).
@@ -57,7 +57,7 @@ const PARAMS: &[Param] = &[
     Param {
         name: "seeds",
         default: "1,2,3",
-        help: "Workload seeds (comma-separated)",
+        help: "Workload seeds, a list with ranges (1,2,3 or 1-3)",
     },
     Param {
         name: "jobs",
@@ -72,7 +72,7 @@ const PARAMS: &[Param] = &[
     Param {
         name: "policies",
         default: POLICIES,
-        help: "Policies (comma-separated); unregistered ones are skipped with a note",
+        help: "Policies (comma-separated); an unknown name is an error",
     },
 ];
 
@@ -97,6 +97,9 @@ pub struct RunStats {
     pub queue: Vec<Option<f64>>,
     /// Time-averaged cluster throughput over the arrival window.
     pub avg_throughput: f64,
+    /// The same, not counting jobs whose allocation is still restoring (checkpoint restore
+    /// and plan tuning after a start or a change: the GPUs are held but do no work).
+    pub avg_throughput_working: f64,
     /// Peak cluster throughput.
     pub peak_throughput: f64,
     /// Wall seconds of the run.
@@ -150,6 +153,10 @@ pub fn run_one(
     // Cached normalised rate per job: (allocation it was computed for, rate).
     let mut cache: Vec<Option<(Allocation, f64)>> = vec![None; jobs.len()];
     let (mut last_t, mut last_tp, mut integral, mut peak) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    // Per running job since the last event: (when it works again, s; its rate). A restore
+    // may end between events, so each job counts from its own resume instant.
+    let mut last_rates: Vec<(f64, f64)> = Vec::new();
+    let mut integral_working = 0.0f64;
     let sim_err = |e| ExperimentError::Sim {
         context: format!("{name}, seed {seed}"),
         source: e,
@@ -159,6 +166,10 @@ pub fn run_one(
         let lo = last_t.min(window_end);
         let hi = t.min(window_end);
         integral += last_tp * (hi - lo).max(0.0);
+        for &(resume, r) in &last_rates {
+            integral_working += r * (hi - lo.max(resume)).max(0.0);
+        }
+        last_rates.clear();
         let mut tp = 0.0;
         for a in sim.active() {
             let Some(alloc) = &a.allocation else { continue };
@@ -179,6 +190,7 @@ pub fn run_one(
                 }
             };
             tp += r;
+            last_rates.push((a.resumes_at.map_or(0.0, |at| at.as_secs_f64()), r));
         }
         peak = peak.max(tp);
         last_t = t;
@@ -206,6 +218,11 @@ pub fn run_one(
         } else {
             0.0
         },
+        avg_throughput_working: if window_end > 0.0 {
+            integral_working / window_end
+        } else {
+            0.0
+        },
         peak_throughput: peak,
         wall_s: start.elapsed().as_secs_f64(),
         scheduling_points: report.summary.scheduling_points,
@@ -214,8 +231,8 @@ pub fn run_one(
 }
 
 /// One policy on one seed: average JCT (s), average queueing (s), finished jobs, average
-/// and peak throughput.
-type SeedRow = (f64, f64, usize, f64, f64);
+/// and peak throughput, average throughput of the GPUs not restoring.
+type SeedRow = (f64, f64, usize, f64, f64, f64);
 
 fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
@@ -250,16 +267,25 @@ impl Experiment for CriusRepro {
         args: &ExperimentArgs,
         ctx: &RunContext<'_>,
     ) -> Result<ReproOutput, ExperimentError> {
-        let seeds: Vec<u64> = args.list("seeds")?;
+        let seeds: Vec<u64> = args.seeds("seeds")?;
         let jobs: usize = args.parse("jobs")?;
         let load: f64 = args.parse("load")?;
         let wanted: Vec<String> = args.list("policies")?;
-        if seeds.is_empty() || jobs == 0 {
+        if seeds.is_empty() {
+            return Err(ExperimentError::param("seeds", "", "names no seed"));
+        }
+        if jobs == 0 {
+            return Err(ExperimentError::param("jobs", "0", "must be at least 1"));
+        }
+        if !(load.is_finite() && load > 0.0) {
             return Err(ExperimentError::param(
-                "seeds",
-                "",
-                "need a seed and jobs > 0",
+                "load",
+                &load.to_string(),
+                "must be a positive number of jobs per hour",
             ));
+        }
+        if wanted.is_empty() {
+            return Err(ExperimentError::param("policies", "", "names no policy"));
         }
         // The generator's bounds, before any workload is drawn.
         crate::check_generator_options(&crate::GeneratorOptions {
@@ -268,16 +294,15 @@ impl Experiment for CriusRepro {
             ..crate::GeneratorOptions::default()
         })
         .map_err(|e| ExperimentError::param("jobs", &jobs.to_string(), &e))?;
-        let mut notes = Vec::new();
+        let notes: Vec<String> = Vec::new();
         let mut policies = Vec::new();
         for p in &wanted {
-            match crate::build_policy(p, &PolicyOptions::default()) {
-                Ok(_) => policies.push(p.clone()),
-                Err(_) => notes.push(format!("{p}: not registered in this build, skipped")),
+            // A name the registry does not know is a mistake, not something to skip.
+            crate::build_policy(p, &PolicyOptions::default())
+                .map_err(|e| ExperimentError::param("policies", p, &e.to_string()))?;
+            if !policies.contains(p) {
+                policies.push(p.clone());
             }
-        }
-        if policies.is_empty() {
-            return Err(ExperimentError::Other("no registered policy to run".into()));
         }
         let cluster = workload::cluster().map_err(ExperimentError::Other)?;
         let workloads: Vec<Workload> = seeds
@@ -343,6 +368,7 @@ impl Experiment for CriusRepro {
                     r.finished,
                     r.avg_throughput,
                     r.peak_throughput,
+                    r.avg_throughput_working,
                 ));
             }
         }
@@ -360,25 +386,30 @@ impl Experiment for CriusRepro {
             let fin = col(pi, |x| x.2 as f64);
             let avg = col(pi, |x| x.3);
             let peak = col(pi, |x| x.4);
+            let working = col(pi, |x| x.5);
             let (jlo, jhi) = spread(&jct);
+            let jsd = Spread::of(&jct).sd;
             let rel = |mine: &[f64], theirs: &[f64]| -> Vec<f64> {
                 mine.iter().zip(theirs).map(|(a, b)| a / b).collect()
             };
-            let (jct_vs, tp_vs) = match base {
+            let (jct_vs, tp_vs, working_vs) = match base {
                 Some(b) => (
                     mean(&rel(&jct, &col(b, |x| x.0 / 3600.0))) - 1.0,
                     mean(&rel(&avg, &col(b, |x| x.3))),
+                    mean(&rel(&working, &col(b, |x| x.5))),
                 ),
-                None => (f64::NAN, f64::NAN),
+                None => (f64::NAN, f64::NAN, f64::NAN),
             };
             rows.push(vec![
                 p.clone(),
-                format!("{:.2} [{:.2}, {:.2}]", mean(&jct), jlo, jhi),
+                format!("{:.2} ± {:.2} [{:.2}, {:.2}]", mean(&jct), jsd, jlo, jhi),
                 format!("{:+.1}%", 100.0 * jct_vs),
                 format!("{:.2}", mean(&q)),
                 format!("{:.0}", mean(&fin)),
-                format!("{:.1}", mean(&avg)),
+                format!("{:.1} ± {:.1}", mean(&avg), Spread::of(&avg).sd),
                 format!("{:.2}x", tp_vs),
+                format!("{:.1} ± {:.1}", mean(&working), Spread::of(&working).sd),
+                format!("{:.2}x", working_vs),
                 format!("{:.1}", mean(&peak)),
             ]);
             summary_rows.push(serde_json::json!({
@@ -389,22 +420,25 @@ impl Experiment for CriusRepro {
                 "finished": mean(&fin),
                 "avg_throughput": mean(&avg),
                 "throughput_vs_fcfs": tp_vs,
+                "avg_throughput_working": mean(&working),
+                "throughput_working_vs_fcfs": working_vs,
                 "peak_throughput": mean(&peak),
                 "per_seed": per_policy.get(&pi).map(|v| v.iter().map(|x| serde_json::json!({
                     "avg_jct_s": x.0, "avg_queue_s": x.1, "finished": x.2,
                     "avg_throughput": x.3, "peak_throughput": x.4,
+                    "avg_throughput_working": x.5,
                 })).collect::<Vec<_>>()),
             }));
         }
         let mut text = String::new();
         writeln!(
             text,
-            "Crius (arXiv 2403.16125): {jobs} large-model jobs at {load} jobs/h on 1,280 GPUs (80x4 A100-40GB, 20x16 V100-32GB, 160x2 A40, 160x2 A10); seeds {seeds:?}; mean [min, max] over seeds."
+            "Crius (arXiv 2403.16125): {jobs} large-model jobs at {load} jobs/h on 1,280 GPUs (80x4 A100-40GB, 20x16 V100-32GB, 160x2 A40, 160x2 A10); seeds {seeds:?}; mean ± sd [min, max] over seeds."
         )?;
         let all = common_sizes.iter().all(|&c| c == jobs);
         writeln!(
             text,
-            "JCT and queueing over {} (per seed: {:?} jobs).\nThroughput: Σ running jobs' true rate / rate on their request, averaged over the arrival window.\n",
+            "JCT and queueing over {} (per seed: {:?} jobs).\nThroughput: Σ running jobs' true rate / rate on their request, averaged over the arrival window; 'working' leaves out jobs whose allocation is still restoring (checkpoint restore and plan tuning).\n",
             if all {
                 "all jobs (every job finished under every policy)"
             } else {
@@ -420,6 +454,8 @@ impl Experiment for CriusRepro {
                 "queue h",
                 "finished",
                 "avg tput",
+                "vs fcfs",
+                "working tput",
                 "vs fcfs",
                 "peak tput",
             ],
@@ -443,13 +479,15 @@ impl Experiment for CriusRepro {
                     )
                 };
                 let (tp, jct) = (ratio(|x| x.3), ratio(|x| x.0) - 1.0);
+                let working = ratio(|x| x.5);
                 writeln!(
                     text,
-                    "crius vs {name}: avg throughput {tp:.2}x (artifact {tput:.2}x), avg JCT {:+.1}% (artifact: crius {faster}% faster)",
+                    "crius vs {name}: avg throughput {tp:.2}x, of working GPUs {working:.2}x (artifact {tput:.2}x), avg JCT {:+.1}% (artifact: crius {faster}% faster)",
                     100.0 * jct
                 )?;
                 versus.push(serde_json::json!({
-                    "baseline": name, "throughput_ratio": tp, "jct_change": jct,
+                    "baseline": name, "throughput_ratio": tp, "throughput_working_ratio": working,
+                    "jct_change": jct,
                     "artifact_throughput_ratio": tput, "artifact_faster_pct": faster,
                 }));
             }
@@ -477,9 +515,53 @@ impl Experiment for CriusRepro {
                 "crius_vs": versus,
                 "notes": notes,
             }),
-            figures: Vec::new(),
+            figures: per_seed_figures(&policies, &seeds, &per_policy),
         })
     }
+}
+
+/// Per seed and policy: average JCT and average throughput (working GPUs), one line per
+/// policy, so the spread over seeds is visible.
+fn per_seed_figures(
+    policies: &[String],
+    seeds: &[u64],
+    per_policy: &BTreeMap<usize, Vec<SeedRow>>,
+) -> Vec<Figure> {
+    let fig = |stem: &str, title: &str, y: &str, f: fn(&SeedRow) -> f64| Figure {
+        file_stem: stem.into(),
+        title: title.into(),
+        x_label: "seed".into(),
+        y_label: y.into(),
+        series: policies
+            .iter()
+            .enumerate()
+            .map(|(pi, p)| Series {
+                label: p.clone(),
+                points: per_policy.get(&pi).map_or(Vec::new(), |v| {
+                    seeds
+                        .iter()
+                        .zip(v)
+                        .map(|(&s, x)| (s as f64, f(x)))
+                        .collect()
+                }),
+                spread: None,
+            })
+            .collect(),
+    };
+    vec![
+        fig(
+            "avg_jct_by_seed",
+            "Crius repro: average JCT per seed (jobs finished under every policy)",
+            "average JCT (h)",
+            |x| x.0 / 3600.0,
+        ),
+        fig(
+            "avg_throughput_by_seed",
+            "Crius repro: average cluster throughput per seed (GPUs not restoring)",
+            "normalised throughput",
+            |x| x.5,
+        ),
+    ]
 }
 
 /// Distribution of a sample: (count, mean, p50, p90, max).
@@ -863,7 +945,7 @@ mod tests {
                 ("seeds", "1"),
                 ("jobs", "300"),
                 ("load", "90"),
-                ("policies", "fcfs,crius,crius-dp-only,no-such-policy"),
+                ("policies", "fcfs,crius,crius-dp-only"),
             ],
         )
         .unwrap();
@@ -874,8 +956,33 @@ mod tests {
         assert_eq!(p[0]["policy"], "fcfs");
         assert_eq!(p[1]["policy"], "crius");
         assert!(jct(1) < jct(0), "crius {} vs fcfs {}", jct(1), jct(0));
-        assert_eq!(out.summary["notes"].as_array().map(Vec::len), Some(1));
-        assert!(out.text.contains("no-such-policy: not registered"));
         assert_eq!(out.summary["common_jobs_per_seed"][0], 300);
+        let working = |i: usize| p[i]["avg_throughput_working"].as_f64().unwrap();
+        let all = |i: usize| p[i]["avg_throughput"].as_f64().unwrap();
+        assert!(working(1) > 0.0 && working(1) <= all(1) + 1e-9);
+    }
+
+    /// Regression (issue 40): a mistyped policy was skipped with a note and exit 0; `--jobs
+    /// 0` blamed `--seeds`. Each is now an error naming its own flag.
+    #[test]
+    fn bad_flags_are_blamed_precisely() {
+        let run = |given: &[(&str, &str)]| {
+            let args = ExperimentArgs::new(PARAMS, given.iter().copied()).unwrap();
+            CriusRepro
+                .run(&args, &RunContext::quiet(1))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = run(&[
+            ("seeds", "1"),
+            ("jobs", "10"),
+            ("policies", "fcfs,crius-typo"),
+        ]);
+        assert!(e.starts_with("--policies \"crius-typo\""), "{e}");
+        let e = run(&[("jobs", "0")]);
+        assert!(e.starts_with("--jobs"), "{e}");
+        let e = run(&[("seeds", "3-1")]);
+        assert!(e.starts_with("--seeds"), "{e}");
     }
 }

@@ -727,6 +727,8 @@ pub struct ReplayReport {
     pub peak_active_gpus: usize,
     /// Time-weighted mean of active GPUs from the first to the last event.
     pub mean_active_gpus: f64,
+    /// Mean of active GPUs over the events, one sample after each (the artifact's average).
+    pub mean_active_gpus_per_event: f64,
     /// Time-weighted mean SM fragmentation per active GPU (spans with active GPUs).
     pub mean_sm_frag: f64,
     /// Time-weighted mean memory fragmentation per active GPU.
@@ -854,6 +856,11 @@ fn summarize(
         policy: policy.name(),
         peak_active_gpus: peak,
         mean_active_gpus: mean(area, span, last.map_or(0.0, |s| s.active_gpus as f64)),
+        mean_active_gpus_per_event: if samples.is_empty() {
+            0.0
+        } else {
+            samples.iter().map(|s| s.active_gpus as f64).sum::<f64>() / samples.len() as f64
+        },
         mean_sm_frag: mean(sm_area, busy_span, last.map_or(0.0, |s| s.sm_frag)),
         mean_mem_frag: mean(mem_area, busy_span, last.map_or(0.0, |s| s.mem_frag)),
         sm_frag_at_peak: sm_at_peak,
@@ -1086,6 +1093,8 @@ mod tests {
         let r = replay(&w, PackingPolicy::Exclusive, PoolSpec::default(), true).unwrap();
         // 1 GPU for 10 s, 2 GPUs for 20 s.
         assert!((r.mean_active_gpus - 50.0 / 30.0).abs() < 1e-12);
+        // One sample per event: 1, 2, 1 GPUs.
+        assert!((r.mean_active_gpus_per_event - 4.0 / 3.0).abs() < 1e-12);
         assert_eq!(r.peak_active_gpus, 2);
         assert!((r.mean_sm_frag - 0.5).abs() < 1e-12);
         assert!((r.mean_mem_frag - 0.5).abs() < 1e-12);

@@ -20,7 +20,7 @@ use super::workload::ArrivalOrder;
 use super::{miso_config, miso_table, workload};
 use crate::experiment::{
     bench_output, run_parallel, text_table, BenchRow, Experiment, ExperimentArgs, ExperimentError,
-    Param, ReproOutput, RunContext,
+    Figure, Param, ReproOutput, RunContext, Series, Spread,
 };
 
 /// Restore seconds MISO measured per model family (its simulator charges these on every
@@ -88,18 +88,28 @@ pub struct ReproSpec {
     pub layouts: LayoutSet,
     /// Use the learned predictor instead of the emulated error.
     pub learned: bool,
+    /// MISO profiles under MPS even a job arriving at an empty GPU.
+    pub mps_every_placement: bool,
+    /// Static layouts do not hold the queue behind a job no idle slice fits.
+    pub static_non_blocking: bool,
 }
+
+/// Default seeds: 40, enough for the means of the ratios to MISO to settle (their standard
+/// error is under 2% of the mean; the repro takes about 2.5 s per 40 seeds in release).
+pub const DEFAULT_SEEDS: &str = "1-40";
 
 impl Default for ReproSpec {
     fn default() -> Self {
         ReproSpec {
-            seeds: vec![1, 2, 3, 4, 5],
+            seeds: (1..=40).collect(),
             gpus: 8,
             mean_s: 60.0,
             early_mean_s: 30.0,
             order: ArrivalOrder::Shuffled,
             layouts: LayoutSet::Generated,
             learned: false,
+            mps_every_placement: false,
+            static_non_blocking: false,
         }
     }
 }
@@ -137,6 +147,12 @@ pub struct PolicyMeans {
     pub restarts_per_job: f64,
     /// Jobs unfinished over all seeds.
     pub unfinished: usize,
+    /// Average JCT over seeds: mean, standard deviation, range.
+    pub avg_jct: Spread,
+    /// Per seed, average JCT / MISO's on the same seed.
+    pub vs_miso: Spread,
+    /// Per seed, re-partitions per job.
+    pub repartitions: Spread,
 }
 
 /// What the reproduction measured.
@@ -202,10 +218,15 @@ fn build(
 ) -> Box<dyn Policy> {
     match which {
         Which::NoPart => Box::new(NoPart),
-        Which::Static(code) => Box::new(StaticPartition::new(code, miso_table())),
+        Which::Static(code) => {
+            let mut p = StaticPartition::new(code, miso_table());
+            p.blocking = !spec.static_non_blocking;
+            Box::new(p)
+        }
         Which::Miso { oracle } => {
             let mut c = miso_config(*oracle, seed);
             c.layouts = spec.layouts;
+            c.profile_alone = spec.mps_every_placement;
             if spec.learned {
                 c.predictor = learned.clone();
             }
@@ -257,7 +278,35 @@ fn means(policy: &str, rows: &[&RunRow]) -> PolicyMeans {
         }),
         restarts_per_job: mean(&|r| per_job(r, r.summary.preemptions as f64)),
         unfinished: rows.iter().map(|r| r.summary.unfinished).sum(),
+        avg_jct: Spread::of(&rows.iter().map(|r| r.summary.avg_jct_s).collect::<Vec<_>>()),
+        vs_miso: Spread::default(),
+        repartitions: Spread::of(
+            &rows
+                .iter()
+                .map(|r| per_job(r, stat_of(r, "repartitions")))
+                .collect::<Vec<_>>(),
+        ),
     }
+}
+
+fn stat_of(r: &RunRow, name: &str) -> f64 {
+    r.policy_stats
+        .iter()
+        .find(|(k, _)| k == name)
+        .map_or(0.0, |(_, v)| *v)
+}
+
+/// Per seed, `rows`' average JCT over MISO's on the same seed.
+fn ratio_to(rows: &[&RunRow], miso: &[&RunRow]) -> Spread {
+    let v: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| {
+            miso.iter()
+                .find(|m| m.seed == r.seed && m.summary.avg_jct_s > 0.0)
+                .map(|m| r.summary.avg_jct_s / m.summary.avg_jct_s)
+        })
+        .collect();
+    Spread::of(&v)
 }
 
 /// Runs the reproduction.
@@ -349,9 +398,17 @@ pub fn run_repro(spec: &ReproSpec, ctx: &RunContext<'_>) -> Result<ReproResult, 
         })
         .collect();
     static_means.sort_by(|a, b| a.avg_jct_s.total_cmp(&b.avg_jct_s));
+    let miso_rows = of("miso");
+    for m in &mut static_means {
+        m.vs_miso = ratio_to(&of(&m.policy), &miso_rows);
+    }
     let mut main: Vec<PolicyMeans> = ["nopart", "miso", "miso-oracle", "mps"]
         .iter()
-        .map(|n| means(n, &of(n)))
+        .map(|n| {
+            let mut m = means(n, &of(n));
+            m.vs_miso = ratio_to(&of(n), &miso_rows);
+            m
+        })
         .collect();
     if let Some(best) = static_means.first() {
         main.insert(1, best.clone());
@@ -392,13 +449,14 @@ fn empty_table() -> SliceTable {
 pub struct MisoRepro;
 
 const REPRO_PARAMS: &[Param] = &[
-    Param { name: "seeds", default: "1,2,3,4,5", help: "Arrival seeds (the MISO paper's 1-5)." },
+    Param { name: "seeds", default: DEFAULT_SEEDS, help: "Arrival seeds, a list with ranges (default 1-40, so that the means settle; the MISO paper's simulator used 1-5, whose streams differ from ours)." },
     Param { name: "gpus", default: "8", help: "A100-40GB GPUs (one node)." },
     Param { name: "mean", default: "60", help: "Mean inter-arrival time, seconds." },
     Param { name: "early-mean", default: "30", help: "Mean inter-arrival of the first third of the jobs, seconds." },
     Param { name: "order", default: "shuffled", help: "Arrival order of the trace's jobs: shuffled (a seeded permutation, as the artifact's driver) or index (trace order)." },
     Param { name: "layouts", default: "generated", help: "Layouts MISO and the static search use: generated (placement rules, with 4g+3g) or miso18 (MISO's table)." },
     Param { name: "predictor", default: "emulated", help: "Slice-speed predictor of miso: emulated (the artifact's N(0.016, 0.0032) error) or learned (regression from MPS speeds)." },
+    Param { name: "semantics", default: "tessera", help: "tessera (a job at an empty GPU starts whole at once; static is strict FIFO), artifact (both of the next two), mps-every-placement (miso profiles every placement under MPS, even alone on an empty GPU), non-blocking-static (static lets later jobs past one no idle slice fits, as the artifact's exp_static.py)." },
 ];
 
 /// Published figures (MISO paper; the authors' simulator on this setup, seeds 1–5).
@@ -444,14 +502,30 @@ impl Experiment for MisoRepro {
                 ))
             }
         };
+        let semantics = args.get("semantics").unwrap_or("tessera");
+        let (mps_every_placement, static_non_blocking) = match semantics {
+            "tessera" => (false, false),
+            "artifact" => (true, true),
+            "mps-every-placement" => (true, false),
+            "non-blocking-static" => (false, true),
+            other => {
+                return Err(ExperimentError::param(
+                    "semantics",
+                    other,
+                    "tessera, artifact, mps-every-placement or non-blocking-static",
+                ))
+            }
+        };
         let spec = ReproSpec {
-            seeds: args.list("seeds")?,
+            seeds: args.seeds("seeds")?,
             gpus: args.parse("gpus")?,
             mean_s: args.parse("mean")?,
             early_mean_s: args.parse("early-mean")?,
             order: args.parse("order")?,
             layouts,
             learned,
+            mps_every_placement,
+            static_non_blocking,
         };
         if spec.seeds.is_empty() {
             return Err(ExperimentError::param("seeds", "", "at least one seed"));
@@ -488,14 +562,6 @@ impl Experiment for MisoRepro {
 }
 
 fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
-    let miso = r.get("miso").map_or(0.0, |m| m.avg_jct_s);
-    let ratio = |v: f64| {
-        if miso > 0.0 {
-            format!("{:.2}x", v / miso)
-        } else {
-            "-".into()
-        }
-    };
     let published_ratio = |name: &str| match name {
         "nopart" => "2.28x",
         "miso" => "1.00x",
@@ -509,20 +575,37 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
         .map(|m| {
             vec![
                 m.policy.clone(),
-                format!("{:.0} s", m.avg_jct_s),
-                ratio(m.avg_jct_s),
+                format!("{} s", m.avg_jct.show(0)),
+                if m.policy == "miso" {
+                    "1.00x".into()
+                } else {
+                    format!("{:.2}x ± {:.2}", m.vs_miso.mean, m.vs_miso.sd)
+                },
                 published_ratio(&m.policy).to_string(),
                 format!("{:.0} s", m.makespan_s),
                 format!("{:.0} s", m.avg_queue_s),
-                format!("{:.2}", m.repartitions_per_job),
+                format!("{:.2} ± {:.2}", m.repartitions.mean, m.repartitions.sd),
                 format!("{:.2}", m.restarts_per_job),
                 m.unfinished.to_string(),
             ]
         })
         .collect();
+    let semantics = match (spec.mps_every_placement, spec.static_non_blocking) {
+        (false, false) => "tessera",
+        (true, true) => "artifact",
+        (true, false) => "mps-every-placement",
+        (false, true) => "non-blocking-static",
+    };
     let mut text = format!(
-        "MISO reproduction: {} A100-40GB, MISO's 100-job trace, Poisson arrivals (mean {} s, {} s for the first third, {} order), seeds {:?}; layouts {:?}; means over seeds\n\n",
-        spec.gpus, spec.mean_s, spec.early_mean_s, spec.order, spec.seeds, spec.layouts
+        "MISO reproduction: {} A100-40GB, MISO's 100-job trace, Poisson arrivals (mean {} s, {} s for the first third, {} order), {} seeds ({}–{}); layouts {:?}; semantics {semantics}\nmean ± standard deviation [min–max] over seeds; ratios are per seed, then averaged\n\n",
+        spec.gpus,
+        spec.mean_s,
+        spec.early_mean_s,
+        spec.order,
+        spec.seeds.len(),
+        spec.seeds.iter().min().copied().unwrap_or(0),
+        spec.seeds.iter().max().copied().unwrap_or(0),
+        spec.layouts
     );
     text.push_str(&text_table(
         &[
@@ -549,9 +632,76 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
         r.predictor, r.predictor_mae, r.learned_loo_mae
     ));
     text.push_str(
-        "published: MISO -49% avg JCT vs NoPart, -16% vs best static (paper); authors' simulator, seeds 1-5: MISO 1,101 s, NoPart 2,514 s (2.28x), static [3,2,2] 1,238 s, best static 1.09-1.12x, oracle 1,042 s (0.95x), about 4 migrations per job\n\
-         semantics here: a job at an empty GPU starts at once on the whole GPU; a re-partition checkpoints every job of the GPU, switches it to MPS (5 s reconfiguration when it was partitioned), runs 30 s under MPS, then applies the layout (5 s) and restarts each job (its model's restore time)\n",
+        "published: MISO -49% avg JCT vs NoPart, -16% vs best static (paper); authors' simulator, seeds 1-5: MISO 1,101 s, NoPart 2,514 s (2.28x), static [3,2,2] 1,238 s, best static 1.09-1.12x, oracle 1,042 s (0.95x), about 4 migrations per job\n",
     );
+    text.push_str(if spec.mps_every_placement {
+        "semantics here: every placement of miso goes through the 30 s MPS phase, even a job alone on an empty GPU (then checkpointed and restored onto its slice); a re-partition checkpoints every job of the GPU, switches it to MPS (5 s reconfiguration when it was partitioned), runs 30 s under MPS, then applies the layout (5 s) and restarts each job (its model's restore time)\n"
+    } else {
+        "semantics here: a job at an empty GPU starts at once on the whole GPU; a re-partition checkpoints every job of the GPU, switches it to MPS (5 s reconfiguration when it was partitioned), runs 30 s under MPS, then applies the layout (5 s) and restarts each job (its model's restore time)\n"
+    });
+    text.push_str(if spec.static_non_blocking {
+        "static: a job no idle slice fits lets later jobs past (non-blocking, as the artifact's exp_static.py)\n"
+    } else {
+        "static: strict FIFO (a job no idle slice fits holds the queue)\n"
+    });
+    // Per seed, each policy's average JCT; and the running mean over seeds with its
+    // standard error, which shows whether the seed count is enough.
+    let mut seeds = spec.seeds.clone();
+    seeds.sort_unstable();
+    let per_seed = |name: &str| -> Vec<(f64, f64)> {
+        seeds
+            .iter()
+            .filter_map(|&sd| {
+                r.runs
+                    .iter()
+                    .find(|x| x.policy == name && x.seed == sd)
+                    .map(|x| (sd as f64, x.summary.avg_jct_s))
+            })
+            .collect()
+    };
+    let names: Vec<String> = r.means.iter().map(|m| m.policy.clone()).collect();
+    let by_seed = Figure {
+        file_stem: "avg_jct_by_seed".into(),
+        title: "MISO repro: average JCT per arrival seed".into(),
+        x_label: "seed".into(),
+        y_label: "average JCT (s)".into(),
+        series: names
+            .iter()
+            .map(|n| Series {
+                label: n.clone(),
+                points: per_seed(n),
+                spread: None,
+            })
+            .collect(),
+    };
+    let running = Figure {
+        file_stem: "avg_jct_running_mean".into(),
+        title: "MISO repro: mean average JCT over the first n seeds (band: ± standard error)"
+            .into(),
+        x_label: "seeds".into(),
+        y_label: "mean average JCT (s)".into(),
+        series: names
+            .iter()
+            .map(|n| {
+                let v: Vec<f64> = per_seed(n).iter().map(|p| p.1).collect();
+                let stats: Vec<Spread> = (1..=v.len()).map(|k| Spread::of(&v[..k])).collect();
+                Series {
+                    label: n.clone(),
+                    points: stats
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| ((i + 1) as f64, s.mean))
+                        .collect(),
+                    spread: Some(
+                        stats
+                            .iter()
+                            .map(|s| (s.mean - s.sem(), s.mean + s.sem()))
+                            .collect(),
+                    ),
+                }
+            })
+            .collect(),
+    };
     let summary = serde_json::json!({
         "experiment": "miso",
         "cluster": format!("{} x A100-40GB", spec.gpus),
@@ -560,6 +710,7 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
         "seeds": spec.seeds,
         "arrival_order": spec.order.to_string(),
         "layouts": spec.layouts,
+        "semantics": semantics,
         "policies": r.runs,
         "means": r.means,
         "statics": r.statics,
@@ -569,7 +720,7 @@ fn render(spec: &ReproSpec, r: &ReproResult) -> ReproOutput {
     ReproOutput {
         text,
         summary,
-        figures: Vec::new(),
+        figures: vec![by_seed, running],
     }
 }
 

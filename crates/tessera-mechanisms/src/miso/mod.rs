@@ -53,6 +53,7 @@ pub fn miso_config(oracle: bool, seed: u64) -> MisoConfig {
         layouts: LayoutSet::Generated,
         objective: opt::Objective::MeanSlowdown,
         mps_phase: policy::MPS_PHASE,
+        profile_alone: false,
         checkpoint_gap: policy::CHECKPOINT_GAP,
         predictor: Arc::new(EmulatedError::default()),
         table: miso_table(),

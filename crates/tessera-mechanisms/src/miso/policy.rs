@@ -335,6 +335,10 @@ pub struct StaticPartition {
     layouts: Vec<Option<Vec<MigInstance>>>,
     /// Move running jobs to larger idle slices when the queue is empty.
     pub promote: bool,
+    /// Strict FIFO: a one-GPU job that finds no idle slice holds the queue (default). When
+    /// false, later jobs may take slices it does not fit, as the MISO artifact's static
+    /// driver does (`exp_static.py` tries every arrived job in turn).
+    pub blocking: bool,
     promotions: u64,
 }
 
@@ -362,6 +366,7 @@ impl StaticPartition {
             topo: None,
             layouts: Vec::new(),
             promote: true,
+            blocking: true,
             promotions: 0,
         }
     }
@@ -532,7 +537,10 @@ impl Policy for StaticPartition {
             let Some((_, g, p)) = largest_idle(&busy, &|z| speeds[z as usize].is_some(), spec)
             else {
                 placed_all = false;
-                break;
+                if self.blocking {
+                    break;
+                }
+                continue;
             };
             busy[g] |= 1 << p;
             let (node, idx, _) = topo.gpus[g];
@@ -821,6 +829,9 @@ pub struct MisoConfig {
     pub objective: Objective,
     /// Length of the MPS profiling phase.
     pub mps_phase: SimDuration,
+    /// Profile under MPS even a job that arrives at an empty GPU (it then pays a phase, a
+    /// checkpoint and a restore like any other); default false: it starts whole at once.
+    pub profile_alone: bool,
     /// No new job this soon after a GPU's last checkpoint.
     pub checkpoint_gap: SimDuration,
     /// Predicts slice speeds at the end of the MPS phase.
@@ -1490,7 +1501,8 @@ impl Policy for Miso {
             };
             self.job_gpu[job.index()] = g as u32;
             let (node, idx, _) = self.topo.as_ref().map_or((NodeId(0), 0, 0), |t| t.gpus[g]);
-            if self.slots[g].jobs.is_empty() && !self.any_fixed_job(view, job) {
+            let profile_alone = self.config.profile_alone && !self.config.oracle;
+            if self.slots[g].jobs.is_empty() && !self.any_fixed_job(view, job) && !profile_alone {
                 self.slots[g].jobs.push(job);
                 self.slots[g].touched = Some(now);
                 actions.push(Action::Start {

@@ -27,11 +27,11 @@ use crate::experiment::{
 pub struct SynergyRepro;
 
 const PARAMS: &[Param] = &[
-    Param { name: "workload", default: "synthetic", help: "Workload: synthetic (our generator, several seeds) or reference (the Synergy simulator's own job sequence at its seed 42, job for job: its published figures are then directly comparable)." },
+    Param { name: "workload", default: "reference", help: "Workload: reference (default: the Synergy simulator's own job sequence at its seed 42, job for job, so its published figures are directly comparable) or synthetic (our generator; the seed study, several seeds)." },
     Param { name: "seeds", default: "", help: "Seeds of the workloads (and of profiling noise), comma-separated; every figure and ratio is reported as the mean and min–max over them. Default: 1,2,3,4,5 (synthetic), 42 (reference)." },
     Param { name: "seed", default: "", help: "One seed (same as --seeds N)." },
     Param { name: "parts", default: "a,b", help: "Parts to run: any of a, b, c (comma-separated)." },
-    Param { name: "semantics", default: "both", help: "Engine semantics: exact (ours), synergy (the reference's rounds), or both." },
+    Param { name: "semantics", default: "synergy", help: "Engine semantics: synergy (default: the reference's rounds, what reproduces the paper), exact (ours), or both." },
     Param { name: "loads", default: "5,6,7,8,9,10,11,12", help: "Loads of the sweep (c), jobs per hour." },
     Param {
         name: "sweep-policies",
