@@ -547,14 +547,18 @@ pub struct NodesArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum NodesCommand {
     /// The nodes with allocated and total GPUs, CPU and memory, and their GPUs' modes.
+    #[command(after_help = "Examples:\n  tessera nodes list --token $TOKEN")]
     List,
     /// Place nothing new on a node; its jobs run on (admins).
+    #[command(after_help = "Examples:\n  tessera nodes drain n3 --token $ADMIN_TOKEN")]
     Drain(NodeNameArgs),
     /// Hand a node's health back to the backend's view, after drain or `health --set down`
     /// (admins).
+    #[command(after_help = "Examples:\n  tessera nodes undrain n3 --token $ADMIN_TOKEN")]
     Undrain(NodeNameArgs),
     /// Each node's health and its unhealthy GPUs with the reason; with --set, set a node's
     /// health (admins; `down` stops and requeues its jobs).
+    #[command(after_help = "Examples:\n  tessera nodes health n3 --set down --token $ADMIN_TOKEN")]
     Health(NodeHealthArgs),
 }
 
@@ -745,12 +749,16 @@ pub struct ServicesArgs {
 pub enum ServicesCommand {
     /// Submit an inference service: a `kind: Workload` document with one service
     /// (docs/daemon.md, "Inference services"); `-` for stdin.
+    #[command(after_help = "Examples:\n  tessera services submit bert.yaml --token $TOKEN")]
     Submit(SpecFileArgs),
     /// Your services (every tenant's with an admin token).
+    #[command(after_help = "Examples:\n  tessera services list --token $TOKEN")]
     List,
     /// One service: state, instances, where they run, their load and SLO attainment.
+    #[command(after_help = "Examples:\n  tessera services describe 3 --token $TOKEN")]
     Describe(ServiceIdArgs),
     /// Retire a service: every instance is stopped.
+    #[command(after_help = "Examples:\n  tessera services retire 3 --token $TOKEN")]
     Retire(ServiceIdArgs),
 }
 

@@ -110,6 +110,7 @@ fn devices_of(
                     count: g.count as usize,
                     gpus_per_machine: g.gpus_per_node as usize,
                     flops: None,
+                    memory: None, // the catalog's
                 })
                 .collect(),
             intra_node: Default::default(),

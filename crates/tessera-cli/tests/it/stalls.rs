@@ -89,7 +89,7 @@ fn dilu_refuses_or_rejects_what_only_a_larger_node_holds() {
     let err = stderr(&strict);
     // One capability per line, the line breaks printed as such (they were escaped to `\n`).
     assert!(!err.contains("\\n"), "{err}");
-    assert!(err.lines().any(|l| l.starts_with("  cpu-memory")), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("  mixed-nodes")), "{err}");
     assert!(err.contains("policy dilu does not honour"), "{err}");
     assert!(
         err.contains("job memory-heavy (line 6) asks for 98Gi of memory, more than the smallest node has (64Gi)"),
