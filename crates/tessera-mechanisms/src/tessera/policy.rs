@@ -42,6 +42,8 @@ mod policy_scratch;
 #[path = "policy_train.rs"]
 pub mod policy_train;
 
+use tessera_sched::placement::proportional_share;
+
 use crate::crius::policy::ROUND;
 use crate::dilu::policy::DiluServe;
 use crate::miso::policy::Miso;
@@ -328,12 +330,42 @@ impl TesseraPolicy {
                 });
                 dilu.schedule(&v, &mut acts);
             }
-            for a in acts {
+            for mut a in acts {
+                host_share(view, scratch, &mut a);
                 if scratch.apply(view, &a) {
                     actions.push(a);
                 }
             }
         }
+    }
+}
+
+/// Gives a share job Dilu starts the host CPU and memory of a whole GPU's proportional share
+/// of its node, as far as the node has them free (never less than Dilu gave). Dilu sizes a
+/// share job's host part at 2 cores per GPU, its serving instances' shape; an image model
+/// that decodes on the host then ran 10-15 times slower than its trace (Synergy's tables),
+/// which the composed truth reads against the proportional share the job implicitly asked.
+fn host_share(view: &ClusterView<'_>, scratch: &Scratch, act: &mut Action) {
+    let Action::Start { job, allocation } = act else {
+        return;
+    };
+    let Some(spec) = view.jobs.get(job.index()) else {
+        return;
+    };
+    let free = scratch.state.free();
+    for s in &mut allocation.shares {
+        let Some(node) = view.cluster.nodes.get(s.node.index()) else {
+            continue;
+        };
+        let Some(group) = view.cluster.groups.get(node.group as usize) else {
+            continue;
+        };
+        let Some(avail) = free.get(s.node.index()) else {
+            continue;
+        };
+        let want = proportional_share(spec, group, s.node, spec.gpus.max(1));
+        s.cpu = s.cpu.max(want.cpu.min(avail.cpu));
+        s.memory = s.memory.max(want.memory.min(avail.memory));
     }
 }
 

@@ -13,6 +13,7 @@ use tessera_sched::placement::proportional_share;
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState};
 
 use super::policy_scratch::Scratch;
+use crate::tessera::truth::ComposedEstimates;
 use crate::crius::policy::{CriusOptions, CriusPolicy};
 use crate::synergy::perf::SensitivityEstimate;
 use crate::synergy::policy::{FreeMap, Slice};
@@ -144,6 +145,18 @@ impl Training {
                 .filter(|t| self.types.iter().any(|(x, _)| x == t))
                 .collect()
         }
+    }
+
+    /// The GPU models `spec` may use, the fastest for its count first by the composed
+    /// estimates (cluster order when it has none, and on ties): a job Crius left waiting
+    /// takes an A10 only when no faster type has its GPUs.
+    fn fastest_first(&self, a: &ActiveJob, spec: &TrainingJob) -> Vec<GpuModelId> {
+        let mut types = self.allowed(spec);
+        if let Some(e) = a.knowledge.get::<ComposedEstimates>() {
+            let rate = |t: GpuModelId| e.0.get(t, spec.gpus).map_or(0.0, |x| x.throughput);
+            types.sort_by(|&x, &y| rate(y).total_cmp(&rate(x)));
+        }
+        types
     }
 
     /// Whether no single allowed GPU model has GPUs enough for `spec` (it must span models).
@@ -278,7 +291,7 @@ impl Training {
             // One map for the call, kept as starts take from it.
             let map = map.get_or_insert_with(|| FreeMap::new(orig.cluster, scratch.state.free()));
             let mut found = None;
-            for t in self.allowed(spec) {
+            for t in self.fastest_first(a, spec) {
                 let mut one = spec.clone();
                 one.gpu_types = vec![t];
                 if let Some(alloc) = map.find(&one, Slice::Fair) {
