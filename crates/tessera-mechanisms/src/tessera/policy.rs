@@ -2,14 +2,17 @@
 //! pieces on one cluster, each called from its own module (none is copied here).
 //!
 //! Every active job and service belongs to one piece, by what it asks:
-//! - jobs asking for a MIG instance (`nvidia.com/mig-<profile>`, `mig-any`): MISO's policy
+//! - jobs asking for a fixed MIG profile (`nvidia.com/mig-<profile>`): MISO's policy
 //!   (layouts on MIG-capable GPUs, MPS profiling, reconfiguration);
-//! - inference services and jobs asking for a GPU share (`gpu_share`): Dilu's (quota
-//!   packing, lazy horizontal and per-second vertical scaling), one Dilu per set of GPU
-//!   models its holders may use, so that each plans only on GPUs its holders accept;
-//! - every other training job: the training piece ([`policy_train`]): Crius's cells
-//!   and plans in least-attained-service order with preemption at rounds, HAP's spanning of
-//!   GPU models, Synergy's CPU and memory by sensitivity.
+//! - inference services: Dilu's (quota packing, lazy horizontal and per-second vertical
+//!   scaling), one Dilu per set of GPU models its services may use, so that each plans only
+//!   on GPUs its holders accept;
+//! - every training job, `mig-any` and GPU-share jobs included: the training piece
+//!   ([`policy_train`]): Crius's cells and plans in least-attained-service order with
+//!   preemption at rounds, HAP's spanning of GPU models, Synergy's CPU and memory by
+//!   sensitivity. A `mig-any` or share job gets at least what it asked (a whole GPU, of a
+//!   MIG-capable model for `mig-any`), which on the default run's cluster, mostly idle,
+//!   finishes it sooner than a slice or a quota beside others (see `TesseraPolicy::class`).
 //!
 //! At each scheduling point the pieces decide one after the other — MISO, then Dilu, then
 //! training — on one scratch copy of the cluster (`policy_scratch`): each sees the
@@ -31,7 +34,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_model::{GpuModelId, SimDuration, SimTime, TrainingJob};
+use tessera_model::{GpuModelId, MigRequest, SimDuration, SimTime, TrainingJob};
 use tessera_sched::{
     Action, ActiveJob, Capabilities, Capability, ClusterView, Policy, PolicyInfo, PolicyOptions,
     ServicePhase, ServiceView,
@@ -63,7 +66,7 @@ const ALL: Capabilities = Capabilities::TRAINING
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "tessera",
-        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for MIG jobs, Dilu quota packing and scaling for services and shares, Synergy CPU/memory",
+        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for fixed MIG profiles, Dilu quota packing and scaling for services, Synergy CPU/memory",
         capabilities: ALL,
     },
     PolicyInfo {
@@ -157,7 +160,6 @@ pub fn serving_setup(policy: &str) -> Option<Result<crate::ServingSetup, String>
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     Mig,
-    Share,
     Train,
 }
 
@@ -197,11 +199,16 @@ impl TesseraPolicy {
         }
     }
 
+    /// Jobs asking for a fixed MIG profile go to MISO; every other job, `mig-any` and GPU
+    /// shares included, to the training piece, which gives it whole GPUs (a `mig-any` job on
+    /// a MIG-capable model only): measured on the default run, MISO's slices ran `mig-any`
+    /// jobs 2-3 times slower than the whole GPU their trace time is for (19 jobs: 45 h of
+    /// JCT against FIFO's 18 h), and Dilu's quotas ran share jobs slower than a whole GPU
+    /// (17 jobs: 15 h against 4 h) while most GPUs were idle. Dilu keeps the services.
+    /// `tessera-no-miso` sends fixed profiles to the training piece too.
     fn class(&self, spec: &TrainingJob) -> Class {
-        if self.pieces.miso && spec.mig.is_some() {
+        if self.pieces.miso && matches!(spec.mig, Some(MigRequest::Profile(_))) {
             Class::Mig
-        } else if self.pieces.dilu && spec.gpu_share.is_some() {
-            Class::Share
         } else {
             Class::Train
         }
@@ -263,8 +270,14 @@ impl TesseraPolicy {
         let keys: Vec<Vec<GpuModelId>> = self.dilu.keys().cloned().collect();
         for key in keys {
             let jobs = jobs_of.remove(&key).unwrap_or_default();
-            let services: Vec<ServiceView> = view
-                .services
+            // Every service this Dilu's (the usual case): the view's own, not a copy (a
+            // service's spec carries its whole arrival series; copying it at every
+            // decision was a quarter of the default run's time).
+            let all_ours = service_keys.iter().all(|k| *k == key);
+            let copied: Vec<ServiceView> = if all_ours {
+                Vec::new()
+            } else {
+                view.services
                 .iter()
                 .zip(&service_keys)
                 .map(|(s, k)| {
@@ -280,7 +293,9 @@ impl TesseraPolicy {
                         }
                     }
                 })
-                .collect();
+                .collect()
+            };
+            let services: &[ServiceView] = if all_ours { view.services } else { &copied };
             // GPUs this Dilu's holders are on.
             let mut own: Vec<(u32, u32)> = Vec::new();
             let allocs = jobs.iter().filter_map(|a| a.allocation.as_ref()).chain(
@@ -304,7 +319,7 @@ impl TesseraPolicy {
                     free: scratch.state.free(),
                     state: &scratch.state,
                     active: &jobs,
-                    services: &services,
+                    services,
                     ..*view
                 };
                 let Some(dilu) = self.dilu.get_mut(&key) else {
@@ -396,13 +411,11 @@ impl Policy for TesseraPolicy {
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let mut scratch = Scratch::new(view);
         let mut mig: Vec<ActiveJob> = Vec::new();
-        let mut shares: Vec<ActiveJob> = Vec::new();
         let mut train: Vec<ActiveJob> = Vec::new();
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
             match self.class(spec) {
                 Class::Mig => mig.push(a.clone()),
-                Class::Share => shares.push(a.clone()),
                 Class::Train => train.push(a.clone()),
             }
         }
@@ -426,9 +439,9 @@ impl Policy for TesseraPolicy {
                 }
             }
         }
-        // 2. Dilu: services and share jobs.
-        if !shares.is_empty() || !view.services.is_empty() || !self.dilu.is_empty() {
-            self.run_dilu(view, &shares, &mut scratch, actions);
+        // 2. Dilu: services.
+        if !view.services.is_empty() || !self.dilu.is_empty() {
+            self.run_dilu(view, &[], &mut scratch, actions);
         }
         // 3. Training.
         self.training

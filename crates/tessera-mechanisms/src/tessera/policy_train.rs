@@ -150,8 +150,17 @@ impl Training {
     /// The GPU models `spec` may use, the fastest for its count first by the composed
     /// estimates (cluster order when it has none, and on ties): a job Crius left waiting
     /// takes an A10 only when no faster type has its GPUs.
-    fn fastest_first(&self, a: &ActiveJob, spec: &TrainingJob) -> Vec<GpuModelId> {
+    fn fastest_first(
+        &self,
+        cluster: &Cluster,
+        a: &ActiveJob,
+        spec: &TrainingJob,
+    ) -> Vec<GpuModelId> {
         let mut types = self.allowed(spec);
+        if spec.mig.is_some() {
+            // A MIG request runs whole on a MIG-capable model only.
+            types.retain(|&t| cluster.catalog.mig_geometry(t).is_some());
+        }
         if let Some(e) = a.knowledge.get::<ComposedEstimates>() {
             let rate = |t: GpuModelId| e.0.get(t, spec.gpus).map_or(0.0, |x| x.throughput);
             types.sort_by(|&x, &y| rate(y).total_cmp(&rate(x)));
@@ -291,7 +300,7 @@ impl Training {
             // One map for the call, kept as starts take from it.
             let map = map.get_or_insert_with(|| FreeMap::new(orig.cluster, scratch.state.free()));
             let mut found = None;
-            for t in self.fastest_first(a, spec) {
+            for t in self.fastest_first(orig.cluster, a, spec) {
                 let mut one = spec.clone();
                 one.gpu_types = vec![t];
                 if let Some(alloc) = map.find(&one, Slice::Fair) {
