@@ -4,15 +4,14 @@
 //! Every active job and service belongs to one piece, by what it asks:
 //! - jobs asking for a fixed MIG profile (`nvidia.com/mig-<profile>`): MISO's policy
 //!   (layouts on MIG-capable GPUs, MPS profiling, reconfiguration);
-//! - inference services: Dilu's (quota packing, lazy horizontal and per-second vertical
-//!   scaling), one Dilu per set of GPU models its services may use, so that each plans only
-//!   on GPUs its holders accept;
-//! - every training job, `mig-any` and GPU-share jobs included: the training piece
-//!   ([`policy_train`]): Crius's cells and plans in least-attained-service order with
-//!   preemption at rounds, HAP's spanning of GPU models, Synergy's CPU and memory by
-//!   sensitivity. A `mig-any` or share job gets at least what it asked (a whole GPU, of a
-//!   MIG-capable model for `mig-any`), which on the default run's cluster, mostly idle,
-//!   finishes it sooner than a slice or a quota beside others (see `TesseraPolicy::class`).
+//! - inference services and jobs asking for a GPU share (`gpu_share`): Dilu's (quota
+//!   packing, lazy horizontal and per-second vertical scaling), one Dilu per set of GPU
+//!   models its holders may use, so that each plans only on GPUs its holders accept;
+//! - every other training job, `mig-any` included: the training piece ([`policy_train`]):
+//!   Crius's cells and plans in least-attained-service order with preemption at rounds,
+//!   HAP's spanning of GPU models, Synergy's CPU and memory by sensitivity. A `mig-any` job
+//!   gets a whole GPU of a MIG-capable model (as MISO gives an empty GPU whole), which on a
+//!   mostly idle cluster finishes it sooner than a slice (see `TesseraPolicy::class`).
 //!
 //! At each scheduling point the pieces decide one after the other — MISO, then Dilu, then
 //! training — on one scratch copy of the cluster (`policy_scratch`): each sees the
@@ -66,7 +65,7 @@ const ALL: Capabilities = Capabilities::TRAINING
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "tessera",
-        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for fixed MIG profiles, Dilu quota packing and scaling for services, Synergy CPU/memory",
+        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for fixed MIG profiles, Dilu quota packing and scaling for services and shares, Synergy CPU/memory",
         capabilities: ALL,
     },
     PolicyInfo {
@@ -160,6 +159,7 @@ pub fn serving_setup(policy: &str) -> Option<Result<crate::ServingSetup, String>
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     Mig,
+    Share,
     Train,
 }
 
@@ -199,16 +199,17 @@ impl TesseraPolicy {
         }
     }
 
-    /// Jobs asking for a fixed MIG profile go to MISO; every other job, `mig-any` and GPU
-    /// shares included, to the training piece, which gives it whole GPUs (a `mig-any` job on
-    /// a MIG-capable model only): measured on the default run, MISO's slices ran `mig-any`
-    /// jobs 2-3 times slower than the whole GPU their trace time is for (19 jobs: 45 h of
-    /// JCT against FIFO's 18 h), and Dilu's quotas ran share jobs slower than a whole GPU
-    /// (17 jobs: 15 h against 4 h) while most GPUs were idle. Dilu keeps the services.
-    /// `tessera-no-miso` sends fixed profiles to the training piece too.
+    /// Jobs asking for a fixed MIG profile go to MISO, GPU shares to Dilu; every other job,
+    /// `mig-any` included, to the training piece, which gives it whole GPUs (of a
+    /// MIG-capable model for `mig-any`, as MISO gives an empty GPU whole): measured on the
+    /// default run, MISO's slices ran `mig-any` jobs 2-3 times slower than the whole GPU
+    /// their trace time is for (19 jobs: 45 h of JCT against FIFO's 18 h) while most GPUs
+    /// were idle. `tessera-no-miso` sends fixed profiles to the training piece too.
     fn class(&self, spec: &TrainingJob) -> Class {
         if self.pieces.miso && matches!(spec.mig, Some(MigRequest::Profile(_))) {
             Class::Mig
+        } else if self.pieces.dilu && spec.gpu_share.is_some() {
+            Class::Share
         } else {
             Class::Train
         }
@@ -243,7 +244,7 @@ impl TesseraPolicy {
         &mut self,
         view: &ClusterView<'_>,
         shares: &[ActiveJob],
-        scratch: &mut Scratch,
+        scratch: &mut Scratch<'_>,
         actions: &mut Vec<Action>,
     ) {
         // Per key: its share jobs and services.
@@ -360,7 +361,7 @@ impl TesseraPolicy {
 /// share job's host part at 2 cores per GPU, its serving instances' shape; an image model
 /// that decodes on the host then ran 10-15 times slower than its trace (Synergy's tables),
 /// which the composed truth reads against the proportional share the job implicitly asked.
-fn host_share(view: &ClusterView<'_>, scratch: &Scratch, act: &mut Action) {
+fn host_share(view: &ClusterView<'_>, scratch: &Scratch<'_>, act: &mut Action) {
     let Action::Start { job, allocation } = act else {
         return;
     };
@@ -411,11 +412,13 @@ impl Policy for TesseraPolicy {
     fn schedule(&mut self, view: &ClusterView<'_>, actions: &mut Vec<Action>) {
         let mut scratch = Scratch::new(view);
         let mut mig: Vec<ActiveJob> = Vec::new();
+        let mut shares: Vec<ActiveJob> = Vec::new();
         let mut train: Vec<ActiveJob> = Vec::new();
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
             match self.class(spec) {
                 Class::Mig => mig.push(a.clone()),
+                Class::Share => shares.push(a.clone()),
                 Class::Train => train.push(a.clone()),
             }
         }
@@ -439,9 +442,9 @@ impl Policy for TesseraPolicy {
                 }
             }
         }
-        // 2. Dilu: services.
-        if !view.services.is_empty() || !self.dilu.is_empty() {
-            self.run_dilu(view, &[], &mut scratch, actions);
+        // 2. Dilu: services and share jobs.
+        if !shares.is_empty() || !view.services.is_empty() || !self.dilu.is_empty() {
+            self.run_dilu(view, &shares, &mut scratch, actions);
         }
         // 3. Training.
         self.training
@@ -521,5 +524,27 @@ mod tests {
         assert!(build("tessera-no-nothing", &PolicyOptions::default()).is_none());
         let p = pieces("TESSERA-NO-MISO").unwrap();
         assert!(!p.miso && p.crius && p.dilu && p.synergy && p.hap);
+    }
+
+    /// `mig-any` jobs run whole in the training piece; fixed profiles stay with MISO, shares
+    /// with Dilu (and go to the training piece in the ablations without them).
+    #[test]
+    fn jobs_go_to_the_piece_of_what_they_ask() {
+        let t = TesseraPolicy::new(pieces("tessera").unwrap(), &PolicyOptions::default());
+        let mut j = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(60));
+        assert_eq!(t.class(&j), Class::Train);
+        j.mig = Some(MigRequest::Any);
+        assert_eq!(t.class(&j), Class::Train);
+        j.mig = Some(MigRequest::Profile("1g.10gb".into()));
+        assert_eq!(t.class(&j), Class::Mig);
+        let no_miso =
+            TesseraPolicy::new(pieces("tessera-no-miso").unwrap(), &PolicyOptions::default());
+        assert_eq!(no_miso.class(&j), Class::Train);
+        j.mig = None;
+        j.gpu_share = Some(tessera_model::GpuShareRequest {
+            sm_permille: 250,
+            memory: None,
+        });
+        assert_eq!(t.class(&j), Class::Share);
     }
 }

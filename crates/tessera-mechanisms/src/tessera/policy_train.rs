@@ -188,7 +188,7 @@ impl Training {
         orig: &ClusterView<'_>,
         active: &[ActiveJob],
         full: bool,
-        scratch: &mut Scratch,
+        scratch: &mut Scratch<'_>,
         out: &mut Vec<Action>,
     ) {
         self.init(orig.cluster);
@@ -373,7 +373,7 @@ impl Training {
     fn fits_one_model(
         &self,
         orig: &ClusterView<'_>,
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
         spec: &TrainingJob,
     ) -> bool {
         let allowed = self.allowed(spec);
@@ -393,7 +393,7 @@ impl Training {
         a: &ActiveJob,
         spec: &TrainingJob,
         mut act: Action,
-        scratch: &mut Scratch,
+        scratch: &mut Scratch<'_>,
         out: &mut Vec<Action>,
     ) -> bool {
         let holding = scratch.holding(orig, a.id);
@@ -536,7 +536,7 @@ impl Training {
     fn place_spanning(
         &self,
         orig: &ClusterView<'_>,
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
         spec: &TrainingJob,
     ) -> Option<Allocation> {
         let allowed = self.allowed(spec);
@@ -584,7 +584,7 @@ impl Training {
         &self,
         orig: &ClusterView<'_>,
         active: &[ActiveJob],
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
     ) -> Vec<JobId> {
         let free = scratch.state.free();
         let mut free_of: Vec<u64> = vec![0; self.types.len()];
