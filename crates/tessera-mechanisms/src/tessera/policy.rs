@@ -2,16 +2,14 @@
 //! pieces on one cluster, each called from its own module (none is copied here).
 //!
 //! Every active job and service belongs to one piece, by what it asks:
-//! - jobs asking for a fixed MIG profile (`nvidia.com/mig-<profile>`): MISO's policy
+//! - jobs asking for a MIG instance (`nvidia.com/mig-<profile>`, `mig-any`): MISO's policy
 //!   (layouts on MIG-capable GPUs, MPS profiling, reconfiguration);
 //! - inference services and jobs asking for a GPU share (`gpu_share`): Dilu's (quota
 //!   packing, lazy horizontal and per-second vertical scaling), one Dilu per set of GPU
 //!   models its holders may use, so that each plans only on GPUs its holders accept;
-//! - every other training job, `mig-any` included: the training piece ([`policy_train`]):
-//!   Crius's cells and plans in least-attained-service order with preemption at rounds,
-//!   HAP's spanning of GPU models, Synergy's CPU and memory by sensitivity. A `mig-any` job
-//!   gets a whole GPU of a MIG-capable model (as MISO gives an empty GPU whole), which on a
-//!   mostly idle cluster finishes it sooner than a slice (see `TesseraPolicy::class`).
+//! - every other training job: the training piece ([`policy_train`]): Crius's cells
+//!   and plans in least-attained-service order with preemption at rounds, HAP's spanning of
+//!   GPU models, Synergy's CPU and memory by sensitivity.
 //!
 //! At each scheduling point the pieces decide one after the other — MISO, then Dilu, then
 //! training — on one scratch copy of the cluster (`policy_scratch`): each sees the
@@ -33,7 +31,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_model::{GpuModelId, MigRequest, SimDuration, SimTime, TrainingJob};
+use tessera_model::{Bytes, GpuModelId, MilliCpu, SimDuration, SimTime, TrainingJob};
 use tessera_sched::{
     Action, ActiveJob, Capabilities, Capability, ClusterView, Policy, PolicyInfo, PolicyOptions,
     ServicePhase, ServiceView,
@@ -65,7 +63,7 @@ const ALL: Capabilities = Capabilities::TRAINING
 pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "tessera",
-        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for fixed MIG profiles, Dilu quota packing and scaling for services and shares, Synergy CPU/memory",
+        about: "Tessera: Crius cells in LAS order with preemption, HAP across GPU types, MISO for MIG jobs, Dilu quota packing and scaling for services and shares, Synergy CPU/memory",
         capabilities: ALL,
     },
     PolicyInfo {
@@ -199,14 +197,15 @@ impl TesseraPolicy {
         }
     }
 
-    /// Jobs asking for a fixed MIG profile go to MISO, GPU shares to Dilu; every other job,
-    /// `mig-any` included, to the training piece, which gives it whole GPUs (of a
-    /// MIG-capable model for `mig-any`, as MISO gives an empty GPU whole): measured on the
-    /// default run, MISO's slices ran `mig-any` jobs 2-3 times slower than the whole GPU
-    /// their trace time is for (19 jobs: 45 h of JCT against FIFO's 18 h) while most GPUs
-    /// were idle. `tessera-no-miso` sends fixed profiles to the training piece too.
+    /// Jobs asking for a MIG instance go to MISO, GPU shares to Dilu, every other job to the
+    /// training piece. Measured on the default run, MISO's slices ran `mig-any` jobs 2-3
+    /// times slower than the whole GPU their trace time is for (19 jobs: 45 h of JCT against
+    /// FIFO's 18 h) while most GPUs were idle; sending them to the training piece (whole
+    /// GPUs) cut tessera's average JCT from 44 to 32 min, but then no `mig-any` job ever
+    /// holds a MIG instance, which the `mig-any` capability promises (the conformance test
+    /// `every_policy_does_what_it_declares`): MISO keeps them until it can choose.
     fn class(&self, spec: &TrainingJob) -> Class {
-        if self.pieces.miso && matches!(spec.mig, Some(MigRequest::Profile(_))) {
+        if self.pieces.miso && spec.mig.is_some() {
             Class::Mig
         } else if self.pieces.dilu && spec.gpu_share.is_some() {
             Class::Share
@@ -279,22 +278,22 @@ impl TesseraPolicy {
                 Vec::new()
             } else {
                 view.services
-                .iter()
-                .zip(&service_keys)
-                .map(|(s, k)| {
-                    if *k == key {
-                        s.clone()
-                    } else {
-                        // Another Dilu's: this one leaves it alone.
-                        ServiceView {
-                            phase: ServicePhase::Pending,
-                            instances: Vec::new(),
-                            pending: 0,
-                            ..s.clone()
+                    .iter()
+                    .zip(&service_keys)
+                    .map(|(s, k)| {
+                        if *k == key {
+                            s.clone()
+                        } else {
+                            // Another Dilu's: this one leaves it alone.
+                            ServiceView {
+                                phase: ServicePhase::Pending,
+                                instances: Vec::new(),
+                                pending: 0,
+                                ..s.clone()
+                            }
                         }
-                    }
-                })
-                .collect()
+                    })
+                    .collect()
             };
             let services: &[ServiceView] = if all_ours { view.services } else { &copied };
             // GPUs this Dilu's holders are on.
@@ -346,8 +345,11 @@ impl TesseraPolicy {
                 });
                 dilu.schedule(&v, &mut acts);
             }
-            for mut a in acts {
-                host_share(view, scratch, &mut a);
+            for i in 0..acts.len() {
+                let (done, later) = acts.split_at_mut(i + 1);
+                let Some(a) = done.last_mut() else { continue };
+                host_share(view, scratch, a, later);
+                let a = a.clone();
                 if scratch.apply(view, &a) {
                     actions.push(a);
                 }
@@ -361,7 +363,10 @@ impl TesseraPolicy {
 /// share job's host part at 2 cores per GPU, its serving instances' shape; an image model
 /// that decodes on the host then ran 10-15 times slower than its trace (Synergy's tables),
 /// which the composed truth reads against the proportional share the job implicitly asked.
-fn host_share(view: &ClusterView<'_>, scratch: &Scratch<'_>, act: &mut Action) {
+/// What Dilu's `later` actions of the same batch take on a node is left to them (Dilu
+/// planned them beside the job's 2 cores), and so is the proportional share of the node's
+/// whole-free GPUs (the training piece plans on it).
+fn host_share(view: &ClusterView<'_>, scratch: &Scratch<'_>, act: &mut Action, later: &[Action]) {
     let Action::Start { job, allocation } = act else {
         return;
     };
@@ -379,9 +384,30 @@ fn host_share(view: &ClusterView<'_>, scratch: &Scratch<'_>, act: &mut Action) {
         let Some(avail) = free.get(s.node.index()) else {
             continue;
         };
+        // The node's whole-free GPUs keep their proportional host share for training.
+        let per = u64::from(group.gpus_per_node.max(1));
+        let keep = u64::from(avail.gpus);
+        let (mut cpu, mut memory) = (
+            avail.cpu.0.saturating_sub(group.cpu.0 / per * keep),
+            avail.memory.0.saturating_sub(group.memory.0 / per * keep),
+        );
+        for l in later {
+            let (Action::Start { allocation: x, .. }
+            | Action::ScaleOut { allocation: x, .. }
+            | Action::Resize { allocation: x, .. }
+            | Action::Retune { allocation: x, .. }
+            | Action::RetuneInstance { allocation: x, .. }) = l
+            else {
+                continue;
+            };
+            for o in x.shares.iter().filter(|o| o.node == s.node) {
+                cpu = cpu.saturating_sub(o.cpu.0);
+                memory = memory.saturating_sub(o.memory.0);
+            }
+        }
         let want = proportional_share(spec, group, s.node, spec.gpus.max(1));
-        s.cpu = s.cpu.max(want.cpu.min(avail.cpu));
-        s.memory = s.memory.max(want.memory.min(avail.memory));
+        s.cpu = s.cpu.max(want.cpu.min(MilliCpu(cpu)));
+        s.memory = s.memory.max(want.memory.min(Bytes(memory)));
     }
 }
 
@@ -514,6 +540,7 @@ impl Policy for TesseraPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_model::MigRequest;
 
     #[test]
     fn every_name_builds_with_its_pieces() {
@@ -526,19 +553,21 @@ mod tests {
         assert!(!p.miso && p.crius && p.dilu && p.synergy && p.hap);
     }
 
-    /// `mig-any` jobs run whole in the training piece; fixed profiles stay with MISO, shares
-    /// with Dilu (and go to the training piece in the ablations without them).
+    /// MIG jobs go to MISO, shares to Dilu (and to the training piece in the ablations
+    /// without them).
     #[test]
     fn jobs_go_to_the_piece_of_what_they_ask() {
         let t = TesseraPolicy::new(pieces("tessera").unwrap(), &PolicyOptions::default());
         let mut j = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(60));
         assert_eq!(t.class(&j), Class::Train);
         j.mig = Some(MigRequest::Any);
-        assert_eq!(t.class(&j), Class::Train);
+        assert_eq!(t.class(&j), Class::Mig);
         j.mig = Some(MigRequest::Profile("1g.10gb".into()));
         assert_eq!(t.class(&j), Class::Mig);
-        let no_miso =
-            TesseraPolicy::new(pieces("tessera-no-miso").unwrap(), &PolicyOptions::default());
+        let no_miso = TesseraPolicy::new(
+            pieces("tessera-no-miso").unwrap(),
+            &PolicyOptions::default(),
+        );
         assert_eq!(no_miso.class(&j), Class::Train);
         j.mig = None;
         j.gpu_share = Some(tessera_model::GpuShareRequest {

@@ -13,10 +13,10 @@ use tessera_sched::placement::proportional_share;
 use tessera_sched::{Action, ActiveJob, ClusterView, JobState};
 
 use super::policy_scratch::Scratch;
-use crate::tessera::truth::ComposedEstimates;
 use crate::crius::policy::{CriusOptions, CriusPolicy};
 use crate::synergy::perf::SensitivityEstimate;
 use crate::synergy::policy::{FreeMap, Slice};
+use crate::tessera::truth::ComposedEstimates;
 
 /// Attained service (GPU·µs) where the lowest service class ends (one GPU-hour); each next
 /// class is [`CLASS_FACTOR`] times longer. A queued job preempts only running jobs of a
