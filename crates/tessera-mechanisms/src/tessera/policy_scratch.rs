@@ -3,15 +3,18 @@
 //! validator (`tessera_sched::validate`) against what the earlier pieces already took, and
 //! applied to the copy, so that no piece over-allocates another's GPUs.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tessera_model::{Allocation, JobId, SimDuration};
 use tessera_sched::{validate, Action, ClusterState, ClusterView};
 
 /// The cluster as the batch so far leaves it.
-pub(crate) struct Scratch {
-    /// Free resources and every GPU's state after the actions accepted so far.
-    pub(crate) state: ClusterState,
+pub(crate) struct Scratch<'v> {
+    /// Free resources and every GPU's state after the actions accepted so far: the view's
+    /// own until the first accepted action changes it (copy on write: most scheduling
+    /// points change nothing, and a copy is O(cluster)).
+    pub(crate) state: Cow<'v, ClusterState>,
     /// Jobs whose holding an accepted action changed: what they hold now.
     held: BTreeMap<JobId, Option<Allocation>>,
     /// Positions of the view's active jobs by id, built on first need.
@@ -21,11 +24,11 @@ pub(crate) struct Scratch {
     pub(crate) refused: u64,
 }
 
-impl Scratch {
-    /// A copy of the view's cluster state.
-    pub(crate) fn new(view: &ClusterView<'_>) -> Scratch {
+impl<'v> Scratch<'v> {
+    /// The view's cluster state, copied at the first change.
+    pub(crate) fn new(view: &ClusterView<'v>) -> Scratch<'v> {
         Scratch {
-            state: view.state.clone(),
+            state: Cow::Borrowed(view.state),
             held: BTreeMap::new(),
             index: None,
             refused: 0,
@@ -83,10 +86,10 @@ impl Scratch {
                 ) {
                     Ok(after) => {
                         if let Some(old) = &holding {
-                            self.state.release(cluster, old);
+                            self.state.to_mut().release(cluster, old);
                         }
                         if let Some(new) = &after {
-                            self.state.take(cluster, new);
+                            self.state.to_mut().take(cluster, new);
                         }
                         self.held.insert(*job, after);
                         true
@@ -103,7 +106,7 @@ impl Scratch {
                     return false;
                 }
                 // Not ready within this batch: no other piece may take it now.
-                self.state.reconfigure(
+                self.state.to_mut().reconfigure(
                     *node,
                     *gpu,
                     layout.clone(),
@@ -117,7 +120,7 @@ impl Scratch {
                 };
                 match validate(&self.state, cluster, &svc.spec, None, action, view.now) {
                     Ok(Some(new)) => {
-                        self.state.take(cluster, &new);
+                        self.state.to_mut().take(cluster, &new);
                         true
                     }
                     _ => false,
@@ -147,8 +150,8 @@ impl Scratch {
                     view.now,
                 ) {
                     Ok(Some(new)) => {
-                        self.state.release(cluster, &old.allocation);
-                        self.state.take(cluster, &new);
+                        self.state.to_mut().release(cluster, &old.allocation);
+                        self.state.to_mut().take(cluster, &new);
                         true
                     }
                     _ => false,

@@ -16,6 +16,7 @@ use super::policy_scratch::Scratch;
 use crate::crius::policy::{CriusOptions, CriusPolicy};
 use crate::synergy::perf::SensitivityEstimate;
 use crate::synergy::policy::{FreeMap, Slice};
+use crate::tessera::truth::ComposedEstimates;
 
 /// Attained service (GPU·µs) where the lowest service class ends (one GPU-hour); each next
 /// class is [`CLASS_FACTOR`] times longer. A queued job preempts only running jobs of a
@@ -146,6 +147,27 @@ impl Training {
         }
     }
 
+    /// The GPU models `spec` may use, the fastest for its count first by the composed
+    /// estimates (cluster order when it has none, and on ties): a job Crius left waiting
+    /// takes an A10 only when no faster type has its GPUs.
+    fn fastest_first(
+        &self,
+        cluster: &Cluster,
+        a: &ActiveJob,
+        spec: &TrainingJob,
+    ) -> Vec<GpuModelId> {
+        let mut types = self.allowed(spec);
+        if spec.mig.is_some() {
+            // A MIG request runs whole on a MIG-capable model only.
+            types.retain(|&t| cluster.catalog.mig_geometry(t).is_some());
+        }
+        if let Some(e) = a.knowledge.get::<ComposedEstimates>() {
+            let rate = |t: GpuModelId| e.0.get(t, spec.gpus).map_or(0.0, |x| x.throughput);
+            types.sort_by(|&x, &y| rate(y).total_cmp(&rate(x)));
+        }
+        types
+    }
+
     /// Whether no single allowed GPU model has GPUs enough for `spec` (it must span models).
     fn must_span(&self, spec: &TrainingJob) -> bool {
         let allowed = self.allowed(spec);
@@ -166,7 +188,7 @@ impl Training {
         orig: &ClusterView<'_>,
         active: &[ActiveJob],
         full: bool,
-        scratch: &mut Scratch,
+        scratch: &mut Scratch<'_>,
         out: &mut Vec<Action>,
     ) {
         self.init(orig.cluster);
@@ -278,7 +300,7 @@ impl Training {
             // One map for the call, kept as starts take from it.
             let map = map.get_or_insert_with(|| FreeMap::new(orig.cluster, scratch.state.free()));
             let mut found = None;
-            for t in self.allowed(spec) {
+            for t in self.fastest_first(orig.cluster, a, spec) {
                 let mut one = spec.clone();
                 one.gpu_types = vec![t];
                 if let Some(alloc) = map.find(&one, Slice::Fair) {
@@ -351,7 +373,7 @@ impl Training {
     fn fits_one_model(
         &self,
         orig: &ClusterView<'_>,
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
         spec: &TrainingJob,
     ) -> bool {
         let allowed = self.allowed(spec);
@@ -371,7 +393,7 @@ impl Training {
         a: &ActiveJob,
         spec: &TrainingJob,
         mut act: Action,
-        scratch: &mut Scratch,
+        scratch: &mut Scratch<'_>,
         out: &mut Vec<Action>,
     ) -> bool {
         let holding = scratch.holding(orig, a.id);
@@ -514,7 +536,7 @@ impl Training {
     fn place_spanning(
         &self,
         orig: &ClusterView<'_>,
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
         spec: &TrainingJob,
     ) -> Option<Allocation> {
         let allowed = self.allowed(spec);
@@ -562,7 +584,7 @@ impl Training {
         &self,
         orig: &ClusterView<'_>,
         active: &[ActiveJob],
-        scratch: &Scratch,
+        scratch: &Scratch<'_>,
     ) -> Vec<JobId> {
         let free = scratch.state.free();
         let mut free_of: Vec<u64> = vec![0; self.types.len()];

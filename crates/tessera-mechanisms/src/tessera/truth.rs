@@ -734,10 +734,15 @@ impl Profiler for ComposedEstimator {
         0
     }
 
+    /// Also as plain [`ConfigEstimates`], which Crius's pass reads: without them a job of a
+    /// model with no Crius cells (most of a mixed workload) was placed blind, on the
+    /// cluster's first type only, and never upgraded. Crius's own estimator, composed after
+    /// this one, replaces them where it has cells or a matrix.
     fn profile(&self, job: &TrainingJob, cluster: &Cluster, _rng: &mut SimRng) -> Knowledge {
-        Knowledge::of(ComposedEstimates(
-            ComposedTruth::shared().config_estimates(job, cluster),
-        ))
+        let est = ComposedTruth::shared().config_estimates(job, cluster);
+        let mut k = Knowledge::of(est.clone());
+        k.insert(ComposedEstimates(est));
+        k
     }
 }
 

@@ -435,6 +435,22 @@ fn tessera_policies_get_the_profilers_of_the_pieces_they_read() {
     }
 }
 
+/// Regression: Crius's pass reads plain `ConfigEstimates` (or its cells); a job of a model
+/// without Crius cells got neither, so the `tessera` policy placed it blind on the cluster's
+/// first type (an A100 even with H100s free) and never upgraded it.
+#[test]
+fn a_model_without_cells_gets_estimates_crius_reads() {
+    let c = mixed();
+    let j = job("resnet50", 1);
+    let prof = policy_profiler("tessera", &TruthOptions::default()).unwrap();
+    let k = prof.profile(&j, &c, &mut SimRng::seed_from_u64(1));
+    assert!(k.get::<crate::crius::perf::CriusCells>().is_none());
+    let e = k.get::<ConfigEstimates>().expect("Crius reads these");
+    let rate = |name: &str| e.get(id(&c, name), 1).map_or(0.0, |x| x.throughput);
+    assert!(rate("H100-80GB") > rate("A100-80GB"));
+    assert!(rate("A100-80GB") > rate("V100-32GB") && rate("V100-32GB") > 0.0);
+}
+
 fn arb_cluster() -> impl Strategy<Value = Cluster> {
     let group = (
         prop::sample::select(vec![
