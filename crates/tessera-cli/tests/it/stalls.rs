@@ -250,6 +250,8 @@ spec:
         ("miso", too_large),
         ("miso-oracle", too_large),
         ("static", not_kept),
+        ("tessera", too_large),
+        ("tessera-no-hap", too_large),
     ] {
         let out = dir.path().join(policy);
         let o = tessera(&[

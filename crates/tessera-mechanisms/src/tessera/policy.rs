@@ -424,6 +424,17 @@ impl Policy for TesseraPolicy {
         self.wakeup
     }
 
+    /// A MIG job goes to MISO's piece, which places by MISO's slice table: what MISO would
+    /// never start (a fixed profile the table finds too small for the model) it would hold at
+    /// the head of its queue for ever, blocking every MIG job behind it.
+    fn refuses(&self, job: &TrainingJob, cluster: &tessera_model::Cluster) -> Option<String> {
+        if self.pieces.miso && job.mig.is_some() {
+            self.miso.refuses(job, cluster)
+        } else {
+            None
+        }
+    }
+
     /// Delegated to the pieces, each of which renumbers what it keeps per job; the
     /// composition keeps nothing per job id.
     fn renumber_jobs(&mut self, map: &[Option<tessera_model::JobId>]) -> bool {
