@@ -39,6 +39,17 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `tessera simulate ARGS --out OUT`, which must succeed; its summary.json.
+fn simulate_summary(args: &[&str], out: &std::path::Path) -> serde_json::Value {
+    let out_arg = out.to_str().expect("a UTF-8 temporary path");
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    all.extend(["--out", out_arg]);
+    let o = tessera(&all);
+    assert!(o.status.success(), "{args:?}: {}{}", stdout(&o), stderr(&o));
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn simulate_writes_the_summary_contract() {
     let dir = tempfile::tempdir().unwrap();

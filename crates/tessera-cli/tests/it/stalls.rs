@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{stderr, stdout, tessera};
+use super::{stderr, tessera};
 
 /// One small node of a cheap type (8 CPUs, 64 GiB), then roomy nodes of two other types.
 const CLUSTER: &str = "apiVersion: tessera/v1
@@ -37,10 +37,6 @@ fn write(dir: &Path) -> (String, String) {
     (c.display().to_string(), w.display().to_string())
 }
 
-fn summary(out: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
-}
-
 /// Gavel's LP, Sia, the elastic policy and Crius's FCFS choose a job's GPU type: each
 /// finishes every job (Gavel aimed `cpu-heavy` and `memory-heavy` at the A10 node, FCFS
 /// aimed `wide` at the one A10 GPU, and waited for ever).
@@ -50,20 +46,19 @@ fn type_choosing_policies_aim_only_at_types_that_can_hold_the_job() {
     let (cluster, trace) = write(dir.path());
     for policy in ["gavel", "gavel-max-sum", "sia", "elastic", "fcfs"] {
         let out = dir.path().join(policy);
-        let o = tessera(&[
-            "simulate",
-            "--cluster",
-            &cluster,
-            "--trace",
-            &trace,
-            "--policy",
-            policy,
-            "--ignore-unsupported",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{policy}: {}{}", stdout(&o), stderr(&o));
-        let s = &summary(&out)["policies"][0];
+        let summary = super::simulate_summary(
+            &[
+                "--cluster",
+                &cluster,
+                "--trace",
+                &trace,
+                "--policy",
+                policy,
+                "--ignore-unsupported",
+            ],
+            &out,
+        );
+        let s = &summary["policies"][0];
         assert_eq!(s["finished"], 4, "{policy}: {s}");
         assert_eq!(s["unfinished"], 0, "{policy}: {s}");
     }
@@ -96,20 +91,19 @@ fn dilu_refuses_or_rejects_what_only_a_larger_node_holds() {
         "{err}"
     );
     let out = dir.path().join("dilu");
-    let relaxed = tessera(&[
-        "simulate",
-        "--cluster",
-        &cluster,
-        "--trace",
-        &trace,
-        "--policy",
-        "dilu",
-        "--ignore-unsupported",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(relaxed.status.success(), "{}", stderr(&relaxed));
-    let s = &summary(&out)["policies"][0];
+    let summary = super::simulate_summary(
+        &[
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            "dilu",
+            "--ignore-unsupported",
+        ],
+        &out,
+    );
+    let s = &summary["policies"][0];
     assert_eq!(s["unfinished"], 0, "{s}");
     assert_eq!(s["rejected"], 3, "cpu-heavy, memory-heavy and wide: {s}");
     assert_eq!(s["finished"], 1, "{s}");
@@ -147,22 +141,21 @@ spec:
     .unwrap();
     for policy in ["fifo+greedy", "srtf+greedy", "las+greedy", "ftf+greedy"] {
         let out = dir.path().join(policy);
-        let o = tessera(&[
-            "simulate",
-            "--cluster",
-            cluster.to_str().unwrap(),
-            "--trace",
-            trace.to_str().unwrap(),
-            "--policy",
-            policy,
-            "--ignore-unsupported",
-            "--seed",
-            "903",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{policy}: {}{}", stdout(&o), stderr(&o));
-        let s = &summary(&out)["policies"][0];
+        let summary = super::simulate_summary(
+            &[
+                "--cluster",
+                cluster.to_str().unwrap(),
+                "--trace",
+                trace.to_str().unwrap(),
+                "--policy",
+                policy,
+                "--ignore-unsupported",
+                "--seed",
+                "903",
+            ],
+            &out,
+        );
+        let s = &summary["policies"][0];
         assert_eq!(s["finished"], 1, "{policy}: {s}");
     }
 }
@@ -180,30 +173,29 @@ fn every_truth_rates_what_every_policy_hands_out() {
     );
     for truth in ["crius", "synergy", "gavel", "miso"] {
         let out = dir.path().join(truth);
-        let o = tessera(&[
-            "simulate",
-            "--cluster",
-            &cluster,
-            "--trace",
-            &trace,
-            "--perf",
-            truth,
-            "--policy",
-            "miso",
-            "--policy",
-            "static",
-            "--policy",
-            "mps",
-            "--policy",
-            "dilu",
-            "--policy",
-            "crius",
-            "--ignore-unsupported",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{truth}: {}{}", stdout(&o), stderr(&o));
-        for p in summary(&out)["policies"].as_array().unwrap() {
+        let summary = super::simulate_summary(
+            &[
+                "--cluster",
+                &cluster,
+                "--trace",
+                &trace,
+                "--perf",
+                truth,
+                "--policy",
+                "miso",
+                "--policy",
+                "static",
+                "--policy",
+                "mps",
+                "--policy",
+                "dilu",
+                "--policy",
+                "crius",
+                "--ignore-unsupported",
+            ],
+            &out,
+        );
+        for p in summary["policies"].as_array().unwrap() {
             assert_eq!(p["unfinished"], 0, "{truth}: {p}");
             assert!(p["error"].is_null(), "{truth}: {p}");
         }
@@ -254,21 +246,20 @@ spec:
         ("tessera-no-hap", too_large),
     ] {
         let out = dir.path().join(policy);
-        let o = tessera(&[
-            "simulate",
-            "--cluster",
-            cluster.to_str().unwrap(),
-            "--trace",
-            trace.to_str().unwrap(),
-            "--perf",
-            "trace",
-            "--policy",
-            policy,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{policy}: {}", stderr(&o));
-        let s = &summary(&out)["policies"][0];
+        let summary = super::simulate_summary(
+            &[
+                "--cluster",
+                cluster.to_str().unwrap(),
+                "--trace",
+                trace.to_str().unwrap(),
+                "--perf",
+                "trace",
+                "--policy",
+                policy,
+            ],
+            &out,
+        );
+        let s = &summary["policies"][0];
         assert_eq!(s["unfinished"], 0, "{policy}: {s}");
         assert_eq!(s["rejected"], 1, "{policy}: {s}");
         assert_eq!(s["finished"], 2, "{policy}: {s}");

@@ -226,17 +226,7 @@ impl Training {
         for a in queued.iter().filter(|a| spanning.contains(&a.id)) {
             let Some(spec) = orig.spec(a) else { continue };
             if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
-                if self.commit(
-                    orig,
-                    a,
-                    spec,
-                    Action::Start {
-                        job: a.id,
-                        allocation: alloc,
-                    },
-                    scratch,
-                    out,
-                ) {
+                if self.commit_start(orig, a, spec, alloc, scratch, out) {
                     started.insert(a.id);
                     self.spans += 1;
                 }
@@ -309,17 +299,7 @@ impl Training {
                 }
             }
             if let Some(alloc) = found {
-                if self.commit(
-                    orig,
-                    a,
-                    spec,
-                    Action::Start {
-                        job: a.id,
-                        allocation: alloc,
-                    },
-                    scratch,
-                    out,
-                ) {
+                if self.commit_start(orig, a, spec, alloc, scratch, out) {
                     started.insert(a.id);
                     self.backfills += 1;
                     if let Some(Action::Start { allocation, .. }) = out.last() {
@@ -350,17 +330,7 @@ impl Training {
                     continue;
                 }
                 if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
-                    if self.commit(
-                        orig,
-                        a,
-                        spec,
-                        Action::Start {
-                            job: a.id,
-                            allocation: alloc,
-                        },
-                        scratch,
-                        out,
-                    ) {
+                    if self.commit_start(orig, a, spec, alloc, scratch, out) {
                         self.spans += 1;
                         spanned += 1;
                     }
@@ -387,6 +357,23 @@ impl Training {
     }
 
     /// Gives a start or resize its CPU and memory ([`Self::fit`]), checks and applies it.
+    /// [`commit`](Self::commit) of a start of `a` on `allocation`.
+    fn commit_start(
+        &mut self,
+        orig: &ClusterView<'_>,
+        a: &ActiveJob,
+        spec: &TrainingJob,
+        allocation: Allocation,
+        scratch: &mut Scratch<'_>,
+        out: &mut Vec<Action>,
+    ) -> bool {
+        let start = Action::Start {
+            job: a.id,
+            allocation,
+        };
+        self.commit(orig, a, spec, start, scratch, out)
+    }
+
     fn commit(
         &mut self,
         orig: &ClusterView<'_>,
