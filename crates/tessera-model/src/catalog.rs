@@ -184,34 +184,6 @@ impl MigGeometry {
         self.walk(slice + 1, compute, counts, cur, out);
     }
 
-    /// The layouts of one [`LayoutSet`]: all valid ones, or a placement of each of MISO's 18
-    /// (a code whose compute slices cannot be placed under this geometry is skipped).
-    pub fn layouts(&self, set: LayoutSet) -> Vec<Vec<crate::MigInstance>> {
-        let all = self.valid_layouts();
-        match set {
-            LayoutSet::Generated => all,
-            LayoutSet::Miso18 => MISO_LAYOUTS
-                .iter()
-                .filter_map(|code| {
-                    let mut want: Vec<u8> = code.to_vec();
-                    want.sort_unstable();
-                    // The first generated layout with exactly these compute slices, preferring
-                    // the smallest-memory profile of each size (generation order does).
-                    all.iter()
-                        .find(|l| {
-                            self.compute_slices_of(l) == want
-                                && l.iter().all(|inst| {
-                                    self.profile(*inst).is_some_and(|p| {
-                                        self.smallest_of(p.compute_slices) == Some(inst.profile)
-                                    })
-                                })
-                        })
-                        .cloned()
-                })
-                .collect(),
-        }
-    }
-
     /// The sorted compute slices of a layout's instances (its multiset of `Ng` sizes).
     pub fn compute_slices_of(&self, layout: &[crate::MigInstance]) -> Vec<u8> {
         let mut v: Vec<u8> = layout
@@ -240,51 +212,6 @@ impl MigGeometry {
             .map(|i| i as u8)
     }
 }
-
-/// Which MIG layouts a scheduler may choose from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LayoutSet {
-    /// Every layout the placement rules allow ([`MigGeometry::valid_layouts`]), 4g+3g included.
-    #[default]
-    Generated,
-    /// MISO's hand-written table of 18 A100 layouts (no 4g+3g).
-    Miso18,
-}
-
-impl std::str::FromStr for LayoutSet {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "generated" | "all" => Ok(LayoutSet::Generated),
-            "miso18" | "miso" => Ok(LayoutSet::Miso18),
-            _ => Err(format!("unknown layout set {s:?} (generated, miso18)")),
-        }
-    }
-}
-
-/// MISO's 18 A100 layouts as compute-slice codes (SoCC'22 artifact,
-/// `scheduler/partition_code.json`, MIT; facts copied as numbers).
-pub const MISO_LAYOUTS: [&[u8]; 18] = [
-    &[7],
-    &[2, 1, 4],
-    &[1, 1, 1, 4],
-    &[3, 3],
-    &[2, 1, 3],
-    &[1, 1, 1, 3],
-    &[3, 2, 2],
-    &[3, 2, 1, 1],
-    &[3, 1, 1, 2],
-    &[3, 1, 1, 1, 1],
-    &[2, 1, 2, 2],
-    &[2, 1, 2, 1, 1],
-    &[2, 1, 1, 1, 2],
-    &[1, 1, 1, 2, 1, 1],
-    &[1, 1, 1, 1, 1, 2],
-    &[2, 1, 1, 1, 1, 1],
-    &[1, 2, 1, 1, 1, 1],
-    &[1, 1, 1, 1, 1, 1, 1],
-];
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -579,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn generated_layouts_cover_miso_and_obey_the_rules() {
+    fn generated_layouts_obey_the_placement_rules() {
         let c = GpuCatalog::builtin();
         for gpu in ["A100-40GB", "A100-80GB", "H100-80GB", "H200"] {
             let geo = c.mig_geometry(c.resolve(gpu).unwrap()).unwrap();
@@ -592,25 +519,11 @@ mod tests {
             dedup.dedup();
             assert_eq!(dedup.len(), all.len(), "{gpu}: a layout listed twice");
             let shapes: Vec<Vec<u8>> = all.iter().map(|l| geo.compute_slices_of(l)).collect();
-            for code in MISO_LAYOUTS {
-                let mut want = code.to_vec();
-                want.sort_unstable();
-                assert!(
-                    shapes.contains(&want),
-                    "{gpu}: MISO layout {code:?} missing"
-                );
-            }
             assert!(shapes.contains(&vec![3, 4]), "{gpu}: 4g+3g missing");
             assert!(!shapes.contains(&vec![4, 4]), "{gpu}: two 4g");
             assert!(shapes
                 .iter()
                 .all(|s| s.iter().map(|&x| x as u32).sum::<u32>() <= 7));
-            let miso = geo.layouts(LayoutSet::Miso18);
-            assert_eq!(miso.len(), 18, "{gpu}");
-            assert!(!miso.iter().any(|l| geo.compute_slices_of(l) == vec![3, 4]));
-            for l in &miso {
-                assert!(geo.check_layout(l).is_ok(), "{gpu}: {l:?}");
-            }
         }
         // Hand-counted on A100-40GB: a lone 3g may sit at 0 or 4; 4g only at 0.
         let geo = c.mig_geometry(c.resolve("A100-40GB").unwrap()).unwrap();
@@ -629,8 +542,6 @@ mod tests {
             .check_layout(&[at("4g.20gb", 0), at("4g.20gb", 4)])
             .is_err());
         assert!(geo.check_layout(&[at("3g.20gb", 2)]).is_err());
-        assert_eq!("miso18".parse::<LayoutSet>(), Ok(LayoutSet::Miso18));
-        assert!("nine".parse::<LayoutSet>().is_err());
     }
 
     #[test]

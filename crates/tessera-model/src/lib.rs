@@ -40,9 +40,7 @@ pub mod time;
 pub use alloc::{
     Allocation, DeviceAlloc, GpuMask, GpuPart, MigInstance, NodeShare, ParallelPlan, Shares,
 };
-pub use catalog::{
-    GpuCatalog, GpuModel, GpuModelId, LayoutSet, MigGeometry, MigProfile, MISO_LAYOUTS,
-};
+pub use catalog::{GpuCatalog, GpuModel, GpuModelId, MigGeometry, MigProfile};
 pub use cluster::{
     Cluster, ClusterSpec, Dimension, Node, NodeGroup, NodeId, Resources, Unfit, UnfitJob,
 };

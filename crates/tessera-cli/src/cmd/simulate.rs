@@ -518,6 +518,12 @@ pub fn execute(args: &SimulateArgs) -> Result<Simulated> {
         profiler: truth.profiler.clone(),
         profile_seed: args.seed,
         failures: failure_spec(args, &cluster)?.map(std::sync::Arc::new),
+        // One truth per run: every policy is offered the same requests (`--seed` draws them),
+        // whether or not its mechanism brings a serving setup of its own.
+        serving: tessera_sim::ServingConfig {
+            seed: args.seed,
+            ..tessera_sim::ServingConfig::default()
+        },
         ..SimConfig::default()
     };
     if config.failures.is_some() && semantics.is_some() {
@@ -643,13 +649,7 @@ fn count_removed_services(
         if !relaxed.workload.services().is_empty() || !report.summary.services.is_empty() {
             continue;
         }
-        // The serving seed this policy's run used (a mechanism's setup sets --seed).
-        let seed = if run.setup.is_some() {
-            engine.seed
-        } else {
-            engine.config.serving.seed
-        };
-        report.summary.services = dropped_services(workload, &run.name, seed);
+        report.summary.services = dropped_services(workload, &run.name, engine.seed);
     }
 }
 
@@ -1118,8 +1118,9 @@ mod tests {
     }
 
     /// A policy without a serving setup runs as before: trace truth, the default serving
-    /// model, no controller, no time limit, arrivals seeded 0; a Dilu policy in the same
-    /// run changes nothing for it, and runs its training to the end too.
+    /// model, no controller, no time limit, arrivals drawn from `--seed` (default 1) like every
+    /// policy's in the run; a Dilu policy in the same run changes nothing for it, and runs its
+    /// training to the end too.
     #[test]
     fn policies_without_a_setup_are_unchanged() {
         let catalog = tessera_model::GpuCatalog::builtin();
@@ -1128,6 +1129,10 @@ mod tests {
         let policy = build_policy("serve-exclusive", &PolicyOptions::default()).unwrap();
         let config = SimConfig {
             profile_seed: 1,
+            serving: tessera_sim::ServingConfig {
+                seed: 1,
+                ..tessera_sim::ServingConfig::default()
+            },
             ..SimConfig::default()
         };
         let want = Simulation::new(&cluster, &trace.workload, &TraceThroughput, policy, config)

@@ -21,24 +21,33 @@ fn col(header: &[String], name: &str) -> usize {
 }
 
 /// On a mixed cluster every job that started names the nodes it ran on (the cluster's
-/// `GROUP-i` names) and their GPU types, and the two agree with the cluster file.
+/// `GROUP-i` names) and their GPU types, and the two agree with the cluster file; under the
+/// exact engine and under Synergy's reference semantics alike (its engine left them empty).
 #[test]
 fn jobs_csv_says_where_each_job_ran() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let o = tessera(&[
-        "simulate",
-        "--cluster",
-        &data("mixed_cluster.yaml"),
-        "--trace",
-        &data("small.csv"),
-        "--policy",
-        "fifo,las",
-        "--no-plots",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    for extra in [&[][..], &["--semantics", "synergy"][..]] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let (cluster, trace) = (data("mixed_cluster.yaml"), data("small.csv"));
+        let mut args = vec![
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--trace",
+            &trace,
+            "--policy",
+            "fifo,las",
+            "--no-plots",
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--out", out.to_str().unwrap()]);
+        let o = tessera(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        assert_nodes_match_types(&out);
+    }
+}
+
+fn assert_nodes_match_types(out: &std::path::Path) {
     let (header, rows) = csv_rows(&out.join("jobs.csv"));
     let (nodes, types, start) = (
         col(&header, "nodes"),

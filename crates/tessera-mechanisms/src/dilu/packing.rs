@@ -246,6 +246,20 @@ impl Pool {
         }
     }
 
+    /// Whether everything booked on GPU `gpu` is training (which ends by itself), so that
+    /// the GPU drains once new parts stay off it.
+    pub(crate) fn holds_only_training(&self, gpu: u32) -> bool {
+        self.load(gpu)
+            .is_none_or(|l| l.training.len() as u32 == l.holders)
+    }
+
+    /// Opens GPU `gpu` again after [`Pool::close`] (for a GPU no whole holder holds).
+    pub(crate) fn reopen(&mut self, gpu: u32) {
+        if let Some(l) = self.loads.get_mut(gpu as usize) {
+            l.whole = false;
+        }
+    }
+
     /// Load of GPU `gpu` (an unused GPU is empty).
     pub fn load(&self, gpu: u32) -> Option<&GpuLoad> {
         self.loads.get(gpu as usize)

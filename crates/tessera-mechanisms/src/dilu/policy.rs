@@ -197,6 +197,11 @@ pub struct DiluServe {
     lowers: u64,
     /// Mirror GPUs booked as unusable by a composition ([`DiluServe::set_blocked`]).
     blocked: std::collections::BTreeSet<u32>,
+    /// Per active service still without an instance after a try: one mirror GPU that new
+    /// training parts stay off until the instance fits there. Without it a whole-GPU (or
+    /// large-quota) instance waits for ever behind packed training: every share a finishing
+    /// job frees goes to the next queued job, so no GPU ever has room for it.
+    reserved: BTreeMap<ServiceId, u32>,
     /// A job whose placement the validator refuses for want of host CPU or memory is
     /// planned again away from nodes that cannot hold it (a composition's; off for Dilu's
     /// own policies, which keep their published behaviour).
@@ -226,6 +231,7 @@ impl DiluServe {
             raises: 0,
             lowers: 0,
             blocked: std::collections::BTreeSet::new(),
+            reserved: BTreeMap::new(),
             host_fit: false,
         }
     }
@@ -459,6 +465,87 @@ impl DiluServe {
         self.pool.as_mut()?.apply(spec, &parts).ok()?;
         state.take(view.cluster, &resolved);
         Some(a)
+    }
+
+    /// Keeps this pass's training placements off the GPUs reserved for services waiting
+    /// for their first instance ([`DiluServe::reserved`]): an empty one is booked whole, a
+    /// loaded one closed to new parts. Returns what [`DiluServe::unhold_reserved`] undoes.
+    fn hold_reserved(&mut self) -> Vec<(u32, bool)> {
+        let mut undo = Vec::new();
+        let Some(pool) = self.pool.as_mut() else {
+            return undo;
+        };
+        for &gpu in self.reserved.values() {
+            match pool.load(gpu) {
+                Some(l) if l.whole => {}
+                Some(l) if l.holders > 0 => {
+                    pool.close(gpu);
+                    undo.push((gpu, false));
+                }
+                _ => {
+                    let spec = InstanceSpec {
+                        name: format!("reserved-{gpu}"),
+                        service: "reserved".into(),
+                        kind: InstanceKind::Inference,
+                        sm_request: 1000,
+                        sm_limit: 1000,
+                        memory_mb: vec![0],
+                    };
+                    let part = Part {
+                        gpu,
+                        request: 1000,
+                        limit: 1000,
+                        memory_mb: 0,
+                        whole: true,
+                    };
+                    if pool.apply(&spec, &[part]).is_ok() {
+                        undo.push((gpu, true));
+                    }
+                }
+            }
+        }
+        undo
+    }
+
+    /// Undoes [`DiluServe::hold_reserved`].
+    fn unhold_reserved(&mut self, undo: Vec<(u32, bool)>) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        for (gpu, booked) in undo {
+            if booked {
+                pool.release(&format!("reserved-{gpu}"));
+            } else {
+                pool.reopen(gpu);
+            }
+        }
+    }
+
+    /// After a service's first instance could not be placed: reserves the mirror GPU with
+    /// the least booked SM request (lowest number on ties) among those holding training only
+    /// (which drain: an instance of another service may never leave), unless the service has
+    /// one already or no GPU of the mirror could ever hold the instance.
+    fn reserve_for(&mut self, svc: &ServiceView) {
+        if self.reserved.contains_key(&svc.spec.id) {
+            return;
+        }
+        let spec = self.service_spec(&svc.spec, String::from("probe"));
+        let Some(pool) = self.pool.as_ref() else {
+            return;
+        };
+        let booking = self.mode.booking(spec.kind);
+        if plan(&Pool::new(pool.spec().clone()), booking, &spec).is_err() {
+            return;
+        }
+        let taken: std::collections::BTreeSet<u32> = self.reserved.values().copied().collect();
+        let best = (0..pool.gpus())
+            .filter(|g| !taken.contains(g) && !self.blocked.contains(g))
+            .filter(|&g| pool.holds_only_training(g))
+            .filter_map(|g| pool.load(g).map(|l| (l.request, g)))
+            .min();
+        if let Some((_, gpu)) = best {
+            self.reserved.insert(svc.spec.id, gpu);
+        }
     }
 
     /// For a composition sharing the cluster with other policies (Tessera's): shapes the
@@ -953,6 +1040,7 @@ impl Policy for DiluServe {
             .filter_map(|a| view.spec(a).map(|j| (j.submit, a.id)))
             .collect();
         queued.sort_unstable();
+        let held = self.hold_reserved();
         for (_, jid) in queued {
             let Some(job) = view.jobs.get(jid.index()) else {
                 continue;
@@ -976,6 +1064,7 @@ impl Policy for DiluServe {
                 self.jobs.insert(jid, name);
             }
         }
+        self.unhold_reserved(held);
 
         // Services: at least one instance while active; the lazy scaler once a second.
         let sample = self
@@ -987,8 +1076,11 @@ impl Policy for DiluServe {
         for svc in view.services {
             let k = svc.spec.id.index();
             match &svc.phase {
-                ServicePhase::Pending | ServicePhase::Unschedulable { .. } => {}
+                ServicePhase::Pending | ServicePhase::Unschedulable { .. } => {
+                    self.reserved.remove(&svc.spec.id);
+                }
                 ServicePhase::Ended => {
+                    self.reserved.remove(&svc.spec.id);
                     let n = svc.instances.len();
                     let ids: Vec<InstanceId> = svc
                         .instances
@@ -1007,12 +1099,16 @@ impl Policy for DiluServe {
                     let n = svc.instances.len();
                     if n == 0 {
                         if self.scale_out(view, &mut state, svc, actions) {
+                            self.reserved.remove(&svc.spec.id);
                             if let Some(s) = self.scalers.get_mut(k) {
                                 s.clear();
                             }
+                        } else {
+                            self.reserve_for(svc);
                         }
                         continue;
                     }
+                    self.reserved.remove(&svc.spec.id);
                     if !sample {
                         continue;
                     }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
-use tessera_model::{Cluster, GpuCatalog, LayoutSet, MigGeometry, SimDuration, Workload};
+use tessera_model::{Cluster, GpuCatalog, MigGeometry, SimDuration, Workload};
+
+use super::layouts::LayoutSet;
 use tessera_perf::RestartCosts;
 use tessera_sched::Policy;
 use tessera_sim::{SimConfig, SimReport, Simulation, Summary};
@@ -185,7 +187,7 @@ impl ReproResult {
 /// The static layouts to search: every maximal layout of the set (no instance can be added)
 /// on which every job of the workload fits some slice, one per multiset of slice sizes.
 pub fn static_candidates(geo: &MigGeometry, set: LayoutSet, jobs: &[SliceSpeeds]) -> Vec<Vec<u8>> {
-    let all = geo.layouts(set);
+    let all = super::layouts::layouts(geo, set);
     let mut out: Vec<Vec<u8>> = Vec::new();
     for l in &all {
         let maximal = set == LayoutSet::Miso18

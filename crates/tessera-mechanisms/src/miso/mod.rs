@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use tessera_model::LayoutSet;
+use layouts::LayoutSet;
 use tessera_sched::{Capabilities, Capability, Policy, PolicyInfo, PolicyOptions};
 
 use crate::{
@@ -23,6 +23,7 @@ use crate::{
 
 #[cfg(feature = "experiments")]
 pub mod experiment;
+pub mod layouts;
 pub mod opt;
 pub mod policy;
 pub mod predict;

@@ -7,7 +7,9 @@
 //! bound prunes a partial assignment whose cost plus the best remaining cost of every
 //! unassigned job cannot beat the best plan found so far.
 
-use tessera_model::{LayoutSet, MigGeometry, MigInstance};
+use tessera_model::{MigGeometry, MigInstance};
+
+use super::layouts::{self, LayoutSet};
 
 use super::truth::SliceSpeeds;
 
@@ -46,7 +48,7 @@ impl Candidates {
     /// The candidates of a geometry's layout set.
     pub fn new(geo: &MigGeometry, set: LayoutSet) -> Candidates {
         let mut by_k: Vec<Vec<Candidate>> = vec![Vec::new(); 8];
-        for layout in geo.layouts(set) {
+        for layout in layouts::layouts(geo, set) {
             let sizes: Vec<u8> = layout
                 .iter()
                 .filter_map(|i| geo.profile(*i).map(|p| p.compute_slices))

@@ -15,12 +15,12 @@
 use std::sync::Arc;
 
 use tessera_model::{
-    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, LayoutSet, MigGeometry,
-    MigInstance, MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime,
-    TrainingJob,
+    Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, MigGeometry, MigInstance,
+    MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime, TrainingJob,
 };
 use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
 
+use super::layouts::LayoutSet;
 use super::opt::{optimize_fixed, Candidates, FixedProfile, Objective};
 use super::predict::SlicePredictor;
 use super::truth::{smallest_fit, SliceSpeeds, SliceTable};

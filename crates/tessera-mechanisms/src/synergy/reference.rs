@@ -254,6 +254,9 @@ pub fn run_reference(
     let empty = ClusterState::new(cluster);
     let totals = cluster.totals();
     let mut st: Vec<JobState2> = vec![JobState2::default(); jobs.len()];
+    // Per job, the nodes it ran on in order of first use (jobs.csv's `nodes`, `gpu_types`),
+    // as the exact engine records them.
+    let mut placements: Vec<Vec<tessera_model::NodeId>> = vec![Vec::new(); jobs.len()];
     let mut active: Vec<ActiveJob> = Vec::new();
     let mut rng = SimRng::seed_from_u64(config.profile_seed);
     let cost = config
@@ -406,6 +409,13 @@ pub fn run_reference(
             if let Err(reason) = ledger.take(cluster, &jobs[job.index()], &mut allocation) {
                 return Err(invalid(allocation, &reason));
             }
+            if let Some(nodes) = placements.get_mut(job.index()) {
+                for share in &allocation.shares {
+                    if !nodes.contains(&share.node) {
+                        nodes.push(share.node);
+                    }
+                }
+            }
             let resolved = allocation;
             active[pos].allocation = Some(resolved);
             active[pos].state = JobState::Running;
@@ -556,6 +566,6 @@ pub fn run_reference(
         timeseries: Vec::new(),
         policy_stats: policy.stats(),
         service_instances: Vec::new(),
-        placements: Vec::new(),
+        placements,
     })
 }
