@@ -243,6 +243,7 @@ pub(crate) fn writes(req: &Request) -> bool {
             | Request::Progress { .. }
             | Request::SetNodeHealth { .. }
             | Request::SubmitService { .. }
+            | Request::SubmitParsedService { .. }
             | Request::RetireService { .. }
     )
 }
@@ -339,6 +340,12 @@ impl Engine {
     /// The core this engine drives.
     pub fn core(&self) -> &Core {
         &self.core
+    }
+
+    /// The GPU catalogue service documents are parsed against, for parsing off the
+    /// scheduling thread (see [`Request::SubmitParsedService`]).
+    pub(crate) fn catalog_snapshot(&self) -> Arc<tessera_model::GpuCatalog> {
+        Arc::new(self.core.cluster_map().cluster.catalog.clone())
     }
 
     /// The cluster the policy sees.

@@ -269,6 +269,8 @@ pub(crate) struct AppState {
     submit_latency: Arc<std::sync::Mutex<Histogram>>,
     /// Failed authentications per client (read here for `/metrics`).
     auth_limiter: Arc<AuthLimiter>,
+    /// The GPU catalogue service documents are parsed against, off the engine thread.
+    pub(crate) catalog: Arc<tessera_model::GpuCatalog>,
 }
 
 /// `message` cut to [`MAX_ERROR_MESSAGE`] bytes (on a character boundary), saying how much
@@ -431,9 +433,11 @@ async fn submit_parsed(
     let parsed = if body.len() <= INLINE_SPEC_BYTES {
         to_json(&body)
     } else {
-        match tokio::task::spawn_blocking(move || to_json(&body)).await {
-            Ok(r) => r,
-            Err(_) => Err(ApiError::internal("the spec parser stopped")),
+        let parse = tokio::task::spawn_blocking(move || to_json(&body));
+        match tokio::time::timeout(crate::server_services::PARSE_TIMEOUT, parse).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ApiError::internal("the spec parser stopped")),
+            Err(_) => Err(crate::server_services::too_costly()),
         }
     };
     let body = match parsed {
@@ -630,7 +634,12 @@ async fn fallback() -> HttpResponse {
     error_response(&ApiError::not_found("no such endpoint"))
 }
 
-fn router(tx: mpsc::Sender<Envelope>, limits: &Limits, auth_limiter: Arc<AuthLimiter>) -> Router {
+fn router(
+    tx: mpsc::Sender<Envelope>,
+    limits: &Limits,
+    auth_limiter: Arc<AuthLimiter>,
+    catalog: Arc<tessera_model::GpuCatalog>,
+) -> Router {
     Router::new()
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
@@ -661,6 +670,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits, auth_limiter: Arc<AuthLim
             body_timeout: Duration::from_millis(limits.body_timeout_ms),
             submit_latency: Arc::default(),
             auth_limiter,
+            catalog,
         })
 }
 
@@ -676,6 +686,7 @@ pub(crate) async fn serve_engine(
     let addr = listener.local_addr()?;
     engine.set_callback_url(format!("http://{addr}"));
     engine.start_backend_thread()?;
+    let catalog = engine.catalog_snapshot();
     let (tx, rx) = mpsc::channel::<Envelope>();
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())
@@ -684,7 +695,7 @@ pub(crate) async fn serve_engine(
         limits.auth_failure_burst,
         Duration::from_millis(limits.auth_failure_refill_ms),
     ));
-    let app = router(tx, limits, Arc::clone(&auth_limiter));
+    let app = router(tx, limits, Arc::clone(&auth_limiter), catalog);
     tracing::info!(%addr, "serving the tessera API");
     accept_loop(listener, app, auth_limiter, limits, shutdown).await;
     // Every connection (and the router's sender with it) is gone; the engine loop then exits.
