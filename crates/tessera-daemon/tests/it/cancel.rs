@@ -27,8 +27,10 @@ pub fn now_ns() -> u128 {
 /// payload is written to `probe/overlaps`.
 pub fn probe_job(name: &str, probe: &Path, secs: f64) -> String {
     let script = [
-        r#"exec 9>>"$PROBE/gpu-$TESSERA_NODES-$CUDA_VISIBLE_DEVICES.lock""#,
-        r#"flock -n 9 || echo "$TESSERA_JOB_ID $TESSERA_NODES $CUDA_VISIBLE_DEVICES" >> "$PROBE/overlaps""#,
+        // The node: the local backend's TESSERA_NODES, Slurm's SLURMD_NODENAME.
+        r#"node="${TESSERA_NODES:-$SLURMD_NODENAME}""#,
+        r#"exec 9>>"$PROBE/gpu-$node-$CUDA_VISIBLE_DEVICES.lock""#,
+        r#"flock -n 9 || echo "$TESSERA_JOB_ID $node $CUDA_VISIBLE_DEVICES" >> "$PROBE/overlaps""#,
         r#"echo "$(date +%s%N) $TESSERA_JOB_ID" >> "$PROBE/starts""#,
         &format!("sleep {secs}"),
     ]
@@ -97,7 +99,7 @@ impl Lcg {
 }
 
 /// Submits and cancels from `clients` threads for `for_how_long`: each job is cancelled
-/// 0–400 ms after its `201`. Returns the acknowledged cancels (job id -> ack time, ns) and
+/// 0 to `max_delay_ms` ms after its `201`. Returns the acknowledged cancels (job id -> ack time, ns) and
 /// the number of submissions.
 pub fn submit_and_cancel(
     url: &str,
@@ -105,6 +107,7 @@ pub fn submit_and_cancel(
     clients: usize,
     for_how_long: Duration,
     payload_secs: f64,
+    max_delay_ms: u64,
 ) -> (BTreeMap<i64, u128>, usize) {
     let acks: Arc<Mutex<BTreeMap<i64, u128>>> = Arc::default();
     let submitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -125,7 +128,7 @@ pub fn submit_and_cancel(
                         continue;
                     };
                     submitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(rng.below(400)));
+                    std::thread::sleep(Duration::from_millis(rng.below(max_delay_ms)));
                     // A job that already finished answers 409: not an acknowledged cancel.
                     if client.cancel(j.id).is_ok() {
                         acks.lock().unwrap().insert(j.id, now_ns());
@@ -166,7 +169,7 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
     c.limits.max_active_jobs = 100_000;
     let backend = tessera_daemon::build_backend(&c.backend).unwrap();
     let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
-    let (acks, submitted) = submit_and_cancel(&d.url(), &probe, 12, Duration::from_secs(12), 1.0);
+    let (acks, submitted) = submit_and_cancel(&d.url(), &probe, 12, Duration::from_secs(12), 1.0, 400);
     assert!(acks.len() > 100, "only {} of {submitted} cancels acknowledged", acks.len());
     // Whatever was still to start would start within this (the old code: up to 17 s later).
     let alice = client(&d, ALICE);
