@@ -222,9 +222,8 @@ mod tests {
             let _ = release_rx.lock().unwrap().recv();
         }));
         let url = d.url();
-        let submitter = std::thread::spawn(move || {
-            Client::new(&url, Some(TOKEN.into())).submit_service(&doc)
-        });
+        let submitter =
+            std::thread::spawn(move || Client::new(&url, Some(TOKEN.into())).submit_service(&doc));
         entered_rx.recv().unwrap();
         // The parse is held: the engine still answers everything else.
         let alice = Client::new(&d.url(), Some(TOKEN.into()));
@@ -239,7 +238,9 @@ mod tests {
         *super::PARSE_HOOK.lock().unwrap() = None;
         let threads = crate::services::PARSE_THREADS.lock().unwrap().clone();
         assert!(
-            !threads.iter().any(|t| t.as_deref() == Some("tessera-engine")),
+            !threads
+                .iter()
+                .any(|t| t.as_deref() == Some("tessera-engine")),
             "a service document was parsed on the engine thread: {threads:?}"
         );
     }

@@ -16,6 +16,8 @@ use tessera_model::{Bytes, MilliCpu};
 use crate::common::*;
 
 /// Nanoseconds since the epoch (what `date +%s%N` prints in the payloads).
+// The wall clock is the point: it is compared with what the payloads' `date` prints.
+#[allow(clippy::disallowed_methods)]
 pub fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -78,10 +80,7 @@ pub fn probe_dir(dir: &Path) -> PathBuf {
     let p = dir.join("probe");
     std::fs::create_dir_all(&p).unwrap();
     // Payloads may run as other users in some setups: the probe files are shared.
-    let _ = std::fs::set_permissions(
-        &p,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    );
+    let _ = std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o777));
     p
 }
 
@@ -123,7 +122,8 @@ pub fn submit_and_cancel(
                 let mut i = 0;
                 while Instant::now() < end {
                     i += 1;
-                    let Ok(j) = client.submit(&probe_job(&format!("k{c}-{i}"), &probe, payload_secs))
+                    let Ok(j) =
+                        client.submit(&probe_job(&format!("k{c}-{i}"), &probe, payload_secs))
                     else {
                         continue;
                     };
@@ -141,10 +141,7 @@ pub fn submit_and_cancel(
         t.join().unwrap();
     }
     let acks = acks.lock().unwrap().clone();
-    (
-        acks,
-        submitted.load(std::sync::atomic::Ordering::Relaxed),
-    )
+    (acks, submitted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 #[test]
@@ -169,8 +166,13 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
     c.limits.max_active_jobs = 100_000;
     let backend = tessera_daemon::build_backend(&c.backend).unwrap();
     let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
-    let (acks, submitted) = submit_and_cancel(&d.url(), &probe, 12, Duration::from_secs(12), 1.0, 400);
-    assert!(acks.len() > 100, "only {} of {submitted} cancels acknowledged", acks.len());
+    let (acks, submitted) =
+        submit_and_cancel(&d.url(), &probe, 12, Duration::from_secs(12), 1.0, 400);
+    assert!(
+        acks.len() > 100,
+        "only {} of {submitted} cancels acknowledged",
+        acks.len()
+    );
     // Whatever was still to start would start within this (the old code: up to 17 s later).
     let alice = client(&d, ALICE);
     wait_until("every job finished", Duration::from_secs(30), || {
@@ -190,7 +192,13 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         late.len(),
         overlaps.len()
     );
-    assert!(late.is_empty(), "started after their cancel was acknowledged: {late:?}");
+    assert!(
+        late.is_empty(),
+        "started after their cancel was acknowledged: {late:?}"
+    );
     assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
-    assert!(shutdown < Duration::from_secs(10), "shutdown took {shutdown:?}");
+    assert!(
+        shutdown < Duration::from_secs(10),
+        "shutdown took {shutdown:?}"
+    );
 }

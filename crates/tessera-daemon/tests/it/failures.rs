@@ -208,7 +208,10 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
             if kills % 3 == 2 {
                 // A clean stop too: it must not wait behind launches (issue 42: 73.5 s).
                 let took = sigterm(d, Duration::from_secs(10));
-                assert!(took.is_some(), "SIGTERM: the daemon did not exit within 10 s");
+                assert!(
+                    took.is_some(),
+                    "SIGTERM: the daemon did not exit within 10 s"
+                );
                 terms += 1;
             } else {
                 sigkill(d);
@@ -230,7 +233,10 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
     }
     stop.store(true, Ordering::Relaxed);
     submitter.join().unwrap();
-    assert!(kills >= 3 && terms >= 1 && failed_node, "{kills} stops, {terms} SIGTERMs");
+    assert!(
+        kills >= 3 && terms >= 1 && failed_node,
+        "{kills} stops, {terms} SIGTERMs"
+    );
     assert_eq!(
         seconds_refused, kills,
         "a second daemon tried after every restart"
@@ -270,7 +276,11 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
     for id in &acked {
         let s = states.get(id);
         if cancel_acks.contains_key(id) {
-            assert_eq!(s, Some(&JobState::Cancelled), "job {id}'s cancel was acknowledged");
+            assert_eq!(
+                s,
+                Some(&JobState::Cancelled),
+                "job {id}'s cancel was acknowledged"
+            );
             continue;
         }
         let cancelled = s == Some(&JobState::Cancelled) && cancel_tried.contains(id);
@@ -290,7 +300,10 @@ fn chaos_kills_and_a_node_failure_lose_nothing_and_run_nothing_twice() {
     }
     // Every acknowledged cancel was honoured, and no GPU was ever shared.
     let late = started_after_ack(&probe, &cancel_acks);
-    assert!(late.is_empty(), "started after their cancel was acknowledged: {late:?}");
+    assert!(
+        late.is_empty(),
+        "started after their cancel was acknowledged: {late:?}"
+    );
     let overlaps = overlaps(&probe);
     assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
     // Exactly one run ended by itself with status 0 per completed job; none for the rest.

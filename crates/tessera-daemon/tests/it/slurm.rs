@@ -683,15 +683,13 @@ fn slurm_no_run_starts_after_its_cancel_is_acknowledged() {
     let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
     // Slurm takes a second or so to start a job: cancels come up to 2.5 s after the `201`,
     // so that some land before `sbatch`, some while Slurm starts the job, some while it runs.
-    let (acks, submitted) = crate::cancel::submit_and_cancel(
-        &d.url(),
-        &probe,
-        6,
-        Duration::from_secs(10),
-        1.0,
-        2500,
+    let (acks, submitted) =
+        crate::cancel::submit_and_cancel(&d.url(), &probe, 6, Duration::from_secs(10), 1.0, 2500);
+    assert!(
+        acks.len() > 20,
+        "only {} of {submitted} cancels acknowledged",
+        acks.len()
     );
-    assert!(acks.len() > 20, "only {} of {submitted} cancels acknowledged", acks.len());
     let alice = client(&d, ALICE);
     wait_until("every job finished", Duration::from_secs(60), || {
         alice.list().unwrap().iter().all(|j| j.state.is_terminal())
@@ -709,7 +707,10 @@ fn slurm_no_run_starts_after_its_cancel_is_acknowledged() {
         late.len(),
         overlaps.len()
     );
-    assert!(late.is_empty(), "started after their cancel was acknowledged: {late:?}");
+    assert!(
+        late.is_empty(),
+        "started after their cancel was acknowledged: {late:?}"
+    );
     assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
     assert!(
         !crate::cancel::starts(&probe).is_empty(),
