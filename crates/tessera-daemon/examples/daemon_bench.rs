@@ -194,13 +194,20 @@ fn submissions_while_running(load: Load, clients: usize, pending: usize, gpus: u
     c.poll_interval_ms = 100;
     c.backend = tessera_daemon::BackendConfig::Local(LocalConfig {
         work_dir: dir.path().join("runs"),
-        nodes: vec![LocalNodeConfig {
-            name: "box".into(),
-            gpu: "A100-80GB".into(),
-            gpus,
-            cpus: MilliCpu::from_cores(gpus as u64 * 4),
-            memory: Bytes::from_gib(256),
-        }],
+        // Nodes of at most 16 GPUs (the first named `box`, as before).
+        nodes: (0..gpus.div_ceil(16).max(1))
+            .map(|i| LocalNodeConfig {
+                name: if i == 0 {
+                    "box".into()
+                } else {
+                    format!("box{i}")
+                },
+                gpu: "A100-80GB".into(),
+                gpus: (gpus - i * 16).min(16),
+                cpus: MilliCpu::from_cores(64),
+                memory: Bytes::from_gib(256),
+            })
+            .collect(),
         run_as: Default::default(),
         tool_path: None,
     });
