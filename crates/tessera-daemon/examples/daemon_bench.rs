@@ -1,7 +1,7 @@
 //! Daemon benchmarks (not a timed test): prints each figure with the command that produced it.
 //!
 //! `cargo run --release -p tessera-daemon --example daemon-bench [-- SUBMISSIONS CLIENTS]`
-//! `cargo run --release -p tessera-daemon --example daemon-bench -- wrk SECONDS CLIENTS [PENDING]`
+//! `cargo run --release -p tessera-daemon --example daemon-bench -- wrk SECONDS CLIENTS [PENDING [GPUS [RUN_MS]]]`
 //!
 //! 1. Submissions per second through the HTTP API (JSON bodies, bearer auth, `synchronous=FULL`
 //!    SQLite in WAL mode, group commit), with the FIFO policy starting jobs on 1,000 nodes as
@@ -9,7 +9,8 @@
 //!    With a third argument PENDING, instead: submissions while the local backend starts and
 //!    reaps real processes, over PENDING jobs queued beforehand (p50/p99 latency). With `wrk`
 //!    first, the same scenario loaded by `wrk` (one thread holding CLIENTS connections) for
-//!    SECONDS instead of by CLIENTS threads of tessera's client.
+//!    SECONDS instead of by CLIENTS threads of tessera's client; GPUS (default 16) on the
+//!    local node, each job's payload alive RUN_MS (default 0: `true`).
 //! 2. One scheduling round over 1,000 nodes (8 GPUs each) and 5,000 pending jobs, for FIFO and
 //!    LAS: the decision (view + policy + validation), and the whole round including durable
 //!    writes of every transition and the backend calls.
@@ -185,7 +186,7 @@ fn wrk(
 /// Submissions over HTTP while the local backend really starts and reaps processes (each job
 /// runs `true` on one GPU), with `pending` jobs already queued that cannot start (they ask for
 /// all the node's memory while a long-running blocker holds a little of it).
-fn submissions_while_running(load: Load, clients: usize, pending: usize) {
+fn submissions_while_running(load: Load, clients: usize, pending: usize, gpus: u32, run_ms: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut c = config(dir.path(), "fifo");
     c.round_seconds = None;
@@ -193,18 +194,29 @@ fn submissions_while_running(load: Load, clients: usize, pending: usize) {
     c.poll_interval_ms = 100;
     c.backend = tessera_daemon::BackendConfig::Local(LocalConfig {
         work_dir: dir.path().join("runs"),
-        nodes: vec![LocalNodeConfig {
-            name: "box".into(),
-            gpu: "A100-80GB".into(),
-            gpus: 16,
-            cpus: MilliCpu::from_cores(64),
-            memory: Bytes::from_gib(256),
-        }],
+        // Nodes of at most 16 GPUs (the first named `box`, as before).
+        nodes: (0..gpus.div_ceil(16).max(1))
+            .map(|i| LocalNodeConfig {
+                name: if i == 0 {
+                    "box".into()
+                } else {
+                    format!("box{i}")
+                },
+                gpu: "A100-80GB".into(),
+                gpus: (gpus - i * 16).min(16),
+                cpus: MilliCpu::from_cores(64),
+                memory: Bytes::from_gib(256),
+            })
+            .collect(),
         run_as: Default::default(),
         tool_path: None,
     });
     let job = |name: &str, command: &str, memory: &str| {
-        format!(r#"{{"name":"{name}","command":["{command}"],"gpus":1,"memory":"{memory}"}}"#)
+        let argv = match (command, run_ms) {
+            ("true", ms) if ms > 0 => format!(r#""sleep","{}""#, ms as f64 / 1e3),
+            (c, _) => format!(r#""{c}""#),
+        };
+        format!(r#"{{"name":"{name}","command":[{argv}],"gpus":1,"memory":"{memory}"}}"#)
     };
     {
         // Preload through the library (no daemon runs on the store yet): the blocker starts,
@@ -305,7 +317,7 @@ fn submissions_while_running(load: Load, clients: usize, pending: usize) {
     let jobs = Client::new(&url, Some(TOKEN.into())).list().expect("list");
     let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
     println!(
-        "submissions while jobs run: {n} via HTTP from {what} over {pending} queued in {secs:.2} s = {:.0} jobs/s, latency p50 {p50:.1} ms p99 {p99:.1} ms (local backend, real processes; by the end {} completed, {} running or starting)",
+        "submissions while jobs run: {n} via HTTP from {what} over {pending} queued in {secs:.2} s = {:.0} jobs/s, latency p50 {p50:.1} ms p99 {p99:.1} ms (local backend, {gpus} GPUs, real processes alive {run_ms} ms; by the end {} completed, {} running or starting)",
         n as f64 / secs,
         count(JobState::Completed),
         count(JobState::Running) + count(JobState::Starting),
@@ -415,7 +427,9 @@ fn main() {
         let seconds = args.first().copied().unwrap_or(10) as u64;
         let clients = args.get(1).copied().unwrap_or(64).max(1);
         let pending = args.get(2).copied().unwrap_or(0);
-        submissions_while_running(Load::Wrk { seconds }, clients, pending);
+        let gpus = args.get(3).copied().unwrap_or(16) as u32;
+        let run_ms = args.get(4).copied().unwrap_or(0) as u64;
+        submissions_while_running(Load::Wrk { seconds }, clients, pending, gpus, run_ms);
         return;
     }
     let total = args.first().copied().unwrap_or(10_000);
@@ -423,11 +437,11 @@ fn main() {
     let pending = args.get(2).copied();
     if let Some(pending) = pending {
         // Only the scenario with real processes and a deep queue.
-        submissions_while_running(Load::Threads { total }, clients, pending);
+        submissions_while_running(Load::Threads { total }, clients, pending, 16, 0);
         return;
     }
     submissions(total, clients);
-    submissions_while_running(Load::Threads { total }, clients, 0);
+    submissions_while_running(Load::Threads { total }, clients, 0, 16, 0);
     round("fifo", 5000, 1000);
     round("las", 5000, 1000);
 }

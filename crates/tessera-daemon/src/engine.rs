@@ -6,7 +6,8 @@
 //! [`Command::Stop`] call the backend and hand the outcome back to the core, and so on. The
 //! scheduling logic itself is in [`crate::core`]; nothing here decides anything.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -32,9 +33,21 @@ const ARRIVAL_COALESCING: Duration = Duration::from_millis(100);
 /// While backend calls are in flight, the loop looks for their results this often.
 const RESULT_POLL: Duration = Duration::from_millis(2);
 
+/// A launch handed to the backend thread, not yet taken by it: it may still be withdrawn.
+const GATE_QUEUED: u8 = 0;
+/// Taken by the backend thread (being started, or started): it answers with its outcome.
+const GATE_TAKEN: u8 = 1;
+/// Withdrawn before the backend thread took it: nothing of it will ever start.
+const GATE_WITHDRAWN: u8 = 2;
+
+/// Whether a queued launch may still be withdrawn. The backend thread and the engine each
+/// move it out of [`GATE_QUEUED`] with one compare-and-swap, so exactly one of them wins: a
+/// launch is either withdrawn (and never started) or taken (and answered).
+type LaunchGate = Arc<AtomicU8>;
+
 /// A backend call handed to the backend thread.
 enum Work {
-    Launch(Launch),
+    Launch(Launch, LaunchGate),
     Stop(RunRow, bool),
     Poll(Vec<Handle>),
     Verify(Vec<Handle>),
@@ -46,6 +59,8 @@ enum Work {
 /// Its outcome.
 enum Done {
     Launched(i64, u32, Result<Handle, BackendError>),
+    /// A launch withdrawn while queued, skipped (the engine has already told the core).
+    Withdrawn,
     Stopped(RunRow, Result<(), BackendError>),
     Polled(Result<Vec<(Handle, RunStatus)>, BackendError>),
     Verified(Vec<(Handle, RunStatus)>),
@@ -57,7 +72,15 @@ enum Done {
 /// Carries out one backend call.
 fn execute(backend: &mut dyn Backend, work: Work) -> Done {
     match work {
-        Work::Launch(l) => Done::Launched(l.job_id, l.attempt, backend.submit(&l)),
+        Work::Launch(l, gate) => {
+            let taken = gate
+                .compare_exchange(GATE_QUEUED, GATE_TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if !taken {
+                return Done::Withdrawn;
+            }
+            Done::Launched(l.job_id, l.attempt, backend.submit(&l))
+        }
         Work::Stop(run, preempt) => {
             let h = Handle(run.handle.clone());
             let r = if preempt {
@@ -93,6 +116,17 @@ impl Drop for Engine {
     /// Lets the backend thread finish the calls already handed to it (a cancel issued just
     /// before shutdown still reaches the resource manager), then joins it.
     fn drop(&mut self) {
+        // Launches still queued are withdrawn: their jobs stay `starting` in the store, and a
+        // restart finds no run of theirs and queues them again. Shutdown then waits only for
+        // the launch being carried out and for the stops, not for a backlog of launches.
+        for gate in self.gates.values() {
+            let _ = gate.compare_exchange(
+                GATE_QUEUED,
+                GATE_WITHDRAWN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
         let slot = std::mem::replace(
             &mut self.backend,
             BackendSlot::Inline(Box::new(crate::backend::NullBackend::default())),
@@ -129,6 +163,17 @@ pub struct Engine {
     staged_submissions: WriteBatch,
     /// Where the job table ended before the gathered submissions.
     staged_mark: Option<crate::core::SubmissionMark>,
+    /// The gates of launches handed to the backend thread and not answered yet, by (job id,
+    /// attempt) (instances under their negative id).
+    gates: HashMap<(i64, u32), LaunchGate>,
+    /// Backend calls that act on a job's (or an instance's) runs and have not been carried
+    /// out yet, by job id: its launches (neither answered nor withdrawn) and its stops
+    /// (deferred or handed to the backend thread, not answered). See
+    /// [`settled`](Engine::settled).
+    acting_on: HashMap<i64, u32>,
+    /// Job ids whose runs the commands carried out since the last
+    /// [`take_touched`](Engine::take_touched) stopped or withdrew.
+    touched: Vec<i64>,
 }
 
 /// The statuses of runs just stopped after a node failure; when the backend cannot say, each
@@ -146,12 +191,29 @@ fn verify(backend: &mut dyn Backend, handles: Vec<Handle>) -> Vec<(Handle, RunSt
     }
 }
 
+/// The backend thread: carries out calls in the order given, except that stops overtake
+/// everything still queued (a cancel's stop must not wait behind a burst of launches, and a
+/// stopped run's GPUs are wanted by the launches behind it). A stop always comes after its
+/// run's launch has answered (it needs the run's handle), so no stop overtakes its own launch.
 fn run_backend(
     mut backend: Box<dyn Backend>,
     work: mpsc::Receiver<Work>,
     done: mpsc::Sender<Done>,
 ) {
-    for w in work {
+    let mut queue: VecDeque<Work> = VecDeque::new();
+    loop {
+        queue.extend(work.try_iter());
+        let next = match queue.iter().position(|w| matches!(w, Work::Stop(..))) {
+            Some(i) => queue.remove(i),
+            None => queue.pop_front(),
+        };
+        let w = match next {
+            Some(w) => w,
+            None => match work.recv() {
+                Ok(w) => w,
+                Err(_) => break,
+            },
+        };
         let d = execute(backend.as_mut(), w);
         if done.send(d).is_err() {
             break;
@@ -181,6 +243,7 @@ pub(crate) fn writes(req: &Request) -> bool {
             | Request::Progress { .. }
             | Request::SetNodeHealth { .. }
             | Request::SubmitService { .. }
+            | Request::SubmitParsedService { .. }
             | Request::RetireService { .. }
     )
 }
@@ -244,6 +307,9 @@ impl Engine {
             staged: WriteBatch::default(),
             staged_submissions: WriteBatch::default(),
             staged_mark: None,
+            gates: HashMap::new(),
+            acting_on: HashMap::new(),
+            touched: Vec::new(),
         };
         // Finished jobs stay in the store only (served from there).
         let (finished, rows): (Vec<_>, Vec<_>) = engine
@@ -274,6 +340,12 @@ impl Engine {
     /// The core this engine drives.
     pub fn core(&self) -> &Core {
         &self.core
+    }
+
+    /// The GPU catalogue service documents are parsed against, for parsing off the
+    /// scheduling thread (see [`Request::SubmitParsedService`]).
+    pub(crate) fn catalog_snapshot(&self) -> Arc<tessera_model::GpuCatalog> {
+        Arc::new(self.core.cluster_map().cluster.catalog.clone())
     }
 
     /// The cluster the policy sees.
@@ -363,6 +435,9 @@ impl Engine {
             };
             let Ok(d) = done.try_recv() else { break };
             *in_flight = in_flight.saturating_sub(1);
+            if matches!(d, Done::Withdrawn) {
+                continue; // told to the core when it was withdrawn
+            }
             if matches!(d, Done::Polled(_)) {
                 *polling = false;
             }
@@ -378,9 +453,15 @@ impl Engine {
         let now = self.clock.now();
         match done {
             Done::Launched(job_id, attempt, r) => {
+                self.gates.remove(&(job_id, attempt));
+                self.acted(job_id);
                 self.core.handle_launched(now, job_id, attempt, r)
             }
-            Done::Stopped(run, r) => self.core.handle_stopped(run, r),
+            Done::Withdrawn => {}
+            Done::Stopped(run, r) => {
+                self.acted(run.job_id);
+                self.core.handle_stopped(run, r)
+            }
             Done::Polled(Ok(statuses)) => self.core.handle_statuses(now, statuses),
             Done::Polled(Err(e)) => self.core.handle_poll_failed(&e),
             Done::Verified(statuses) => self.core.handle_verified(now, statuses),
@@ -423,6 +504,24 @@ impl Engine {
     /// restart reconciliation is an error; other backend failures go back to the core.
     fn drive(&mut self) -> Result<(), DaemonError> {
         while let Some(command) = self.core.poll_command() {
+            // Launches given up while in flight (a cancel, a preemption, an instance scaled
+            // in or restarted) are recorded `launching` in the batch that gives them up.
+            let mut given_up = Vec::new();
+            match &command {
+                Command::Launch(l) => self.acting(l.job_id),
+                Command::Stop { run, .. } => {
+                    self.acting(run.job_id);
+                    self.touched.push(run.job_id);
+                }
+                Command::Persist(batch) => given_up.extend(
+                    batch
+                        .runs
+                        .iter()
+                        .filter(|r| r.state == crate::core::records::RunState::Launching)
+                        .map(|r| (r.job_id, r.attempt)),
+                ),
+                _ => {}
+            }
             match command {
                 Command::Persist(batch) if self.group => self.staged.append(batch),
                 Command::Persist(batch) => {
@@ -439,7 +538,7 @@ impl Engine {
                 {
                     self.deferred.push_back(c);
                 }
-                Command::Launch(launch) => self.call(Work::Launch(launch)),
+                Command::Launch(launch) => self.send_launch(launch),
                 Command::Retune(r) => self.call(Work::Retune(r)),
                 Command::Reconfigure { node, request } => {
                     self.call(Work::Reconfigure(node, request))
@@ -463,8 +562,87 @@ impl Engine {
                     self.core.handle_found(now, job_id, attempt, found);
                 }
             }
+            for (job_id, attempt) in given_up {
+                self.touched.push(job_id);
+                self.withdraw(job_id, attempt);
+            }
         }
         Ok(())
+    }
+
+    /// Hands a launch to the backend (or defers it), with the gate through which it may be
+    /// withdrawn until the backend takes it.
+    fn send_launch(&mut self, launch: Launch) {
+        let gate = LaunchGate::default();
+        self.gates
+            .insert((launch.job_id, launch.attempt), gate.clone());
+        self.call(Work::Launch(launch, gate));
+    }
+
+    /// Withdraws the launch of (`job_id`, `attempt`), given up by the core, if nothing of it
+    /// has started: still deferred, or queued for the backend thread and not taken. The core
+    /// hears at once that the launch started nothing (so a later attempt parked behind it
+    /// goes without waiting for the backend's queue). A launch already taken is answered by
+    /// the backend, and the core stops what it started.
+    fn withdraw(&mut self, job_id: i64, attempt: u32) {
+        let deferred = self.deferred.iter().position(
+            |c| matches!(c, Command::Launch(l) if l.job_id == job_id && l.attempt == attempt),
+        );
+        let withdrawn = match deferred {
+            Some(i) => {
+                self.deferred.remove(i);
+                true
+            }
+            None => self.gates.get(&(job_id, attempt)).is_some_and(|g| {
+                g.compare_exchange(
+                    GATE_QUEUED,
+                    GATE_WITHDRAWN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            }),
+        };
+        if !withdrawn {
+            return;
+        }
+        self.gates.remove(&(job_id, attempt));
+        self.acted(job_id);
+        let now = self.clock.now();
+        self.core
+            .handle_launched(now, job_id, attempt, Err(BackendError::Withdrawn));
+    }
+
+    /// A launch or stop of job `job_id`'s runs is on its way to the backend.
+    fn acting(&mut self, job_id: i64) {
+        *self.acting_on.entry(job_id).or_default() += 1;
+    }
+
+    /// A launch or stop of job `job_id`'s runs was carried out (or withdrawn).
+    fn acted(&mut self, job_id: i64) {
+        if let Some(n) = self.acting_on.get_mut(&job_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.acting_on.remove(&job_id);
+            }
+        }
+    }
+
+    /// True when every launch and stop of these jobs' runs decided so far has been carried
+    /// out or withdrawn: a cancel acknowledged then is a barrier (no process of the run
+    /// starts afterwards; one started before has been stopped).
+    pub(crate) fn settled(&self, job_ids: &[i64]) -> bool {
+        job_ids.iter().all(|id| !self.acting_on.contains_key(id))
+    }
+
+    /// The jobs (instances by negative id) whose runs were stopped or whose launches were
+    /// given up since the last call: what a request's answer waits for (see
+    /// [`settled`](Self::settled)).
+    pub(crate) fn take_touched(&mut self) -> Vec<i64> {
+        let mut t = std::mem::take(&mut self.touched);
+        t.sort_unstable();
+        t.dedup();
+        t
     }
 
     /// [`drive`](Self::drive) outside restart reconciliation, where no command can fail.
@@ -537,7 +715,7 @@ impl Engine {
         }
         while let Some(c) = self.deferred.pop_front() {
             match c {
-                Command::Launch(launch) => self.call(Work::Launch(launch)),
+                Command::Launch(launch) => self.send_launch(launch),
                 Command::Stop { run, preempt } => self.call(Work::Stop(run, preempt)),
                 Command::Retune(r) => self.call(Work::Retune(r)),
                 Command::Reconfigure { node, request } => {
@@ -731,6 +909,7 @@ impl Engine {
         req: Request,
     ) -> Result<Response, ApiError> {
         let now = self.clock.now();
+        self.touched.clear();
         let id = match &req {
             Request::Get { id } => Some(*id),
             _ => None,
@@ -799,6 +978,7 @@ impl Engine {
 
     /// Polls the backend for the status of every running job and records changes.
     pub fn poll(&mut self) {
+        self.touched.clear();
         // Also how writes resume after a full disk: at every poll.
         self.flush();
         self.core.poll_runs(self.clock.now());
@@ -832,6 +1012,7 @@ impl Engine {
     /// One scheduling point: the core decides (timed), records, then its commands are carried
     /// out.
     pub fn schedule(&mut self) {
+        self.touched.clear();
         // Decisions must be durable before they are acted on: none while the store refuses
         // writes (the triggers stay set, so scheduling resumes with the store).
         if !self.flush() {

@@ -124,6 +124,10 @@ pub enum BackendError {
         /// The backend's kind.
         backend: &'static str,
     },
+    /// The launch was withdrawn before the backend started anything (its job was cancelled,
+    /// or its attempt given up, while the launch waited for the backend): nothing ran.
+    #[error("launch withdrawn before it started")]
+    Withdrawn,
     /// A file operation failed.
     #[error("{path}: {message}")]
     File {

@@ -44,11 +44,16 @@ pub(crate) struct Envelope {
     sent: Instant,
 }
 
-/// The daemon loop's timers (polls of running jobs, inventory refreshes).
+/// The daemon loop's timers (polls of running jobs, inventory refreshes), and the answers it
+/// holds back.
 pub(crate) struct LoopTimers {
     poll_interval: Duration,
     last_poll: Instant,
     last_inventory: Instant,
+    /// Answers to writes (a cancel, a service retired, a node marked down) held until the
+    /// backend has carried out the stops and launch withdrawals they caused, by job id (see
+    /// [`Engine::settled`]): an acknowledged cancel is a barrier.
+    held: Vec<(Envelope, Result<Response, ApiError>, Vec<i64>)>,
 }
 
 impl LoopTimers {
@@ -57,6 +62,7 @@ impl LoopTimers {
             poll_interval,
             last_poll: Instant::now(),
             last_inventory: Instant::now(),
+            held: Vec::new(),
         }
     }
 }
@@ -90,6 +96,26 @@ pub(crate) fn run_engine(
     // Decisions of a last pass not yet committed are written (and acted on) before exit.
     engine.begin_group();
     engine.end_group();
+    // Dropping the engine waits for the backend to carry out the stops handed to it: the
+    // answers held for them are true then.
+    drop(engine);
+    for (e, result, _) in timers.held.drain(..) {
+        let _ = e.reply.send(result);
+    }
+}
+
+/// Sends the held answers whose stops and withdrawals the backend has carried out.
+fn release_settled(engine: &Engine, timers: &mut LoopTimers) {
+    if timers.held.is_empty() {
+        return;
+    }
+    let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut timers.held)
+        .into_iter()
+        .partition(|(_, _, ids)| engine.settled(ids));
+    timers.held = waiting;
+    for (e, result, _) in ready {
+        let _ = e.reply.send(result);
+    }
 }
 
 /// Takes waiting requests (up to [`MAX_BATCH`]) from the channel, sorted into submissions,
@@ -157,15 +183,16 @@ pub(crate) fn iteration(
         &mut writes,
         &mut reads,
     );
-    let mut answered: Vec<(Envelope, Result<Response, ApiError>)> = Vec::new();
+    let mut answered: Vec<(Envelope, Result<Response, ApiError>, Vec<i64>)> = Vec::new();
     let handle_writes =
         |engine: &mut Engine,
          writes: &mut Vec<Envelope>,
-         answered: &mut Vec<(Envelope, Result<Response, ApiError>)>| {
+         answered: &mut Vec<(Envelope, Result<Response, ApiError>, Vec<i64>)>| {
             for mut e in writes.drain(..) {
                 let request = std::mem::replace(&mut e.request, Request::Nodes);
                 let result = engine.handle(e.token.as_deref(), request);
-                answered.push((e, result));
+                let touched = engine.take_touched();
+                answered.push((e, result, touched));
             }
         };
     handle_writes(engine, &mut writes, &mut answered);
@@ -204,16 +231,22 @@ pub(crate) fn iteration(
     if taken > 0 {
         engine.core_metrics_mut().engine_iterations += 1;
     }
-    for (e, result) in answered
+    let submitted = submits
         .into_iter()
-        .chain(submits.into_iter().zip(submitted))
-    {
+        .zip(submitted)
+        .map(|(e, r)| (e, r, Vec::new()));
+    for (e, result, touched) in answered.into_iter().chain(submitted) {
         let result = match result {
             Ok(_) if !durable => Err(engine.store_unavailable_error()),
             r => r,
         };
+        if result.is_ok() && !engine.settled(&touched) {
+            timers.held.push((e, result, touched));
+            continue;
+        }
         let _ = e.reply.send(result);
     }
+    release_settled(engine, timers);
     for e in reads {
         let result = engine.handle(e.token.as_deref(), e.request);
         let _ = e.reply.send(result);
@@ -236,6 +269,8 @@ pub(crate) struct AppState {
     submit_latency: Arc<std::sync::Mutex<Histogram>>,
     /// Failed authentications per client (read here for `/metrics`).
     auth_limiter: Arc<AuthLimiter>,
+    /// The GPU catalogue service documents are parsed against, off the engine thread.
+    pub(crate) catalog: Arc<tessera_model::GpuCatalog>,
 }
 
 /// `message` cut to [`MAX_ERROR_MESSAGE`] bytes (on a character boundary), saying how much
@@ -398,9 +433,11 @@ async fn submit_parsed(
     let parsed = if body.len() <= INLINE_SPEC_BYTES {
         to_json(&body)
     } else {
-        match tokio::task::spawn_blocking(move || to_json(&body)).await {
-            Ok(r) => r,
-            Err(_) => Err(ApiError::internal("the spec parser stopped")),
+        let parse = tokio::task::spawn_blocking(move || to_json(&body));
+        match tokio::time::timeout(crate::server_services::PARSE_TIMEOUT, parse).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ApiError::internal("the spec parser stopped")),
+            Err(_) => Err(crate::server_services::too_costly()),
         }
     };
     let body = match parsed {
@@ -597,7 +634,12 @@ async fn fallback() -> HttpResponse {
     error_response(&ApiError::not_found("no such endpoint"))
 }
 
-fn router(tx: mpsc::Sender<Envelope>, limits: &Limits, auth_limiter: Arc<AuthLimiter>) -> Router {
+fn router(
+    tx: mpsc::Sender<Envelope>,
+    limits: &Limits,
+    auth_limiter: Arc<AuthLimiter>,
+    catalog: Arc<tessera_model::GpuCatalog>,
+) -> Router {
     Router::new()
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(describe).delete(cancel))
@@ -628,6 +670,7 @@ fn router(tx: mpsc::Sender<Envelope>, limits: &Limits, auth_limiter: Arc<AuthLim
             body_timeout: Duration::from_millis(limits.body_timeout_ms),
             submit_latency: Arc::default(),
             auth_limiter,
+            catalog,
         })
 }
 
@@ -643,6 +686,7 @@ pub(crate) async fn serve_engine(
     let addr = listener.local_addr()?;
     engine.set_callback_url(format!("http://{addr}"));
     engine.start_backend_thread()?;
+    let catalog = engine.catalog_snapshot();
     let (tx, rx) = mpsc::channel::<Envelope>();
     let thread = std::thread::Builder::new()
         .name("tessera-engine".into())
@@ -651,7 +695,7 @@ pub(crate) async fn serve_engine(
         limits.auth_failure_burst,
         Duration::from_millis(limits.auth_failure_refill_ms),
     ));
-    let app = router(tx, limits, Arc::clone(&auth_limiter));
+    let app = router(tx, limits, Arc::clone(&auth_limiter), catalog);
     tracing::info!(%addr, "serving the tessera API");
     accept_loop(listener, app, auth_limiter, limits, shutdown).await;
     // Every connection (and the router's sender with it) is gone; the engine loop then exits.

@@ -74,9 +74,18 @@ pub struct ServiceSubmission {
     pub run: RunSpec,
 }
 
+/// The threads service documents were parsed on (tests: never the engine's).
+#[cfg(test)]
+pub(crate) static PARSE_THREADS: std::sync::Mutex<Vec<Option<String>>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// Parses a service submission (YAML or JSON): size and shape limits first (as for job
 /// specs), then the trace schema, then `metadata`. Errors name the field.
 pub fn parse_service(text: &str, catalog: &GpuCatalog) -> Result<ServiceSubmission, ApiError> {
+    #[cfg(test)]
+    if let Ok(mut t) = PARSE_THREADS.lock() {
+        t.push(std::thread::current().name().map(str::to_string));
+    }
     if text.len() > MAX_SPEC_BYTES {
         return Err(ApiError::new(
             413,

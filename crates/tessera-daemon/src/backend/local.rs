@@ -413,6 +413,24 @@ impl LocalBackend {
         })
     }
 
+    /// The run (other than `name`) still holding GPU `index` of `node`: a live run, or a
+    /// stopped one whose processes are not all gone. A run's devices are given back only once
+    /// nothing of it is left (a poll that sees it over, or [`reap_stopping`]), so a launch
+    /// that the daemon placed on GPUs it already counts free while their previous run is still
+    /// on its way out (or, after a cancel raced its launch, has only just started) is refused
+    /// rather than run beside it.
+    ///
+    /// [`reap_stopping`]: Self::reap_stopping
+    fn holder_of(&mut self, name: &str, node: &str, index: u32) -> Option<String> {
+        self.reap_stopping();
+        self.devices
+            .iter()
+            .find(|(run, d)| {
+                run.as_str() != name && d.iter().any(|(n, i)| n == node && i.contains(&index))
+            })
+            .map(|(run, _)| run.clone())
+    }
+
     /// The device id of a MIG instance this backend created.
     pub(crate) fn mig_id(
         &self,
@@ -661,18 +679,17 @@ impl Backend for LocalBackend {
         let mut devs = Vec::new();
         for s in &launch.placement {
             if let Some(named) = &s.devices {
-                // The daemon chose them; only a stopped run still on its way out can be in
-                // the way (the daemon already counts its devices free).
-                if let Some(i) = named
-                    .indices
-                    .iter()
-                    .find(|&&i| self.stopping_holds(&s.node, i))
-                {
-                    return Err(BackendError::Exhausted {
-                        what: format!("GPU {i} of node {}", s.node),
-                        message: "still held by a stopped run whose processes are not all gone"
-                            .into(),
-                    });
+                // The daemon chose them; only a run still on its way out can be in the way
+                // (the daemon already counts its devices free).
+                for &i in &named.indices {
+                    if let Some(run) = self.holder_of(&launch.name, &s.node, i) {
+                        return Err(BackendError::Exhausted {
+                            what: format!("GPU {i} of node {}", s.node),
+                            message: format!(
+                                "still held by run {run}, whose processes are not all gone"
+                            ),
+                        });
+                    }
                 }
                 devs.push((s.node.clone(), named.indices.clone()));
                 continue;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tessera_model::{Bytes, MilliCpu};
 
@@ -21,6 +21,8 @@ use crate::config::SlurmConfig;
 use crate::error::BackendError;
 
 const MIB: u64 = 1 << 20;
+/// Longest a cancel waits for Slurm to end the job (its KillWait, with a margin).
+const CANCEL_SETTLE: Duration = Duration::from_secs(15);
 
 /// Splits one `scontrol -o show ...` record (`Key=Value Key=Value ...`) into pairs. A word that
 /// does not start a new `Key=` continues the previous value (values such as `OS=Linux 6.1 #1`
@@ -381,6 +383,17 @@ impl SlurmBackend {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `scancel ID`; a job Slurm no longer knows is already gone (idempotent).
+    fn scancel(&mut self, handle: &Handle) -> Result<(), BackendError> {
+        match self.run("scancel", std::slice::from_ref(&handle.0)) {
+            Ok(_) => Ok(()),
+            Err(BackendError::Command { stderr, .. }) if stderr.contains("Invalid job id") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn show_job(&self, id: &str) -> Result<Option<(String, String, Option<i32>)>, BackendError> {
         match self.run(
             "scontrol",
@@ -456,21 +469,37 @@ impl Backend for SlurmBackend {
         Ok(Handle(id.to_string()))
     }
 
+    /// `scancel`, then waits until Slurm says the job is over (not pending, starting, running
+    /// or completing), for at most [`CANCEL_SETTLE`]: `scancel` only asks, and a job Slurm was
+    /// launching at that moment still starts its script afterwards (seen: 95 ms after the
+    /// daemon acknowledged the cancel). The daemon acknowledges a cancel once this returns.
     fn cancel(&mut self, handle: &Handle) -> Result<(), BackendError> {
-        match self.run("scancel", std::slice::from_ref(&handle.0)) {
-            Ok(_) => Ok(()),
-            // Already gone: cancelling is idempotent.
-            Err(BackendError::Command { stderr, .. }) if stderr.contains("Invalid job id") => {
-                Ok(())
+        self.scancel(handle)?;
+        let deadline = Instant::now() + CANCEL_SETTLE;
+        loop {
+            let over = match self.show_job(&handle.0)? {
+                None => true, // purged: long over
+                Some((state, reason, code)) => !matches!(
+                    run_status(&state, &reason, code),
+                    RunStatus::Pending { .. } | RunStatus::Running
+                ),
+            };
+            if over {
+                return Ok(());
             }
-            Err(e) => Err(e),
+            if Instant::now() >= deadline {
+                tracing::warn!(job = %handle.0, "Slurm has not ended the cancelled job yet");
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     fn preempt(&mut self, handle: &Handle) -> Result<(), BackendError> {
         // scancel sends SIGTERM, waits KillWait, then SIGKILL: the job's checkpoint window.
-        // The daemon requeues the job itself, so that the policy chooses its next placement.
-        self.cancel(handle)
+        // The daemon requeues the job itself, so that the policy chooses its next placement
+        // (Slurm gives its GPUs to nobody before the job is over).
+        self.scancel(handle)
     }
 
     fn poll(&mut self, handles: &[Handle]) -> Result<Vec<(Handle, RunStatus)>, BackendError> {

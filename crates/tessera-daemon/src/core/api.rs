@@ -59,9 +59,19 @@ pub(crate) enum Request {
         node: String,
         health: Option<NodeHealth>,
     },
-    /// `POST /v1/services` (the body as sent).
+    /// `POST /v1/services` (the body as sent), parsed on the scheduling thread: tests only (the API parses off it, see
+    /// `SubmitParsedService`).
+    #[cfg_attr(not(test), allow(dead_code))]
     SubmitService {
         body: String,
+    },
+    /// `POST /v1/services` as the API sends it: parsed off the scheduling thread against the
+    /// GPU catalogue `catalog`; parsed again here only if the cluster's catalogue is no longer
+    /// that one (a comparison of a few dozen models: cheap).
+    SubmitParsedService {
+        parsed: Box<crate::services::ServiceSubmission>,
+        body: String,
+        catalog: std::sync::Arc<tessera_model::GpuCatalog>,
     },
     /// `GET /v1/services`.
     ListServices,
@@ -564,6 +574,7 @@ impl Core {
         match req {
             Request::InstanceLoad { .. } => Err(ApiError::internal("unreachable request")),
             Request::SubmitService { .. }
+            | Request::SubmitParsedService { .. }
             | Request::ListServices
             | Request::GetService { .. }
             | Request::RetireService { .. } => self.service_request(now, &caller, req),

@@ -132,12 +132,15 @@ impl Core {
                 self.act(Command::Verify(vec![handle]));
             }
             Err(e) => {
-                self.metrics.backend_errors += 1;
-                tracing::warn!(
-                    job = self.jobs[v.idx].row.id,
-                    attempt = v.attempt,
-                    "backend submit of an attempt given up meanwhile failed: {e}"
-                );
+                // Withdrawn before the backend took it: no failure, nothing ran.
+                if !matches!(e, BackendError::Withdrawn) {
+                    self.metrics.backend_errors += 1;
+                    tracing::warn!(
+                        job = self.jobs[v.idx].row.id,
+                        attempt = v.attempt,
+                        "backend submit of an attempt given up meanwhile failed: {e}"
+                    );
+                }
                 if let Some(job) = self.jobs.get_mut(v.idx) {
                     job.unverified_runs = job.unverified_runs.saturating_sub(1);
                 }

@@ -129,7 +129,24 @@ impl Core {
     ) -> Result<Response, ApiError> {
         match req {
             Request::SubmitService { body } => {
-                let idx = self.submit_service(now, caller, &body)?;
+                if let Caller::Job { .. } = caller {
+                    return Err(ApiError::forbidden("a job token cannot submit services"));
+                }
+                let parsed = parse_service(&body, &self.map.cluster.catalog)?;
+                let idx = self.submit_service(now, caller, &body, parsed)?;
+                Ok(Response::Service(Box::new(self.service_view(idx, now))))
+            }
+            Request::SubmitParsedService {
+                parsed,
+                body,
+                catalog,
+            } => {
+                let parsed = if *catalog == self.map.cluster.catalog {
+                    *parsed
+                } else {
+                    parse_service(&body, &self.map.cluster.catalog)?
+                };
+                let idx = self.submit_service(now, caller, &body, parsed)?;
                 Ok(Response::Service(Box::new(self.service_view(idx, now))))
             }
             Request::ListServices => {
@@ -254,11 +271,11 @@ impl Core {
         now: SimTime,
         caller: &Caller,
         body: &str,
+        parsed: crate::services::ServiceSubmission,
     ) -> Result<usize, ApiError> {
         let Caller::Tenant { name, admin } = caller else {
             return Err(ApiError::forbidden("a job token cannot submit services"));
         };
-        let parsed = parse_service(body, &self.map.cluster.catalog)?;
         let mut spec = parsed.spec;
         let tenant = if spec.tenant.is_empty() {
             name.clone()

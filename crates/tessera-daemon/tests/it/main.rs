@@ -9,8 +9,10 @@
 //! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
 //! - `guard`: per-client connection caps and the limit on failed authentications.
 //! - `services`: inference services over HTTP.
+//! - `cancel`: cancels racing launches (no start after an acknowledged cancel, no shared GPU).
 
 mod api;
+mod cancel;
 mod common;
 mod failures;
 mod guard;

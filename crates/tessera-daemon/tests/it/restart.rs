@@ -66,6 +66,23 @@ pub fn sigkill(mut d: Daemon) {
     d.child.wait().unwrap();
 }
 
+/// SIGTERM, then waits (SIGKILL after `limit`); returns how long the daemon took to exit, or
+/// `None` when it had to be killed.
+pub fn sigterm(mut d: Daemon, limit: Duration) -> Option<Duration> {
+    let start = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child's pid; no memory effects.
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    while start.elapsed() < limit {
+        if let Ok(Some(_)) = d.child.try_wait() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
 #[test]
 fn sigkill_and_restart_with_local_backend_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -664,3 +664,56 @@ fn slurm_las_preempts_for_a_job_restricted_to_a_busy_gpu_model() {
     }
     sigkill(d);
 }
+
+/// Issue 42 item 1 against a real Slurm: `sbatch` racing `scancel`. Jobs are cancelled 0–2.5
+/// s after their `201` while launches queue for the backend; no payload may start after its
+/// cancel was acknowledged, and no two payloads may hold one GPU of a node at once.
+#[test]
+fn slurm_no_run_starts_after_its_cancel_is_acknowledged() {
+    let Some(conf) = slurm_conf() else { return };
+    let _guard = lock();
+    let dir = tempfile::tempdir().unwrap();
+    // Slurm runs the payloads as the submitting user on this machine: the probe is shared.
+    let probe = crate::cancel::probe_dir(dir.path());
+    let mut c = config(dir.path(), slurm_backend(dir.path(), &conf));
+    c.poll_interval_ms = 200;
+    c.limits.max_active_jobs_per_tenant = 100_000;
+    c.limits.max_active_jobs = 100_000;
+    let backend = tessera_daemon::build_backend(&c.backend).unwrap();
+    let d = tessera_daemon::spawn(c, backend, Arc::new(SystemClock::new())).unwrap();
+    // Slurm takes a second or so to start a job: cancels come up to 2.5 s after the `201`,
+    // so that some land before `sbatch`, some while Slurm starts the job, some while it runs.
+    let (acks, submitted) =
+        crate::cancel::submit_and_cancel(&d.url(), &probe, 6, Duration::from_secs(10), 1.0, 2500);
+    assert!(
+        acks.len() > 20,
+        "only {} of {submitted} cancels acknowledged",
+        acks.len()
+    );
+    let alice = client(&d, ALICE);
+    wait_until("every job finished", Duration::from_secs(60), || {
+        alice.list().unwrap().iter().all(|j| j.state.is_terminal())
+    });
+    // Slurm may still be tearing cancelled jobs down: let what would start, start.
+    std::thread::sleep(Duration::from_secs(3));
+    drop(d);
+    let late = crate::cancel::started_after_ack(&probe, &acks);
+    let overlaps = crate::cancel::overlaps(&probe);
+    eprintln!(
+        "slurm: {submitted} submitted, {} cancels acknowledged, {} payloads started, {} after \
+         their ack, {} overlaps",
+        acks.len(),
+        crate::cancel::starts(&probe).len(),
+        late.len(),
+        overlaps.len()
+    );
+    assert!(
+        late.is_empty(),
+        "started after their cancel was acknowledged: {late:?}"
+    );
+    assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
+    assert!(
+        !crate::cancel::starts(&probe).is_empty(),
+        "no payload ever started: the race was not exercised"
+    );
+}
