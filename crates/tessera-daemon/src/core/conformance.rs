@@ -248,6 +248,8 @@ struct DaemonRun {
     reconfigurations: Vec<(SimTime, String, u32, Option<Vec<String>>)>,
     /// Rows of the jobs as the daemon recorded them, by job index.
     rows: Vec<JobRow>,
+    /// When its run ended (all jobs done, or nothing left to happen).
+    end: SimTime,
     jobs: Vec<tessera_model::TrainingJob>,
 }
 
@@ -291,7 +293,11 @@ fn run_core(
             let mut r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
             let id = match r.pop() {
                 Some(Ok(job)) => job.id,
-                _ => return None, // refused: the policy does not honour the workload
+                other => {
+                    // Refused: the policy does not honour the workload.
+                    eprintln!("{name}: j{next_item} refused: {other:?}");
+                    return None;
+                }
             };
             h.drain();
             let total = h
@@ -410,14 +416,10 @@ fn run_core(
         .into_iter()
         .flatten()
         .filter(|&t| t > h.now)
-        .min()
-        .unwrap_or_else(|| {
-            let states: Vec<_> = ids.iter().map(|&id| (id, h.state(id))).collect();
-            panic!(
-                "stuck at {}: {states:?} {work:?} next item {next_item}",
-                h.now
-            )
-        });
+        .min();
+        // Nothing left to happen: the jobs still waiting stay so (the simulator reports
+        // them unfinished when its run stalls; the rows compare the outcomes).
+        let Some(next) = next else { break };
         h.now = next;
     }
     assert_eq!(
@@ -446,6 +448,7 @@ fn run_core(
         retunes,
         reconfigurations,
         rows,
+        end: h.now,
         jobs: h.core.training_jobs().to_vec(),
     })
 }
@@ -479,9 +482,26 @@ fn check_if_honoured(
         restart_costs: restart_costs(),
         ..SimConfig::default()
     };
-    let report = Simulation::new(&cluster, &workload, &TraceThroughput, p, config)
-        .run(&mut ())
-        .expect("simulation runs");
+    let report =
+        match Simulation::new(&cluster, &workload, &TraceThroughput, p, config).run(&mut ()) {
+            Ok(report) => Some(report),
+            // The policy left jobs waiting with nothing left to happen: the daemon's run must
+            // stall at the same instant with as many jobs waiting (decisions compared below).
+            Err(tessera_sim::SimError::Stalled { now, count, .. }) => {
+                let waiting = daemon
+                    .rows
+                    .iter()
+                    .filter(|r| !r.state.is_terminal())
+                    .count();
+                assert_eq!(
+                    (daemon.end, waiting),
+                    (now, count),
+                    "{name}: the simulator stalls at {now} with {count} jobs waiting"
+                );
+                None
+            }
+            Err(e) => panic!("{name}: simulation fails: {e}"),
+        };
     let sim_decisions = log.lock().expect("log").clone();
     assert!(
         sim_decisions
@@ -585,6 +605,9 @@ fn check_if_honoured(
         "{name}: reconfigurations"
     );
     // Each job's record as `jobs.csv` shows it, from each driver's side.
+    let Some(report) = report else {
+        return Some(daemon.preemptions.len());
+    };
     let daemon_rows = daemon_job_rows(&daemon);
     let sim_rows: Vec<CsvRow> = report.jobs.iter().map(CsvRow::of_sim).collect();
     if let Some(i) = (0..daemon_rows.len()).find(|&i| daemon_rows.get(i) != sim_rows.get(i)) {
@@ -777,18 +800,14 @@ fn the_baselines_decide_the_same_in_both_on_two_gpu_models() {
     }
 }
 
-/// Every registered policy the daemon takes the workload under (two GPU models, restricted
-/// jobs, restart costs on) decides the same in both drivers, down to each job's devices, CPU
-/// and memory, but the known divergences above. Prints each policy's outcome
-/// (`--no-capture`).
-#[test]
-fn every_registered_policy_decides_the_same_in_both() {
-    let (nodes, items) = two_model_workload();
+/// Every registered policy against `workload`: prints each one's outcome (`--no-capture`) and
+/// returns (policies that diverge, policies that ran and agreed).
+fn every_policy(nodes: &[InventoryNode], items: &[Item]) -> (Vec<&'static str>, usize) {
     let mut diverging = Vec::new();
     let mut agreeing = 0;
     for (_, info) in tessera_mechanisms::policies() {
         let name = info.name;
-        let r = std::panic::catch_unwind(|| check_if_honoured(name, Some(60), &nodes, &items));
+        let r = std::panic::catch_unwind(|| check_if_honoured(name, Some(60), nodes, items));
         match r {
             Ok(Some(p)) => {
                 agreeing += 1;
@@ -801,10 +820,190 @@ fn every_registered_policy_decides_the_same_in_both() {
             }
         }
     }
+    (diverging, agreeing)
+}
+
+/// Every registered policy the daemon takes the workload under (two GPU models, restricted
+/// jobs, restart costs on) decides the same in both drivers, down to each job's devices, CPU,
+/// memory, retunes and reconfigurations, with the same jobs.csv rows.
+#[test]
+fn every_registered_policy_decides_the_same_in_both() {
+    let (nodes, items) = two_model_workload();
+    let (diverging, agreeing) = every_policy(&nodes, &items);
     assert_eq!(
         diverging,
         Vec::<&str>::new(),
         "policies whose drivers diverge"
     );
     assert!(agreeing >= 30, "most policies run and agree: {agreeing}");
+}
+
+/// Three GPU models (A100-40GB with MIG, H100-80GB, V100-32GB), jobs of named models (their
+/// restart costs differ; the knowledge-driven policies read their profiles), some asking for
+/// CPU and memory (with `cpu_memory`), some restricted to a model; `mig` adds jobs asking for
+/// a MIG slice (a fixed profile or any). Only the policies that honour CPU/memory demands or
+/// MIG take those (the others are refused at submission, as a user would see).
+fn mixed_workload(cpu_memory: bool, mig: bool) -> (Vec<InventoryNode>, Vec<Item>) {
+    let nodes = vec![
+        typed_node("a", "A100-40GB", 4),
+        typed_node("h", "H100-80GB", 2),
+        typed_node("v", "V100-32GB", 2),
+    ];
+    const A: Option<&str> = Some("A100-40GB");
+    const V: Option<&str> = Some("V100-32GB");
+    let it = |at, gpus, secs, model| Item {
+        at,
+        gpus,
+        secs,
+        model: Some(model),
+        ..Item::default()
+    };
+    let mut items = vec![
+        it(0, 4, 400, "resnet50"),
+        Item {
+            ty: V,
+            ..it(0, 2, 120, "vgg16")
+        },
+        Item {
+            cpu: Some(8),
+            mem_gib: Some(64),
+            ..it(10, 1, 600, "bert-base")
+        },
+        Item {
+            ty: A,
+            ..it(30, 2, 90, "resnet18")
+        },
+        Item {
+            cpu: Some(24),
+            ..it(45, 1, 200, "gpt2")
+        },
+        it(60, 3, 150, "resnet50"),
+        Item {
+            mem_gib: Some(200),
+            ..it(90, 1, 300, "transformer")
+        },
+        it(120, 1, 60, "alexnet"),
+        Item {
+            cpu: Some(12),
+            mem_gib: Some(48),
+            ..it(200, 2, 400, "bert-base")
+        },
+        it(240, 4, 100, "resnet50"),
+        Item {
+            ty: A,
+            ..it(300, 1, 30, "mobilenet")
+        },
+        Item {
+            ty: V,
+            ..it(360, 2, 80, "vgg16")
+        },
+        it(420, 2, 250, "gpt2"),
+        it(600, 1, 45, "resnet18"),
+    ];
+    if mig {
+        items.extend([
+            Item {
+                mig: Some("nvidia.com/mig-3g.20gb"),
+                ..it(20, 1, 300, "resnet18")
+            },
+            Item {
+                mig: Some("nvidia.com/mig-any"),
+                ..it(50, 1, 200, "mobilenet")
+            },
+            Item {
+                mig: Some("nvidia.com/mig-1g.5gb"),
+                ..it(130, 1, 100, "alexnet")
+            },
+            Item {
+                mig: Some("nvidia.com/mig-any"),
+                ..it(310, 1, 150, "resnet18")
+            },
+        ]);
+        items.sort_by_key(|i| i.at);
+    }
+    if !cpu_memory {
+        for i in &mut items {
+            i.cpu = None;
+            i.mem_gib = None;
+        }
+    }
+    (nodes, items)
+}
+
+/// Every registered policy on three GPU models with model hints.
+#[test]
+fn every_registered_policy_decides_the_same_on_a_mixed_cluster() {
+    let (nodes, items) = mixed_workload(false, false);
+    let (diverging, agreeing) = every_policy(&nodes, &items);
+    assert_eq!(
+        diverging,
+        Vec::<&str>::new(),
+        "policies whose drivers diverge"
+    );
+    assert!(agreeing >= 30, "most policies run and agree: {agreeing}");
+}
+
+/// The same with CPU and memory requests: the policies that honour them give the same CPU
+/// and memory to each job in both drivers.
+#[test]
+fn every_policy_that_takes_cpu_and_memory_demands_decides_the_same_in_both() {
+    let (nodes, items) = mixed_workload(true, false);
+    let (diverging, agreeing) = every_policy(&nodes, &items);
+    assert_eq!(
+        diverging,
+        Vec::<&str>::new(),
+        "policies whose drivers diverge"
+    );
+    assert!(
+        agreeing >= 15,
+        "the CPU/memory policies run and agree: {agreeing}"
+    );
+}
+
+/// The same with MIG slices asked for: the policies that honour MIG place them alike, down to
+/// the instance, and reconfigure the same GPUs to the same layouts at the same instants.
+#[test]
+fn every_policy_that_takes_mig_jobs_decides_the_same_in_both() {
+    let (nodes, items) = mixed_workload(false, true);
+    let (diverging, agreeing) = every_policy(&nodes, &items);
+    assert_eq!(
+        diverging,
+        Vec::<&str>::new(),
+        "policies whose drivers diverge"
+    );
+    assert!(agreeing >= 3, "the MIG policies run and agree: {agreeing}");
+}
+
+/// A 1,000-job trace (Poisson arrivals, Philly's GPU mix up to 8, exponential run times)
+/// replayed through the daemon core gives the simulator's jobs.csv (the columns both drivers
+/// know, [`CsvRow`]), under FIFO and LAS with rounds, on two GPU models.
+#[test]
+fn a_thousand_job_trace_gives_the_simulators_jobs_csv() {
+    let trace = tessera_trace::synthetic::PoissonWorkload {
+        jobs: 1000,
+        jobs_per_hour: 40.0,
+        gpu_mix: tessera_trace::synthetic::PHILLY_GPU_MIX.to_vec(),
+        durations: tessera_trace::synthetic::DurationDist::Exponential { mean_s: 1200.0 },
+        seed: 38,
+    }
+    .generate();
+    let items: Vec<Item> = trace
+        .jobs()
+        .iter()
+        .map(|j| Item {
+            at: j.submit.as_micros() / 1_000_000,
+            gpus: j.gpus,
+            secs: j.duration.as_micros().div_ceil(1_000_000),
+            ..Item::default()
+        })
+        .collect();
+    let nodes = vec![
+        typed_node("a1", "A100-40GB", 8),
+        typed_node("a2", "A100-40GB", 8),
+        typed_node("v1", "V100-32GB", 8),
+        typed_node("v2", "V100-32GB", 8),
+    ];
+    for (policy, round) in [("fifo", None), ("las", Some(600))] {
+        check(policy, round, &nodes, &items);
+    }
 }
