@@ -143,10 +143,10 @@ fn bench(policy: &str, truth: Option<&str>, node_count: usize, pending: usize) {
     let running = count(&e, JobState::Starting) + count(&e, JobState::Running);
     submit(&mut e, &pending_specs);
     clock.advance(SimDuration::from_secs(60));
+    let queued = count(&e, JobState::Pending);
     let (d, r) = point(&mut e);
     println!(
-        "decision[{label}] full: {node_count} nodes ({running} jobs holding every GPU), {} pending, round boundary: decision {d:.1} ms, round {r:.1} ms (preemptions {})",
-        count(&e, JobState::Pending),
+        "decision[{label}] full: {node_count} nodes ({running} jobs holding every GPU), {queued} pending, round boundary: decision {d:.1} ms, round {r:.1} ms (preemptions {})",
         e.core()
             .metrics()
             .preemptions
@@ -154,10 +154,10 @@ fn bench(policy: &str, truth: Option<&str>, node_count: usize, pending: usize) {
             .sum::<u64>()
     );
     clock.advance(SimDuration::from_secs(60));
+    let queued = count(&e, JobState::Pending);
     let (d, r) = point(&mut e);
     println!(
-        "decision[{label}] next: {} pending, next round: decision {d:.1} ms, round {r:.1} ms",
-        count(&e, JobState::Pending)
+        "decision[{label}] next: {queued} pending, next round: decision {d:.1} ms, round {r:.1} ms"
     );
 }
 
