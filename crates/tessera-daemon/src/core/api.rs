@@ -865,6 +865,9 @@ impl Core {
             memory_bytes: job.row.placement.iter().map(|s| s.memory.0).sum(),
         };
         self.pending.jobs.push(job.row.clone());
+        if let Some(rate) = report.iterations_per_second {
+            self.calibrate(idx, rate);
+        }
         Ok(Response::Ack(ack))
     }
 

@@ -124,9 +124,12 @@ impl Core {
                         to_preempt.extend(self.detach_to_verify(
                             idx,
                             "resized by the policy right after",
-                            false,
+                            true,
                         ));
                         self.release(idx);
+                        // Counted on the job's record as the simulator counts it (a resize
+                        // stops the run as a preemption does), and shown so to policies.
+                        self.jobs[idx].row.preemptions += 1;
                     }
                     let detail = if resize {
                         "resized by the policy"

@@ -41,7 +41,7 @@ impl Core {
         self.compact_finished();
         #[cfg(test)]
         if self.view_mismatch.is_none() {
-            let (kept, full) = (self.kept_active(), self.full_active(now));
+            let (kept, full) = (self.kept_active(), self.full_active());
             if kept != full {
                 self.view_mismatch = Some(format!("at {now:?}: kept {kept:?}, rebuilt {full:?}"));
             }
@@ -59,6 +59,13 @@ impl Core {
         self.build_service_views(now);
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
+        // As the simulator: the policy is called only while it has something to place (a
+        // job or a service); an idle cluster's layout stays as the last job left it.
+        if self.active_buf.is_empty() && self.services.views.is_empty() {
+            self.actions = actions;
+            self.refused.clear();
+            return Decisions(Vec::new());
+        }
         // What the policy sees as free: the device-level state, nothing on nodes that are
         // not up.
         let view_free: Vec<Resources> = self

@@ -122,6 +122,7 @@ impl Core {
             unverified_runs: 0,
             archived: false,
             knowledge,
+            observed: Vec::new(),
             attained_us,
             resumes_us: 0,
         });
@@ -159,6 +160,77 @@ impl Core {
         }
     }
 
+    /// Calibrates job `idx`'s catalogue estimates (`ConfigEstimates`, what Gavel, Sia, Crius
+    /// and elastic scaling read) with the rate it reports running on whole GPUs of one type:
+    /// the configuration it runs on takes the observed rate, every other one the catalogue's
+    /// estimate scaled by observed / estimated there (the catalogue gives the shape across
+    /// GPU types and counts, the job's own report the level); configurations observed before
+    /// keep their observed rates. Nothing changes for a job the catalogue knows nothing of
+    /// (its reported rate is already its `throughput_estimate`), on MIG slices or quotas, or
+    /// across GPU types.
+    pub(super) fn calibrate(&mut self, idx: usize, observed: f64) {
+        use tessera_perf::{ConfigEstimate, ConfigEstimates};
+        if !(observed.is_finite() && observed > 0.0) {
+            return;
+        }
+        let Some(job) = self.jobs.get(idx) else {
+            return;
+        };
+        let (Some(alloc), Some(spec)) = (job.alloc.as_ref(), self.specs.get(idx)) else {
+            return;
+        };
+        if job.row.state != JobState::Running
+            || alloc.part().is_some_and(|p| !matches!(p, GpuPart::Whole))
+        {
+            return;
+        }
+        let mut types = alloc
+            .shares
+            .iter()
+            .filter_map(|s| self.map.cluster.nodes.get(s.node.index()).map(|n| n.gpu));
+        let Some(gpu) = types.next() else {
+            return;
+        };
+        if types.any(|t| t != gpu) {
+            return;
+        }
+        let count = alloc.gpus();
+        // The catalogue's estimates as profiled, never the calibrated ones (no compounding).
+        let base = self.profile(job.row.id, spec);
+        let Some(catalogue) = base.get::<ConfigEstimates>() else {
+            return;
+        };
+        let Some(estimated) = catalogue
+            .get(gpu, count)
+            .map(|e| e.throughput)
+            .filter(|t| *t > 0.0)
+        else {
+            return;
+        };
+        let job = &mut self.jobs[idx];
+        job.observed.retain(|&(g, c, _)| (g, c) != (gpu, count));
+        job.observed.push((gpu, count, observed));
+        let scale = observed / estimated;
+        let entries = catalogue
+            .entries()
+            .iter()
+            .map(|e| {
+                let seen = job
+                    .observed
+                    .iter()
+                    .find(|&&(g, c, _)| (g, c) == (e.gpu, e.count));
+                ConfigEstimate {
+                    throughput: seen.map_or(e.throughput * scale, |&(_, _, r)| r),
+                    ..*e
+                }
+            })
+            .collect();
+        let mut knowledge = base.clone();
+        knowledge.insert(ConfigEstimates::new(entries));
+        job.knowledge = knowledge;
+        self.touch(idx);
+    }
+
     /// Where job `idx`'s knowledge comes from, for `describe`.
     pub(super) fn knowledge_source(&self, idx: usize) -> String {
         let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
@@ -173,7 +245,14 @@ impl Core {
             format!("model {:?}", spec.model)
         };
         if !job.knowledge.is_empty() {
-            format!("catalogue of truth {}: its profile of {what}", source.truth)
+            let mut text = format!("catalogue of truth {}: its profile of {what}", source.truth);
+            if let Some(&(gpu, count, rate)) = job.observed.last() {
+                let name = &self.map.cluster.catalog.get(gpu).name;
+                text += &format!(
+                    ", calibrated by the job's reported rate ({rate} it/s on {count} x {name})"
+                );
+            }
+            text
         } else if source.profiler.is_none() {
             format!(
                 "none: truth {} profiles nothing for policy {}",

@@ -93,3 +93,83 @@ fn without_a_truth_policies_see_no_profile_and_describe_says_so() {
         Some("none: truth some-truth profiles nothing for policy fifo")
     );
 }
+
+/// Issue 38 item 2 (observed rates): a job that reports its rate through the SDK has its
+/// catalogue estimates calibrated by it: its own configuration takes the observed rate, the
+/// others the catalogue's scaled by the same ratio; `describe` says so. A report without a
+/// rate changes nothing.
+#[test]
+fn a_reported_rate_calibrates_the_catalogue_estimates_and_describe_says_so() {
+    use tessera_perf::ConfigEstimates;
+    let mut h = Harness::new(vec![node("n1", 2)], policy("gavel", Some(60)));
+    set_truth(&mut h.core, "gavel", "gavel");
+    let a = submit_model(&mut h, "a", Some("resnet50"));
+    h.schedule();
+    h.poll();
+    assert_eq!(h.state(a), crate::types::JobState::Running);
+    let estimates = |h: &Harness| {
+        let idx = h.core.by_id[&a];
+        h.core.jobs[idx]
+            .knowledge
+            .get::<ConfigEstimates>()
+            .expect("the catalogue's estimates")
+            .clone()
+    };
+    let before = estimates(&h);
+    let gpu = h.core.cluster_map().cluster.nodes[0].gpu;
+    let own = before
+        .get(gpu, 1)
+        .expect("estimated on its config")
+        .throughput;
+    let other = before.get(gpu, 2).expect("estimated on 2 GPUs").throughput;
+    assert!(own > 0.0 && other > 0.0);
+    // Progress without a rate: nothing learned.
+    let report = crate::types::ProgressReport {
+        iterations: 10,
+        ..crate::types::ProgressReport::default()
+    };
+    h.core.report_progress(h.now, a, report).expect("accepted");
+    assert_eq!(estimates(&h), before);
+    let before_text = describe(&mut h, a).knowledge;
+    // Half the catalogue's speed, observed.
+    let report = crate::types::ProgressReport {
+        iterations: 20,
+        iterations_per_second: Some(own / 2.0),
+        ..crate::types::ProgressReport::default()
+    };
+    h.core.report_progress(h.now, a, report).expect("accepted");
+    let after = estimates(&h);
+    assert_eq!(after.get(gpu, 1).map(|e| e.throughput), Some(own / 2.0));
+    let scaled = after.get(gpu, 2).map_or(0.0, |e| e.throughput);
+    assert!(
+        (scaled - other / 2.0).abs() < 1e-9 * other,
+        "{scaled} vs {other}"
+    );
+    // Reported again at the same speed: no compounding.
+    let report = crate::types::ProgressReport {
+        iterations: 30,
+        iterations_per_second: Some(own / 2.0),
+        ..crate::types::ProgressReport::default()
+    };
+    h.core.report_progress(h.now, a, report).expect("accepted");
+    assert_eq!(estimates(&h), after);
+    // The policy sees the calibrated estimates at the next scheduling point.
+    h.schedule();
+    let idx = h.core.by_id[&a];
+    let seen = h
+        .core
+        .kept_active()
+        .into_iter()
+        .find(|j| j.id.index() == idx)
+        .and_then(|j| j.knowledge.get::<ConfigEstimates>().cloned());
+    assert_eq!(seen.as_ref(), Some(&after));
+    let text = describe(&mut h, a).knowledge.unwrap_or_default();
+    assert_ne!(Some(text.clone()), before_text);
+    assert!(
+        text.ends_with(&format!(
+            "calibrated by the job's reported rate ({} it/s on 1 x A100-80GB)",
+            own / 2.0
+        )),
+        "{text}"
+    );
+}

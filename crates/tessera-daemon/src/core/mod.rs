@@ -247,6 +247,10 @@ struct Job {
     /// What policies know of the job (`view.active[..].knowledge`): the configured truth's
     /// catalogue profile of its model, or nothing ([`Core::set_profiler`]).
     knowledge: tessera_model::Knowledge,
+    /// Rates the job reported (SDK `iterationsPerSecond`) on whole GPUs of one type, by
+    /// (type, count), the latest last: they calibrate its catalogue estimates (see
+    /// [`Core::calibrate`]). In memory only: after a restart the next report calibrates again.
+    observed: Vec<(tessera_model::GpuModelId, u32, f64)>,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,

@@ -101,6 +101,11 @@ pub(crate) struct Harness {
     pub(crate) retune_error: Option<BackendError>,
     /// How the backend answers reconfigurations (`None`: carried out).
     pub(crate) reconfigure_error: Option<BackendError>,
+    /// How long a reconfiguration takes before the backend answers it (zero: at once); the
+    /// answers due are given by [`Harness::answer_reconfigurations`].
+    pub(crate) reconfigure_delay: SimDuration,
+    /// Reconfigurations under way: (when the backend answers, logical node, GPU).
+    pub(crate) reconfigurations: Vec<(SimTime, tessera_model::NodeId, u32)>,
     next_handle: u64,
     pub(crate) nodes: Vec<InventoryNode>,
     /// Every launch sent, in order: job id, attempt, placement down to the devices, CPU and
@@ -174,6 +179,8 @@ impl Harness {
             find_ended: false,
             retune_error: None,
             reconfigure_error: None,
+            reconfigure_delay: SimDuration::ZERO,
+            reconfigurations: Vec::new(),
             next_handle: 0,
             nodes,
             placements: Vec::new(),
@@ -468,6 +475,11 @@ impl Harness {
                             .as_ref()
                             .map(|l| l.iter().map(|m| m.profile.clone()).collect()),
                     ));
+                    if self.reconfigure_delay > SimDuration::ZERO {
+                        let due = self.now + self.reconfigure_delay;
+                        self.reconfigurations.push((due, node, request.gpu));
+                        continue;
+                    }
                     let result = match &self.reconfigure_error {
                         Some(e) => Err(e.clone()),
                         None => Ok(()),
@@ -497,6 +509,29 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Answers the reconfigurations due by now (see `reconfigure_delay`), in the order they
+    /// were asked, then carries out what follows.
+    pub(crate) fn answer_reconfigurations(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reconfigurations)
+            .into_iter()
+            .partition(|&(at, _, _)| at <= now);
+        self.reconfigurations = later;
+        for (_, node, gpu) in due {
+            let result = match &self.reconfigure_error {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            };
+            self.core.handle_reconfigured(now, node, gpu, result);
+        }
+        self.drain();
+    }
+
+    /// When the next reconfiguration under way is answered.
+    pub(crate) fn next_reconfiguration(&self) -> Option<SimTime> {
+        self.reconfigurations.iter().map(|&(at, _, _)| at).min()
     }
 
     /// Events since the last call (and forgets them).

@@ -40,16 +40,16 @@ impl Core {
             {
                 e.attained_gpu_us = job.attained_us;
                 e.attained_gpu_secs = job.attained_us as f64 / 1e6;
-                // Grows from now (or once restored) at the GPUs held per µs (what a
-                // tracking LAS computes).
-                e.resumes_at = Some(now.max(resumes));
+                // When its progress resumed, as in the simulator (a lease counts from it):
+                // a tracking policy is told service grows from now (see `sync_active`).
+                e.resumes_at = Some(resumes);
             }
         }
     }
 
     /// What the policy sees of job `idx` now, `None` when it sees nothing (finished,
     /// archived, or held after a node failure).
-    pub(super) fn active_entry(&self, idx: usize, now: SimTime) -> Option<ActiveJob> {
+    pub(super) fn active_entry(&self, idx: usize) -> Option<ActiveJob> {
         let job = self.jobs.get(idx)?;
         if job.held || job.archived || job.row.state.is_terminal() {
             return None;
@@ -71,7 +71,7 @@ impl Core {
             allocation: if running { job.alloc.clone() } else { None },
             attained_gpu_secs: job.attained_us as f64 / 1e6,
             attained_gpu_us: job.attained_us,
-            resumes_at: running.then_some(now.max(SimTime::from_micros(job.resumes_us))),
+            resumes_at: running.then_some(SimTime::from_micros(job.resumes_us)),
             remaining_iters: (spec.iterations as f64 - done).max(0.0),
             throughput_estimate: throughput,
             first_start: job.row.start_us.map(SimTime::from_micros),
@@ -110,7 +110,7 @@ impl Core {
             if let Some(d) = self.is_dirty.get_mut(idx) {
                 *d = false;
             }
-            let Some(entry) = self.active_entry(idx, now) else {
+            let Some(entry) = self.active_entry(idx) else {
                 self.hide(idx);
                 continue;
             };
@@ -133,6 +133,12 @@ impl Core {
                 moved.then_some(pos as usize)
             };
             if let (true, Some(p)) = (self.tracking, change) {
+                // `Started` says service grows from `resumes_at` on top of the attained
+                // service as of now: for a job told again (its progress moved) that is from
+                // now, or from the end of its restore if still restoring. The view keeps the
+                // instant it resumed (what a lease counts from, as in the simulator).
+                let resumed = self.active_buf[p].resumes_at;
+                self.active_buf[p].resumes_at = resumed.map(|r| r.max(now));
                 let job = &self.active_buf[p];
                 let spec = &self.specs[idx];
                 let c = match job.state {
@@ -145,6 +151,7 @@ impl Core {
                     tessera_sched::JobState::Queued => JobChange::Preempted(job, spec),
                 };
                 self.policy.observe(c);
+                self.active_buf[p].resumes_at = resumed;
             }
         }
         self.dirty = dirty;
@@ -154,9 +161,9 @@ impl Core {
     /// `view.active` rebuilt from scratch (the reference the incremental one is tested
     /// against), sorted by job id.
     #[cfg(test)]
-    pub(crate) fn full_active(&self, now: SimTime) -> Vec<ActiveJob> {
+    pub(crate) fn full_active(&self) -> Vec<ActiveJob> {
         (0..self.jobs.len())
-            .filter_map(|i| self.active_entry(i, now))
+            .filter_map(|i| self.active_entry(i))
             .collect()
     }
 
