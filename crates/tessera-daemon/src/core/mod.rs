@@ -30,6 +30,7 @@ mod apply;
 mod archive;
 mod decide;
 mod events;
+mod forecast_input;
 mod health;
 mod jobs;
 mod launch;
@@ -45,6 +46,8 @@ mod view;
 mod capability_tests;
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod forecast_accuracy;
 #[cfg(test)]
 mod devices;
 #[cfg(test)]
