@@ -296,3 +296,65 @@ fn accuracy_figures() {
         }
     }
 }
+
+/// The refresh benchmark of BENCHMARKS.md: 2,000 running and 10,000 pending jobs on 1,000
+/// nodes of 8 GPUs; the state copied on the scheduling thread, then the forked run.
+/// `cargo test -p tessera-daemon --release --lib forecast_refresh_speed -- --ignored --nocapture`
+#[test]
+#[ignore = "a benchmark: run in release with --ignored"]
+fn forecast_refresh_speed() {
+    for (name, round) in [("fifo", None), ("las", Some(300))] {
+        let inventory: Vec<_> = (0..1000).map(|i| node(&format!("n{i}"), 8)).collect();
+        let mut h = Harness::new_at(inventory, policy(name, round), SimTime::ZERO);
+        h.core.settings.limits.max_active_jobs_per_tenant = 20_000;
+        h.core.settings.limits.max_active_jobs = 20_000;
+        let mut rng = SimRng::seed_from_u64(11);
+        let mut submit = |h: &mut Harness, n: usize, gpus: u32| {
+            let bodies = (0..n)
+                .map(|i| {
+                    let secs = 600 + rng.below(20_000);
+                    let body = format!(
+                        "name: b{i}\ncommand: [sleep, \"1\"]\ngpus: {gpus}\nhints: {{durationSeconds: {secs}}}\n"
+                    );
+                    (Some(TOKEN.to_string()), body)
+                })
+                .collect();
+            for r in h.core.submit(h.now, bodies) {
+                r.expect("accepted");
+            }
+            h.drain();
+        };
+        submit(&mut h, 2000, 4);
+        h.schedule();
+        h.advance(60);
+        h.poll();
+        submit(&mut h, 10_000, 2);
+        h.advance(1);
+        h.schedule();
+        let running = h
+            .store_jobs
+            .values()
+            .filter(|r| r.state == JobState::Running)
+            .count();
+        assert_eq!(running, 2000, "the cluster is full");
+        let settings = ForecastSettings::new(name, round.map(SimDuration::from_secs));
+        let mut best = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            let t0 = std::time::Instant::now();
+            let input = h.core.forecast_input(h.now);
+            let copy = t0.elapsed().as_secs_f64();
+            let r = run(&input, &settings).expect("forecast runs");
+            let total = t0.elapsed().as_secs_f64();
+            assert!(r.stopped.is_none(), "{:?}", r.stopped);
+            assert_eq!(r.jobs.iter().filter(|j| j.pending).count(), 10_000);
+            assert!(r.jobs.iter().all(|j| j.start.is_some()));
+            best = (best.0.min(copy), best.1.min(total));
+        }
+        println!(
+            "forecast refresh, {name}: 2,000 running + 10,000 pending on 1,000 nodes: state \
+             copy {:.1} ms, copy + forked run {:.3} s (best of 3)",
+            best.0 * 1e3,
+            best.1
+        );
+    }
+}
