@@ -358,3 +358,61 @@ fn forecast_refresh_speed() {
         );
     }
 }
+
+/// The state copied from the core forks the simulator where the daemon is, and the views
+/// (queue, describe) carry each pending job's expected start.
+#[test]
+fn views_show_the_expected_start_of_each_pending_job() {
+    use crate::core::{Request, Response};
+    use crate::forecast::Forecast;
+    let mut h = Harness::new_at(vec![node("n0", 8), node("n1", 8)], policy("fifo", None), SimTime::ZERO);
+    let a = h.submit("a", 8, 1000);
+    let b = h.submit("b", 8, 400);
+    h.schedule();
+    h.advance(100);
+    // `a` reports it is twice as fast as declared: 200 of 1000 iterations done, 2/s.
+    h.core
+        .report_progress(
+            h.now,
+            a,
+            ProgressReport {
+                iterations: 200,
+                iterations_per_second: Some(2.0),
+                ..ProgressReport::default()
+            },
+        )
+        .expect("progress accepted");
+    let c = h.submit("c", 8, 300);
+    let d = h.submit("d", 16, 300);
+    h.schedule();
+    h.core
+        .set_node_health(h.now, "n1", Some(crate::backend::NodeHealth::Draining))
+        .expect("known node");
+    h.drain();
+    assert_eq!(h.state(c), JobState::Pending);
+    let input = h.core.forecast_input(h.now);
+    let r = run(&input, &ForecastSettings::new("fifo", None)).expect("forecast runs");
+    let start = |id: i64| r.jobs.iter().find(|j| j.id == id).and_then(|j| j.start);
+    // `a` ends at 100 + 800 / 2 = 500 s on n0; `b` holds n1 until 400 s, but n1 is drained.
+    assert_eq!(start(c), Some(SimTime::from_secs(500)));
+    // `d` needs both nodes: never, with n1 drained.
+    assert_eq!(start(d), None);
+    assert!(r.jobs.iter().any(|j| j.id == b && !j.pending));
+    let forecast = Forecast::of(&r);
+    let mut q = h
+        .core
+        .handle_request(h.now, Some(TOKEN), Request::Queue)
+        .expect("queue");
+    forecast.annotate(&mut q);
+    let Response::Queue(q) = q else {
+        panic!("a queue")
+    };
+    let shown: Vec<_> = q
+        .pending
+        .iter()
+        .map(|j| (j.id, j.expected_start.as_ref().and_then(|e| e.at)))
+        .collect();
+    assert_eq!(shown, [(c, Some(500.0)), (d, None)]);
+    let e = q.pending[1].expected_start.as_ref().expect("d has one");
+    assert_eq!(e.not_before, Some(100.0 + 30.0 * 24.0 * 3600.0));
+}
