@@ -374,3 +374,166 @@ impl Drop for Forecaster {
         }
     }
 }
+
+/// A change to the cluster a what-if forecasts under (`tessera whatif`).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterChange {
+    /// Nodes added (as the backend's inventory would list them).
+    pub add: Vec<crate::backend::InventoryNode>,
+    /// Backend node names drained: their running jobs finish, nothing new is placed there.
+    pub drain: Vec<String>,
+}
+
+/// The state a daemon's store holds, as a forecast input at `now`: the store opened
+/// read-only (a running daemon may hold it), the cluster from the config's backend inventory
+/// (a local backend's listed nodes; Slurm's `scontrol`, read-only) with `change` applied,
+/// the jobs not finished restored as a restarting daemon restores them (running jobs on
+/// their recorded placements). MIG layouts are not stored: a GPU comes back with the
+/// instances its running jobs hold. Administrators' drains are not stored either.
+pub fn input_from_store(
+    config: &crate::DaemonConfig,
+    now: SimTime,
+    change: &ClusterChange,
+) -> Result<ForecastInput, crate::DaemonError> {
+    use crate::backend::{GresCount, InventoryNode, NodeHealth};
+    use crate::config::BackendConfig;
+    use crate::DaemonError;
+    let store = crate::store::Store::inspect(&config.store)?;
+    let (mut nodes, gres_map, default_gpu) = match &config.backend {
+        BackendConfig::Local(l) => (
+            l.nodes
+                .iter()
+                .map(|n| InventoryNode {
+                    name: n.name.clone(),
+                    cpu: n.cpus,
+                    memory: n.memory,
+                    gres: if n.gpus > 0 {
+                        vec![GresCount {
+                            kind: Some(n.gpu.clone()),
+                            count: n.gpus,
+                        }]
+                    } else {
+                        vec![]
+                    },
+                    health: NodeHealth::Up,
+                })
+                .collect::<Vec<_>>(),
+            std::collections::BTreeMap::new(),
+            None,
+        ),
+        BackendConfig::Slurm(s) => (
+            crate::build_backend(&config.backend)?.inventory()?,
+            s.gres_map.clone(),
+            s.default_gpu.clone(),
+        ),
+    };
+    nodes.extend(change.add.iter().cloned());
+    let map = crate::inventory::ClusterMap::build(
+        &nodes,
+        &gres_map,
+        default_gpu.as_deref(),
+        &tessera_model::GpuCatalog::builtin(),
+    )?;
+    let policy = tessera_mechanisms::build_policy(
+        &config.policy,
+        &PolicyOptions {
+            round: config.round_seconds.map(SimDuration::from_secs_f64),
+            ..PolicyOptions::default()
+        },
+    )?;
+    let settings = crate::core::CoreSettings {
+        instance: store.instance()?,
+        limits: config.limits.clone(),
+        public_metrics: config.public_metrics,
+        whole_cpus: false,
+        arrival_coalescing: SimDuration::ZERO,
+        restart_costs: config.restart_costs.costs(),
+    };
+    let mut core = crate::core::Core::new(
+        settings,
+        map,
+        policy,
+        store.tenants()?,
+        Box::new(String::new),
+        now,
+    );
+    let rows = store
+        .load_jobs()?
+        .into_iter()
+        .filter(|r| !r.state.is_terminal())
+        .collect();
+    core.restore(now, rows, store.open_runs()?)?;
+    let (services, instances) = store.load_services()?;
+    core.restore_services(now, services, instances, store.max_instance_id()?)?;
+    core.finish_restore(now);
+    for name in &change.drain {
+        core.set_node_health(now, name, Some(NodeHealth::Draining))
+            .map_err(|e| DaemonError::Config(format!("drain: {}", e.message)))?;
+    }
+    Ok(core.forecast_input(now))
+}
+
+/// Sets GPU `gpu` of backend node `node` to a MIG layout of the named profiles (`whole`
+/// for none) in `input`, the first valid placement of them; refuses a GPU that is held.
+pub fn set_layout(
+    input: &mut ForecastInput,
+    node: &str,
+    gpu: u32,
+    profiles: &[String],
+) -> Result<(), String> {
+    let Some(n) = input.node_names.iter().position(|name| name == node) else {
+        return Err(format!("no node {node:?}"));
+    };
+    let node_id = tessera_model::NodeId(n as u32);
+    let Some(spec) = input.cluster.nodes.get(n) else {
+        return Err(format!("no node {node:?}"));
+    };
+    if gpu >= spec.gpus {
+        return Err(format!("node {node} has {} GPUs", spec.gpus));
+    }
+    let held = input.snapshot.jobs.iter().any(|j| {
+        j.running.as_ref().is_some_and(|r| {
+            r.allocation.shares.iter().any(|s| {
+                s.node == node_id && s.devices.is_none_or(|d| d.gpus.contains(gpu))
+            })
+        })
+    });
+    if held {
+        return Err(format!("GPU {gpu} of {node} is held by a running job"));
+    }
+    let layout = if profiles.is_empty() || (profiles.len() == 1 && profiles[0] == "whole") {
+        None
+    } else {
+        let Some(geo) = input.cluster.catalog.mig_geometry(spec.gpu) else {
+            return Err(format!("node {node}'s GPUs are not MIG-capable"));
+        };
+        let mut want = Vec::new();
+        for p in profiles {
+            want.push(
+                geo.find_profile(p)
+                    .ok_or_else(|| format!("no MIG profile {p:?} on node {node}'s GPUs"))?,
+            );
+        }
+        want.sort_unstable();
+        let found = geo.valid_layouts().into_iter().find(|l| {
+            let mut have: Vec<u8> = l.iter().map(|i| i.profile).collect();
+            have.sort_unstable();
+            have == want
+        });
+        Some(found.ok_or_else(|| format!("{} is not a valid layout", profiles.join("+")))?)
+    };
+    let gpus = &mut input.snapshot.gpus;
+    let at = gpus.iter().position(|g| g.node == node_id && g.gpu == gpu);
+    let entry = tessera_sim::SnapshotGpu {
+        node: node_id,
+        gpu,
+        layout,
+        ready_at: input.snapshot.now,
+        down: at.is_some_and(|i| gpus[i].down),
+    };
+    match at {
+        Some(i) => gpus[i] = entry,
+        None => gpus.push(entry),
+    }
+    Ok(())
+}
