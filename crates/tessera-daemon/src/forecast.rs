@@ -116,7 +116,10 @@ pub struct ForecastRun {
 }
 
 /// Forks the simulator from `input` and runs `settings.policy` to the end or the horizon.
-pub fn run(input: &ForecastInput, settings: &ForecastSettings) -> Result<ForecastRun, ForecastError> {
+pub fn run(
+    input: &ForecastInput,
+    settings: &ForecastSettings,
+) -> Result<ForecastRun, ForecastError> {
     let t0 = Instant::now();
     let policy = tessera_mechanisms::build_policy(
         &settings.policy,
@@ -126,7 +129,8 @@ pub fn run(input: &ForecastInput, settings: &ForecastSettings) -> Result<Forecas
         },
     )?;
     let at = input.snapshot.now;
-    let horizon_end = SimTime::from_micros(at.as_micros().saturating_add(settings.horizon.as_micros()));
+    let horizon_end =
+        SimTime::from_micros(at.as_micros().saturating_add(settings.horizon.as_micros()));
     // Numbered by submission already: `Workload::new` keeps the order and the ids.
     let workload = Workload::new(input.jobs.clone());
     let config = SimConfig {
@@ -493,9 +497,10 @@ pub fn set_layout(
     }
     let held = input.snapshot.jobs.iter().any(|j| {
         j.running.as_ref().is_some_and(|r| {
-            r.allocation.shares.iter().any(|s| {
-                s.node == node_id && s.devices.is_none_or(|d| d.gpus.contains(gpu))
-            })
+            r.allocation
+                .shares
+                .iter()
+                .any(|s| s.node == node_id && s.devices.is_none_or(|d| d.gpus.contains(gpu)))
         })
     });
     if held {

@@ -477,7 +477,11 @@ pub fn describe(args: &IdArgs) -> Result<()> {
         writeln!(out, "queue position: {pos}")?;
     }
     if let Some(e) = &j.expected_start {
-        writeln!(out, "expected start: {}", expected_start_long(e, unix_now()))?;
+        writeln!(
+            out,
+            "expected start: {}",
+            expected_start_long(e, unix_now())
+        )?;
     }
     for s in &j.allocation {
         writeln!(

@@ -95,9 +95,11 @@ fn parse_add(text: &str, existing: &[InventoryNode], first: usize) -> Result<Vec
         return Err(bad());
     }
     let like = existing.iter().find(|n| {
-        n.gres
-            .iter()
-            .any(|g| g.kind.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(gpu)))
+        n.gres.iter().any(|g| {
+            g.kind
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case(gpu))
+        })
     });
     Ok((0..count)
         .map(|i| InventoryNode {
@@ -277,8 +279,7 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     if !config.store.exists() {
         bail!("no store at {}", config.store.display());
     }
-    if !(args.horizon_days.is_finite() && args.horizon_days > 0.0 && args.horizon_days <= 3650.0)
-    {
+    if !(args.horizon_days.is_finite() && args.horizon_days > 0.0 && args.horizon_days <= 3650.0) {
         bail!("--horizon-days: between 0 and 3650 days");
     }
     let now = match args.at {
@@ -459,8 +460,8 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("jobs.csv");
-        let mut w = csv::Writer::from_path(&path)
-            .with_context(|| format!("writing {}", path.display()))?;
+        let mut w =
+            csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
         w.write_record([
             "id",
             "tenant",
@@ -500,7 +501,10 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
                 x_label: "hours from now".into(),
                 y_label: "jobs".into(),
                 step: true,
-                series: vec![queue_series(&base, "as it is"), queue_series(&what, "changed")],
+                series: vec![
+                    queue_series(&base, "as it is"),
+                    queue_series(&what, "changed"),
+                ],
                 ..LineChart::default()
             },
         ];

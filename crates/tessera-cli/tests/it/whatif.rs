@@ -187,8 +187,17 @@ fn whatif_on_a_seeded_store_adds_drains_and_changes_policy() {
     assert_eq!(csv.lines().count(), 6, "{csv}");
 
     // Bad input says why; the store is never written.
-    let o = tessera(&["whatif", "--config", config.to_str().unwrap(), "--drain", "nx"]);
+    let o = tessera(&[
+        "whatif",
+        "--config",
+        config.to_str().unwrap(),
+        "--drain",
+        "nx",
+    ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no node"), "{}", stderr(&o));
-    assert_eq!(std::fs::read(dir.path().join("tessera.db")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(dir.path().join("tessera.db")).unwrap(),
+        before
+    );
 }

@@ -104,8 +104,8 @@ type Predictions = BTreeMap<i64, (Option<SimTime>, Option<SimTime>)>;
 fn predict(h: &Harness, settings: &ForecastSettings, acc: &mut Accuracy) -> Predictions {
     let input = h.core.forecast_input(h.now);
     let ours = run(&input, settings).expect("forecast runs");
-    let slurm = run(&slurm_like(&input), &ForecastSettings::new("fifo", None))
-        .expect("baseline runs");
+    let slurm =
+        run(&slurm_like(&input), &ForecastSettings::new("fifo", None)).expect("baseline runs");
     acc.forecasts += 1;
     acc.slowest = acc.slowest.max(ours.wall_secs);
     ours.jobs
@@ -115,6 +115,10 @@ fn predict(h: &Harness, settings: &ForecastSettings, acc: &mut Accuracy) -> Pred
         .map(|(o, s)| (o.id, (o.start, s.start)))
         .collect()
 }
+
+/// A prediction: when, of which job, half-hourly (else at submission), by the forecast and
+/// by the baseline.
+type Made = (SimTime, i64, bool, Option<SimTime>, Option<SimTime>);
 
 /// Replays `items` on `nodes`×8 GPUs under `name` and scores the predictions.
 fn replay(name: &str, round: Option<u64>, nodes: usize, items: &[Item]) -> Accuracy {
@@ -127,7 +131,7 @@ fn replay(name: &str, round: Option<u64>, nodes: usize, items: &[Item]) -> Accur
     let mut done_us: BTreeMap<i64, u64> = BTreeMap::new();
     let mut since: BTreeMap<i64, SimTime> = BTreeMap::new();
     let mut first_start: BTreeMap<i64, SimTime> = BTreeMap::new();
-    let mut made: Vec<(SimTime, i64, bool, Option<SimTime>, Option<SimTime>)> = Vec::new();
+    let mut made: Vec<Made> = Vec::new();
     let mut next_item = 0;
     let mut next_periodic = SimTime::from_secs(1800);
     for _ in 0..1_000_000 {
@@ -204,8 +208,8 @@ fn replay(name: &str, round: Option<u64>, nodes: usize, items: &[Item]) -> Accur
                 }
             }
         }
-        let all_done = next_item == items.len()
-            && item_of.keys().all(|&id| h.state(id).is_terminal());
+        let all_done =
+            next_item == items.len() && item_of.keys().all(|&id| h.state(id).is_terminal());
         if all_done {
             break;
         }
@@ -365,7 +369,11 @@ fn forecast_refresh_speed() {
 fn views_show_the_expected_start_of_each_pending_job() {
     use crate::core::{Request, Response};
     use crate::forecast::Forecast;
-    let mut h = Harness::new_at(vec![node("n0", 8), node("n1", 8)], policy("fifo", None), SimTime::ZERO);
+    let mut h = Harness::new_at(
+        vec![node("n0", 8), node("n1", 8)],
+        policy("fifo", None),
+        SimTime::ZERO,
+    );
     let a = h.submit("a", 8, 1000);
     let b = h.submit("b", 8, 400);
     h.schedule();

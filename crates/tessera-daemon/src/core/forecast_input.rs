@@ -17,7 +17,8 @@ impl Core {
     /// spec's iterations over its declared duration, the daemon's default duration when it
     /// declares none). A reported rate also becomes the job's speed in the forked run.
     pub fn forecast_input(&self, now: SimTime) -> ForecastInput {
-        let mut entries: Vec<(usize, TrainingJob, SimDuration)> = Vec::with_capacity(self.active.len());
+        let mut entries: Vec<(usize, TrainingJob, SimDuration)> =
+            Vec::with_capacity(self.active.len());
         for &idx in &self.active {
             let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
                 continue;

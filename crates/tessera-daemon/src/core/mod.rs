@@ -47,9 +47,9 @@ mod capability_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
-mod forecast_accuracy;
-#[cfg(test)]
 mod devices;
+#[cfg(test)]
+mod forecast_accuracy;
 #[cfg(test)]
 mod knowledge_tests;
 #[cfg(test)]
