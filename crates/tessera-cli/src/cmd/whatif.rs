@@ -22,7 +22,7 @@ pub const WHATIF_EXAMPLES: &str = "Examples:
       two more 8-GPU A100 nodes: how much sooner each tenant's pending jobs start
   tessera whatif --config tessera.yaml --drain n3 --drain n4
       draining two nodes for maintenance: who waits longer, and by how much
-  tessera whatif --config tessera.yaml --policy las --out whatif/
+  tessera whatif --config tessera.yaml --policy las --round 300 --out whatif/
       the same queue under LAS; whatif/ gets jobs.csv and plots of waits and queue length
   tessera whatif --config tessera.yaml --mig n0:0=3g.40gb+3g.40gb
       GPU 0 of n0 split into two MIG instances (it must be idle)
@@ -43,6 +43,9 @@ pub struct WhatifArgs {
     /// Compare under this policy instead of the daemon's.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
+    /// The round of the what-if's policy, seconds (default: the config's `roundSeconds`).
+    #[arg(long, value_name = "SECS")]
+    pub round: Option<f64>,
     /// Add nodes: COUNTxGPU[:GPUS] (GPU: a GRES type or catalogue name; GPUS per node,
     /// default 8), with the CPU and memory of an existing node of that type (else 64 cores,
     /// 512 GiB). Repeatable.
@@ -304,6 +307,13 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     };
     let what_settings = ForecastSettings {
         policy: args.policy.clone().unwrap_or_else(|| config.policy.clone()),
+        round: match args.round {
+            Some(r) if r.is_finite() && r > 0.0 && r <= 86_400.0 => {
+                Some(SimDuration::from_secs_f64(r))
+            }
+            Some(r) => bail!("--round {r}: seconds, more than 0 and at most a day"),
+            None => round,
+        },
         ..base_settings.clone()
     };
     let base_input = forecast::input_from_store(&config, now, &ClusterChange::default())

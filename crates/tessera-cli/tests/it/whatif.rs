@@ -201,3 +201,59 @@ fn whatif_on_a_seeded_store_adds_drains_and_changes_policy() {
         before
     );
 }
+
+/// `tessera whatif` at 10,000 pending and 2,000 running jobs on 1,000 nodes (BENCHMARKS.md):
+/// `cargo test -p tessera-cli --test it whatif_speed -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: run with --ignored"]
+fn whatif_speed_at_ten_thousand_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("tessera.db");
+    let mut store = Store::open(&store_path, tessera_daemon::config::SyncMode::Normal).unwrap();
+    let mut jobs = Vec::new();
+    for i in 0..2000i64 {
+        let node = format!("n{}", i / 2);
+        jobs.push(row(i + 1, "alice", 4, 3600 + 7 * i as u64, Some(&node)));
+    }
+    for i in 0..10_000i64 {
+        let tenant = if i % 3 == 0 { "bob" } else { "alice" };
+        jobs.push(row(2001 + i, tenant, 2, 600 + 13 * i as u64 % 7200, None));
+    }
+    for j in &mut jobs {
+        j.submit_us = (AT - 5000) * 1_000_000 + j.id as u64;
+    }
+    store
+        .commit(&WriteBatch {
+            jobs,
+            ..WriteBatch::default()
+        })
+        .unwrap();
+    drop(store);
+    let nodes: String = (0..1000)
+        .map(|i| format!("    - {{name: n{i}, gpu: a100, gpus: 8, cpus: 64, memory: 512Gi}}\n"))
+        .collect();
+    let config = dir.path().join("tessera.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "store: {}\npolicy: fifo\nbackend:\n  kind: local\n  workDir: {}\n  nodes:\n{nodes}",
+            store_path.display(),
+            dir.path().join("work").display()
+        ),
+    )
+    .unwrap();
+    for extra in [
+        &["--add-nodes", "100xa100:8"][..],
+        &["--policy", "las", "--round", "300"],
+        &["--policy", "las"],
+    ] {
+        let at = AT.to_string();
+        let mut args = vec!["whatif", "--config", config.to_str().unwrap(), "--at", &at];
+        args.extend(extra);
+        let t0 = std::time::Instant::now();
+        let o = tessera(&args);
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(o.status.success(), "{}", stderr(&o));
+        println!("whatif {extra:?}: {secs:.2} s\n{}", stdout(&o));
+    }
+}
