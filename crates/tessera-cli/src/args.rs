@@ -78,6 +78,9 @@ pub enum Command {
     /// Show queues and the pending jobs in scheduling order.
     #[command(after_help = QUEUE_EXAMPLES)]
     Queue(crate::cmd::daemon::ClientArgs),
+    /// What a change to the cluster or the policy would do to the daemon's queue, per tenant.
+    #[command(after_help = crate::cmd::whatif::WHATIF_EXAMPLES)]
+    Whatif(Box<crate::cmd::whatif::WhatifArgs>),
 }
 
 const SIMULATE_EXAMPLES: &str = "Examples:

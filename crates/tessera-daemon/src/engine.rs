@@ -32,6 +32,10 @@ pub(crate) use crate::core::{Request, Response};
 const ARRIVAL_COALESCING: Duration = Duration::from_millis(100);
 /// While backend calls are in flight, the loop looks for their results this often.
 const RESULT_POLL: Duration = Duration::from_millis(2);
+/// Expected starts are refreshed at least this often in a live daemon…
+const FORECAST_EVERY: Duration = Duration::from_secs(30);
+/// …and after a scheduling point, at most this often (a burst of changes costs one run).
+const FORECAST_MIN_GAP: Duration = Duration::from_secs(2);
 
 /// A launch handed to the backend thread, not yet taken by it: it may still be withdrawn.
 const GATE_QUEUED: u8 = 0;
@@ -174,6 +178,14 @@ pub struct Engine {
     /// Job ids whose runs the commands carried out since the last
     /// [`take_touched`](Engine::take_touched) stopped or withdrew.
     touched: Vec<i64>,
+    /// How expected starts are computed (the configured policy and round).
+    forecast_settings: crate::forecast::ForecastSettings,
+    /// The forecasting thread, once started ([`start_forecaster`](Self::start_forecaster)).
+    forecaster: Option<crate::forecast::Forecaster>,
+    /// When the last forecast was asked for.
+    forecast_asked: Option<Instant>,
+    /// The last forecast computed inline ([`forecast_now`](Self::forecast_now)).
+    forecast_inline: Option<Arc<crate::forecast::Forecast>>,
 }
 
 /// The statuses of runs just stopped after a node failure; when the backend cannot say, each
@@ -310,6 +322,10 @@ impl Engine {
             gates: HashMap::new(),
             acting_on: HashMap::new(),
             touched: Vec::new(),
+            forecast_settings: crate::forecast::ForecastSettings::new(&config.policy, round),
+            forecaster: None,
+            forecast_asked: None,
+            forecast_inline: None,
         };
         // Finished jobs stay in the store only (served from there).
         let (finished, rows): (Vec<_>, Vec<_>) = engine
@@ -390,6 +406,8 @@ impl Engine {
     /// wait behind a process spawn. Submission-only scheduling points are coalesced too
     /// (see [`CoreSettings::arrival_coalescing`]). What the daemon's loop calls once started.
     pub fn start_backend_thread(&mut self) -> Result<(), DaemonError> {
+        // The daemon goes live here: expected starts are refreshed off this thread too.
+        self.start_forecaster()?;
         let BackendSlot::Inline(_) = &self.backend else {
             return Ok(());
         };
@@ -929,6 +947,9 @@ impl Engine {
             // Applied in memory and written once the store accepts writes; not acknowledged.
             return Err(self.store_unavailable());
         }
+        if let (Some(forecast), Ok(response)) = (self.forecast(), &mut result) {
+            forecast.annotate(response);
+        }
         if let (Some(id), Ok(Response::Detail(d))) = (id, &mut result) {
             d.transitions = self
                 .store
@@ -951,9 +972,13 @@ impl Engine {
         let id = match req {
             Request::List { .. } => {
                 let req = req.clone();
-                return Some(self.core.list_stored(token, req, |q| {
+                let mut result = self.core.list_stored(token, req, |q| {
                     self.store.list_jobs(q).map_err(|e| e.to_string())
-                }));
+                });
+                if let (Some(forecast), Ok(response)) = (self.forecast(), &mut result) {
+                    forecast.annotate(response);
+                }
+                return Some(result);
             }
             Request::Get { id } | Request::Cancel { id } | Request::Progress { id, .. } => *id,
             _ => return None,
@@ -967,6 +992,9 @@ impl Engine {
             Err(e) => return Some(Err(ApiError::internal(e.to_string()))),
         };
         let mut result = self.core.answer_archived(token, req.clone(), &row);
+        if let (Some(forecast), Ok(response)) = (self.forecast(), &mut result) {
+            forecast.annotate(response);
+        }
         if let Ok(Response::Detail(d)) = &mut result {
             match self.store.transitions(id) {
                 Ok(t) => d.transitions = t.into_iter().map(transition_view).collect(),
@@ -983,6 +1011,7 @@ impl Engine {
         self.flush();
         self.core.poll_runs(self.clock.now());
         self.run_commands();
+        self.refresh_forecast(false);
     }
 
     /// True when a scheduling call is due (an event happened or a round boundary passed).
@@ -1028,6 +1057,68 @@ impl Engine {
             .scheduling_latency
             .observe(self.last_decision_secs);
         self.run_commands();
+        self.refresh_forecast(true);
+    }
+
+    /// Starts the thread that refreshes expected starts: on a cadence
+    /// ([`FORECAST_EVERY`]) and after scheduling points ([`FORECAST_MIN_GAP`] apart). Until
+    /// it runs, or in an engine that never starts it (tests), views show expected starts
+    /// only from [`forecast_now`](Self::forecast_now).
+    pub fn start_forecaster(&mut self) -> Result<(), DaemonError> {
+        if self.forecaster.is_none() {
+            self.forecaster = Some(crate::forecast::Forecaster::start(
+                self.forecast_settings.clone(),
+            )?);
+            self.refresh_forecast(true);
+        }
+        Ok(())
+    }
+
+    /// Hands the live state to the forecasting thread when a refresh is due.
+    fn refresh_forecast(&mut self, changed: bool) {
+        let Some(forecaster) = &self.forecaster else {
+            return;
+        };
+        let since = self.forecast_asked.map(|t| t.elapsed());
+        let due = match since {
+            None => true,
+            Some(s) => s >= FORECAST_EVERY || (changed && s >= FORECAST_MIN_GAP),
+        };
+        if due {
+            self.forecast_asked = Some(Instant::now());
+            forecaster.request(self.core.forecast_input(self.clock.now()));
+        }
+    }
+
+    /// Computes expected starts now, on this thread (tests, and engines without the
+    /// forecasting thread); views show it until a newer one comes from the thread.
+    pub fn forecast_now(
+        &mut self,
+    ) -> Result<Arc<crate::forecast::Forecast>, crate::forecast::ForecastError> {
+        let input = self.core.forecast_input(self.clock.now());
+        let run = crate::forecast::run(&input, &self.forecast_settings)?;
+        let f = Arc::new(crate::forecast::Forecast::of(&run));
+        self.forecast_inline = Some(Arc::clone(&f));
+        Ok(f)
+    }
+
+    /// The latest expected starts (the newer of the thread's and the inline one).
+    pub fn forecast(&self) -> Option<Arc<crate::forecast::Forecast>> {
+        let thread = self.forecaster.as_ref().and_then(|f| f.latest());
+        match (thread, &self.forecast_inline) {
+            (Some(a), Some(b)) => Some(if a.at >= b.at { a } else { Arc::clone(b) }),
+            (a, b) => a.or_else(|| b.clone()),
+        }
+    }
+
+    /// The live state as the forecaster copies it (`tessera whatif`, benchmarks).
+    pub fn forecast_input(&self) -> crate::forecast::ForecastInput {
+        self.core.forecast_input(self.clock.now())
+    }
+
+    /// How expected starts are computed (the configured policy and round).
+    pub fn forecast_settings(&self) -> &crate::forecast::ForecastSettings {
+        &self.forecast_settings
     }
 }
 

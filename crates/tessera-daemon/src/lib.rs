@@ -30,6 +30,7 @@ pub mod core;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod forecast;
 pub mod inventory;
 pub mod metrics;
 pub mod services;

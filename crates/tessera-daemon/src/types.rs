@@ -146,6 +146,25 @@ pub struct JobView {
     /// nothing, and why); absent for finished jobs served from the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knowledge: Option<String>,
+    /// A pending job's expected start, from the latest forecast (the simulator forked from
+    /// the live state under the daemon's policy; `crate::forecast`); absent before the first
+    /// forecast and for jobs not pending then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<ExpectedStart>,
+}
+
+/// When a pending job is expected to start (see [`JobView::expected_start`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpectedStart {
+    /// Seconds since the Unix epoch; absent when not within the forecast's horizon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
+    /// When the state it forecasts from was taken, seconds since the Unix epoch.
+    pub computed_at: f64,
+    /// Set when `at` is absent: the job starts no earlier than this (the horizon's end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<f64>,
 }
 
 /// `GET /v1/jobs`.

@@ -37,6 +37,9 @@ use tessera_sched::{
 };
 use thiserror::Error;
 
+mod fork;
+pub use fork::{RunningAt, Snapshot, SnapshotGpu, SnapshotJob};
+
 use crate::failures::{FailureSpec, Injector, Transition};
 use crate::metrics::{
     part_units, FailedJob, FailureSummary, GpuActivity, JobFailures, JobOutcome, JobRecord,
@@ -213,6 +216,15 @@ pub enum SimError {
         /// What was due then.
         what: String,
     },
+    /// A snapshot a run was forked from does not fit its cluster or workload
+    /// ([`Simulation::fork`]).
+    #[error("snapshot at {now}: {reason}")]
+    InvalidSnapshot {
+        /// The snapshot's instant.
+        now: SimTime,
+        /// What does not fit.
+        reason: String,
+    },
 }
 
 /// Reports progress of long runs (drawn by the CLI; tests may count calls).
@@ -233,6 +245,8 @@ enum Event {
     Wakeup,
     /// A GPU finished reconfiguring.
     ReconfigDone,
+    /// The first scheduling point of a run forked from a snapshot ([`Simulation::fork`]).
+    Forked,
 }
 
 /// Per-job mutable state, indexed by job id. Aligned to cache lines: a start or a stop
@@ -856,6 +870,7 @@ impl<'a> Simulation<'a> {
                     }
                 }
                 Event::ReconfigDone => trigger.reconfigured = true,
+                Event::Forked => trigger.arrival = true,
                 Event::ProfileDone { job } => {
                     let knowledge = self
                         .estimates
@@ -1234,10 +1249,19 @@ impl<'a> Simulation<'a> {
     fn activate(&mut self, id: JobId, knowledge: Knowledge) {
         let job = &self.jobs[id.index()];
         self.state[job.id.index()].active_pos = self.active.len() as u32;
-        self.active.push(ActiveJob {
+        let mut entry = ActiveJob {
             knowledge,
             ..ActiveJob::arrived(job)
-        });
+        };
+        let st = &self.state[job.id.index()];
+        if st.ever_started {
+            // Only in a forked run: a job arriving with the progress and service it had.
+            entry.attained_gpu_us = st.served_gpu_us;
+            entry.attained_gpu_secs = st.served_gpu_us as f64 / 1e6;
+            entry.remaining_iters = (st.total - st.done).max(0.0);
+            entry.preemptions = st.preemptions;
+        }
+        self.active.push(entry);
         self.state[job.id.index()].synced_at = self.now;
         if self.tracking {
             if let Some(a) = self.active.last() {
@@ -2078,23 +2102,36 @@ impl<'a> Simulation<'a> {
         alloc: Allocation,
         restart: bool,
     ) -> Result<(), SimError> {
-        let rate = self.rate_of(job, &alloc)?;
-        let spec = &self.jobs[job.index()];
-        let (held_gpus, held_cpu, held_memory) = held(&alloc);
-        let held_gpus = held_gpus as u32;
-        // Parts of GPUs (a job holds parts of at most a node's GPUs: far below u32::MAX).
-        let part = part_units(&alloc, self.cluster).min(u64::from(u32::MAX)) as u32;
         let cost = if restart {
+            let held_gpus = held(&alloc).0 as u32;
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
             // tessera_sched::book::restore_time, with the model's part looked up once.
             if *base == NEVER {
-                *base = costs.checkpoint_restore(&spec.model).as_micros();
+                *base = costs
+                    .checkpoint_restore(&self.jobs[job.index()].model)
+                    .as_micros();
             }
             SimDuration::from_micros(*base) + costs.tuning(held_gpus)
         } else {
             SimDuration::ZERO
         };
+        self.begin_after(job, pos, alloc, cost)
+    }
+
+    /// [`begin`](Self::begin) with the restart cost given: progress resumes `cost` from now.
+    fn begin_after(
+        &mut self,
+        job: JobId,
+        pos: usize,
+        alloc: Allocation,
+        cost: SimDuration,
+    ) -> Result<(), SimError> {
+        let rate = self.rate_of(job, &alloc)?;
+        let (held_gpus, held_cpu, held_memory) = held(&alloc);
+        let held_gpus = held_gpus as u32;
+        // Parts of GPUs (a job holds parts of at most a node's GPUs: far below u32::MAX).
+        let part = part_units(&alloc, self.cluster).min(u64::from(u32::MAX)) as u32;
         let now = self.now;
         let g = held_gpus.max(1) as f64;
         let st = &mut self.state[job.index()];

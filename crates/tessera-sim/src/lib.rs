@@ -36,8 +36,8 @@ pub mod metrics;
 pub mod serving;
 
 pub use engine::{
-    default_event_budget, Progress, SimConfig, SimError, Simulation, BASE_EVENT_BUDGET,
-    DEFAULT_RECONFIGURE_TIME, EVENTS_PER_JOB,
+    default_event_budget, Progress, RunningAt, SimConfig, SimError, Simulation, Snapshot,
+    SnapshotGpu, SnapshotJob, BASE_EVENT_BUDGET, DEFAULT_RECONFIGURE_TIME, EVENTS_PER_JOB,
 };
 pub use failures::{FailureEvent, FailureSpec, FailureSpecError, GroupMtbf, Health};
 pub use metrics::{

@@ -210,6 +210,29 @@ pub fn rfc3339(unix: f64) -> String {
     )
 }
 
+/// A pending job's expected start for a table: `in 1h 5m`, `now`, or `after 30d 0h`.
+fn expected_start_short(e: &tessera_daemon::types::ExpectedStart, now: f64) -> String {
+    match (e.at, e.not_before) {
+        (Some(at), _) if at <= now => "now".into(),
+        (Some(at), _) => age(now - at),
+        (None, Some(nb)) => format!("after {}", age(now - nb).trim_start_matches("in ")),
+        (None, None) => "-".into(),
+    }
+}
+
+/// A pending job's expected start in full, with when it was forecast.
+fn expected_start_long(e: &tessera_daemon::types::ExpectedStart, now: f64) -> String {
+    let start = match (e.at, e.not_before) {
+        (Some(at), _) => when(at.max(now), now),
+        (None, Some(nb)) => format!("not before {}", when(nb, now)),
+        (None, None) => "unknown".into(),
+    };
+    format!(
+        "{start}, forecast {} by simulating the queue from the live state",
+        age(now - e.computed_at)
+    )
+}
+
 /// `5s ago`, `3m 5s ago`, `2h 10m ago`, `4d 1h ago`; `in 5s` for the future.
 fn age(secs: f64) -> String {
     if !secs.is_finite() {
@@ -291,6 +314,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 fn job_rows(jobs: &[JobView]) -> String {
+    let now = unix_now();
     let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
@@ -322,11 +346,23 @@ fn job_rows(jobs: &[JobView]) -> String {
                     (Some(r), None) => r.clone(),
                     _ => "-".into(),
                 },
+                j.expected_start
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |e| expected_start_short(e, now)),
             ]
         })
         .collect();
     table(
-        &["id", "name", "tenant", "state", "gpus", "nodes", "pending"],
+        &[
+            "id",
+            "name",
+            "tenant",
+            "state",
+            "gpus",
+            "nodes",
+            "pending",
+            "expected start",
+        ],
         &rows,
     )
 }
@@ -439,6 +475,13 @@ pub fn describe(args: &IdArgs) -> Result<()> {
     }
     if let Some(pos) = j.queue_position {
         writeln!(out, "queue position: {pos}")?;
+    }
+    if let Some(e) = &j.expected_start {
+        writeln!(
+            out,
+            "expected start: {}",
+            expected_start_long(e, unix_now())
+        )?;
     }
     for s in &j.allocation {
         writeln!(

@@ -9,6 +9,7 @@ pub mod plan;
 pub(crate) mod simulate;
 pub mod sweep;
 mod trace;
+pub mod whatif;
 
 use anyhow::Result;
 
@@ -31,5 +32,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Nodes(a) => daemon::nodes(&a),
         Command::Services(a) => daemon::services(&a),
         Command::Queue(a) => daemon::queue(&a),
+        Command::Whatif(a) => whatif::run(&a),
     }
 }

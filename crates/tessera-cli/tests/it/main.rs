@@ -12,6 +12,7 @@ mod realmode;
 mod stalls;
 mod sweep;
 mod synergy_reference;
+mod whatif;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

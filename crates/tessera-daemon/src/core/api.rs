@@ -293,6 +293,7 @@ impl Core {
                 updated_at: r.progress_us.map(secs),
             }),
             knowledge: None,
+            expected_start: None,
         }
     }
 

@@ -30,6 +30,7 @@ mod apply;
 mod archive;
 mod decide;
 mod events;
+mod forecast_input;
 mod health;
 mod jobs;
 mod launch;
@@ -47,6 +48,8 @@ mod capability_tests;
 mod conformance;
 #[cfg(test)]
 mod devices;
+#[cfg(test)]
+mod forecast_accuracy;
 #[cfg(test)]
 mod knowledge_tests;
 #[cfg(test)]

@@ -96,6 +96,17 @@ function reason(r) {
     el("li", {}, k + ": ", typeof v === "object" && v !== null ? JSON.stringify(v) : String(v))));
 }
 
+// A pending job's expected start (the daemon's forecast): "2026-11-28 19:05:00Z (in 1h 2m)",
+// "after …" when beyond the forecast's horizon, "-" before the first forecast.
+function expected(e) {
+  if (!e || typeof e !== "object") return "-";
+  if (typeof e.at === "number") {
+    return e.at * 1000 <= Date.now() ? "now" : clock(e.at) + " (" + ago(e.at) + ")";
+  }
+  if (typeof e.notBefore === "number") return "after " + clock(e.notBefore);
+  return "-";
+}
+
 function gpusOf(j) {
   return String(j.gpus) + (j.gpuType ? " " + j.gpuType : "");
 }
@@ -193,7 +204,7 @@ async function renderQueue() {
     q.pending.map((j) => [
       String(j.queuePosition ?? "-"), String(j.id), j.name, j.tenant, j.queue, gpusOf(j),
       String(j.priority), ago(j.submittedAt).replace(" ago", ""), reason(j.pendingReason),
-      j.expectedStart !== undefined ? reason(j.expectedStart) : "-",
+      expected(j.expectedStart),
     ]), { class: "pending" });
   return [el("h1", {}, "Queue"), el("p", {}, "policy: ", el("code", {}, q.policy)), summary,
     el("h2", {}, "Pending, in scheduling order (" + q.pending.length + ")"),
