@@ -111,14 +111,18 @@ pub fn model_name(arena: &str) -> Option<String> {
 /// Parses an Arena trace (header line first; blank lines skipped).
 pub fn parse(text: &str) -> Result<Vec<ArenaJob>, TraceError> {
     let mut out = Vec::new();
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let Some((_, header)) = lines.next() else {
         return Err(TraceError {
             line: 1,
             reason: "empty file (expected a header line)".into(),
         });
     };
-    let want = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type";
+    let want =
+        "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type";
     if header.trim() != want {
         return Err(TraceError {
             line: 1,
@@ -192,7 +196,9 @@ pub fn parse(text: &str) -> Result<Vec<ArenaJob>, TraceError> {
 
 /// The round in which Arena's simulator submits a job, given the first submission.
 pub fn round_of(first_s: u64, submit_s: u64) -> u64 {
-    (submit_s.saturating_sub(first_s)).div_ceil(ROUND_SECS).saturating_sub(1)
+    (submit_s.saturating_sub(first_s))
+        .div_ceil(ROUND_SECS)
+        .saturating_sub(1)
 }
 
 /// An Arena trace as our workload, and what had to change.

@@ -239,7 +239,11 @@ pub fn run_one(
                     let spec = &jobs[i];
                     let reference = spec.reference_throughput();
                     let rate = truth.throughput(spec, alloc, cluster);
-                    let r = if reference > 0.0 { rate / reference } else { 0.0 };
+                    let r = if reference > 0.0 {
+                        rate / reference
+                    } else {
+                        0.0
+                    };
                     let samples = rate * f64::from(spec.batch_size.unwrap_or(DEFAULT_BATCH));
                     cache[i] = Some((alloc.clone(), r, samples));
                     (r, samples)
@@ -672,7 +676,11 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
         ),
     };
     let trace = arena::parse(&text).map_err(|e| {
-        ExperimentError::param("trace", args.get("trace").unwrap_or("built-in"), &e.to_string())
+        ExperimentError::param(
+            "trace",
+            args.get("trace").unwrap_or("built-in"),
+            &e.to_string(),
+        )
     })?;
     let cluster = workload::cluster().map_err(ExperimentError::Other)?;
     let work = arena::workload(&trace, rounds, &cluster).map_err(ExperimentError::Other)?;
@@ -710,9 +718,8 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
     let common: Vec<usize> = (0..n)
         .filter(|&j| results.iter().all(|r| r.jct[j].is_some()))
         .collect();
-    let avg_over_common = |v: &[Option<f64>]| {
-        mean(&common.iter().filter_map(|&j| v[j]).collect::<Vec<_>>())
-    };
+    let avg_over_common =
+        |v: &[Option<f64>]| mean(&common.iter().filter_map(|&j| v[j]).collect::<Vec<_>>());
     struct Row {
         jct_h: f64,
         queue_h: f64,
@@ -743,7 +750,10 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
     for (i, p) in policies.iter().enumerate() {
         let (r, row) = (&results[i], &rows_of[i]);
         let (jct_vs, tp_vs) = match base {
-            Some(b) => (row.jct_h / rows_of[b].jct_h - 1.0, arena_mean(i) / arena_mean(b)),
+            Some(b) => (
+                row.jct_h / rows_of[b].jct_h - 1.0,
+                arena_mean(i) / arena_mean(b),
+            ),
             None => (f64::NAN, f64::NAN),
         };
         let (am, ap, counted) = row.arena.unwrap_or((f64::NAN, f64::NAN, 0));
@@ -1376,15 +1386,24 @@ f,6200,100000,bert__2.6B,0,512,8,a100
             .filter_map(|a| {
                 let alloc = a.allocation.as_ref()?;
                 let spec = &w.workload.jobs()[a.id.index()];
-                let tuning = arena_restart_costs("fcfs").tuning(alloc.gpus()).as_secs_f64();
+                let tuning = arena_restart_costs("fcfs")
+                    .tuning(alloc.gpus())
+                    .as_secs_f64();
                 let part = (300.0 - tuning).max(0.0) / 300.0;
                 Some(truth.throughput(spec, alloc, &cluster) * f64::from(spec.batch_size?) * part)
             })
             .sum();
         assert!(expected > 0.0);
         let got = run.round_samples_per_s[0];
-        assert!((got - expected).abs() < 1e-6 * expected, "{got} vs {expected}");
-        assert!(out.text.contains("crius vs fcfs: Arena throughput"), "{}", out.text);
+        assert!(
+            (got - expected).abs() < 1e-6 * expected,
+            "{got} vs {expected}"
+        );
+        assert!(
+            out.text.contains("crius vs fcfs: Arena throughput"),
+            "{}",
+            out.text
+        );
     }
 
     /// Flags of the other mode are errors naming the flag; a bad trace names its line.
@@ -1398,14 +1417,18 @@ f,6200,100000,bert__2.6B,0,512,8,a100
                 .unwrap_or_default()
         };
         let e = err(ExperimentArgs::new(PARAMS, [("rounds", "10")]).unwrap());
-        assert!(e.starts_with("--rounds") && e.contains("--mode arena"), "{e}");
+        assert!(
+            e.starts_with("--rounds") && e.contains("--mode arena"),
+            "{e}"
+        );
         let e = err(ExperimentArgs::new(PARAMS, [("mode", "areana")]).unwrap());
         assert!(e.starts_with("--mode"), "{e}");
         let e = err(arena_args(&[("jobs", "100")]));
         assert!(e.starts_with("--jobs") && e.contains("--mode full"), "{e}");
         let e = err(arena_args(&[("rounds", "0")]));
         assert!(e.starts_with("--rounds"), "{e}");
-        let path = std::env::temp_dir().join(format!("tessera-arena-bad-{}.csv", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("tessera-arena-bad-{}.csv", std::process::id()));
         std::fs::write(
             &path,
             "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\nx,1,2,gpt3__175B,0,1,1,a40\n",

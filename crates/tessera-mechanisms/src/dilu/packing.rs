@@ -550,12 +550,14 @@ pub fn plan(
         });
     }
     match spec.kind {
-        InstanceKind::Training => plan_training(pool, policy, spec, request, limit, max_mem).map(|gpus| {
-            gpus.into_iter()
-                .zip(&spec.memory_mb)
-                .map(|(g, &m)| part(g, m))
-                .collect()
-        }),
+        InstanceKind::Training => {
+            plan_training(pool, policy, spec, request, limit, max_mem).map(|gpus| {
+                gpus.into_iter()
+                    .zip(&spec.memory_mb)
+                    .map(|(g, &m)| part(g, m))
+                    .collect()
+            })
+        }
         InstanceKind::LlmInference if splittable => plan_llm(pool, request, limit, max_mem),
         InstanceKind::Inference | InstanceKind::LlmInference => {
             let tier1 = pool.colocated_training_gpus(&spec.service);
