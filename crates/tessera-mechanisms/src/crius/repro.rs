@@ -1377,22 +1377,32 @@ f,6200,100000,bert__2.6B,0,512,8,a100
             &w.workload,
             &truth,
             crate::build_policy("fcfs", &PolicyOptions::default()).unwrap(),
-            SimConfig::default(),
+            SimConfig {
+                profiler: Some(estimator.clone() as Arc<dyn Profiler>),
+                ..SimConfig::default()
+            },
         );
-        sim.step().unwrap();
-        let expected: f64 = sim
-            .active()
-            .iter()
-            .filter_map(|a| {
-                let alloc = a.allocation.as_ref()?;
-                let spec = &w.workload.jobs()[a.id.index()];
-                let tuning = arena_restart_costs("fcfs")
-                    .tuning(alloc.gpus())
-                    .as_secs_f64();
-                let part = (300.0 - tuning).max(0.0) / 300.0;
-                Some(truth.throughput(spec, alloc, &cluster) * f64::from(spec.batch_size?) * part)
-            })
-            .sum();
+        // The state once every event at time 0 (arrivals, then FCFS's first round) is done.
+        let mut expected = 0.0;
+        while sim.step().unwrap() && sim.now().as_secs_f64() == 0.0 {
+            expected = sim
+                .active()
+                .iter()
+                .filter_map(|a| {
+                    let alloc = a.allocation.as_ref()?;
+                    let spec = &w.workload.jobs()[a.id.index()];
+                    let tuning = arena_restart_costs("fcfs")
+                        .tuning(alloc.gpus())
+                        .as_secs_f64();
+                    let part = (300.0 - tuning).max(0.0) / 300.0;
+                    Some(
+                        truth.throughput(spec, alloc, &cluster)
+                            * f64::from(spec.batch_size?)
+                            * part,
+                    )
+                })
+                .sum();
+        }
         assert!(expected > 0.0);
         let got = run.round_samples_per_s[0];
         assert!(
