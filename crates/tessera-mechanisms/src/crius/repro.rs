@@ -1382,11 +1382,26 @@ f,6200,100000,bert__2.6B,0,512,8,a100
                 ..SimConfig::default()
             },
         );
-        // The state once every event at time 0 (arrivals, then FCFS's first round) is done.
+        // The state once every event of the first instant with a job placed is done
+        // (arrivals, the estimator's profiling and FCFS's round may be separate steps).
+        let mut first: Option<f64> = None;
         let mut expected = 0.0;
-        while sim.step().unwrap() && sim.now().as_secs_f64() == 0.0 {
-            expected = sim
+        while sim.step().unwrap() {
+            let now = sim.now().as_secs_f64();
+            if first.is_some_and(|f| now > f) {
+                break;
+            }
+            let placed: Vec<_> = sim
                 .active()
+                .iter()
+                .filter(|a| a.allocation.is_some())
+                .collect();
+            if placed.is_empty() {
+                continue;
+            }
+            first = Some(now);
+            let end = (now / 300.0).floor() * 300.0 + 300.0;
+            expected = placed
                 .iter()
                 .filter_map(|a| {
                     let alloc = a.allocation.as_ref()?;
@@ -1394,7 +1409,7 @@ f,6200,100000,bert__2.6B,0,512,8,a100
                     let tuning = arena_restart_costs("fcfs")
                         .tuning(alloc.gpus())
                         .as_secs_f64();
-                    let part = (300.0 - tuning).max(0.0) / 300.0;
+                    let part = (end - now - tuning).max(0.0) / 300.0;
                     Some(
                         truth.throughput(spec, alloc, &cluster)
                             * f64::from(spec.batch_size?)
@@ -1403,8 +1418,13 @@ f,6200,100000,bert__2.6B,0,512,8,a100
                 })
                 .sum();
         }
+        let first = first.expect("fcfs places a job");
+        // Nothing else starts or ends in that round of this trace.
+        let round = (first / 300.0).floor() as usize;
+        assert!(round <= 1, "first placement at {first} s");
         assert!(expected > 0.0);
-        let got = run.round_samples_per_s[0];
+        assert!(run.round_samples_per_s[..round].iter().all(|&x| x == 0.0));
+        let got = run.round_samples_per_s[round];
         assert!(
             (got - expected).abs() < 1e-6 * expected,
             "{got} vs {expected}"
