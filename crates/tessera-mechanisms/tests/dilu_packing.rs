@@ -30,10 +30,12 @@ fn dilu_uses_fewer_peak_gpus_than_exclusive_and_infless_l_everywhere() {
 }
 
 /// Our replay of instances-400 next to the published one (386 / 347 / 272 / 263): pinned so
-/// that a change in the packing rules shows up here.
+/// that a change in the packing rules shows up here. INFless-r is 271: the artifact's own
+/// replay gives 272 or 273 (Python set order breaks its ties) and exactly 271 once its ties go
+/// to the lowest GPU and its admission sums are exact (docs/dilu.md).
 #[test]
 fn reference_figures_n400() {
-    assert_eq!(peaks(400), vec![386, 347, 270, 263]);
+    assert_eq!(peaks(400), vec![386, 347, 271, 263]);
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::{
     WorkloadGenerator,
 };
 
+pub mod arena;
 pub mod cells;
 pub mod perf;
 pub mod policy;

@@ -27,6 +27,7 @@ use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
 use tessera_sched::{Action, ClusterView, Policy, PolicyOptions};
 use tessera_sim::{SimConfig, Simulation};
 
+use super::arena;
 use super::perf::{cluster_types, CellEstimator, CellThroughput, DEFAULT_BATCH, ROUND_SECS};
 use super::workload;
 use crate::experiment::{
@@ -74,6 +75,21 @@ const PARAMS: &[Param] = &[
         default: POLICIES,
         help: "Policies (comma-separated); an unknown name is an error",
     },
+    Param {
+        name: "mode",
+        default: "full",
+        help: "full: our seeded 1,900-job workload run to completion; arena: Arena's comparison as Arena runs it (its Philly-derived trace, its first --rounds 300 s rounds, its throughput metric)",
+    },
+    Param {
+        name: "trace",
+        default: "",
+        help: "--mode arena: an Arena-format trace CSV (default: Arena's simulate_trace_philly.csv, built in)",
+    },
+    Param {
+        name: "rounds",
+        default: "450",
+        help: "--mode arena: 300 s rounds to run (Arena's comparison: its first 450)",
+    },
 ];
 
 /// `tessera repro crius`.
@@ -102,6 +118,10 @@ pub struct RunStats {
     pub avg_throughput_working: f64,
     /// Peak cluster throughput.
     pub peak_throughput: f64,
+    /// Per 300 s round (runs limited to rounds only): samples per second of the jobs not
+    /// restoring, time-averaged over the round (Arena's cluster throughput).
+    #[serde(skip)]
+    pub round_samples_per_s: Vec<f64>,
     /// Wall seconds of the run.
     pub wall_s: f64,
     /// Scheduling points.
@@ -113,19 +133,35 @@ pub struct RunStats {
 /// Checkpoint + restore, plus plan tuning per GPU of the new allocation up to its cap:
 /// Crius's re-tuning for the Crius policies, a full search for the others.
 pub fn restart_costs(policy: &str) -> RestartCosts {
+    restart_costs_with_checkpoint(policy, CHECKPOINT_S)
+}
+
+fn restart_costs_with_checkpoint(policy: &str, checkpoint_s: u64) -> RestartCosts {
     use super::policy::{RETUNE_MAX_S, RETUNE_PER_GPU_S, SEARCH_MAX_S, SEARCH_PER_GPU_S};
     let (per_gpu, cap) = if policy.starts_with("crius") {
         (RETUNE_PER_GPU_S, RETUNE_MAX_S)
     } else {
         (SEARCH_PER_GPU_S, SEARCH_MAX_S)
     };
-    RestartCosts::uniform(SimDuration::from_secs(CHECKPOINT_S)).with_per_gpu(
+    RestartCosts::uniform(SimDuration::from_secs(checkpoint_s)).with_per_gpu(
         SimDuration::from_secs_f64(per_gpu),
         SimDuration::from_secs_f64(cap),
     )
 }
 
-/// Runs one policy over one workload, sampling cluster throughput at every event.
+/// Checkpoint + restore seconds of Arena's simulator (`CKPT_RESUME_OVERHEAD = 0`: a restart
+/// costs plan tuning only).
+pub const ARENA_CHECKPOINT_S: u64 = 0;
+
+/// Restart costs of `--mode arena`: Arena's tuning per GPU up to its cap, no checkpoint.
+pub fn arena_restart_costs(policy: &str) -> RestartCosts {
+    restart_costs_with_checkpoint(policy, ARENA_CHECKPOINT_S)
+}
+
+/// Runs one policy over one workload, sampling cluster throughput at every event. With
+/// `rounds` (Arena's comparison), the run stops after that many 300 s rounds, the averaging
+/// window is those rounds (not the arrivals), Arena's per-round throughput is recorded and a
+/// restart costs tuning only ([`arena_restart_costs`]).
 pub fn run_one(
     cluster: &Cluster,
     work: &Workload,
@@ -133,29 +169,47 @@ pub fn run_one(
     truth: &CellThroughput,
     estimator: &Arc<CellEstimator>,
     seed: u64,
+    rounds: Option<usize>,
 ) -> Result<RunStats, ExperimentError> {
     let name = policy.name().to_string();
     let start = Instant::now();
     let profiler: Arc<dyn Profiler> = estimator.clone();
     let config = SimConfig {
-        restart_costs: restart_costs(&name),
+        restart_costs: if rounds.is_some() {
+            arena_restart_costs(&name)
+        } else {
+            restart_costs(&name)
+        },
         record_timeseries: false,
         profiler: Some(profiler),
         profile_seed: seed,
         // A guard against a policy that never starts some job: the run ends and the job is
-        // reported unfinished.
-        time_limit: Some(tessera_model::SimTime::from_secs(TIME_LIMIT_S)),
+        // reported unfinished. Arena's comparison ends after its rounds.
+        time_limit: Some(tessera_model::SimTime::from_secs(
+            rounds.map_or(TIME_LIMIT_S, |r| r as u64 * arena::ROUND_SECS),
+        )),
         ..SimConfig::default()
     };
     let jobs = work.jobs();
-    let window_end = jobs.last().map_or(0.0, |j| j.submit.as_secs_f64());
+    let window_end = match rounds {
+        Some(r) => (r as u64 * arena::ROUND_SECS) as f64,
+        None => jobs.last().map_or(0.0, |j| j.submit.as_secs_f64()),
+    };
+    let mut per_round = arena::RoundAverages::new(rounds.unwrap_or(0));
     let mut sim = Simulation::new(cluster, work, truth, policy, config);
-    // Cached normalised rate per job: (allocation it was computed for, rate).
-    let mut cache: Vec<Option<(Allocation, f64)>> = vec![None; jobs.len()];
+    // Cached rates per job: (allocation they were computed for, normalised rate, samples/s).
+    let mut cache: Vec<Option<(Allocation, f64, f64)>> = vec![None; jobs.len()];
     let (mut last_t, mut last_tp, mut integral, mut peak) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    // Per running job since the last event: (when it works again, s; its rate). A restore
-    // may end between events, so each job counts from its own resume instant.
-    let mut last_rates: Vec<(f64, f64)> = Vec::new();
+    // Per running job since the last event: (when it works again, s; normalised rate;
+    // samples/s). A restore may end between events, so each job counts from its own resume
+    // instant.
+    let mut last_rates: Vec<(f64, f64, f64)> = Vec::new();
+    // Arena's metric also charges plan tuning at a job's first placement (its simulator
+    // deducts tuning from every job whose GPUs changed in a round, a first start included),
+    // which the engine does not charge: per job, when that first tuning ends (metric only;
+    // progress is not delayed).
+    let first_tuning = rounds.map(|_| arena_restart_costs(&name));
+    let mut first_tuned_at: Vec<Option<f64>> = vec![None; jobs.len()];
     let mut integral_working = 0.0f64;
     let sim_err = |e| ExperimentError::Sim {
         context: format!("{name}, seed {seed}"),
@@ -166,35 +220,54 @@ pub fn run_one(
         let lo = last_t.min(window_end);
         let hi = t.min(window_end);
         integral += last_tp * (hi - lo).max(0.0);
-        for &(resume, r) in &last_rates {
+        for &(resume, r, samples) in &last_rates {
             integral_working += r * (hi - lo.max(resume)).max(0.0);
+            per_round.add(lo.max(resume), hi, samples);
         }
         last_rates.clear();
         let mut tp = 0.0;
         for a in sim.active() {
             let Some(alloc) = &a.allocation else { continue };
             let i = a.id.index();
-            let hit = cache[i].as_ref().filter(|(c, _)| c == alloc).map(|x| x.1);
-            let r = match hit {
-                Some(r) => r,
+            let hit = cache[i]
+                .as_ref()
+                .filter(|(c, _, _)| c == alloc)
+                .map(|x| (x.1, x.2));
+            let (r, samples) = match hit {
+                Some(x) => x,
                 None => {
                     let spec = &jobs[i];
                     let reference = spec.reference_throughput();
+                    let rate = truth.throughput(spec, alloc, cluster);
                     let r = if reference > 0.0 {
-                        truth.throughput(spec, alloc, cluster) / reference
+                        rate / reference
                     } else {
                         0.0
                     };
-                    cache[i] = Some((alloc.clone(), r));
-                    r
+                    let samples = rate * f64::from(spec.batch_size.unwrap_or(DEFAULT_BATCH));
+                    cache[i] = Some((alloc.clone(), r, samples));
+                    (r, samples)
                 }
             };
             tp += r;
-            last_rates.push((a.resumes_at.map_or(0.0, |at| at.as_secs_f64()), r));
+            let mut resume = a.resumes_at.map_or(0.0, |at| at.as_secs_f64());
+            if let Some(costs) = &first_tuning {
+                let tuned = *first_tuned_at[i]
+                    .get_or_insert_with(|| t + costs.tuning(alloc.gpus()).as_secs_f64());
+                resume = resume.max(tuned);
+            }
+            last_rates.push((resume, r, samples));
         }
         peak = peak.max(tp);
         last_t = t;
         last_tp = tp;
+    }
+    // A run cut at its time limit ends between events: what ran until the window's end.
+    let lo = last_t.min(window_end);
+    integral += last_tp * (window_end - lo).max(0.0);
+    for &(resume, r, samples) in &last_rates {
+        integral_working += r * (window_end - lo.max(resume)).max(0.0);
+        per_round.add(lo.max(resume), window_end, samples);
     }
     let report = sim.into_report();
     let mut jct = vec![None; jobs.len()];
@@ -224,6 +297,7 @@ pub fn run_one(
             0.0
         },
         peak_throughput: peak,
+        round_samples_per_s: per_round.averages(),
         wall_s: start.elapsed().as_secs_f64(),
         scheduling_points: report.summary.scheduling_points,
         policy_stats: report.policy_stats,
@@ -267,6 +341,42 @@ impl Experiment for CriusRepro {
         args: &ExperimentArgs,
         ctx: &RunContext<'_>,
     ) -> Result<ReproOutput, ExperimentError> {
+        let mode = args.get("mode").unwrap_or("full");
+        // A flag of the other mode is a mistake, not something to ignore.
+        let default_of = |name: &str| PARAMS.iter().find(|p| p.name == name).map(|p| p.default);
+        let given = |name: &str| args.get(name).filter(|v| Some(*v) != default_of(name));
+        match mode {
+            "full" => {
+                for name in ["trace", "rounds"] {
+                    if let Some(v) = given(name) {
+                        return Err(ExperimentError::param(
+                            name,
+                            v,
+                            "applies only to --mode arena",
+                        ));
+                    }
+                }
+            }
+            "arena" => {
+                for name in ["jobs", "load", "seeds"] {
+                    if let Some(v) = given(name) {
+                        return Err(ExperimentError::param(
+                            name,
+                            v,
+                            "applies only to --mode full (Arena's trace fixes the jobs, and no policy or estimator of this mode draws random numbers)",
+                        ));
+                    }
+                }
+                return run_arena(args, ctx);
+            }
+            other => {
+                return Err(ExperimentError::param(
+                    "mode",
+                    other,
+                    "expected full or arena",
+                ))
+            }
+        }
         let seeds: Vec<u64> = args.seeds("seeds")?;
         let jobs: usize = args.parse("jobs")?;
         let load: f64 = args.parse("load")?;
@@ -333,6 +443,7 @@ impl Experiment for CriusRepro {
                     &truth,
                     &estimator,
                     seeds[*s],
+                    None,
                 )
             },
             ctx.progress,
@@ -518,6 +629,259 @@ impl Experiment for CriusRepro {
             figures: per_seed_figures(&policies, &seeds, &per_policy),
         })
     }
+}
+
+/// Arena's figures over its first 450 rounds of `simulate_trace_philly.csv` (issue 14):
+/// Crius's average cluster throughput (samples/s, rounds above 100) over the baseline's,
+/// and how much faster Crius is on the jobs that finished under both (percent). The
+/// artifact's ElasticFlow is `elasticflow-l` (loose deadlines), our nearest is `elastic`.
+const ARENA_ARTIFACT_VS: &[(&str, f64, u32)] =
+    &[("fcfs", 1.74, 74), ("gavel", 1.36, 50), ("sia", 1.17, 12)];
+
+/// Default policies of `--mode arena`: the artifact's comparison.
+const ARENA_POLICIES: &str = "fcfs,crius,elastic,gavel,sia";
+
+/// `tessera repro crius --mode arena`: Arena's trace, its first `--rounds` rounds, its
+/// throughput metric (module [`arena`]).
+fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput, ExperimentError> {
+    let rounds: usize = args.parse("rounds")?;
+    if rounds == 0 {
+        return Err(ExperimentError::param("rounds", "0", "must be at least 1"));
+    }
+    // The full mode's default list has the ablations; Arena compares five policies.
+    let wanted: Vec<String> = match args.get("policies") {
+        Some(p) if p != POLICIES => args.list("policies")?,
+        _ => ARENA_POLICIES.split(',').map(String::from).collect(),
+    };
+    if wanted.is_empty() {
+        return Err(ExperimentError::param("policies", "", "names no policy"));
+    }
+    let mut policies: Vec<String> = Vec::new();
+    for p in &wanted {
+        crate::build_policy(p, &PolicyOptions::default())
+            .map_err(|e| ExperimentError::param("policies", p, &e.to_string()))?;
+        if !policies.contains(p) {
+            policies.push(p.clone());
+        }
+    }
+    let (source, text) = match args.get("trace") {
+        Some(path) => (
+            path.to_string(),
+            std::fs::read_to_string(path)
+                .map_err(|e| ExperimentError::param("trace", path, &e.to_string()))?,
+        ),
+        None => (
+            "Arena's simulate_trace_philly.csv (built in)".to_string(),
+            arena::BUILTIN_TRACE.to_string(),
+        ),
+    };
+    let trace = arena::parse(&text).map_err(|e| {
+        ExperimentError::param(
+            "trace",
+            args.get("trace").unwrap_or("built-in"),
+            &e.to_string(),
+        )
+    })?;
+    let cluster = workload::cluster().map_err(ExperimentError::Other)?;
+    let work = arena::workload(&trace, rounds, &cluster).map_err(ExperimentError::Other)?;
+    if work.workload.is_empty() {
+        return Err(ExperimentError::param(
+            "rounds",
+            &rounds.to_string(),
+            "no job of the trace arrives in these rounds",
+        ));
+    }
+    let truth = CellThroughput::default();
+    let estimator = Arc::new(CellEstimator::default());
+    let results = run_parallel(
+        &policies,
+        ctx.threads,
+        |_| 1.0,
+        |p| {
+            let policy = crate::build_policy(p, &PolicyOptions::default())?;
+            run_one(
+                &cluster,
+                &work.workload,
+                policy,
+                &truth,
+                &estimator,
+                0,
+                Some(rounds),
+            )
+        },
+        ctx.progress,
+    )?
+    .into_iter()
+    .collect::<Result<Vec<RunStats>, ExperimentError>>()?;
+
+    let n = work.workload.len();
+    let common: Vec<usize> = (0..n)
+        .filter(|&j| results.iter().all(|r| r.jct[j].is_some()))
+        .collect();
+    let avg_over_common =
+        |v: &[Option<f64>]| mean(&common.iter().filter_map(|&j| v[j]).collect::<Vec<_>>());
+    struct Row {
+        jct_h: f64,
+        queue_h: f64,
+        arena: Option<(f64, f64, usize)>,
+        arena_sd: f64,
+    }
+    let rows_of: Vec<Row> = results
+        .iter()
+        .map(|r| {
+            let kept: Vec<f64> = r
+                .round_samples_per_s
+                .iter()
+                .copied()
+                .filter(|&x| x > arena::THROUGHPUT_THRESHOLD)
+                .collect();
+            Row {
+                jct_h: avg_over_common(&r.jct) / 3600.0,
+                queue_h: avg_over_common(&r.queue) / 3600.0,
+                arena: arena::summarise(&r.round_samples_per_s),
+                arena_sd: Spread::of(&kept).sd,
+            }
+        })
+        .collect();
+    let base = policies.iter().position(|p| p == "fcfs");
+    let arena_mean = |i: usize| rows_of[i].arena.map_or(f64::NAN, |a| a.0);
+    let mut table = Vec::new();
+    let mut summary_rows = Vec::new();
+    for (i, p) in policies.iter().enumerate() {
+        let (r, row) = (&results[i], &rows_of[i]);
+        let (jct_vs, tp_vs) = match base {
+            Some(b) => (
+                row.jct_h / rows_of[b].jct_h - 1.0,
+                arena_mean(i) / arena_mean(b),
+            ),
+            None => (f64::NAN, f64::NAN),
+        };
+        let (am, ap, counted) = row.arena.unwrap_or((f64::NAN, f64::NAN, 0));
+        table.push(vec![
+            p.clone(),
+            format!("{}/{n}", r.finished),
+            format!("{:.2}", row.jct_h),
+            format!("{:+.1}%", 100.0 * jct_vs),
+            format!("{:.2}", row.queue_h),
+            format!("{am:.1} ± {:.1}", row.arena_sd),
+            format!("{tp_vs:.2}x"),
+            format!("{ap:.1}"),
+            format!("{counted}"),
+            format!("{:.1}", r.avg_throughput_working),
+        ]);
+        summary_rows.push(serde_json::json!({
+            "policy": p,
+            "finished": r.finished,
+            "avg_jct_h": row.jct_h,
+            "jct_vs_fcfs": jct_vs,
+            "avg_queue_h": row.queue_h,
+            "arena_throughput_samples_per_s": am,
+            "arena_throughput_sd_over_rounds": row.arena_sd,
+            "arena_throughput_vs_fcfs": tp_vs,
+            "arena_peak_samples_per_s": ap,
+            "rounds_counted": counted,
+            "avg_throughput_working": r.avg_throughput_working,
+            "avg_throughput": r.avg_throughput,
+            "per_round_samples_per_s": r.round_samples_per_s,
+        }));
+    }
+    let mut out = String::new();
+    writeln!(
+        out,
+        "Crius, Arena's comparison as Arena runs it: {source}; its first {rounds} rounds of 300 s on 1,280 GPUs (80x4 A100-40GB, 20x16 V100-32GB, 160x2 A40, 160x2 A10)."
+    )?;
+    writeln!(out, "{work}; iterations / {}.", arena::ITERATION_SCALE)?;
+    writeln!(
+        out,
+        "One run per policy: the trace is fixed and no policy or estimator here draws random numbers (± is the spread over rounds)."
+    )?;
+    writeln!(
+        out,
+        "JCT and queueing over the {} jobs that finished under every policy within the rounds. Arena tput: per round, Σ samples/s of the jobs not restoring (time average over the round), mean over the rounds above {} samples/s (Arena's plotter); norm tput: requested-configuration equivalents of working GPUs over the rounds.\n",
+        common.len(),
+        arena::THROUGHPUT_THRESHOLD
+    )?;
+    out.push_str(&text_table(
+        &[
+            "policy",
+            "finished",
+            "avg JCT h",
+            "vs fcfs",
+            "queue h",
+            "Arena tput",
+            "vs fcfs",
+            "peak",
+            "rounds",
+            "norm tput",
+        ],
+        &table,
+    ));
+    let mut versus = Vec::new();
+    if let Some(c) = policies.iter().position(|p| p == "crius") {
+        for (b, name) in policies.iter().enumerate() {
+            if b == c {
+                continue;
+            }
+            let tp = arena_mean(c) / arena_mean(b);
+            let jct = rows_of[c].jct_h / rows_of[b].jct_h - 1.0;
+            let artifact = ARENA_ARTIFACT_VS.iter().find(|a| a.0 == name);
+            let against = artifact.map_or(String::new(), |a| {
+                format!(" (artifact {:.2}x, crius {}% faster)", a.1, a.2)
+            });
+            writeln!(
+                out,
+                "crius vs {name}: Arena throughput {tp:.2}x, avg JCT {:+.1}%{against}",
+                100.0 * jct
+            )?;
+            versus.push(serde_json::json!({
+                "baseline": name, "arena_throughput_ratio": tp, "jct_change": jct,
+                "artifact_throughput_ratio": artifact.map(|a| a.1),
+                "artifact_faster_pct": artifact.map(|a| a.2),
+            }));
+        }
+    }
+    let figure = Figure {
+        file_stem: "arena_throughput_by_round".into(),
+        title: format!("Crius repro, Arena mode: cluster throughput per round (first {rounds})"),
+        x_label: "round (300 s)".into(),
+        y_label: "samples/s (jobs not restoring)".into(),
+        series: policies
+            .iter()
+            .zip(&results)
+            .map(|(p, r)| Series {
+                label: p.clone(),
+                points: r
+                    .round_samples_per_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| (i as f64, x))
+                    .collect(),
+                spread: None,
+            })
+            .collect(),
+    };
+    Ok(ReproOutput {
+        text: out,
+        summary: serde_json::json!({
+            "experiment": "crius",
+            "mode": "arena",
+            "trace": source,
+            "rounds": rounds,
+            "trace_jobs": work.trace_jobs,
+            "jobs": n,
+            "raised": work.raised,
+            "dropped": work.dropped,
+            "common_jobs": common.len(),
+            "throughput_threshold": arena::THROUGHPUT_THRESHOLD,
+            "policies": summary_rows,
+            "crius_vs": versus,
+            "runs": results.iter().map(|r| serde_json::json!({
+                "policy": r.policy, "wall_s": r.wall_s,
+                "scheduling_points": r.scheduling_points,
+            })).collect::<Vec<_>>(),
+        }),
+        figures: vec![figure],
+    })
 }
 
 /// Per seed and policy: average JCT and average throughput (working GPUs), one line per
@@ -960,6 +1324,149 @@ mod tests {
         let working = |i: usize| p[i]["avg_throughput_working"].as_f64().unwrap();
         let all = |i: usize| p[i]["avg_throughput"].as_f64().unwrap();
         assert!(working(1) > 0.0 && working(1) <= all(1) + 1e-9);
+    }
+
+    fn arena_args(given: &[(&str, &str)]) -> ExperimentArgs {
+        let mut all = vec![("mode", "arena")];
+        all.extend_from_slice(given);
+        ExperimentArgs::new(PARAMS, all).unwrap()
+    }
+
+    /// Arena mode on a trace of our own in Arena's schema: every policy runs the rounds
+    /// asked, per-round throughput is recorded for each, and FCFS's first round is exactly
+    /// the samples/s of the jobs it started at time 0 on their requests, each over the part
+    /// of the round after its first plan tuning (150 s per GPU up to 600 s), as Arena's
+    /// metric charges it.
+    #[test]
+    fn arena_mode_runs_a_trace_in_arenas_schema_for_its_rounds() {
+        let trace = "\
+job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type
+a,5000,400000,bert__760M,0,256,1,a40
+b,5100,400000,moe__1.3B,0,128,4,a100
+c,5200,400000,wide_resnet__500M,0,256,4,v100
+d,5500,300000,bert__1.3B,0,256,8,a10
+e,5800,200000,moe__690M,0,256,2,a40
+f,6200,100000,bert__2.6B,0,512,8,a100
+";
+        let path = std::env::temp_dir().join(format!("tessera-arena-{}.csv", std::process::id()));
+        std::fs::write(&path, trace).unwrap();
+        let p = path.to_string_lossy().to_string();
+        let args = arena_args(&[("trace", &p), ("rounds", "8"), ("policies", "fcfs,crius")]);
+        let out = CriusRepro.run(&args, &RunContext::quiet(2)).unwrap();
+        std::fs::remove_file(&path).ok();
+        println!("{}", out.text);
+        let s = &out.summary;
+        assert_eq!(s["mode"], "arena");
+        assert_eq!(s["rounds"], 8);
+        assert_eq!(s["trace_jobs"], 6);
+        let pol = s["policies"].as_array().unwrap();
+        assert_eq!(pol.len(), 2);
+        for r in pol {
+            assert_eq!(r["per_round_samples_per_s"].as_array().unwrap().len(), 8);
+        }
+        // Round 0: a, b, c (submitted within 300 s of the first) start at 0 under fcfs.
+        let cluster = workload::cluster().unwrap();
+        let jobs = arena::parse(trace).unwrap();
+        let w = arena::workload(&jobs, 8, &cluster).unwrap();
+        let truth = CellThroughput::default();
+        let estimator = Arc::new(CellEstimator::default());
+        let fcfs = crate::build_policy("fcfs", &PolicyOptions::default()).unwrap();
+        let run = run_one(&cluster, &w.workload, fcfs, &truth, &estimator, 0, Some(8)).unwrap();
+        let mut sim = Simulation::new(
+            &cluster,
+            &w.workload,
+            &truth,
+            crate::build_policy("fcfs", &PolicyOptions::default()).unwrap(),
+            SimConfig {
+                profiler: Some(estimator.clone() as Arc<dyn Profiler>),
+                ..SimConfig::default()
+            },
+        );
+        // The state once every event of the first instant with a job placed is done
+        // (arrivals, the estimator's profiling and FCFS's round may be separate steps).
+        let mut first: Option<f64> = None;
+        let mut expected = 0.0;
+        while sim.step().unwrap() {
+            let now = sim.now().as_secs_f64();
+            if first.is_some_and(|f| now > f) {
+                break;
+            }
+            let placed: Vec<_> = sim
+                .active()
+                .iter()
+                .filter(|a| a.allocation.is_some())
+                .collect();
+            if placed.is_empty() {
+                continue;
+            }
+            first = Some(now);
+            let end = (now / 300.0).floor() * 300.0 + 300.0;
+            expected = placed
+                .iter()
+                .filter_map(|a| {
+                    let alloc = a.allocation.as_ref()?;
+                    let spec = &w.workload.jobs()[a.id.index()];
+                    let tuning = arena_restart_costs("fcfs")
+                        .tuning(alloc.gpus())
+                        .as_secs_f64();
+                    let part = (end - now - tuning).max(0.0) / 300.0;
+                    Some(
+                        truth.throughput(spec, alloc, &cluster)
+                            * f64::from(spec.batch_size?)
+                            * part,
+                    )
+                })
+                .sum();
+        }
+        let first = first.expect("fcfs places a job");
+        // Nothing else starts or ends in that round of this trace.
+        let round = (first / 300.0).floor() as usize;
+        assert!(round <= 1, "first placement at {first} s");
+        assert!(expected > 0.0);
+        assert!(run.round_samples_per_s[..round].iter().all(|&x| x == 0.0));
+        let got = run.round_samples_per_s[round];
+        assert!(
+            (got - expected).abs() < 1e-6 * expected,
+            "{got} vs {expected}"
+        );
+        assert!(
+            out.text.contains("crius vs fcfs: Arena throughput"),
+            "{}",
+            out.text
+        );
+    }
+
+    /// Flags of the other mode are errors naming the flag; a bad trace names its line.
+    #[test]
+    fn arena_mode_flags_are_checked() {
+        let err = |args: ExperimentArgs| {
+            CriusRepro
+                .run(&args, &RunContext::quiet(1))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = err(ExperimentArgs::new(PARAMS, [("rounds", "10")]).unwrap());
+        assert!(
+            e.starts_with("--rounds") && e.contains("--mode arena"),
+            "{e}"
+        );
+        let e = err(ExperimentArgs::new(PARAMS, [("mode", "areana")]).unwrap());
+        assert!(e.starts_with("--mode"), "{e}");
+        let e = err(arena_args(&[("jobs", "100")]));
+        assert!(e.starts_with("--jobs") && e.contains("--mode full"), "{e}");
+        let e = err(arena_args(&[("rounds", "0")]));
+        assert!(e.starts_with("--rounds"), "{e}");
+        let path =
+            std::env::temp_dir().join(format!("tessera-arena-bad-{}.csv", std::process::id()));
+        std::fs::write(
+            &path,
+            "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\nx,1,2,gpt3__175B,0,1,1,a40\n",
+        )
+        .unwrap();
+        let e = err(arena_args(&[("trace", &path.to_string_lossy())]));
+        std::fs::remove_file(&path).ok();
+        assert!(e.starts_with("--trace") && e.contains("line 2"), "{e}");
     }
 
     /// Regression (issue 40): a mistyped policy was skipped with a note and exit 0; `--jobs

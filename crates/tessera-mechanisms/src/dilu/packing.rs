@@ -9,7 +9,9 @@
 //! Rules (DESIGN §5.4):
 //! - Admission on a GPU: Σ requests ≤ 1.0, Σ limits ≤ 1.5, Σ memory ≤ capacity; a GPU held
 //!   whole (Exclusive) admits nobody else.
-//! - Score, lower is better: 0.6·(1 − Σ requests after) + 0.4·(1 − Σ memory after / capacity).
+//! - Score, lower is better: 0.6·(1 − Σ requests after) + 0.4·(1 − Σ memory after / capacity)
+//!   under Dilu; 1 − Σ requests after (SM fragmentation alone) under INFless-l and INFless-r,
+//!   as the artifact's baseline schedulers score (their α and β are unused).
 //! - Ordinary inference: (1) GPUs of training jobs already sharing a GPU with this service's
 //!   instances, (2) other active GPUs, (3) an idle GPU; best fit within a tier.
 //! - LLM inference (Dilu): best fit over active GPUs; else split its memory across active
@@ -141,6 +143,29 @@ pub fn fit_score(load: &GpuLoad, request: u32, memory_mb: u32, capacity_mb: u32)
     let sm = 1.0 - f64::from(load.request + request) / f64::from(REQUEST_CAP);
     let mem = 1.0 - (f64::from(load.memory_mb) + f64::from(memory_mb)) / f64::from(capacity_mb);
     ALPHA * sm + BETA * mem
+}
+
+/// The score `policy` ranks GPUs by (lower wins): Dilu's [`fit_score`], except for the
+/// INFless baselines, which rank by SM fragmentation alone as the artifact's
+/// `scheduler_infless_l.py` / `scheduler_infless_r.py` do. Measured on the artifact's own
+/// replay (issue 40): with Dilu's mixed score instead, its INFless-r peaks at 78 / 157 / 270 /
+/// 517 GPUs for N = 100 / 200 / 400 / 800 — exactly our figures before this rule — against
+/// 79–80 / 159–160 / 272–273 / 520 with its own.
+pub fn policy_score(
+    policy: PackingPolicy,
+    load: &GpuLoad,
+    request: u32,
+    memory_mb: u32,
+    capacity_mb: u32,
+) -> f64 {
+    match policy {
+        PackingPolicy::InflessL | PackingPolicy::InflessR => {
+            1.0 - f64::from(load.request + request) / f64::from(REQUEST_CAP)
+        }
+        PackingPolicy::Exclusive | PackingPolicy::Dilu => {
+            fit_score(load, request, memory_mb, capacity_mb)
+        }
+    }
 }
 
 /// One part of a placement: what goes on one GPU.
@@ -474,9 +499,11 @@ impl Pool {
         &out - &hosting
     }
 
-    /// Best-fit GPU among `candidates` admitting (request, limit, memory); ties → lowest.
+    /// Best-fit GPU among `candidates` admitting (request, limit, memory) by `policy`'s
+    /// score; ties → lowest.
     fn best_fit(
         &self,
+        policy: PackingPolicy,
         candidates: impl IntoIterator<Item = u32>,
         request: u32,
         limit: u32,
@@ -489,7 +516,7 @@ impl Pool {
             if !admits(load, request, limit, memory_mb, cap) {
                 continue;
             }
-            let s = fit_score(load, request, memory_mb, cap);
+            let s = policy_score(policy, load, request, memory_mb, cap);
             if best.is_none_or(|(b, _)| s < b) {
                 best = Some((s, g));
             }
@@ -537,19 +564,22 @@ pub fn plan(
         });
     }
     match spec.kind {
-        InstanceKind::Training => plan_training(pool, spec, request, limit, max_mem).map(|gpus| {
-            gpus.into_iter()
-                .zip(&spec.memory_mb)
-                .map(|(g, &m)| part(g, m))
-                .collect()
-        }),
+        InstanceKind::Training => {
+            plan_training(pool, policy, spec, request, limit, max_mem).map(|gpus| {
+                gpus.into_iter()
+                    .zip(&spec.memory_mb)
+                    .map(|(g, &m)| part(g, m))
+                    .collect()
+            })
+        }
         InstanceKind::LlmInference if splittable => plan_llm(pool, request, limit, max_mem),
         InstanceKind::Inference | InstanceKind::LlmInference => {
             let tier1 = pool.colocated_training_gpus(&spec.service);
             let gpu = pool
-                .best_fit(tier1.iter().copied(), request, limit, max_mem)
+                .best_fit(policy, tier1.iter().copied(), request, limit, max_mem)
                 .or_else(|| {
                     pool.best_fit(
+                        policy,
                         pool.active.iter().copied().filter(|g| !tier1.contains(g)),
                         request,
                         limit,
@@ -580,6 +610,7 @@ fn idle_on_one_node(pool: &Pool, n: usize) -> Result<Vec<u32>, Unschedulable> {
 
 fn plan_training(
     pool: &Pool,
+    policy: PackingPolicy,
     spec: &InstanceSpec,
     request: u32,
     limit: u32,
@@ -596,7 +627,7 @@ fn plan_training(
             continue;
         }
         let node = pool.node_of(g);
-        let s = fit_score(load, request, max_mem, cap);
+        let s = policy_score(policy, load, request, max_mem, cap);
         match by_node.last_mut() {
             Some((last, v)) if *last == node => v.push((s, g)),
             _ => by_node.push((node, vec![(s, g)])),
@@ -654,7 +685,13 @@ fn plan_llm(
         whole: false,
     };
     if memory_mb <= cap {
-        if let Some(g) = pool.best_fit(pool.active.iter().copied(), request, limit, memory_mb) {
+        if let Some(g) = pool.best_fit(
+            PackingPolicy::Dilu,
+            pool.active.iter().copied(),
+            request,
+            limit,
+            memory_mb,
+        ) {
             return Ok(vec![part(g, memory_mb)]);
         }
     }
@@ -947,6 +984,38 @@ mod tests {
                 pool.check_invariants().unwrap();
             }
             assert_eq!(pool.active_gpus(), gpus, "{}", policy.name());
+        }
+    }
+
+    /// Regression (issue 40): the INFless baselines rank GPUs by SM fragmentation alone, as
+    /// the artifact's do; Dilu weighs memory too. GPU 0 holds 0.5 of SM and no memory, GPU 1
+    /// 0.4 of SM and 30 GB: a (0.1, 1 GB) instance goes to GPU 0 under INFless (SM left 0.4
+    /// vs 0.5) and to GPU 1 under Dilu (0.6·0.5 + 0.4·0.225 = 0.39 vs 0.6·0.4 + 0.4·0.975 =
+    /// 0.63).
+    #[test]
+    fn infless_ranks_by_sm_fragmentation_alone() {
+        for (policy, want) in [
+            (PackingPolicy::InflessR, 0),
+            (PackingPolicy::InflessL, 0),
+            (PackingPolicy::Dilu, 1),
+        ] {
+            let mut pool = Pool::new(PoolSpec::default());
+            for (name, req, mem) in [("x", 500, 0), ("y", 400, 30)] {
+                let i = inst(name, InstanceKind::Inference, req, req, &[mem]);
+                let gpu = pool.idle_gpu().unwrap();
+                let (request, limit) = policy.booking(&i);
+                let part = Part {
+                    gpu,
+                    request,
+                    limit,
+                    memory_mb: mem * 1000,
+                    whole: false,
+                };
+                pool.apply(&i, &[part]).unwrap();
+            }
+            let small = inst("s", InstanceKind::Inference, 100, 100, &[1]);
+            let parts = plan(&pool, policy, &small).unwrap();
+            assert_eq!(parts[0].gpu, want, "{}", policy.name());
         }
     }
 
