@@ -322,11 +322,14 @@ fn job_rows(jobs: &[JobView]) -> String {
                     (Some(r), None) => r.clone(),
                     _ => "-".into(),
                 },
+                j.reason
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |r| r.text.clone()),
             ]
         })
         .collect();
     table(
-        &["id", "name", "tenant", "state", "gpus", "nodes", "pending"],
+        &["id", "name", "tenant", "state", "gpus", "nodes", "pending", "why"],
         &rows,
     )
 }
@@ -439,6 +442,58 @@ pub fn describe(args: &IdArgs) -> Result<()> {
     }
     if let Some(pos) = j.queue_position {
         writeln!(out, "queue position: {pos}")?;
+    }
+    if let Some(r) = &j.reason {
+        writeln!(out, "waiting for:    {} ({})", r.kind, r.text)?;
+        writeln!(out, "  needs:        {}", r.needs)?;
+        for g in &r.free {
+            writeln!(
+                out,
+                "  free in {}:  {} of {} {} GPUs (at most {} on one node){}{}",
+                g.group,
+                g.free_gpus,
+                g.total_gpus,
+                g.gpu,
+                g.most_on_one_node,
+                if g.unavailable_gpus > 0 {
+                    format!(", {} unavailable", g.unavailable_gpus)
+                } else {
+                    String::new()
+                },
+                if g.partitioned_gpus > 0 {
+                    format!(
+                        ", {} partitioned ({} free instances)",
+                        g.partitioned_gpus, g.free_mig_instances
+                    )
+                } else {
+                    String::new()
+                },
+            )?;
+        }
+        if r.holders_total > 0 {
+            let named: Vec<String> = r
+                .holders
+                .iter()
+                .map(|h| format!("{} ({}, {} GPUs)", h.id, h.name, h.gpus))
+                .collect();
+            let more = r.holders_total.saturating_sub(r.holders.len());
+            writeln!(
+                out,
+                "  held by:      {}{}",
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        if let Some(n) = r.ahead {
+            writeln!(out, "  jobs ahead:   {n}")?;
+        }
+        if let Some(note) = &r.note {
+            writeln!(out, "  policy says:  {note}")?;
+        }
     }
     for s in &j.allocation {
         writeln!(

@@ -35,6 +35,7 @@ mod jobs;
 mod launch;
 mod output;
 mod polling;
+mod reasons;
 pub mod records;
 mod restore;
 mod services;
@@ -49,6 +50,8 @@ mod conformance;
 mod devices;
 #[cfg(test)]
 mod knowledge_tests;
+#[cfg(test)]
+mod reasons_tests;
 #[cfg(test)]
 mod preemption_tests;
 #[cfg(test)]
