@@ -1693,7 +1693,12 @@ impl Policy for OrderedPolicy {
                 a.id,
             )
         };
-        let Some(mine) = view.active.iter().find(|a| a.id == job.id).map(|a| key(a, job)) else {
+        let Some(mine) = view
+            .active
+            .iter()
+            .find(|a| a.id == job.id)
+            .map(|a| key(a, job))
+        else {
             return Some(waiting);
         };
         let ahead = view

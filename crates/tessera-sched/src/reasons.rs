@@ -17,9 +17,7 @@
 
 use std::fmt;
 
-use tessera_model::{
-    Bytes, Cluster, GpuModelId, JobId, MigRequest, MilliCpu, NodeId, TrainingJob,
-};
+use tessera_model::{Bytes, Cluster, GpuModelId, JobId, MigRequest, MilliCpu, NodeId, TrainingJob};
 
 use crate::placement::{IndexedLedger, Ledger};
 use crate::state::SM_REQUEST_CAPACITY;
@@ -86,11 +84,15 @@ impl WaitKind {
         match self {
             WaitKind::Gpus => "no fitting GPUs of the allowed types",
             WaitKind::CpuMemory => "GPUs free but not the CPU or memory beside them",
-            WaitKind::MigLayout => "no free MIG instance fits: layout change or reconfiguration pending",
+            WaitKind::MigLayout => {
+                "no free MIG instance fits: layout change or reconfiguration pending"
+            }
             WaitKind::Quota => "no GPU quota left for its share",
             WaitKind::Order => "fits now, behind other jobs in the policy's order",
             WaitKind::Gang => "GPUs free in all but not together where one placement can hold them",
-            WaitKind::Unavailable => "would fit on nodes or GPUs that are down, drained or unhealthy",
+            WaitKind::Unavailable => {
+                "would fit on nodes or GPUs that are down, drained or unhealthy"
+            }
             WaitKind::Profiling => "being profiled",
         }
     }
@@ -702,12 +704,16 @@ pub fn ahead_by_priority(view: &ClusterView<'_>, job: &TrainingJob) -> u32 {
 
 /// The full reason `job` waits: the policy's statement (else [`classify`]) with what it
 /// needs, what is free per allowed node group, who holds it and the jobs ahead.
-pub fn explain(view: &ClusterView<'_>, job: &TrainingJob, stated: Option<Waiting>) -> PendingReason {
+pub fn explain(
+    view: &ClusterView<'_>,
+    job: &TrainingJob,
+    stated: Option<Waiting>,
+) -> PendingReason {
     let stated = stated.unwrap_or_else(|| Waiting::new(classify(view, job)));
     let (holders, holders_total) = holders_of(view, job);
-    let ahead = stated.ahead.or_else(|| {
-        (stated.kind == WaitKind::Order).then(|| ahead_by_priority(view, job))
-    });
+    let ahead = stated
+        .ahead
+        .or_else(|| (stated.kind == WaitKind::Order).then(|| ahead_by_priority(view, job)));
     PendingReason {
         kind: stated.kind,
         need: need_of(view.cluster, job),
@@ -818,7 +824,10 @@ mod tests {
         assert_eq!(kind_of(&c, &s, &mig), WaitKind::MigLayout);
         let geo = c.catalog.mig_geometry(a100).unwrap();
         let p = geo.find_profile("3g.40gb").unwrap();
-        let layout = vec![tessera_model::MigInstance { profile: p, start: 4 }];
+        let layout = vec![tessera_model::MigInstance {
+            profile: p,
+            start: 4,
+        }];
         s.reconfigure(NodeId(1), 0, Some(layout.clone()), SimTime::from_secs(10));
         // Being reconfigured (ready at 10 s): still the layout.
         assert_eq!(kind_of(&c, &s, &mig), WaitKind::MigLayout);

@@ -735,8 +735,12 @@ impl ClusterState {
             now_whole_free = g.is_whole_free();
         }
         match partitioned {
-            (false, true) => Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, 1),
-            (true, false) => Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, -1),
+            (false, true) => {
+                Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, 1)
+            }
+            (true, false) => {
+                Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, -1)
+            }
             _ => {}
         }
         self.summarize(node);

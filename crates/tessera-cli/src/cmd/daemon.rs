@@ -329,7 +329,9 @@ fn job_rows(jobs: &[JobView]) -> String {
         })
         .collect();
     table(
-        &["id", "name", "tenant", "state", "gpus", "nodes", "pending", "why"],
+        &[
+            "id", "name", "tenant", "state", "gpus", "nodes", "pending", "why",
+        ],
         &rows,
     )
 }

@@ -152,7 +152,7 @@ impl Core {
         Err(ApiError::unauthorized())
     }
 
-    fn can_see(caller: &Caller, row: &JobRow) -> bool {
+    pub(super) fn can_see(caller: &Caller, row: &JobRow) -> bool {
         match caller {
             Caller::Tenant { admin: true, .. } => true,
             Caller::Tenant { name, .. } => &row.tenant == name,
@@ -593,7 +593,7 @@ impl Core {
                     None
                 };
                 let positions = self.positions_of(&page);
-                let mut why = self.explainer(now);
+                let mut why = self.explainer(now, &caller);
                 let jobs = page
                     .into_iter()
                     .map(|i| {
@@ -609,7 +609,7 @@ impl Core {
                 let idx = self.lookup(&caller, id)?;
                 let position = self.position(idx);
                 let mut job = self.view(idx, position, true);
-                job.reason = self.wait_reason(idx, now);
+                job.reason = self.wait_reason(idx, now, &caller);
                 Ok(Response::Detail(Box::new(JobDetail {
                     job,
                     spec: self.jobs[idx].spec.clone(),
@@ -955,7 +955,7 @@ impl Core {
                 q.running_gpus += job.spec.gpus as u64;
             }
         }
-        let mut why = self.explainer(now);
+        let mut why = self.explainer(now, caller);
         let pending = self
             .pending_order()
             .into_iter()

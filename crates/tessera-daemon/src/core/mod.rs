@@ -51,9 +51,9 @@ mod devices;
 #[cfg(test)]
 mod knowledge_tests;
 #[cfg(test)]
-mod reasons_tests;
-#[cfg(test)]
 mod preemption_tests;
+#[cfg(test)]
+mod reasons_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

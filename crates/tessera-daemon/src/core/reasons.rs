@@ -3,6 +3,7 @@
 //! nodes that are up, `view.active` as of the last scheduling point). The simulator asks the
 //! same functions with the same view, so both drivers give the same reasons.
 
+use super::api::Caller;
 use super::*;
 use crate::types::{GroupCapacity, Holder, WaitReason};
 use tessera_sched::reasons::{self, Detail, PendingReason, RequestShape, WaitKind, Waiting};
@@ -12,6 +13,8 @@ use tessera_sched::reasons::{self, Detail, PendingReason, RequestShape, WaitKind
 /// simulator charges them) and only a job asked about alone gets the policy's details.
 pub(crate) struct Explainer<'c> {
     core: &'c Core,
+    /// Holders the caller may not see (another tenant's jobs) are counted, not named.
+    caller: &'c Caller,
     now: SimTime,
     free: Vec<Resources>,
     by_shape: HashMap<RequestShape, PendingReason>,
@@ -34,10 +37,11 @@ impl Core {
             .collect()
     }
 
-    /// An [`Explainer`] of pending jobs at `now`.
-    pub(crate) fn explainer(&self, now: SimTime) -> Explainer<'_> {
+    /// An [`Explainer`] of pending jobs at `now`, for `caller`.
+    pub(crate) fn explainer<'c>(&'c self, now: SimTime, caller: &'c Caller) -> Explainer<'c> {
         Explainer {
             core: self,
+            caller,
             now,
             free: self.policy_free(),
             by_shape: HashMap::new(),
@@ -45,8 +49,13 @@ impl Core {
     }
 
     /// The reason pending job `idx` waits, in full (for `describe`).
-    pub(crate) fn wait_reason(&self, idx: usize, now: SimTime) -> Option<WaitReason> {
-        self.explainer(now).explain(idx, None)
+    pub(crate) fn wait_reason(
+        &self,
+        idx: usize,
+        now: SimTime,
+        caller: &Caller,
+    ) -> Option<WaitReason> {
+        self.explainer(now, caller).explain(idx, None)
     }
 }
 
@@ -94,7 +103,13 @@ impl Explainer<'_> {
             let stated = core.policy.pending_reason(&view, spec, Detail::Full);
             reasons::explain(&view, spec, stated)
         };
-        reason.holders.retain(|h| core.jobs.get(h.job.index()).is_some());
+        // Another tenant's jobs stay unnamed (as on the dashboard's nodes page): counted in
+        // `holders_total`, left out of the names and the text.
+        reason.holders.retain(|h| {
+            core.jobs
+                .get(h.job.index())
+                .is_some_and(|j| Core::can_see(self.caller, &j.row))
+        });
         Some(self.render(&reason))
     }
 

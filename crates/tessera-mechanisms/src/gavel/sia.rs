@@ -637,7 +637,9 @@ impl Policy for SiaPolicy {
         };
         let round = self.round;
         Some(Waiting::new(kind).note(detail, move || match kind {
-            WaitKind::Order => format!("Sia picks GPU types and counts at its rounds (every {round})"),
+            WaitKind::Order => {
+                format!("Sia picks GPU types and counts at its rounds (every {round})")
+            }
             _ => "no GPU of a type Sia may give it is free".to_string(),
         }))
     }

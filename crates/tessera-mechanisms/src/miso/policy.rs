@@ -1277,7 +1277,9 @@ impl Policy for Miso {
             .count();
         (repartitioning > 0).then(|| {
             Waiting::new(WaitKind::MigLayout).note(detail, || {
-                format!("MISO is repartitioning {repartitioning} GPU(s); jobs wait for the new layouts")
+                format!(
+                    "MISO is repartitioning {repartitioning} GPU(s); jobs wait for the new layouts"
+                )
             })
         })
     }

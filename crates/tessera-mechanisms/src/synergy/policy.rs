@@ -1699,14 +1699,18 @@ impl Policy for SynergyPolicy {
         use tessera_sched::{WaitKind, Waiting};
         let kind = tessera_sched::reasons::classify_whole(view, job);
         let round = self.round;
-        Some(Waiting::new(kind).note(detail, move || match (kind, round) {
-            (WaitKind::CpuMemory, _) => {
-                "Synergy finds its GPUs free but not the CPU and memory its sensitivity asks"
-                    .to_string()
+        Some(Waiting::new(kind).note(detail, move || {
+            match (kind, round) {
+                (WaitKind::CpuMemory, _) => {
+                    "Synergy finds its GPUs free but not the CPU and memory its sensitivity asks"
+                        .to_string()
+                }
+                (WaitKind::Order, Some(r)) => {
+                    format!("Synergy allocates at its rounds (every {r})")
+                }
+                (WaitKind::Order, None) => "behind jobs Synergy ranks first".to_string(),
+                _ => "Synergy finds too few free GPUs of its types".to_string(),
             }
-            (WaitKind::Order, Some(r)) => format!("Synergy allocates at its rounds (every {r})"),
-            (WaitKind::Order, None) => "behind jobs Synergy ranks first".to_string(),
-            _ => "Synergy finds too few free GPUs of its types".to_string(),
         }))
     }
 

@@ -8,9 +8,7 @@ use tessera_model::{
 };
 use tessera_perf::{Profiler, RestartCosts, TraceThroughput};
 use tessera_sched::baselines::build as build_policy;
-use tessera_sched::{
-    Action, ClusterView, JobState, Ledger, Policy, PolicyOptions, WaitKind,
-};
+use tessera_sched::{Action, ClusterView, JobState, Ledger, Policy, PolicyOptions, WaitKind};
 use tessera_sim::{FailureSpec, SimConfig, SimReport, Simulation};
 
 use crate::{job, one_node, run};
@@ -29,7 +27,11 @@ fn expect(r: &SimReport, name: &str, want: &[(WaitKind, f64)]) {
     let got = waited(r, name);
     for (k, s) in &got {
         let w = want.iter().find(|(wk, _)| wk == k).map_or(0.0, |(_, s)| *s);
-        assert!((s - w).abs() < 1e-9, "{name} under {}: {got:?}, want {want:?}", r.policy);
+        assert!(
+            (s - w).abs() < 1e-9,
+            "{name} under {}: {got:?}, want {want:?}",
+            r.policy
+        );
     }
 }
 
@@ -127,7 +129,10 @@ impl Policy for AtRounds {
         let mut ledger = Ledger::from_state(view.cluster, view.state);
         for j in queued {
             if let Some(allocation) = ledger.place(j) {
-                actions.push(Action::Start { job: j.id, allocation });
+                actions.push(Action::Start {
+                    job: j.id,
+                    allocation,
+                });
             }
         }
     }
@@ -186,7 +191,11 @@ fn profiling_while_the_job_is_profiled() {
         },
     );
     expect(&r, "A", &[(WaitKind::Profiling, 30.0)]);
-    expect(&r, "B", &[(WaitKind::Profiling, 30.0), (WaitKind::Gpus, 90.0)]);
+    expect(
+        &r,
+        "B",
+        &[(WaitKind::Profiling, 30.0), (WaitKind::Gpus, 90.0)],
+    );
     assert_sums_to_queueing(&r);
 }
 
@@ -222,7 +231,11 @@ fn time_queued_again_after_a_preemption_counts() {
     // beside B from 20; A waits for GPUs 10 → 60 (see `srtf_preempts_for_shorter_jobs`).
     let r = run(
         &one_node(4),
-        vec![job("A", 0, 4, 100), job("B", 10, 2, 50), job("C", 20, 2, 30)],
+        vec![
+            job("A", 0, 4, 100),
+            job("B", 10, 2, 50),
+            job("C", 20, 2, 30),
+        ],
         "srtf",
         None,
         RestartCosts::free(),
