@@ -779,7 +779,7 @@ mod tests {
         let mut j = job(99, gpus);
         j.gpu_types.clear();
         let alloc = tessera_model::Allocation::single(crate::placement::proportional_share(
-            (&j).into(),
+            &j,
             &cluster.groups[cluster.nodes[node as usize].group as usize],
             NodeId(node),
             gpus,
@@ -804,9 +804,9 @@ mod tests {
         let mut typed = job(0, 5);
         typed.gpu_types = vec![v100];
         assert_eq!(kind_of(&c, &s, &typed), WaitKind::Gpus);
-        // CPU: 40 cores on 2 GPUs; no node has that.
+        // CPU: 70 cores on 2 GPUs; no two nodes have that.
         let mut cpu = job(0, 2);
-        cpu.cpu = Some(MilliCpu::from_cores(40));
+        cpu.cpu = Some(MilliCpu::from_cores(70));
         cpu.gpu_types = vec![a100];
         assert_eq!(kind_of(&c, &s, &cpu), WaitKind::CpuMemory);
         cpu.memory = Some(Bytes::from_gib(1));
