@@ -1693,26 +1693,30 @@ impl Policy for OrderedPolicy {
                 a.id,
             )
         };
-        let Some(mine) = view
+        let order = self.order.name();
+        let mut waiting = if waiting.kind == reasons::WaitKind::Order {
+            waiting.note(detail, || format!("{order} order"))
+        } else {
+            waiting
+        };
+        // A job the view does not show yet (a driver that has not made a decision since it
+        // was submitted) has no place in the order to count.
+        if let Some(mine) = view
             .active
             .iter()
             .find(|a| a.id == job.id)
             .map(|a| key(a, job))
-        else {
-            return Some(waiting);
-        };
-        let ahead = view
-            .active
-            .iter()
-            .filter(|a| a.state == JobState::Queued && a.id != job.id)
-            .filter_map(|a| view.spec(a).map(|s| key(a, s)))
-            .filter(|k| k.partial_cmp(&mine) == Some(std::cmp::Ordering::Less))
-            .count() as u32;
-        Some(
-            waiting
-                .ahead(ahead)
-                .note(detail, || format!("{} order", self.order.name())),
-        )
+        {
+            let ahead = view
+                .active
+                .iter()
+                .filter(|a| a.state == JobState::Queued && a.id != job.id)
+                .filter_map(|a| view.spec(a).map(|s| key(a, s)))
+                .filter(|k| k.partial_cmp(&mine) == Some(std::cmp::Ordering::Less))
+                .count() as u32;
+            waiting = waiting.ahead(ahead);
+        }
+        Some(waiting)
     }
 
     fn round_length(&self) -> Option<SimDuration> {

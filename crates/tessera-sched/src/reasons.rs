@@ -711,9 +711,7 @@ pub fn explain(
 ) -> PendingReason {
     let stated = stated.unwrap_or_else(|| Waiting::new(classify(view, job)));
     let (holders, holders_total) = holders_of(view, job);
-    let ahead = stated
-        .ahead
-        .or_else(|| (stated.kind == WaitKind::Order).then(|| ahead_by_priority(view, job)));
+    let ahead = stated.ahead.or_else(|| Some(ahead_by_priority(view, job)));
     PendingReason {
         kind: stated.kind,
         need: need_of(view.cluster, job),

@@ -97,11 +97,18 @@ impl Explainer<'_> {
                     r
                 }
             };
-            r.ahead = (r.kind == WaitKind::Order).then_some(pos.saturating_sub(1));
+            r.ahead = Some(pos.saturating_sub(1));
             r
         } else {
             let stated = core.policy.pending_reason(&view, spec, Detail::Full);
-            reasons::explain(&view, spec, stated)
+            let policy_counted = stated.as_ref().is_some_and(|w| w.ahead.is_some());
+            let mut r = reasons::explain(&view, spec, stated);
+            if !policy_counted {
+                // The daemon's queue position counts jobs the policy has not seen yet
+                // (submitted since its last decision); the view does not.
+                r.ahead = core.position(idx).map(|p| p.saturating_sub(1));
+            }
+            r
         };
         // Another tenant's jobs stay unnamed (as on the dashboard's nodes page): counted in
         // `holders_total`, left out of the names and the text.
