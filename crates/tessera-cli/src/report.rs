@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use tessera_sched::WaitKind;
 use tessera_sim::{JobOutcome, SimReport, Summary};
 
 /// One policy's line of `summary.json` (a stable contract: extend, do not break): the policy,
@@ -454,6 +455,14 @@ pub fn write_outputs(
         "nodes",
         "gpu_types",
     ];
+    // Seconds waited per reason (tessera_sched::WaitKind), one column per kind: together
+    // the time from arrival to first start (`queue_s`) plus any time queued again after
+    // preemptions or failures.
+    let wait_columns: Vec<String> = WaitKind::ALL
+        .iter()
+        .map(|k| format!("wait_{}_s", k.key()))
+        .collect();
+    header.extend(wait_columns.iter().map(String::as_str));
     if failures {
         header.extend(["restarts", "lost_gpu_secs"]);
     }
@@ -486,6 +495,11 @@ pub fn write_outputs(
                 nodes.cells(r.placements.get(j.job.index()).map_or(&[], Vec::as_slice));
             row.push(where_nodes);
             row.push(where_types);
+            // Empty cells when the engine did not count them (the reference semantics).
+            match r.waits.get(j.job.index()) {
+                Some(waited) => row.extend(waited.iter().map(|s| format!("{s}"))),
+                None => row.extend(WaitKind::ALL.iter().map(|_| String::new())),
+            }
             if failures {
                 let f = r
                     .summary

@@ -124,6 +124,10 @@ pub struct JobView {
     /// Why a pending job waits: `Resources`, `Priority`, or a backend reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reason: Option<String>,
+    /// Why a pending job waits, in detail: one kind of a closed set (see [`WaitReason`]),
+    /// what it needs, what is free per node group and which jobs hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<WaitReason>,
     /// 1-based position among pending jobs (priority, then submission order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<u32>,
@@ -165,6 +169,71 @@ pub struct ExpectedStart {
     /// Set when `at` is absent: the job starts no earlier than this (the horizon's end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<f64>,
+}
+
+/// Why a pending job waits (`tessera_sched::reasons`): the same kinds the simulator counts
+/// in `jobs.csv`'s `wait_KIND_s` columns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitReason {
+    /// `gpus`, `cpu_memory`, `mig_layout`, `quota`, `order`, `gang`, `unavailable` or
+    /// `profiling`.
+    pub kind: String,
+    /// The whole reason in one line (kind, needs, free per node group, holders).
+    pub text: String,
+    /// What the job asks for, in words (`4 GPUs of A100-80GB, 16 CPU`).
+    pub needs: String,
+    /// The node groups of its allowed GPU models: what is free there.
+    #[serde(default)]
+    pub free: Vec<GroupCapacity>,
+    /// Running jobs holding GPUs of those groups, most GPUs first (a few).
+    #[serde(default)]
+    pub holders: Vec<Holder>,
+    /// Running jobs holding GPUs of those groups, in all.
+    #[serde(default)]
+    pub holders_total: usize,
+    /// Pending jobs ahead of it (in the policy's order when the policy says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<u32>,
+    /// The policy's own words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A node group's capacity, as a [`WaitReason`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCapacity {
+    /// The group.
+    pub group: String,
+    /// Its GPU model.
+    pub gpu: String,
+    /// GPUs in the group.
+    pub total_gpus: u64,
+    /// Whole-free GPUs the policy may use.
+    pub free_gpus: u64,
+    /// Most whole-free GPUs on one node.
+    pub most_on_one_node: u32,
+    /// Idle GPUs that cannot be used: down, unhealthy, or on a drained or down node.
+    pub unavailable_gpus: u64,
+    /// GPUs partitioned into MIG instances, and their free instances.
+    pub partitioned_gpus: u64,
+    /// Free MIG instances on the partitioned GPUs.
+    pub free_mig_instances: u64,
+    /// GPUs being reconfigured.
+    pub reconfiguring_gpus: u64,
+}
+
+/// A running job holding GPUs a pending job could use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    /// Its job id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// GPUs (or GPU parts) it holds there.
+    pub gpus: u32,
 }
 
 /// `GET /v1/jobs`.

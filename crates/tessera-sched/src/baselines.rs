@@ -42,6 +42,7 @@ use crate::kinetic::{fairness_key, ordered_bits, FairLine, InOrder, Rank, Tourna
 use crate::placement::{fit_in, Demand, IndexedLedger, Ledger};
 use crate::policy::{Capabilities, Capability, JobChange, Policy, PolicyInfo, PolicyOptions};
 use crate::rank_set::RankSet;
+use crate::reasons::{self, Detail, Waiting};
 use crate::view::{
     remaining_secs, Action, ActiveJob, ClusterView, JobState, ProgressLine, Trigger,
 };
@@ -1670,6 +1671,52 @@ impl OrderedPolicy {
 impl Policy for OrderedPolicy {
     fn name(&self) -> &str {
         self.order.name()
+    }
+
+    /// MIG and share requests get a whole GPU here, so they wait as whole GPUs do; the jobs
+    /// ahead are those before it in this policy's order (key, then submission, then id).
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &TrainingJob,
+        detail: Detail,
+    ) -> Option<Waiting> {
+        let waiting = Waiting::new(reasons::classify_whole(view, job));
+        if detail == Detail::Kind {
+            return Some(waiting);
+        }
+        let key = |a: &ActiveJob, s: &TrainingJob| {
+            (
+                self.order.key(view, a, s),
+                self.order.exact_key(a),
+                s.submit,
+                a.id,
+            )
+        };
+        let order = self.order.name();
+        let mut waiting = if waiting.kind == reasons::WaitKind::Order {
+            waiting.note(detail, || format!("{order} order"))
+        } else {
+            waiting
+        };
+        // A job the view does not show yet (a driver that has not made a decision since it
+        // was submitted) has no place in the order to count.
+        if let Some(mine) = view
+            .active
+            .iter()
+            .find(|a| a.id == job.id)
+            .map(|a| key(a, job))
+        {
+            let ahead = view
+                .active
+                .iter()
+                .filter(|a| a.state == JobState::Queued && a.id != job.id)
+                .filter_map(|a| view.spec(a).map(|s| key(a, s)))
+                .filter(|k| k.partial_cmp(&mine) == Some(std::cmp::Ordering::Less))
+                .count() as u32;
+            waiting = waiting.ahead(ahead);
+        }
+        Some(waiting)
     }
 
     fn round_length(&self) -> Option<SimDuration> {

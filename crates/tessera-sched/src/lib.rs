@@ -13,6 +13,7 @@
 //!   the one check of actions all drivers apply.
 //! - [`placement`]: the [`Ledger`] of free resources and consolidated first-fit placement.
 //! - [`baselines`]: FIFO, SRTF, LAS and FTF, and the job orderings other policies reuse.
+//! - [`reasons`]: why a queued job waits ([`WaitKind`], [`PendingReason`]).
 //! - [`book`]: the accounting both drivers keep of jobs' attained service and restarts.
 //!
 //! Mechanism-specific policies (Synergy, ...) live with their mechanism in
@@ -27,6 +28,7 @@ mod kinetic;
 pub mod placement;
 pub mod policy;
 mod rank_set;
+pub mod reasons;
 pub mod state;
 pub mod view;
 
@@ -34,6 +36,7 @@ pub use placement::{fit_in, IndexedLedger, Ledger};
 pub use policy::{
     Capabilities, Capability, JobChange, Policy, PolicyError, PolicyInfo, PolicyOptions,
 };
+pub use reasons::{Detail, PendingReason, WaitKind, Waiting};
 pub use state::{validate, ActionError, ClusterState, GpuState, Holder};
 pub use view::{
     Action, ActiveJob, ClusterView, InstanceId, InstanceView, JobState, ProgressLine, ServicePhase,

@@ -73,6 +73,27 @@ pub trait Policy: Send {
         None
     }
 
+    /// Why this policy leaves the queued `job` waiting after its last decision, when it
+    /// knows better than the generic analysis ([`reasons::classify`](crate::reasons::classify):
+    /// free GPUs, CPU and memory, MIG instances, quotas against the job's request). `None`
+    /// (the default) lets the driver use the generic analysis.
+    ///
+    /// The kind must follow from the job's request (GPUs, types, CPU, memory, MIG, share,
+    /// model, tenant), the view and the policy's settings, not from the job's own history:
+    /// the simulator asks once per request shape at each decision point, with
+    /// [`Detail::Kind`](crate::Detail::Kind), and charges every waiting job of that shape
+    /// alike (`jobs.csv`'s time waited per reason); it must then be cheap. With
+    /// [`Detail::Full`](crate::Detail::Full) (the daemon's `describe`, `queue`, API) the
+    /// policy may add the jobs ahead of this one in its order and a note.
+    fn pending_reason(
+        &self,
+        _view: &ClusterView<'_>,
+        _job: &TrainingJob,
+        _detail: crate::Detail,
+    ) -> Option<crate::Waiting> {
+        None
+    }
+
     /// Called once, before the first scheduling point, by a driver that runs the Synergy
     /// reference simulator's round semantics (`--semantics synergy`): policies that follow the
     /// reference differently there (ranking keys, demotion, placement) switch now. Default:

@@ -121,6 +121,11 @@ pub struct ClusterState {
     /// need not visit them: the GPUs that can be taken whole (readiness aside), the GPUs
     /// up, and the instant by which every GPU is ready (see [`NodeSummary`]).
     summary: Vec<NodeSummary>,
+    /// GPUs marked down and GPUs partitioned into MIG instances, per node group, kept as
+    /// they change (rarely), so that explaining why a job waits visits a group's GPUs only
+    /// when it has some ([`crate::reasons`]).
+    group_down: Vec<u32>,
+    group_partitioned: Vec<u32>,
 }
 
 /// What [`ClusterState::resolve_for`] reads of a node's GPUs.
@@ -179,6 +184,8 @@ impl ClusterState {
             gpus: vec![GpuState::default(); total as usize],
             first_gpu,
             summary: Vec::new(),
+            group_down: vec![0; cluster.groups.len()],
+            group_partitioned: vec![0; cluster.groups.len()],
         };
         state.summarize_all();
         state
@@ -223,6 +230,26 @@ impl ClusterState {
     /// Whole-free GPUs per node group (indexed like `Cluster::groups`), in O(1).
     pub fn group_free_gpus(&self) -> &[u64] {
         &self.group_free_gpus
+    }
+
+    /// GPUs marked down in node group `group`, in O(1).
+    pub fn group_down_gpus(&self, group: usize) -> u32 {
+        self.group_down.get(group).copied().unwrap_or(0)
+    }
+
+    /// GPUs of node group `group` partitioned into MIG instances, in O(1).
+    pub fn group_partitioned_gpus(&self, group: usize) -> u32 {
+        self.group_partitioned.get(group).copied().unwrap_or(0)
+    }
+
+    /// Adds `delta` to a per-group count of node `node`'s group.
+    fn count_in_group(counts: &mut [u32], node_group: &[u32], node: NodeId, delta: i32) {
+        if let Some(c) = node_group
+            .get(node.index())
+            .and_then(|&g| counts.get_mut(g as usize))
+        {
+            *c = c.saturating_add_signed(delta);
+        }
     }
 
     /// Changes one node's free resources, keeping [`free_gpus`](Self::free_gpus) and
@@ -695,15 +722,26 @@ impl ClusterState {
     ) {
         let was_whole_free;
         let now_whole_free;
+        let partitioned;
         {
             let Some(g) = self.gpu_mut(node, gpu) else {
                 return;
             };
             was_whole_free = g.is_whole_free();
+            partitioned = (g.mig.is_some(), layout.is_some());
             g.mig = layout;
             g.mig_busy = 0;
             g.ready_at = ready_at;
             now_whole_free = g.is_whole_free();
+        }
+        match partitioned {
+            (false, true) => {
+                Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, 1)
+            }
+            (true, false) => {
+                Self::count_in_group(&mut self.group_partitioned, &self.node_group, node, -1)
+            }
+            _ => {}
         }
         self.summarize(node);
         match (was_whole_free, now_whole_free) {
@@ -729,6 +767,12 @@ impl ClusterState {
             g.down = down;
             (was, g.is_whole_free())
         };
+        Self::count_in_group(
+            &mut self.group_down,
+            &self.node_group,
+            node,
+            if down { 1 } else { -1 },
+        );
         self.summarize(node);
         match (was_whole_free, now_whole_free) {
             (true, false) => self.update_free(node, |f| f.gpus = f.gpus.saturating_sub(1)),
@@ -775,6 +819,25 @@ impl ClusterState {
         }
         if index_of(&self.free, &self.node_group, self.free_index.len()) != self.free_index {
             return Err("the index of nodes by free GPUs differs from the nodes".to_string());
+        }
+        let mut down = vec![0u32; self.group_down.len()];
+        let mut partitioned = vec![0u32; self.group_partitioned.len()];
+        for node in &cluster.nodes {
+            for g in self.gpus(node.id) {
+                if let Some(c) = down.get_mut(node.group as usize) {
+                    *c += u32::from(g.down);
+                }
+                if let Some(c) = partitioned.get_mut(node.group as usize) {
+                    *c += u32::from(g.mig.is_some());
+                }
+            }
+        }
+        if down != self.group_down || partitioned != self.group_partitioned {
+            return Err(format!(
+                "GPUs down per group {:?} and partitioned {:?} counted, {down:?} and \
+                 {partitioned:?} GPU by GPU",
+                self.group_down, self.group_partitioned
+            ));
         }
         let mut rebuilt = ClusterState::new(cluster);
         // Carry layouts and readiness over: they are not holdings.

@@ -46,6 +46,7 @@ use crate::metrics::{
     RestartStats, RunTotals, SimReport, Summary, UtilSample, PART_UNITS_PER_GPU,
 };
 use crate::serving::{Serving, ServingConfig};
+use crate::waits::WaitClocks;
 
 /// Settings of one run.
 #[derive(Clone, Debug)]
@@ -526,6 +527,8 @@ pub struct Simulation<'a> {
     /// The nodes each job ran on, in order of first use (with `record_timeseries`; kept
     /// apart from the per-job run state, which stays small and hot).
     placements: Vec<Vec<NodeId>>,
+    /// Time waited per reason, per job (`jobs.csv`).
+    waits: WaitClocks,
 }
 
 /// `alloc` with every quota part fixed at `sm` permille (request = limit).
@@ -717,6 +720,7 @@ impl<'a> Simulation<'a> {
             max_events,
             idle_points: 0,
             placements: Vec::new(),
+            waits: WaitClocks::new(jobs.len()),
         };
         sim.stale = StaleInstants::new(sim.skips_stale());
         sim
@@ -735,6 +739,35 @@ impl<'a> Simulation<'a> {
     /// Jobs that arrived and have not ended.
     pub fn active(&self) -> &[ActiveJob] {
         &self.active
+    }
+
+    /// Why queued job `job` waits now, in full (the policy's statement, else the generic
+    /// analysis: see [`tessera_sched::reasons`]); `None` unless it is queued. A job still being
+    /// profiled waits for [`WaitKind::Profiling`](tessera_sched::WaitKind::Profiling).
+    pub fn pending_reason(&self, job: JobId) -> Option<tessera_sched::PendingReason> {
+        let spec = self.jobs.get(job.index())?;
+        if self.estimates.get(job.index()).is_some_and(Option::is_some) {
+            return Some(tessera_sched::reasons::profiling(self.cluster, spec));
+        }
+        let pos = self.state.get(job.index())?.active_pos;
+        let entry = self.active.get(pos as usize)?;
+        if entry.state != JobState::Queued {
+            return None;
+        }
+        let view = ClusterView {
+            now: self.now,
+            trigger: Trigger::default(),
+            cluster: self.cluster,
+            free: self.devices.free(),
+            state: &self.devices,
+            jobs: self.jobs,
+            active: &self.active,
+            services: &[],
+        };
+        let stated = self
+            .policy
+            .pending_reason(&view, spec, tessera_sched::Detail::Full);
+        Some(tessera_sched::reasons::explain(&view, spec, stated))
     }
 
     /// True once every job has ended (or the time limit passed).
@@ -872,6 +905,7 @@ impl<'a> Simulation<'a> {
                 Event::ReconfigDone => trigger.reconfigured = true,
                 Event::Forked => trigger.arrival = true,
                 Event::ProfileDone { job } => {
+                    self.waits.profiled(job, t);
                     let knowledge = self
                         .estimates
                         .get_mut(job.index())
@@ -1115,6 +1149,7 @@ impl<'a> Simulation<'a> {
             self.job_ended(job);
         } else {
             self.active[pos].state = JobState::Queued;
+            self.waits.enqueue(&self.jobs[job.index()], self.now);
             if self.tracking {
                 self.policy.observe(JobChange::Preempted(
                     &self.active[pos],
@@ -1231,6 +1266,7 @@ impl<'a> Simulation<'a> {
             self.profiling_gpu_secs += profiler.gpus() as f64 * cost.as_secs_f64();
             if !cost.is_zero() {
                 self.estimates[job.id.index()] = Some(estimate);
+                self.waits.profiling(job.id, self.now);
                 self.seq += 1;
                 self.heap.push(Reverse((
                     self.now + cost,
@@ -1263,6 +1299,7 @@ impl<'a> Simulation<'a> {
         }
         self.active.push(entry);
         self.state[job.id.index()].synced_at = self.now;
+        self.waits.enqueue(job, self.now);
         if self.tracking {
             if let Some(a) = self.active.last() {
                 self.policy.observe(JobChange::Arrived(a, job));
@@ -1385,6 +1422,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn mark_running(&mut self, job: JobId) {
+        self.waits.dequeue(job, self.now);
         if self.state[job.index()].running_pos == NOT_ACTIVE {
             self.state[job.index()].running_pos = self.running.len() as u32;
             self.running.push(job);
@@ -1408,6 +1446,7 @@ impl<'a> Simulation<'a> {
         if !self.policy.may_act(&trigger) {
             // The point happened; the policy's answer (nothing) is known without the call.
             self.scheduling_points += 1;
+            self.explain_waiting(trigger);
             return Ok(false);
         }
         // Syncs are independent per job, so their order does not matter. A policy that does
@@ -1473,7 +1512,32 @@ impl<'a> Simulation<'a> {
         if changed {
             self.record_sample();
         }
+        self.explain_waiting(trigger);
         Ok(changed)
+    }
+
+    /// After a decision: the reason each request shape with jobs waiting waits for, from the
+    /// policy, else the generic analysis (see [`WaitClocks`]).
+    fn explain_waiting(&mut self, trigger: Trigger) {
+        if !self.waits.any_waiting() {
+            return;
+        }
+        let services = if self.serving.any() {
+            self.serving.views(self.now)
+        } else {
+            &[]
+        };
+        let view = ClusterView {
+            now: self.now,
+            trigger,
+            cluster: self.cluster,
+            free: self.devices.free(),
+            state: &self.devices,
+            jobs: self.jobs,
+            active: &self.active,
+            services,
+        };
+        self.waits.decide(&view, self.policy.as_ref());
     }
 
     /// Counts scheduling points that change nothing: no arrival, completion, failure or
@@ -1719,6 +1783,7 @@ impl<'a> Simulation<'a> {
                 self.active[pos].state = JobState::Queued;
                 self.active[pos].resumes_at = None;
                 self.mark_stopped(job);
+                self.waits.enqueue(&self.jobs[job.index()], self.now);
                 if self.tracking {
                     self.policy.observe(JobChange::Preempted(
                         &self.active[pos],
@@ -2382,10 +2447,12 @@ impl<'a> Simulation<'a> {
         summary.failures = self.failure_summary();
         let (services, service_instances) = self.serving.finish(self.now);
         summary.services = services;
+        let waits = std::mem::take(&mut self.waits).finish(self.now);
         SimReport {
             policy,
             summary,
             jobs,
+            waits,
             timeseries: std::mem::take(&mut self.timeseries),
             policy_stats: self.policy.stats(),
             service_instances,

@@ -34,6 +34,7 @@ mod engine;
 pub mod failures;
 pub mod metrics;
 pub mod serving;
+mod waits;
 
 pub use engine::{
     default_event_budget, Progress, RunningAt, SimConfig, SimError, Simulation, Snapshot,

@@ -484,6 +484,11 @@ pub struct SimReport {
     pub summary: Summary,
     /// One record per job, by id.
     pub jobs: Vec<JobRecord>,
+    /// Per job (by id), seconds waited per reason, indexed by
+    /// [`WaitKind::index`](tessera_sched::WaitKind::index); empty when the driver did not count
+    /// them (the Synergy reference engine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<[f64; tessera_sched::WaitKind::COUNT]>,
     /// Allocation over time.
     pub timeseries: Vec<UtilSample>,
     /// Policy-specific counters ([`tessera_sched::Policy::stats`]).

@@ -346,6 +346,9 @@ fn job_rows(jobs: &[JobView]) -> String {
                     (Some(r), None) => r.clone(),
                     _ => "-".into(),
                 },
+                j.reason
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |r| r.text.clone()),
                 j.expected_start
                     .as_ref()
                     .map_or_else(|| "-".into(), |e| expected_start_short(e, now)),
@@ -361,6 +364,7 @@ fn job_rows(jobs: &[JobView]) -> String {
             "gpus",
             "nodes",
             "pending",
+            "why",
             "expected start",
         ],
         &rows,
@@ -482,6 +486,58 @@ pub fn describe(args: &IdArgs) -> Result<()> {
             "expected start: {}",
             expected_start_long(e, unix_now())
         )?;
+    }
+    if let Some(r) = &j.reason {
+        writeln!(out, "waiting for:    {} ({})", r.kind, r.text)?;
+        writeln!(out, "  needs:        {}", r.needs)?;
+        for g in &r.free {
+            writeln!(
+                out,
+                "  free in {}:  {} of {} {} GPUs (at most {} on one node){}{}",
+                g.group,
+                g.free_gpus,
+                g.total_gpus,
+                g.gpu,
+                g.most_on_one_node,
+                if g.unavailable_gpus > 0 {
+                    format!(", {} unavailable", g.unavailable_gpus)
+                } else {
+                    String::new()
+                },
+                if g.partitioned_gpus > 0 {
+                    format!(
+                        ", {} partitioned ({} free instances)",
+                        g.partitioned_gpus, g.free_mig_instances
+                    )
+                } else {
+                    String::new()
+                },
+            )?;
+        }
+        if r.holders_total > 0 {
+            let named: Vec<String> = r
+                .holders
+                .iter()
+                .map(|h| format!("{} ({}, {} GPUs)", h.id, h.name, h.gpus))
+                .collect();
+            let more = r.holders_total.saturating_sub(r.holders.len());
+            writeln!(
+                out,
+                "  held by:      {}{}",
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        if let Some(n) = r.ahead {
+            writeln!(out, "  jobs ahead:   {n}")?;
+        }
+        if let Some(note) = &r.note {
+            writeln!(out, "  policy says:  {note}")?;
+        }
     }
     for s in &j.allocation {
         writeln!(

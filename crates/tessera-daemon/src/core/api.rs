@@ -162,7 +162,7 @@ impl Core {
         Err(ApiError::unauthorized())
     }
 
-    fn can_see(caller: &Caller, row: &JobRow) -> bool {
+    pub(super) fn can_see(caller: &Caller, row: &JobRow) -> bool {
         match caller {
             Caller::Tenant { admin: true, .. } => true,
             Caller::Tenant { name, .. } => &row.tenant == name,
@@ -281,6 +281,7 @@ impl Core {
                 ))
             }),
             pending_reason,
+            reason: None,
             queue_position: position,
             backend_id: r.handle.clone(),
             backend_state: r.backend_state.clone(),
@@ -604,17 +605,25 @@ impl Core {
                     None
                 };
                 let positions = self.positions_of(&page);
+                let mut why = self.explainer(now, &caller);
                 let jobs = page
                     .into_iter()
-                    .map(|i| self.view(i, positions.get(&i).copied(), false))
+                    .map(|i| {
+                        let position = positions.get(&i).copied();
+                        let mut v = self.view(i, position, false);
+                        v.reason = position.and_then(|p| why.explain(i, Some(p)));
+                        v
+                    })
                     .collect();
                 Ok(Response::Jobs(JobList { jobs, next_after }))
             }
             Request::Get { id } => {
                 let idx = self.lookup(&caller, id)?;
                 let position = self.position(idx);
+                let mut job = self.view(idx, position, true);
+                job.reason = self.wait_reason(idx, now, &caller);
                 Ok(Response::Detail(Box::new(JobDetail {
-                    job: self.view(idx, position, true),
+                    job,
                     spec: self.jobs[idx].spec.clone(),
                     transitions: Vec::new(),
                 })))
@@ -637,7 +646,7 @@ impl Core {
                 self.set_node_health(now, &node, health)?;
                 Ok(Response::Nodes(self.nodes()))
             }
-            Request::Queue => Ok(Response::Queue(self.queue(&caller))),
+            Request::Queue => Ok(Response::Queue(self.queue(&caller, now))),
             Request::Events { after, limit } => {
                 Ok(Response::Events(self.events(&caller, after, limit)))
             }
@@ -937,7 +946,7 @@ impl Core {
         NodeList { nodes }
     }
 
-    fn queue(&self, caller: &Caller) -> QueueView {
+    fn queue(&self, caller: &Caller, now: SimTime) -> QueueView {
         let mut queues: BTreeMap<String, QueueSummary> = BTreeMap::new();
         for &idx in &self.active {
             let job = &self.jobs[idx];
@@ -961,12 +970,17 @@ impl Core {
                 q.running_gpus += job.spec.gpus as u64;
             }
         }
+        let mut why = self.explainer(now, caller);
         let pending = self
             .pending_order()
             .into_iter()
             .enumerate()
             .filter(|(_, i)| Self::can_see(caller, &self.jobs[*i].row))
-            .map(|(p, i)| self.view(i, Some(p as u32 + 1), false))
+            .map(|(p, i)| {
+                let mut v = self.view(i, Some(p as u32 + 1), false);
+                v.reason = why.explain(i, Some(p as u32 + 1));
+                v
+            })
             .collect();
         QueueView {
             policy: self.policy.name().to_string(),

@@ -36,6 +36,7 @@ mod jobs;
 mod launch;
 mod output;
 mod polling;
+mod reasons;
 pub mod records;
 mod restore;
 mod services;
@@ -54,6 +55,8 @@ mod forecast_accuracy;
 mod knowledge_tests;
 #[cfg(test)]
 mod preemption_tests;
+#[cfg(test)]
+mod reasons_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

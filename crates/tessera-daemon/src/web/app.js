@@ -107,6 +107,13 @@ function expected(e) {
   return "-";
 }
 
+// Why a pending job waits (the API's `reason`): its kind as a tag, then the whole reason
+// (needs, free per node group, holders) as text.
+function why(r) {
+  if (r === undefined || r === null) return "-";
+  return el("span", { class: "why", "data-kind": r.kind }, tag(r.kind, "why-kind"), " ", r.text);
+}
+
 function gpusOf(j) {
   return String(j.gpus) + (j.gpuType ? " " + j.gpuType : "");
 }
@@ -200,10 +207,11 @@ async function renderQueue() {
   const summary = table(["queue", "pending", "running", "pending GPUs", "running GPUs"],
     q.queues.map((s) => [s.name, String(s.pending), String(s.running), String(s.pendingGpus),
       String(s.runningGpus)]));
-  const pending = table(["#", "job", "name", "tenant", "queue", "gpus", "priority", "waiting", "reason", "expected start"],
+  const pending = table(["#", "job", "name", "tenant", "queue", "gpus", "priority", "waiting", "reason", "why", "expected start"],
     q.pending.map((j) => [
       String(j.queuePosition ?? "-"), String(j.id), j.name, j.tenant, j.queue, gpusOf(j),
       String(j.priority), ago(j.submittedAt).replace(" ago", ""), reason(j.pendingReason),
+      why(j.reason),
       expected(j.expectedStart),
     ]), { class: "pending" });
   return [el("h1", {}, "Queue"), el("p", {}, "policy: ", el("code", {}, q.policy)), summary,

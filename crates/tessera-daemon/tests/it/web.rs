@@ -293,6 +293,21 @@ fn dashboard_pages_show_what_the_daemon_holds_in_headless_chromium() {
     ] {
         assert!(queue.contains(&text), "queue page lacks {text:?}: {queue}");
     }
+    // Why it waits, in detail (issue 39 item 1): too few whole A100-80GBs are free (two held
+    // by whole-b, one partitioned for mig-a), and the page shows that reason's kind and text.
+    // Alice sees her own mig-a named among the holders, not Bob's whole-b.
+    let why = big_view.reason.expect("a detailed reason");
+    assert_eq!(why.kind, "gpus", "{why:?}");
+    assert!(why.holders.iter().any(|h| h.name == "mig-a"), "{why:?}");
+    assert!(!why.holders.iter().any(|h| h.name == "whole-b"), "{why:?}");
+    assert!(why.holders_total >= 2, "{why:?}");
+    for text in [
+        r#"data-kind="gpus""#.to_string(),
+        "no fitting GPUs of the allowed types".to_string(),
+        "needs 4 GPUs of A100-80GB".to_string(),
+    ] {
+        assert!(queue.contains(&text), "queue page lacks {text:?}: {queue}");
+    }
 
     let services = page("services", ALICE);
     for text in [

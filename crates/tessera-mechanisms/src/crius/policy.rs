@@ -991,6 +991,28 @@ impl Policy for CriusPolicy {
         self.name
     }
 
+    /// Crius gives a job one cell (GPUs of one type) at its rounds: a job that fits now waits
+    /// for the next round; one that does not waits for a cell of its GPUs, or its GPUs are
+    /// free only across types (a gang no cell holds).
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &tessera_model::TrainingJob,
+        detail: tessera_sched::Detail,
+    ) -> Option<tessera_sched::Waiting> {
+        let kind = tessera_sched::reasons::classify_whole(view, job);
+        let round = self.round;
+        let gpus = job.gpus;
+        Some(
+            tessera_sched::Waiting::new(kind).note(detail, move || match kind {
+                tessera_sched::WaitKind::Order => {
+                    format!("Crius places jobs at its rounds (every {round})")
+                }
+                _ => format!("no Crius cell of {gpus} GPUs of one type has room"),
+            }),
+        )
+    }
+
     fn round_length(&self) -> Option<SimDuration> {
         Some(self.round)
     }

@@ -31,8 +31,8 @@ use tessera_model::{
     NodeId, NodeShare, ServiceId, SimDuration, SimTime, TrainingJob,
 };
 use tessera_sched::{
-    validate, Action, Capabilities, Capability, ClusterState, ClusterView, InstanceId, JobState,
-    Policy, PolicyInfo, ServicePhase, ServiceView,
+    validate, Action, Capabilities, Capability, ClusterState, ClusterView, Detail, InstanceId,
+    JobState, Policy, PolicyInfo, ServicePhase, ServiceView, WaitKind, Waiting,
 };
 
 use super::instances::{InstanceKind, InstanceSpec};
@@ -1002,6 +1002,23 @@ pub fn last_seconds_rate(svc: &ServiceView, now: SimTime) -> f64 {
 impl Policy for DiluServe {
     fn name(&self) -> &str {
         self.name
+    }
+
+    /// Dilu places a training job as an SM quota with its pool booking, never a whole GPU:
+    /// a job the generic analysis finds room for but Dilu left queued found no GPU with quota
+    /// left for it.
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &TrainingJob,
+        detail: Detail,
+    ) -> Option<Waiting> {
+        match tessera_sched::reasons::classify(view, job) {
+            WaitKind::Order => Some(Waiting::new(WaitKind::Quota).note(detail, || {
+                "Dilu found no GPU with SM quota and memory left for it".to_string()
+            })),
+            other => Some(Waiting::new(other)),
+        }
     }
 
     /// Its only state per job is the pool name of each running job; a job that finished

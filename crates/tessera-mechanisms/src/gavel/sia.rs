@@ -614,6 +614,36 @@ impl Policy for SiaPolicy {
         "sia"
     }
 
+    /// Sia chooses each job's GPU type and count at its rounds: a job waits for GPUs of a
+    /// type it may use (any count from one up), else for the round.
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &tessera_model::TrainingJob,
+        detail: tessera_sched::Detail,
+    ) -> Option<tessera_sched::Waiting> {
+        use tessera_sched::{WaitKind, Waiting};
+        // Sia may shrink a job to one GPU of any type it allows: it waits for GPUs only when
+        // no GPU of those types is free.
+        let one = tessera_model::TrainingJob {
+            gpus: 1,
+            cpu: None,
+            memory: None,
+            ..job.clone()
+        };
+        let kind = match tessera_sched::reasons::classify_whole(view, &one) {
+            WaitKind::Order => WaitKind::Order,
+            _ => tessera_sched::reasons::classify_whole(view, job),
+        };
+        let round = self.round;
+        Some(Waiting::new(kind).note(detail, move || match kind {
+            WaitKind::Order => {
+                format!("Sia picks GPU types and counts at its rounds (every {round})")
+            }
+            _ => "no GPU of a type Sia may give it is free".to_string(),
+        }))
+    }
+
     fn round_length(&self) -> Option<SimDuration> {
         Some(self.round)
     }

@@ -18,7 +18,7 @@ use tessera_model::{
     Allocation, Bytes, Cluster, DeviceAlloc, GpuMask, GpuPart, JobId, MigGeometry, MigInstance,
     MigRequest, MilliCpu, NodeId, NodeShare, SimDuration, SimRng, SimTime, TrainingJob,
 };
-use tessera_sched::{Action, ClusterView, GpuState, JobState, Policy};
+use tessera_sched::{Action, ClusterView, Detail, GpuState, JobState, Policy, WaitKind, Waiting};
 
 use super::layouts::LayoutSet;
 use super::opt::{optimize_fixed, Candidates, FixedProfile, Objective};
@@ -1257,6 +1257,31 @@ impl Miso {
 impl Policy for Miso {
     fn name(&self) -> &str {
         self.name
+    }
+
+    /// A single-GPU job waits for a layout while any GPU is being repartitioned for the jobs
+    /// MISO placed (a reconfiguration pending); otherwise as the generic analysis says.
+    fn pending_reason(
+        &self,
+        _view: &ClusterView<'_>,
+        job: &TrainingJob,
+        detail: Detail,
+    ) -> Option<Waiting> {
+        if job.gpus > 1 {
+            return None;
+        }
+        let repartitioning = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s.phase, Phase::Pending { .. }))
+            .count();
+        (repartitioning > 0).then(|| {
+            Waiting::new(WaitKind::MigLayout).note(detail, || {
+                format!(
+                    "MISO is repartitioning {repartitioning} GPU(s); jobs wait for the new layouts"
+                )
+            })
+        })
     }
     fn refuses(&self, job: &TrainingJob, cluster: &Cluster) -> Option<String> {
         fixed_profile_refusal(job, cluster, &self.config.table, |_, _| true, None)

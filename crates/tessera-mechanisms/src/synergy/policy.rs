@@ -1688,6 +1688,32 @@ impl Policy for SynergyPolicy {
         &self.name
     }
 
+    /// Synergy gives whole GPUs with CPU and memory by the job's sensitivity (at least the
+    /// GPU-proportional share it is judged by here), at its rounds.
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &TrainingJob,
+        detail: tessera_sched::Detail,
+    ) -> Option<tessera_sched::Waiting> {
+        use tessera_sched::{WaitKind, Waiting};
+        let kind = tessera_sched::reasons::classify_whole(view, job);
+        let round = self.round;
+        Some(Waiting::new(kind).note(detail, move || {
+            match (kind, round) {
+                (WaitKind::CpuMemory, _) => {
+                    "Synergy finds its GPUs free but not the CPU and memory its sensitivity asks"
+                        .to_string()
+                }
+                (WaitKind::Order, Some(r)) => {
+                    format!("Synergy allocates at its rounds (every {r})")
+                }
+                (WaitKind::Order, None) => "behind jobs Synergy ranks first".to_string(),
+                _ => "Synergy finds too few free GPUs of its types".to_string(),
+            }
+        }))
+    }
+
     fn round_length(&self) -> Option<SimDuration> {
         self.round
     }

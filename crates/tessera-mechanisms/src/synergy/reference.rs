@@ -563,6 +563,7 @@ pub fn run_reference(
         policy: policy.name().to_string(),
         summary,
         jobs: records,
+        waits: Vec::new(),
         timeseries: Vec::new(),
         policy_stats: policy.stats(),
         service_instances: Vec::new(),

@@ -5,6 +5,7 @@ mod devices;
 mod failures;
 mod invariants;
 mod progress;
+mod reasons;
 mod scenarios;
 mod serving;
 
