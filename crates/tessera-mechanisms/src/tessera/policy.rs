@@ -219,8 +219,9 @@ impl TesseraPolicy {
     /// against 18 h on whole GPUs), so slices pay only when GPUs are short. A job MISO holds
     /// (running on its GPU, or promised one) stays MISO's; one the training piece runs stays
     /// the training piece's; the queued others all go whole when the idle whole MIG-capable
-    /// GPUs are at least as many as they are and every GPU queued training jobs ask for is
-    /// free beside them, else all to MISO, which packs them.
+    /// GPUs outnumber them (one is left for MISO, which starts a job alone on a GPU whole and
+    /// packs the next ones beside it) and every GPU queued training jobs ask for is free
+    /// beside them, else all to MISO.
     fn mig_any_whole(&self, view: &ClusterView<'_>) -> Vec<JobId> {
         let mut whole = Vec::new();
         if !self.pieces.miso {
@@ -254,7 +255,7 @@ impl TesseraPolicy {
                 }
             }
             let n = waiting.len() as u64;
-            if mig_capable >= n && free >= n + train_asks {
+            if mig_capable > n && free >= n + train_asks {
                 whole.extend(waiting);
             }
         }
@@ -613,10 +614,10 @@ mod tests {
         assert!(!p.miso && p.crius && p.dilu && p.synergy && p.hap);
     }
 
-    /// Queued `mig-any` jobs take whole GPUs while idle MIG-capable GPUs are at least as
-    /// many as they are, and go to MISO together once they outnumber them.
+    /// Queued `mig-any` jobs take whole GPUs while idle MIG-capable GPUs outnumber them, and
+    /// go to MISO together otherwise.
     #[test]
-    fn mig_any_jobs_go_whole_only_while_idle_gpus_hold_them_all() {
+    fn mig_any_jobs_go_whole_only_while_idle_gpus_outnumber_them() {
         let cluster = tessera_model::Cluster::from_yaml(
             "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: t\nspec:\n  nodeGroups:\n    - {name: a, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}\n",
             &tessera_model::GpuCatalog::builtin(),
@@ -646,7 +647,7 @@ mod tests {
             t.mig_any_whole(&view).len()
         };
         assert_eq!(whole(1), 1);
-        assert_eq!(whole(2), 2);
+        assert_eq!(whole(2), 0, "two jobs on two GPUs: one kept for MISO");
         assert_eq!(whole(3), 0, "three jobs on two GPUs: MISO packs them");
     }
 
