@@ -1122,6 +1122,12 @@ impl Miso {
     }
 
     /// The slot with the fewest jobs that can take `job` now (ties: lowest GPU).
+    /// Whether `job` is promised to a GPU (placed by MISO, or waiting on a reconfiguration
+    /// planned for it): a composition must leave such a job with MISO.
+    pub(crate) fn holds(&self, job: JobId) -> bool {
+        self.job_gpu.get(job.index()).is_some_and(|&g| g != NONE)
+    }
+
     /// Failures: the engine requeues the jobs of a GPU that goes down, so its slot forgets
     /// them (they queue again, FIFO by submission) and starts over once the GPU is back; a
     /// job found queued on a settled slot was evicted the same way and is forgotten too.

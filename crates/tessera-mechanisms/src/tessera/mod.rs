@@ -12,6 +12,8 @@ use crate::{
     BuiltinCluster, BuiltinWorkload, Mechanism, Truth, TruthInfo, TruthOptions, WorkloadGenerator,
 };
 
+#[cfg(feature = "experiments")]
+pub mod bench;
 pub mod policy;
 #[cfg(feature = "experiments")]
 pub mod repro;
@@ -82,6 +84,11 @@ impl Mechanism for Tessera {
     #[cfg(feature = "experiments")]
     fn experiments(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
         &[&repro::TesseraRepro]
+    }
+
+    #[cfg(feature = "experiments")]
+    fn benches(&self) -> &'static [&'static dyn crate::experiment::Experiment] {
+        &[&bench::TesseraBench]
     }
 
     #[cfg(feature = "experiments")]

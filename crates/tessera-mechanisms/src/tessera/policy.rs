@@ -31,10 +31,12 @@
 
 use std::collections::BTreeMap;
 
-use tessera_model::{Bytes, GpuModelId, MilliCpu, SimDuration, SimTime, TrainingJob};
+use tessera_model::{
+    Bytes, GpuModelId, JobId, MigRequest, MilliCpu, SimDuration, SimTime, TrainingJob,
+};
 use tessera_sched::{
-    Action, ActiveJob, Capabilities, Capability, ClusterView, Policy, PolicyInfo, PolicyOptions,
-    ServicePhase, ServiceView,
+    Action, ActiveJob, Capabilities, Capability, ClusterView, JobState, Policy, PolicyInfo,
+    PolicyOptions, ServicePhase, ServiceView,
 };
 
 #[path = "policy_scratch.rs"]
@@ -198,20 +200,67 @@ impl TesseraPolicy {
     }
 
     /// Jobs asking for a MIG instance go to MISO, GPU shares to Dilu, every other job to the
-    /// training piece. Measured on the default run, MISO's slices ran `mig-any` jobs 2-3
-    /// times slower than the whole GPU their trace time is for (19 jobs: 45 h of JCT against
-    /// FIFO's 18 h) while most GPUs were idle; sending them to the training piece (whole
-    /// GPUs) cut tessera's average JCT from 44 to 32 min, but then no `mig-any` job ever
-    /// holds a MIG instance, which the `mig-any` capability promises (the conformance test
-    /// `every_policy_does_what_it_declares`): MISO keeps them until it can choose.
-    fn class(&self, spec: &TrainingJob) -> Class {
-        if self.pieces.miso && spec.mig.is_some() {
+    /// training piece; a `mig-any` job `whole` (see [`Self::mig_any_whole`]) to the training
+    /// piece too.
+    fn class(&self, spec: &TrainingJob, whole: bool) -> Class {
+        if self.pieces.miso && spec.mig.is_some() && !whole {
             Class::Mig
         } else if self.pieces.dilu && spec.gpu_share.is_some() {
             Class::Share
         } else {
             Class::Train
         }
+    }
+
+    /// The `mig-any` jobs the training piece runs on whole GPUs at this call rather than MISO
+    /// on its slices, sorted. A job asking for "any MIG slice" takes what serves it best: by
+    /// the composed truth a slice is never faster than the whole GPU its trace time is for
+    /// (measured on the default run: MISO's slices ran them 2-3 times slower, 45 h of JCT
+    /// against 18 h on whole GPUs), so slices pay only when GPUs are short. A job MISO holds
+    /// (running on its GPU, or promised one) stays MISO's; one the training piece runs stays
+    /// the training piece's; the queued others all go whole when the idle whole MIG-capable
+    /// GPUs outnumber them (one is left for MISO, which starts a job alone on a GPU whole and
+    /// packs the next ones beside it) and every GPU queued training jobs ask for is free
+    /// beside them, else all to MISO.
+    fn mig_any_whole(&self, view: &ClusterView<'_>) -> Vec<JobId> {
+        let mut whole = Vec::new();
+        if !self.pieces.miso {
+            return whole;
+        }
+        let mut waiting: Vec<JobId> = Vec::new();
+        let mut train_asks: u64 = 0;
+        for a in view.active {
+            let Some(spec) = view.spec(a) else { continue };
+            if matches!(spec.mig, Some(MigRequest::Any)) {
+                if self.miso.holds(a.id) {
+                    continue;
+                }
+                match a.state {
+                    JobState::Running => whole.push(a.id),
+                    JobState::Queued => waiting.push(a.id),
+                }
+            } else if a.state == JobState::Queued && self.class(spec, false) == Class::Train {
+                train_asks += u64::from(spec.gpus);
+            }
+        }
+        if !waiting.is_empty() {
+            let (mut mig_capable, mut free) = (0u64, 0u64);
+            for node in &view.cluster.nodes {
+                let capable = view.cluster.catalog.mig_geometry(node.gpu).is_some();
+                for g in view.state.gpus(node.id) {
+                    if g.is_whole_free() && g.ready_at <= view.now {
+                        free += 1;
+                        mig_capable += u64::from(capable);
+                    }
+                }
+            }
+            let n = waiting.len() as u64;
+            if mig_capable > n && free >= n + train_asks {
+                whole.extend(waiting);
+            }
+        }
+        whole.sort_unstable();
+        whole
     }
 
     /// The Dilu a holder allowed on `types` belongs to: its models sorted, none when they
@@ -451,9 +500,10 @@ impl Policy for TesseraPolicy {
         let mut mig: Vec<ActiveJob> = Vec::new();
         let mut shares: Vec<ActiveJob> = Vec::new();
         let mut train: Vec<ActiveJob> = Vec::new();
+        let whole = self.mig_any_whole(view);
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
-            match self.class(spec) {
+            match self.class(spec, whole.binary_search(&a.id).is_ok()) {
                 Class::Mig => mig.push(a.clone()),
                 Class::Share => shares.push(a.clone()),
                 Class::Train => train.push(a.clone()),
@@ -564,27 +614,64 @@ mod tests {
         assert!(!p.miso && p.crius && p.dilu && p.synergy && p.hap);
     }
 
+    /// Queued `mig-any` jobs take whole GPUs while idle MIG-capable GPUs outnumber them, and
+    /// go to MISO together otherwise.
+    #[test]
+    fn mig_any_jobs_go_whole_only_while_idle_gpus_outnumber_them() {
+        let cluster = tessera_model::Cluster::from_yaml(
+            "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: t\nspec:\n  nodeGroups:\n    - {name: a, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}\n",
+            &tessera_model::GpuCatalog::builtin(),
+        )
+        .unwrap();
+        let state = tessera_sched::ClusterState::new(&cluster);
+        let jobs: Vec<TrainingJob> = (0..3)
+            .map(|i| {
+                let mut j = TrainingJob::simple(i, SimTime::ZERO, 1, SimDuration::from_secs(60));
+                j.mig = Some(MigRequest::Any);
+                j
+            })
+            .collect();
+        let t = TesseraPolicy::new(pieces("tessera").unwrap(), &PolicyOptions::default());
+        let whole = |n: usize| {
+            let active: Vec<ActiveJob> = jobs[..n].iter().map(ActiveJob::arrived).collect();
+            let view = ClusterView {
+                now: SimTime::ZERO,
+                trigger: tessera_sched::Trigger::default(),
+                cluster: &cluster,
+                free: state.free(),
+                state: &state,
+                jobs: &jobs,
+                active: &active,
+                services: &[],
+            };
+            t.mig_any_whole(&view).len()
+        };
+        assert_eq!(whole(1), 1);
+        assert_eq!(whole(2), 0, "two jobs on two GPUs: one kept for MISO");
+        assert_eq!(whole(3), 0, "three jobs on two GPUs: MISO packs them");
+    }
+
     /// MIG jobs go to MISO, shares to Dilu (and to the training piece in the ablations
     /// without them).
     #[test]
     fn jobs_go_to_the_piece_of_what_they_ask() {
         let t = TesseraPolicy::new(pieces("tessera").unwrap(), &PolicyOptions::default());
         let mut j = TrainingJob::simple(0, SimTime::ZERO, 1, SimDuration::from_secs(60));
-        assert_eq!(t.class(&j), Class::Train);
+        assert_eq!(t.class(&j, false), Class::Train);
         j.mig = Some(MigRequest::Any);
-        assert_eq!(t.class(&j), Class::Mig);
+        assert_eq!(t.class(&j, false), Class::Mig);
         j.mig = Some(MigRequest::Profile("1g.10gb".into()));
-        assert_eq!(t.class(&j), Class::Mig);
+        assert_eq!(t.class(&j, false), Class::Mig);
         let no_miso = TesseraPolicy::new(
             pieces("tessera-no-miso").unwrap(),
             &PolicyOptions::default(),
         );
-        assert_eq!(no_miso.class(&j), Class::Train);
+        assert_eq!(no_miso.class(&j, false), Class::Train);
         j.mig = None;
         j.gpu_share = Some(tessera_model::GpuShareRequest {
             sm_permille: 250,
             memory: None,
         });
-        assert_eq!(t.class(&j), Class::Share);
+        assert_eq!(t.class(&j, false), Class::Share);
     }
 }
