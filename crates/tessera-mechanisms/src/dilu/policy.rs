@@ -534,7 +534,7 @@ impl DiluServe {
             return;
         };
         let booking = self.mode.booking(spec.kind);
-        if plan(&Pool::new(pool.spec().clone()), booking, &spec).is_err() {
+        if plan(&Pool::new(*pool.spec()), booking, &spec).is_err() {
             return;
         }
         let taken: std::collections::BTreeSet<u32> = self.reserved.values().copied().collect();

@@ -82,6 +82,12 @@ pub fn run_policy(
     let mut config = SimConfig {
         profiler: run_profiler(policy, truth, &truth_options()),
         profile_seed: seed,
+        // Every policy is offered the same requests (the seed draws them), with a serving
+        // setup of its mechanism's or without, as in `simulate`.
+        serving: tessera_sim::ServingConfig {
+            seed,
+            ..tessera_sim::ServingConfig::default()
+        },
         ..SimConfig::default()
     };
     let run_workload = relaxed.as_ref().map_or(workload, |r| &r.workload);
@@ -97,7 +103,7 @@ pub fn run_policy(
             model = Arc::clone(t);
         }
     }
-    let serving_seed = config.serving.seed;
+    let serving_seed = seed;
     let mut report = Simulation::new(cluster, run_workload, model.as_ref(), built, config)
         .run(&mut ())
         .map_err(|source| ExperimentError::Sim {
