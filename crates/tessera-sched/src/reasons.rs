@@ -132,6 +132,36 @@ pub struct RequestShape {
 }
 
 impl RequestShape {
+    /// Whether `job`'s request has this shape (no allocation: drivers look shapes up once
+    /// per arrival).
+    pub fn matches(&self, job: &TrainingJob) -> bool {
+        self.gpus == job.gpus
+            && self.gpu_types == job.gpu_types
+            && self.cpu == job.cpu
+            && self.memory == job.memory
+            && self.share == job.gpu_share.map(|s| (s.sm_permille, s.memory))
+            && self.mig == job.mig
+            && self.model == job.model
+            && self.tenant == job.tenant
+    }
+
+    /// A hash of `job`'s request shape, equal for requests of equal shape (no allocation).
+    pub fn fingerprint(job: &TrainingJob) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        job.gpus.hash(&mut h);
+        job.gpu_types.hash(&mut h);
+        job.cpu.hash(&mut h);
+        job.memory.hash(&mut h);
+        job.gpu_share
+            .map(|s| (s.sm_permille, s.memory))
+            .hash(&mut h);
+        job.mig.hash(&mut h);
+        job.model.hash(&mut h);
+        job.tenant.hash(&mut h);
+        h.finish()
+    }
+
     /// The shape of `job`'s request.
     pub fn of(job: &TrainingJob) -> RequestShape {
         RequestShape {

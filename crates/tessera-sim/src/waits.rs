@@ -18,6 +18,8 @@ const KINDS: usize = WaitKind::COUNT;
 /// One request shape's clocks.
 #[derive(Clone, Debug)]
 struct ShapeClock {
+    /// The shape.
+    shape: RequestShape,
     /// A job of the shape (whose spec the policy is asked about).
     example: JobId,
     /// Its jobs waiting now.
@@ -46,13 +48,16 @@ const NO_SHAPE: u32 = u32::MAX;
 #[derive(Debug, Default)]
 pub(crate) struct WaitClocks {
     shapes: Vec<ShapeClock>,
-    by_shape: HashMap<RequestShape, u32>,
+    /// Shapes by [`RequestShape::fingerprint`] (those sharing one are told apart by
+    /// [`RequestShape::matches`]): an arrival's lookup allocates nothing.
+    by_fingerprint: HashMap<u64, Vec<u32>>,
     /// Each job's shape, by job index (`NO_SHAPE` before it first waits).
     shape_of: Vec<u32>,
     /// Shapes with jobs waiting.
     live: Vec<u32>,
-    /// The clocks each waiting job noted on entering the queue.
-    entered: HashMap<u32, [u64; KINDS]>,
+    /// The clocks each waiting job noted on entering the queue, by job index (`None`: not
+    /// waiting).
+    entered: Vec<Option<[u64; KINDS]>>,
     /// Jobs being profiled, since when.
     profiling: HashMap<u32, SimTime>,
     /// µs waited per kind, per job index.
@@ -63,6 +68,7 @@ impl WaitClocks {
     pub(crate) fn new(jobs: usize) -> WaitClocks {
         WaitClocks {
             shape_of: vec![NO_SHAPE; jobs],
+            entered: vec![None; jobs],
             waited: vec![[0; KINDS]; jobs],
             ..WaitClocks::default()
         }
@@ -75,10 +81,25 @@ impl WaitClocks {
             return;
         };
         let shape = if known == NO_SHAPE {
-            let next = self.shapes.len() as u32;
-            let s = *self.by_shape.entry(RequestShape::of(job)).or_insert(next);
-            if s == next {
+            let candidates = self
+                .by_fingerprint
+                .entry(RequestShape::fingerprint(job))
+                .or_default();
+            let found = candidates
+                .iter()
+                .copied()
+                .find(|&c| self.shapes[c as usize].shape.matches(job));
+            let s = match found {
+                Some(s) => s,
+                None => {
+                    let next = self.shapes.len() as u32;
+                    candidates.push(next);
+                    next
+                }
+            };
+            if s as usize == self.shapes.len() {
                 self.shapes.push(ShapeClock {
+                    shape: RequestShape::of(job),
                     example: job.id,
                     waiting: 0,
                     live_pos: 0,
@@ -94,7 +115,7 @@ impl WaitClocks {
         } else {
             known
         };
-        if self.entered.contains_key(&job.id.0) {
+        if self.entered.get(i).is_none_or(Option::is_some) {
             return;
         }
         let clock = &mut self.shapes[shape as usize];
@@ -103,13 +124,13 @@ impl WaitClocks {
             self.live.push(shape);
         }
         clock.waiting += 1;
-        self.entered.insert(job.id.0, clock.at(now));
+        self.entered[i] = Some(clock.at(now));
     }
 
     /// `job` leaves the queue at `now` (started, or the run ended): it is charged what its
     /// shape's clocks moved since it entered.
     pub(crate) fn dequeue(&mut self, job: JobId, now: SimTime) {
-        let Some(noted) = self.entered.remove(&job.0) else {
+        let Some(noted) = self.entered.get_mut(job.index()).and_then(Option::take) else {
             return;
         };
         let Some(&shape) = self.shape_of.get(job.index()) else {
@@ -174,8 +195,9 @@ impl WaitClocks {
     /// The run ended at `now`: jobs still waiting or being profiled are charged up to it.
     /// Returns seconds waited per kind, per job index.
     pub(crate) fn finish(mut self, now: SimTime) -> Vec<[f64; KINDS]> {
-        let mut open: Vec<u32> = self.entered.keys().copied().collect();
-        open.sort_unstable();
+        let open: Vec<u32> = (0..self.entered.len() as u32)
+            .filter(|&j| self.entered[j as usize].is_some())
+            .collect();
         for j in open {
             self.dequeue(JobId(j), now);
         }
