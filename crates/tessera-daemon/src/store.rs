@@ -113,6 +113,9 @@ pub fn lock_path(path: &Path) -> std::path::PathBuf {
     name.into()
 }
 
+/// Tries at taking the store's lock, 25 ms apart, before another holder is assumed.
+const LOCK_ATTEMPTS: u32 = 20;
+
 /// The pid holding a `flock` on the file `meta` describes, read from `/proc/locks` (Linux);
 /// `None` elsewhere or when it cannot be told.
 fn flock_holder(meta: &std::fs::Metadata) -> Option<u32> {
@@ -167,8 +170,20 @@ fn lock_store(path: &Path) -> Result<(std::fs::File, bool), DaemonError> {
             .map_err(|e| open_err(path, e))?,
         Err(e) => return Err(open_err(path, e)),
     };
-    // SAFETY: flock(2) on a descriptor we own; no memory is passed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    // A lock that goes within half a second is not another daemon's: a process another thread
+    // of ours is spawning holds a copy of every descriptor until it executes (and a store just
+    // closed by this process may be in that window); a live daemon's lock stays.
+    let mut rc = -1;
+    for attempt in 0..LOCK_ATTEMPTS {
+        // SAFETY: flock(2) on a descriptor we own; no memory is passed.
+        rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let busy =
+            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
+        if !busy || attempt + 1 == LOCK_ATTEMPTS {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
