@@ -271,6 +271,33 @@ impl Pool {
         }
     }
 
+    /// Books all of GPU `gpu` to a placeholder named `name` (a GPU a policy must leave alone
+    /// for a while); fails on a GPU that holds anything.
+    pub(crate) fn book_whole(
+        &mut self,
+        name: String,
+        service: &str,
+        kind: InstanceKind,
+        gpu: u32,
+    ) -> Result<(), String> {
+        let spec = InstanceSpec {
+            name,
+            service: service.into(),
+            kind,
+            sm_request: REQUEST_CAP,
+            sm_limit: REQUEST_CAP,
+            memory_mb: vec![0],
+        };
+        let part = Part {
+            gpu,
+            request: REQUEST_CAP,
+            limit: REQUEST_CAP,
+            memory_mb: 0,
+            whole: true,
+        };
+        self.apply(&spec, &[part])
+    }
+
     /// Whether everything booked on GPU `gpu` is training (which ends by itself), so that
     /// the GPU drains once new parts stay off it.
     pub(crate) fn holds_only_training(&self, gpu: u32) -> bool {

@@ -483,22 +483,11 @@ impl DiluServe {
                     undo.push((gpu, false));
                 }
                 _ => {
-                    let spec = InstanceSpec {
-                        name: format!("reserved-{gpu}"),
-                        service: "reserved".into(),
-                        kind: InstanceKind::Inference,
-                        sm_request: 1000,
-                        sm_limit: 1000,
-                        memory_mb: vec![0],
-                    };
-                    let part = Part {
-                        gpu,
-                        request: 1000,
-                        limit: 1000,
-                        memory_mb: 0,
-                        whole: true,
-                    };
-                    if pool.apply(&spec, &[part]).is_ok() {
+                    let name = format!("reserved-{gpu}");
+                    if pool
+                        .book_whole(name, "reserved", InstanceKind::Inference, gpu)
+                        .is_ok()
+                    {
                         undo.push((gpu, true));
                     }
                 }
@@ -602,23 +591,11 @@ impl DiluServe {
                 kept.insert(gpu);
                 continue;
             }
-            let spec = InstanceSpec {
-                name: name(gpu),
-                service: "blocked".into(),
-                kind: InstanceKind::Training,
-                sm_request: 1000,
-                sm_limit: 1000,
-                memory_mb: vec![0],
-            };
-            let part = Part {
-                gpu,
-                request: 1000,
-                limit: 1000,
-                memory_mb: 0,
-                whole: true,
-            };
             // A GPU the mirror still books for a holder of ours is left to that holder.
-            if pool.apply(&spec, &[part]).is_ok() {
+            if pool
+                .book_whole(name(gpu), "blocked", InstanceKind::Training, gpu)
+                .is_ok()
+            {
                 kept.insert(gpu);
             }
         }
@@ -657,22 +634,8 @@ impl DiluServe {
                     trial.close(gpu);
                     continue;
                 }
-                let block = InstanceSpec {
-                    name: format!("host-{gpu}"),
-                    service: "host".into(),
-                    kind: InstanceKind::Training,
-                    sm_request: 1000,
-                    sm_limit: 1000,
-                    memory_mb: vec![0],
-                };
-                let part = Part {
-                    gpu,
-                    request: 1000,
-                    limit: 1000,
-                    memory_mb: 0,
-                    whole: true,
-                };
-                let _ = trial.apply(&block, &[part]);
+                let _ =
+                    trial.book_whole(format!("host-{gpu}"), "host", InstanceKind::Training, gpu);
             }
         }
         if !closed {
