@@ -30,6 +30,15 @@ spec:
     - {name: plain, submitSeconds: 30, gpus: 1, durationSeconds: 600, model: resnet50}
 ";
 
+/// One node of two A100-80GB GPUs (MIG-capable).
+const TWO_A100: &str = "apiVersion: tessera/v1
+kind: Cluster
+metadata: {name: two-a100}
+spec:
+  nodeGroups:
+    - {name: a100, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}
+";
+
 fn write(dir: &Path) -> (String, String) {
     let (c, w) = (dir.join("cluster.yaml"), dir.join("workload.yaml"));
     std::fs::write(&c, CLUSTER).unwrap();
@@ -211,17 +220,7 @@ fn every_truth_rates_what_every_policy_hands_out() {
 fn mig_policies_reject_a_fixed_profile_they_could_never_place() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster.yaml");
-    std::fs::write(
-        &cluster,
-        "apiVersion: tessera/v1
-kind: Cluster
-metadata: {name: two-a100}
-spec:
-  nodeGroups:
-    - {name: a100, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}
-",
-    )
-    .unwrap();
+    std::fs::write(&cluster, TWO_A100).unwrap();
     let trace = dir.path().join("workload.yaml");
     std::fs::write(
         &trace,
@@ -343,17 +342,7 @@ fn every_policy_in_a_run_is_offered_the_same_requests() {
 fn dilu_serves_a_whole_gpu_service_behind_packed_training() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster.yaml");
-    std::fs::write(
-        &cluster,
-        "apiVersion: tessera/v1
-kind: Cluster
-metadata: {name: two-a100}
-spec:
-  nodeGroups:
-    - {name: a100, count: 1, gpu: A100-80GB, gpusPerNode: 2, cpus: 64, memory: 512Gi}
-",
-    )
-    .unwrap();
+    std::fs::write(&cluster, TWO_A100).unwrap();
     let trace = dir.path().join("workload.yaml");
     std::fs::write(
         &trace,
