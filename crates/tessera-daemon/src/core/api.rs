@@ -8,9 +8,9 @@ use tessera_model::{Bytes, MilliCpu, Resources, SimTime};
 use tessera_sched::Ledger;
 
 use super::{Command, Core};
-use crate::backend::NodeHealth;
 use crate::config::hash_token;
 use crate::core::records::{JobQuery, JobRow, RunState, TransitionRow};
+use crate::core::runs::NodeHealth;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
 use crate::spec::JobSpec;

@@ -169,10 +169,6 @@ impl Core {
     /// (its reported rate is already its `throughput_estimate`), on MIG slices or quotas, or
     /// across GPU types.
     pub(super) fn calibrate(&mut self, idx: usize, observed: f64) {
-        use tessera_perf::{ConfigEstimate, ConfigEstimates};
-        if !(observed.is_finite() && observed > 0.0) {
-            return;
-        }
         let Some(job) = self.jobs.get(idx) else {
             return;
         };
@@ -194,41 +190,18 @@ impl Core {
         if types.any(|t| t != gpu) {
             return;
         }
-        let count = alloc.gpus();
+        let seen = tessera_sched::book::Observed {
+            gpu,
+            count: alloc.gpus(),
+            rate: observed,
+        };
         // The catalogue's estimates as profiled, never the calibrated ones (no compounding).
         let base = self.profile(job.row.id, spec);
-        let Some(catalogue) = base.get::<ConfigEstimates>() else {
-            return;
-        };
-        let Some(estimated) = catalogue
-            .get(gpu, count)
-            .map(|e| e.throughput)
-            .filter(|t| *t > 0.0)
-        else {
-            return;
-        };
         let job = &mut self.jobs[idx];
-        job.observed.retain(|&(g, c, _)| (g, c) != (gpu, count));
-        job.observed.push((gpu, count, observed));
-        let scale = observed / estimated;
-        let entries = catalogue
-            .entries()
-            .iter()
-            .map(|e| {
-                let seen = job
-                    .observed
-                    .iter()
-                    .find(|&&(g, c, _)| (g, c) == (e.gpu, e.count));
-                ConfigEstimate {
-                    throughput: seen.map_or(e.throughput * scale, |&(_, _, r)| r),
-                    ..*e
-                }
-            })
-            .collect();
-        let mut knowledge = base.clone();
-        knowledge.insert(ConfigEstimates::new(entries));
-        job.knowledge = knowledge;
-        self.touch(idx);
+        if let Some(knowledge) = tessera_sched::book::calibrated(&base, &mut job.observed, seen) {
+            job.knowledge = knowledge;
+            self.touch(idx);
+        }
     }
 
     /// Where job `idx`'s knowledge comes from, for `describe`.
@@ -246,7 +219,7 @@ impl Core {
         };
         if !job.knowledge.is_empty() {
             let mut text = format!("catalogue of truth {}: its profile of {what}", source.truth);
-            if let Some(&(gpu, count, rate)) = job.observed.last() {
+            if let Some(&tessera_sched::book::Observed { gpu, count, rate }) = job.observed.last() {
                 let name = &self.map.cluster.catalog.get(gpu).name;
                 text += &format!(
                     ", calibrated by the job's reported rate ({rate} it/s on {count} x {name})"

@@ -9,7 +9,7 @@
 use tessera_model::SimDuration;
 
 use super::testkit::{node, policy, typed_node, Event, Harness};
-use crate::backend::RunStatus;
+use crate::core::runs::RunStatus;
 use crate::types::{JobState, ProgressReport};
 
 /// Attained service (GPU·µs) of each job the policy sees, by store id, at the last point.
