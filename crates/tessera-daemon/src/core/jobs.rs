@@ -110,7 +110,15 @@ impl Core {
         }
         // Service already attained, as recorded (exact to the µs it was written from).
         let attained_us = (row.attained_gpu_secs.max(0.0) * 1e6).round() as u64;
-        let knowledge = self.profile(row.id, &tj);
+        let mut knowledge = self.profile(row.id, &tj);
+        // What earlier jobs of its model and batch size were observed at, when any.
+        let mut observed = Vec::new();
+        let key = tessera_sched::book::ProfileCache::key(&tj);
+        if let Some((k, seen)) = self.profile_cache.knowledge(&key, &knowledge) {
+            knowledge = k;
+            observed = seen;
+        }
+        let inherited = observed.len();
         self.jobs.push(Job {
             row,
             spec,
@@ -122,7 +130,9 @@ impl Core {
             unverified_runs: 0,
             archived: false,
             knowledge,
-            observed: Vec::new(),
+            observed,
+            inherited,
+            reported: None,
             attained_us,
             resumes_us: 0,
         });
@@ -197,9 +207,12 @@ impl Core {
         };
         // The catalogue's estimates as profiled, never the calibrated ones (no compounding).
         let base = self.profile(job.row.id, spec);
+        let key = tessera_sched::book::ProfileCache::key(spec);
         let job = &mut self.jobs[idx];
         if let Some(knowledge) = tessera_sched::book::calibrated(&base, &mut job.observed, seen) {
             job.knowledge = knowledge;
+            job.reported = Some(seen);
+            self.profile_cache.record(key, &base, seen);
             self.touch(idx);
         }
     }
@@ -219,7 +232,18 @@ impl Core {
         };
         if !job.knowledge.is_empty() {
             let mut text = format!("catalogue of truth {}: its profile of {what}", source.truth);
-            if let Some(&tessera_sched::book::Observed { gpu, count, rate }) = job.observed.last() {
+            if job.inherited > 0 {
+                let batch = spec.batch_size.map_or_else(
+                    || "no batch size".to_string(),
+                    |b| format!("batch size {b}"),
+                );
+                text += &format!(
+                    ", calibrated by {} rate(s) observed of earlier jobs of this model and {batch} \
+                     (profile cache)",
+                    job.inherited
+                );
+            }
+            if let Some(tessera_sched::book::Observed { gpu, count, rate }) = job.reported {
                 let name = &self.map.cluster.catalog.get(gpu).name;
                 text += &format!(
                     ", calibrated by the job's reported rate ({rate} it/s on {count} x {name})"

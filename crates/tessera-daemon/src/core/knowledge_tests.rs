@@ -173,3 +173,66 @@ fn a_reported_rate_calibrates_the_catalogue_estimates_and_describe_says_so() {
         "{text}"
     );
 }
+
+fn submit_batch(h: &mut Harness, name: &str, batch: u32) -> i64 {
+    let body = format!(
+        "name: {name}\ncommand: [sleep, \"600\"]\ngpus: 1\n\
+         hints: {{model: resnet50, batchSize: {batch}, durationSeconds: 600}}\n"
+    );
+    let mut r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+    let job = r.pop().expect("one").expect("accepted");
+    h.drain();
+    job.id
+}
+
+/// Issue 38 item 2 (profile cache): a rate one job reports is remembered by its model and
+/// batch size; a job of the same key submitted later starts with its catalogue estimates
+/// calibrated by it (before it reports anything), one of another batch size does not, and
+/// `describe` says which.
+#[test]
+fn a_later_job_of_the_same_model_and_batch_starts_from_the_observed_rates() {
+    use tessera_perf::ConfigEstimates;
+    let mut h = Harness::new(vec![node("n1", 2)], policy("gavel", Some(60)));
+    set_truth(&mut h.core, "gavel", "gavel");
+    let a = submit_batch(&mut h, "a", 64);
+    h.schedule();
+    h.poll();
+    assert_eq!(h.state(a), crate::types::JobState::Running);
+    let gpu = h.core.cluster_map().cluster.nodes[0].gpu;
+    let rate = |h: &Harness, id: i64, count: u32| {
+        let idx = h.core.by_id[&id];
+        h.core.jobs[idx]
+            .knowledge
+            .get::<ConfigEstimates>()
+            .and_then(|c| c.get(gpu, count))
+            .map_or(f64::NAN, |e| e.throughput)
+    };
+    let (own, two) = (rate(&h, a, 1), rate(&h, a, 2));
+    let report = crate::types::ProgressReport {
+        iterations: 20,
+        iterations_per_second: Some(own / 4.0),
+        ..crate::types::ProgressReport::default()
+    };
+    h.core.report_progress(h.now, a, report).expect("accepted");
+    let b = submit_batch(&mut h, "b", 64);
+    let c = submit_batch(&mut h, "c", 32);
+    assert_eq!(rate(&h, b, 1), own / 4.0, "b inherits a's observed rate");
+    assert!((rate(&h, b, 2) - two / 4.0).abs() < 1e-9 * two);
+    assert_eq!(
+        rate(&h, c, 1),
+        own,
+        "another batch size: the catalogue's alone"
+    );
+    let text = describe(&mut h, b).knowledge.unwrap_or_default();
+    assert!(
+        text.ends_with(
+            "calibrated by 1 rate(s) observed of earlier jobs of this model and batch size 64 \
+             (profile cache)"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        describe(&mut h, c).knowledge.as_deref(),
+        Some("catalogue of truth gavel: its profile of model \"resnet50\"")
+    );
+}

@@ -260,6 +260,11 @@ struct Job {
     /// (type, count), the latest last: they calibrate its catalogue estimates (see
     /// [`Core::calibrate`]). In memory only: after a restart the next report calibrates again.
     observed: Vec<tessera_sched::book::Observed>,
+    /// How many rates of earlier jobs of its model and batch size (the profile cache,
+    /// `Core::profile_cache`) `observed` started with at its submission.
+    inherited: usize,
+    /// The latest rate it reported itself (for `describe`).
+    reported: Option<tessera_sched::book::Observed>,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
@@ -439,6 +444,9 @@ pub struct Core {
     services: services::Services,
     /// What jobs are profiled with at submission (see [`Core::set_profiler`]).
     profiler: Option<KnowledgeSource>,
+    /// Rates observed of earlier jobs by (model, batch size): a job submitted later with the
+    /// same key starts with its catalogue estimates calibrated by them. In memory only.
+    profile_cache: tessera_sched::book::ProfileCache,
     /// Recent events (jobs started, finished, preempted; GPUs reconfigured; instances
     /// scaled), each also logged at info level.
     events: crate::events::EventLog,
@@ -562,6 +570,7 @@ impl Core {
             cannot_compact: false,
             services: services::Services::default(),
             profiler: None,
+            profile_cache: tessera_sched::book::ProfileCache::default(),
             events: crate::events::EventLog::default(),
         };
         for i in 0..core.map.logical.len() {
