@@ -133,6 +133,7 @@ impl Core {
             observed,
             inherited,
             reported: None,
+            points: Vec::new(),
             attained_us,
             resumes_us: 0,
         });
@@ -222,13 +223,38 @@ impl Core {
         let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
             return String::new();
         };
-        let Some(source) = &self.profiler else {
-            return "none: no truth configured, policies see no profile".into();
-        };
         let what = if spec.model.is_empty() {
             "a job without a model hint".to_string()
         } else {
             format!("model {:?}", spec.model)
+        };
+        let mut text = match &self.profiler {
+            None => "none: no truth configured, policies see no profile".to_string(),
+            Some(source) => self.knowledge_text(idx, source, &what),
+        };
+        if !job.points.is_empty() {
+            let points: Vec<String> = job
+                .points
+                .iter()
+                .map(|(p, rate)| {
+                    format!(
+                        "{} CPUs, {} GiB: {rate} it/s",
+                        p.cpu_milli as f64 / 1000.0,
+                        p.memory_bytes as f64 / f64::from(1u32 << 30)
+                    )
+                })
+                .collect();
+            text += &format!(
+                "; rates reported at its CPU/memory points: {}",
+                points.join("; ")
+            );
+        }
+        text
+    }
+
+    fn knowledge_text(&self, idx: usize, source: &KnowledgeSource, what: &str) -> String {
+        let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
+            return String::new();
         };
         if !job.knowledge.is_empty() {
             let mut text = format!("catalogue of truth {}: its profile of {what}", source.truth);

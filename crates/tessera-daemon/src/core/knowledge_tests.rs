@@ -236,3 +236,46 @@ fn a_later_job_of_the_same_model_and_batch_starts_from_the_observed_rates() {
         Some("catalogue of truth gavel: its profile of model \"resnet50\"")
     );
 }
+
+/// Issue 38 item 2 (profiling points, the SDK's protocol): each acknowledgement gives the job
+/// the CPU/memory point it runs at; a rate reported with that point is recorded as one point
+/// of its CPU/memory profile and `describe` lists it; a rate measured at another point (before
+/// a retune) is not one.
+#[test]
+fn rates_reported_at_the_point_the_daemon_gave_are_profile_points() {
+    use crate::types::{ProgressReport, ResourcePoint};
+    let mut h = Harness::new(vec![node("n1", 2)], policy("fifo", None));
+    let a = submit_model(&mut h, "a", Some("resnet50"));
+    h.schedule();
+    h.poll();
+    let ack = h
+        .core
+        .report_progress(h.now, a, ProgressReport::default())
+        .expect("accepted");
+    assert!(
+        ack.point.cpu_milli > 0 && ack.point.memory_bytes > 0,
+        "{ack:?}"
+    );
+    let stale = ResourcePoint {
+        cpu_milli: ack.point.cpu_milli + 1000,
+        ..ack.point
+    };
+    for (point, rate) in [(Some(stale), 3.0), (None, 4.0), (Some(ack.point), 5.0)] {
+        let report = ProgressReport {
+            iterations: 10,
+            iterations_per_second: Some(rate),
+            point,
+            ..ProgressReport::default()
+        };
+        h.core.report_progress(h.now, a, report).expect("accepted");
+    }
+    let idx = h.core.by_id[&a];
+    assert_eq!(h.core.jobs[idx].points, vec![(ack.point, 5.0)]);
+    let text = describe(&mut h, a).knowledge.unwrap_or_default();
+    let want = format!(
+        "; rates reported at its CPU/memory points: {} CPUs, {} GiB: 5 it/s",
+        ack.point.cpu_milli as f64 / 1000.0,
+        ack.point.memory_bytes as f64 / f64::from(1u32 << 30)
+    );
+    assert!(text.ends_with(&want), "{text}");
+}

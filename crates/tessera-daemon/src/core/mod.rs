@@ -265,6 +265,9 @@ struct Job {
     inherited: usize,
     /// The latest rate it reported itself (for `describe`).
     reported: Option<tessera_sched::book::Observed>,
+    /// Rates it reported at the CPU/memory points it ran at (SDK reports naming the point
+    /// they were measured at), one per point, the latest last. In memory only.
+    points: Vec<(crate::types::ResourcePoint, f64)>,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,

@@ -34,6 +34,7 @@ fn report(h: &mut Harness, id: i64, iterations: u64) {
                 iterations,
                 samples_per_second: Some(64.0),
                 iterations_per_second: Some(2.0),
+                point: None,
             },
         )
         .expect("a running job reports");

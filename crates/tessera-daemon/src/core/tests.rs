@@ -1086,6 +1086,7 @@ proptest! {
                                 iterations: *iters,
                                 samples_per_second: None,
                                 iterations_per_second: Some(1.0 + (*iters % 3) as f64),
+                                point: None,
                             };
                             let _ = h.core.report_progress(h.now, id, report);
                         }
@@ -2356,6 +2357,7 @@ fn progress_beyond_what_the_store_holds_is_refused() {
         iterations,
         samples_per_second: None,
         iterations_per_second: None,
+        point: None,
     };
     let e = h
         .core
