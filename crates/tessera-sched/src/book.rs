@@ -167,10 +167,21 @@ pub fn service_between(gpus: u32, from: SimTime, resumes_at: SimTime, to: SimTim
 /// restart.
 pub fn restore_time(costs: &RestartCosts, model: &str, gpus: u32, restart: bool) -> SimDuration {
     if restart {
-        costs.checkpoint_restore(model) + costs.tuning(gpus)
+        restart_cost(costs, costs.checkpoint_restore(model), gpus)
     } else {
         SimDuration::ZERO
     }
+}
+
+/// A restart's cost on `gpus` GPUs given the model's checkpoint + restore time (looked up once
+/// by a driver that restarts the same job often): that time plus the re-tuning of `gpus` GPUs.
+#[inline]
+pub fn restart_cost(
+    costs: &RestartCosts,
+    checkpoint_restore: SimDuration,
+    gpus: u32,
+) -> SimDuration {
+    checkpoint_restore + costs.tuning(gpus)
 }
 
 /// A rate a job was observed at: iterations per second on `count` whole GPUs of `gpu`.

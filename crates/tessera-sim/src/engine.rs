@@ -2156,13 +2156,13 @@ impl<'a> Simulation<'a> {
             let held_gpus = held(&alloc).0 as u32;
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
-            // tessera_sched::book::restore_time, with the model's part looked up once.
+            // The book's rule (`restore_time`), with the model's part looked up once.
             if *base == NEVER {
                 *base = costs
                     .checkpoint_restore(&self.jobs[job.index()].model)
                     .as_micros();
             }
-            SimDuration::from_micros(*base) + costs.tuning(held_gpus)
+            book::restart_cost(costs, SimDuration::from_micros(*base), held_gpus)
         } else {
             SimDuration::ZERO
         };
