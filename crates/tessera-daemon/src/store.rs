@@ -12,8 +12,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use tessera_model::ParallelPlan;
 
-use crate::backend::PlacedShare;
 use crate::config::SyncMode;
+use crate::core::runs::PlacedShare;
 use crate::error::DaemonError;
 use crate::types::JobState;
 
@@ -939,9 +939,9 @@ mod tests {
             gpus: 2,
             cpu: MilliCpu(16_000),
             memory: Bytes(1 << 30),
-            devices: Some(crate::backend::PlacedDevices {
+            devices: Some(crate::core::runs::PlacedDevices {
                 indices: vec![1, 3],
-                part: crate::backend::PlacedPart::Quota {
+                part: crate::core::runs::PlacedPart::Quota {
                     sm_request: 300,
                     sm_limit: 500,
                     memory: Bytes(1 << 33),

@@ -384,6 +384,22 @@ pub struct ProgressReport {
     /// Iterations per second over the last reporting interval.
     #[serde(default)]
     pub iterations_per_second: Option<f64>,
+    /// The CPU/memory point the rates were measured at, as the last acknowledgement gave it
+    /// ([`ProgressAck::point`]); the SDK starts a new interval when the point changes, so a
+    /// rate is never a mix of two points. Absent from SDKs that predate profiling points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point: Option<ResourcePoint>,
+}
+
+/// The CPU and memory a job's run holds (over all its nodes): a point of its CPU/memory
+/// profile (Synergy's optimistic profiling measures throughput at such points).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourcePoint {
+    /// Milli-CPUs.
+    pub cpu_milli: u64,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
 }
 
 /// Answer to a progress report: what the job currently holds.
@@ -398,4 +414,7 @@ pub struct ProgressAck {
     pub gpus: u32,
     /// Memory held, in bytes.
     pub memory_bytes: u64,
+    /// The CPU/memory point the job runs at now: the SDK reports its next rate with it.
+    #[serde(default)]
+    pub point: ResourcePoint,
 }

@@ -31,9 +31,10 @@ use tessera_model::{
     NodeId, Resources, SimDuration, SimRng, SimTime, TrainingJob, Workload,
 };
 use tessera_perf::{Profiler, RestartCosts, ThroughputModel};
+use tessera_sched::book::{self, Tracker};
 use tessera_sched::{
-    validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobChange,
-    JobState, Policy, ProgressLine, Trigger,
+    validate, Action, ActiveJob, ClusterState, ClusterView, GpuState, InstanceId, JobState, Policy,
+    ProgressLine, Trigger,
 };
 use thiserror::Error;
 
@@ -409,7 +410,7 @@ fn instant(us: u64) -> Option<SimTime> {
     (us != NEVER).then(|| SimTime::from_micros(us))
 }
 
-const NOT_ACTIVE: u32 = u32::MAX;
+const NOT_ACTIVE: u32 = book::ABSENT;
 
 /// What [`Cluster::can_ever_fit`] reads of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,11 +442,8 @@ pub struct Simulation<'a> {
     truth: &'a dyn ThroughputModel,
     policy: Box<dyn Policy>,
     config: SimConfig,
-    /// The policy keeps its own queue: it is told every change of the active set.
-    tracking: bool,
-    /// The policy is told each running job's [`ProgressLine`] (see
-    /// [`Policy::follows_progress`]).
-    follows_progress: bool,
+    /// What the policy is told of changes of the active set (the job book's rule).
+    tracker: Tracker,
 
     now: SimTime,
     seq: u64,
@@ -618,8 +616,7 @@ impl<'a> Simulation<'a> {
         config: SimConfig,
     ) -> Simulation<'a> {
         let jobs = workload.jobs();
-        let tracking = policy.track_jobs();
-        let follows_progress = tracking && policy.follows_progress();
+        let tracker = Tracker::of(policy.as_mut());
         let round = policy.round_length().filter(|d| !d.is_zero());
         let injector = config
             .failures
@@ -671,8 +668,7 @@ impl<'a> Simulation<'a> {
             truth,
             policy,
             config,
-            tracking,
-            follows_progress,
+            tracker,
             now: SimTime::ZERO,
             seq: 0,
             heap: BinaryHeap::new(),
@@ -1143,19 +1139,15 @@ impl<'a> Simulation<'a> {
             });
             self.outcomes.insert(job.0, JobOutcome::Failed { reason });
             self.remove_active(job);
-            if self.tracking {
-                self.policy.observe(JobChange::Ended(job));
-            }
             self.job_ended(job);
         } else {
             self.active[pos].state = JobState::Queued;
             self.waits.enqueue(&self.jobs[job.index()], self.now);
-            if self.tracking {
-                self.policy.observe(JobChange::Preempted(
-                    &self.active[pos],
-                    &self.jobs[job.index()],
-                ));
-            }
+            self.tracker.preempted(
+                self.policy.as_mut(),
+                &self.active[pos],
+                &self.jobs[job.index()],
+            );
         }
         self.rerate_neighbours(&old, job)
     }
@@ -1284,7 +1276,6 @@ impl<'a> Simulation<'a> {
     /// Makes an arrived (and profiled) job visible to the policy.
     fn activate(&mut self, id: JobId, knowledge: Knowledge) {
         let job = &self.jobs[id.index()];
-        self.state[job.id.index()].active_pos = self.active.len() as u32;
         let mut entry = ActiveJob {
             knowledge,
             ..ActiveJob::arrived(job)
@@ -1292,19 +1283,21 @@ impl<'a> Simulation<'a> {
         let st = &self.state[job.id.index()];
         if st.ever_started {
             // Only in a forked run: a job arriving with the progress and service it had.
-            entry.attained_gpu_us = st.served_gpu_us;
-            entry.attained_gpu_secs = st.served_gpu_us as f64 / 1e6;
-            entry.remaining_iters = (st.total - st.done).max(0.0);
+            book::show_service(
+                &mut entry,
+                st.served_gpu_us,
+                Some((st.total - st.done).max(0.0)),
+            );
             entry.preemptions = st.preemptions;
         }
-        self.active.push(entry);
+        let state = &mut self.state;
+        let pos = book::enter(&mut self.active, entry, |j, p| {
+            state[j.index()].active_pos = p;
+        });
         self.state[job.id.index()].synced_at = self.now;
         self.waits.enqueue(job, self.now);
-        if self.tracking {
-            if let Some(a) = self.active.last() {
-                self.policy.observe(JobChange::Arrived(a, job));
-            }
-        }
+        self.tracker
+            .arrived(self.policy.as_mut(), &self.active[pos], job);
     }
 
     /// Folds a running job's progress and attained service up to `self.now`. Called only
@@ -1338,8 +1331,7 @@ impl<'a> Simulation<'a> {
         // Attained service counts the time the job made progress, not the time spent
         // restoring from a checkpoint: otherwise a preemptive policy with rounds shorter than
         // the restore time livelocks (each job is preempted before it ever resumes).
-        st.served_gpu_us +=
-            tessera_sched::book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
+        st.served_gpu_us += book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
         if st.gpus_held > 0 {
             st.held_secs += held;
             st.integ.0 += st.cur.0 * held;
@@ -1358,24 +1350,22 @@ impl<'a> Simulation<'a> {
         let st = &self.state[job.index()];
         let line = st.line();
         let served = st.served_gpu_us
-            + tessera_sched::book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
+            + book::service_between(st.gpus_held, st.synced_at, st.resumes_at, now);
         self.show_progress(job, served, line.remaining_at(now));
     }
 
     /// Tells a policy that follows progress how a running job's progress goes from now.
     fn tell_progress(&mut self, job: JobId) {
-        if self.follows_progress {
+        if self.tracker.follows_progress() {
             let line = self.state[job.index()].line();
-            self.policy.observe(JobChange::Progress(job, line));
+            self.tracker.progress(self.policy.as_mut(), job, line);
         }
     }
 
     fn show_progress(&mut self, job: JobId, served_gpu_us: u64, remaining: f64) {
         if let Some(&pos) = self.state.get(job.index()).map(|st| &st.active_pos) {
             if let Some(a) = self.active.get_mut(pos as usize) {
-                a.attained_gpu_us = served_gpu_us;
-                a.attained_gpu_secs = served_gpu_us as f64 / 1e6;
-                a.remaining_iters = remaining;
+                book::show_service(a, served_gpu_us, Some(remaining));
             }
         }
     }
@@ -1403,22 +1393,20 @@ impl<'a> Simulation<'a> {
         st.finished = true;
         self.remove_active(job);
         self.mark_stopped(job);
-        if self.tracking {
-            self.policy.observe(JobChange::Ended(job));
-        }
         self.job_ended(job);
         self.last_completion = self.now;
         self.rerate_neighbours(&freed, job)?;
         Ok(true)
     }
 
+    /// Takes `job` out of the active set and tells a tracking policy it ended.
     fn remove_active(&mut self, job: JobId) {
         let pos = self.state[job.index()].active_pos as usize;
-        self.active.swap_remove(pos);
-        if let Some(moved) = self.active.get(pos) {
-            self.state[moved.id.index()].active_pos = pos as u32;
-        }
-        self.state[job.index()].active_pos = NOT_ACTIVE;
+        let state = &mut self.state;
+        book::leave(&mut self.active, pos, |j, p| {
+            state[j.index()].active_pos = p
+        });
+        self.tracker.ended(self.policy.as_mut(), job);
     }
 
     fn mark_running(&mut self, job: JobId) {
@@ -1677,7 +1665,7 @@ impl<'a> Simulation<'a> {
     fn prefetch_active_entry(&self, action: &Action) {
         let Some(job) = action.job() else { return };
         self.prefetch_active_entry_of(job);
-        if self.tracking {
+        if self.tracker.tracking() {
             self.policy.expect_change(job);
         }
     }
@@ -1784,12 +1772,11 @@ impl<'a> Simulation<'a> {
                 self.active[pos].resumes_at = None;
                 self.mark_stopped(job);
                 self.waits.enqueue(&self.jobs[job.index()], self.now);
-                if self.tracking {
-                    self.policy.observe(JobChange::Preempted(
-                        &self.active[pos],
-                        &self.jobs[job.index()],
-                    ));
-                }
+                self.tracker.preempted(
+                    self.policy.as_mut(),
+                    &self.active[pos],
+                    &self.jobs[job.index()],
+                );
                 self.rerate_neighbours(&old, job)
             }
             (Action::Resize { .. }, Some(alloc)) => {
@@ -1956,9 +1943,7 @@ impl<'a> Simulation<'a> {
             self.schedule_completion(job, finish);
         }
         // Progress was folded now, rate changed or not: later values count from here.
-        if self.tracking {
-            self.tell_progress(job);
-        }
+        self.tell_progress(job);
         Ok(())
     }
 
@@ -2171,13 +2156,13 @@ impl<'a> Simulation<'a> {
             let held_gpus = held(&alloc).0 as u32;
             let costs = &self.config.restart_costs;
             let base = &mut self.state[job.index()].restart_base_us;
-            // tessera_sched::book::restore_time, with the model's part looked up once.
+            // The book's rule (`restore_time`), with the model's part looked up once.
             if *base == NEVER {
                 *base = costs
                     .checkpoint_restore(&self.jobs[job.index()].model)
                     .as_micros();
             }
-            SimDuration::from_micros(*base) + costs.tuning(held_gpus)
+            book::restart_cost(costs, SimDuration::from_micros(*base), held_gpus)
         } else {
             SimDuration::ZERO
         };
@@ -2237,14 +2222,17 @@ impl<'a> Simulation<'a> {
         a.allocation = Some(alloc);
         a.first_start.get_or_insert(now);
         a.resumes_at = Some(resumes_at);
-        a.attained_gpu_us = served;
-        a.attained_gpu_secs = served as f64 / 1e6;
-        a.remaining_iters = remaining;
+        book::show_service(a, served, Some(remaining));
         self.mark_running(job);
-        if self.tracking {
+        if self.tracker.tracking() {
             let jobs = self.jobs;
-            self.policy
-                .observe(JobChange::Started(&self.active[pos], &jobs[job.index()]));
+            let now = self.now;
+            self.tracker.started(
+                self.policy.as_mut(),
+                &mut self.active[pos],
+                &jobs[job.index()],
+                now,
+            );
             self.tell_progress(job);
         }
         self.schedule_completion(job, finish);

@@ -85,6 +85,7 @@ def test_job_reports_progress_through_the_sdk(daemon):
         "for _ in it:\n"
         "    pass\n"
         "print('workers', it.cpu_workers, 'reports', it.reports_sent)\n"
+        "print('point', it.last_ack.point)\n"
         "PY\n"
     )
     spec = {"name": "sdk-job", "gpus": 1, "script": script, "env": {"PYTHONPATH": str(SDK_SRC)}}
@@ -100,6 +101,8 @@ def test_job_reports_progress_through_the_sdk(daemon):
     assert detail["progress"]["samplesPerSecond"] > 0
     logs = list((tmp / "runs").glob(f"*-{job['id']}-1/output.log"))
     assert logs and "workers 3 reports 51" in logs[0].read_text(), logs and logs[0].read_text()
+    # Each answer named the CPU/memory point the run holds (3 CPUs here).
+    assert "point (3000, " in logs[0].read_text(), logs[0].read_text()
     # The job's own token could not have been used for anything else: a wrong token is refused.
     with pytest.raises(urllib.error.HTTPError) as e:
         call(f"{url}/v1/jobs", token="not-a-token")

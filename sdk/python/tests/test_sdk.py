@@ -14,6 +14,7 @@ class FakeDaemon:
         self.requests = []
         self.workers = workers
         self.status = status
+        self.point = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -21,9 +22,10 @@ class FakeDaemon:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
                 outer.requests.append((self.path, self.headers.get("Authorization"), body))
-                answer = json.dumps(
-                    {"state": "running", "cpuWorkers": outer.workers, "gpus": 2, "memoryBytes": 1024}
-                ).encode()
+                doc = {"state": "running", "cpuWorkers": outer.workers, "gpus": 2, "memoryBytes": 1024}
+                if outer.point is not None:
+                    doc["point"] = outer.point
+                answer = json.dumps(doc).encode()
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -286,3 +288,28 @@ def test_report_load_posts_to_the_instance_and_never_raises(daemon):
     daemon.status = 403
     assert not report_load(1, env=env)
     assert not report_load(1, env=dict(env, TESSERA_URL="http://127.0.0.1:9"))
+
+
+def test_rates_name_the_cpu_memory_point_they_were_measured_at(daemon):
+    """Optimistic profiling's protocol: each answer gives the job its CPU/memory point; the
+    next report's rate is measured wholly at it and names it. No point before the first
+    answer, none from a daemon that gives none."""
+    clock = FakeClock()
+    it = TesseraIterator(range(40), report_interval=1.0, context=ctx(daemon.url), clock=clock)
+    daemon.point = {"cpuMilli": 4000, "memoryBytes": 8 << 30}
+    for i, _ in enumerate(it):
+        clock.t += 0.25
+        if i == 20:
+            daemon.point = {"cpuMilli": 8000, "memoryBytes": 16 << 30}  # a retune
+    bodies = [b for _, _, b in daemon.requests]
+    points = [b.get("point") for b in bodies]
+    assert points[0] is None, "nothing known before the first answer"
+    first, second = {"cpuMilli": 4000, "memoryBytes": 8 << 30}, {"cpuMilli": 8000, "memoryBytes": 16 << 30}
+    assert first in points and second in points
+    # Once the answers carry the new point, every later report names it.
+    k = points.index(second)
+    assert all(p == second for p in points[k:]) and all(p in (None, first) for p in points[:k])
+    assert it.last_ack is not None and it.last_ack.point == (8000, 16 << 30)
+    # A malformed point is dropped, not sent back.
+    daemon.point = {"cpuMilli": "lots"}
+    assert report_progress(ctx(daemon.url), 1).point is None

@@ -8,9 +8,9 @@ use tessera_model::{Bytes, MilliCpu, Resources, SimTime};
 use tessera_sched::Ledger;
 
 use super::{Command, Core};
-use crate::backend::NodeHealth;
 use crate::config::hash_token;
 use crate::core::records::{JobQuery, JobRow, RunState, TransitionRow};
+use crate::core::runs::NodeHealth;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
 use crate::spec::JobSpec;
@@ -873,7 +873,16 @@ impl Core {
                 .unwrap_or(1),
             gpus: job.row.placement.iter().map(|s| s.gpus).sum(),
             memory_bytes: job.row.placement.iter().map(|s| s.memory.0).sum(),
+            point: resource_point(&job.row.placement),
         };
+        // A rate measured at the point the job holds now: one point of its CPU/memory
+        // profile (a report measured before a retune names the old point and is not one).
+        if let (Some(rate), Some(at)) = (report.iterations_per_second, report.point) {
+            if at == ack.point && job.row.state == JobState::Running && rate > 0.0 {
+                job.points.retain(|(p, _)| *p != at);
+                job.points.push((at, rate));
+            }
+        }
         self.pending.jobs.push(job.row.clone());
         if let Some(rate) = report.iterations_per_second {
             self.calibrate(idx, rate);
@@ -1032,5 +1041,15 @@ impl Core {
         let mut text = self.metrics.render(&gauges);
         text.push_str(&self.service_metrics(now));
         text
+    }
+}
+
+/// The CPU/memory point of a placement (see [`crate::types::ResourcePoint`]).
+pub(super) fn resource_point(
+    placement: &[super::runs::PlacedShare],
+) -> crate::types::ResourcePoint {
+    crate::types::ResourcePoint {
+        cpu_milli: placement.iter().map(|s| s.cpu.0).sum(),
+        memory_bytes: placement.iter().map(|s| s.memory.0).sum(),
     }
 }

@@ -21,8 +21,8 @@ use tessera_sched::{Action, ClusterView, JobChange, Policy, Trigger};
 use tessera_sim::{SimConfig, Simulation};
 
 use super::testkit::{node, policy, typed_node, Event, Harness, TOKEN};
-use crate::backend::{InventoryNode, PlacedShare, RunStatus};
 use crate::core::records::JobRow;
+use crate::core::runs::{InventoryNode, PlacedShare, RunStatus};
 use crate::types::{JobState, ProgressReport};
 
 /// Restarts cost what they cost in the simulator by default (the model's checkpoint +

@@ -81,7 +81,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{node, policy, Harness};
-    use crate::backend::RunStatus;
+    use crate::core::runs::RunStatus;
     use crate::events::EventKind;
 
     fn admin() -> super::super::api::Caller {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use tessera_model::{SimDuration, SimRng, SimTime};
 
 use super::testkit::{node, policy, Event, Harness, TOKEN};
-use crate::backend::RunStatus;
+use crate::core::runs::RunStatus;
 use crate::forecast::{run, slurm_like, ForecastSettings};
 use crate::types::{JobState, ProgressReport};
 
@@ -394,7 +394,7 @@ fn views_show_the_expected_start_of_each_pending_job() {
     let d = h.submit("d", 16, 300);
     h.schedule();
     h.core
-        .set_node_health(h.now, "n1", Some(crate::backend::NodeHealth::Draining))
+        .set_node_health(h.now, "n1", Some(crate::core::runs::NodeHealth::Draining))
         .expect("known node");
     h.drain();
     assert_eq!(h.state(c), JobState::Pending);

@@ -110,7 +110,15 @@ impl Core {
         }
         // Service already attained, as recorded (exact to the µs it was written from).
         let attained_us = (row.attained_gpu_secs.max(0.0) * 1e6).round() as u64;
-        let knowledge = self.profile(row.id, &tj);
+        let mut knowledge = self.profile(row.id, &tj);
+        // What earlier jobs of its model and batch size were observed at, when any.
+        let mut observed = Vec::new();
+        let key = tessera_sched::book::ProfileCache::key(&tj);
+        if let Some((k, seen)) = self.profile_cache.knowledge(&key, &knowledge) {
+            knowledge = k;
+            observed = seen;
+        }
+        let inherited = observed.len();
         self.jobs.push(Job {
             row,
             spec,
@@ -122,7 +130,10 @@ impl Core {
             unverified_runs: 0,
             archived: false,
             knowledge,
-            observed: Vec::new(),
+            observed,
+            inherited,
+            reported: None,
+            points: Vec::new(),
             attained_us,
             resumes_us: 0,
         });
@@ -169,10 +180,6 @@ impl Core {
     /// (its reported rate is already its `throughput_estimate`), on MIG slices or quotas, or
     /// across GPU types.
     pub(super) fn calibrate(&mut self, idx: usize, observed: f64) {
-        use tessera_perf::{ConfigEstimate, ConfigEstimates};
-        if !(observed.is_finite() && observed > 0.0) {
-            return;
-        }
         let Some(job) = self.jobs.get(idx) else {
             return;
         };
@@ -194,41 +201,21 @@ impl Core {
         if types.any(|t| t != gpu) {
             return;
         }
-        let count = alloc.gpus();
+        let seen = tessera_sched::book::Observed {
+            gpu,
+            count: alloc.gpus(),
+            rate: observed,
+        };
         // The catalogue's estimates as profiled, never the calibrated ones (no compounding).
         let base = self.profile(job.row.id, spec);
-        let Some(catalogue) = base.get::<ConfigEstimates>() else {
-            return;
-        };
-        let Some(estimated) = catalogue
-            .get(gpu, count)
-            .map(|e| e.throughput)
-            .filter(|t| *t > 0.0)
-        else {
-            return;
-        };
+        let key = tessera_sched::book::ProfileCache::key(spec);
         let job = &mut self.jobs[idx];
-        job.observed.retain(|&(g, c, _)| (g, c) != (gpu, count));
-        job.observed.push((gpu, count, observed));
-        let scale = observed / estimated;
-        let entries = catalogue
-            .entries()
-            .iter()
-            .map(|e| {
-                let seen = job
-                    .observed
-                    .iter()
-                    .find(|&&(g, c, _)| (g, c) == (e.gpu, e.count));
-                ConfigEstimate {
-                    throughput: seen.map_or(e.throughput * scale, |&(_, _, r)| r),
-                    ..*e
-                }
-            })
-            .collect();
-        let mut knowledge = base.clone();
-        knowledge.insert(ConfigEstimates::new(entries));
-        job.knowledge = knowledge;
-        self.touch(idx);
+        if let Some(knowledge) = tessera_sched::book::calibrated(&base, &mut job.observed, seen) {
+            job.knowledge = knowledge;
+            job.reported = Some(seen);
+            self.profile_cache.record(key, &base, seen);
+            self.touch(idx);
+        }
     }
 
     /// Where job `idx`'s knowledge comes from, for `describe`.
@@ -236,17 +223,53 @@ impl Core {
         let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
             return String::new();
         };
-        let Some(source) = &self.profiler else {
-            return "none: no truth configured, policies see no profile".into();
-        };
         let what = if spec.model.is_empty() {
             "a job without a model hint".to_string()
         } else {
             format!("model {:?}", spec.model)
         };
+        let mut text = match &self.profiler {
+            None => "none: no truth configured, policies see no profile".to_string(),
+            Some(source) => self.knowledge_text(idx, source, &what),
+        };
+        if !job.points.is_empty() {
+            let points: Vec<String> = job
+                .points
+                .iter()
+                .map(|(p, rate)| {
+                    format!(
+                        "{} CPUs, {} GiB: {rate} it/s",
+                        p.cpu_milli as f64 / 1000.0,
+                        p.memory_bytes as f64 / f64::from(1u32 << 30)
+                    )
+                })
+                .collect();
+            text += &format!(
+                "; rates reported at its CPU/memory points: {}",
+                points.join("; ")
+            );
+        }
+        text
+    }
+
+    fn knowledge_text(&self, idx: usize, source: &KnowledgeSource, what: &str) -> String {
+        let (Some(job), Some(spec)) = (self.jobs.get(idx), self.specs.get(idx)) else {
+            return String::new();
+        };
         if !job.knowledge.is_empty() {
             let mut text = format!("catalogue of truth {}: its profile of {what}", source.truth);
-            if let Some(&(gpu, count, rate)) = job.observed.last() {
+            if job.inherited > 0 {
+                let batch = spec.batch_size.map_or_else(
+                    || "no batch size".to_string(),
+                    |b| format!("batch size {b}"),
+                );
+                text += &format!(
+                    ", calibrated by {} rate(s) observed of earlier jobs of this model and {batch} \
+                     (profile cache)",
+                    job.inherited
+                );
+            }
+            if let Some(tessera_sched::book::Observed { gpu, count, rate }) = job.reported {
                 let name = &self.map.cluster.catalog.get(gpu).name;
                 text += &format!(
                     ", calibrated by the job's reported rate ({rate} it/s on {count} x {name})"

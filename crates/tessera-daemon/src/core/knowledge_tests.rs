@@ -173,3 +173,109 @@ fn a_reported_rate_calibrates_the_catalogue_estimates_and_describe_says_so() {
         "{text}"
     );
 }
+
+fn submit_batch(h: &mut Harness, name: &str, batch: u32) -> i64 {
+    let body = format!(
+        "name: {name}\ncommand: [sleep, \"600\"]\ngpus: 1\n\
+         hints: {{model: resnet50, batchSize: {batch}, durationSeconds: 600}}\n"
+    );
+    let mut r = h.core.submit(h.now, vec![(Some(TOKEN.into()), body)]);
+    let job = r.pop().expect("one").expect("accepted");
+    h.drain();
+    job.id
+}
+
+/// Issue 38 item 2 (profile cache): a rate one job reports is remembered by its model and
+/// batch size; a job of the same key submitted later starts with its catalogue estimates
+/// calibrated by it (before it reports anything), one of another batch size does not, and
+/// `describe` says which.
+#[test]
+fn a_later_job_of_the_same_model_and_batch_starts_from_the_observed_rates() {
+    use tessera_perf::ConfigEstimates;
+    let mut h = Harness::new(vec![node("n1", 2)], policy("gavel", Some(60)));
+    set_truth(&mut h.core, "gavel", "gavel");
+    let a = submit_batch(&mut h, "a", 64);
+    h.schedule();
+    h.poll();
+    assert_eq!(h.state(a), crate::types::JobState::Running);
+    let gpu = h.core.cluster_map().cluster.nodes[0].gpu;
+    let rate = |h: &Harness, id: i64, count: u32| {
+        let idx = h.core.by_id[&id];
+        h.core.jobs[idx]
+            .knowledge
+            .get::<ConfigEstimates>()
+            .and_then(|c| c.get(gpu, count))
+            .map_or(f64::NAN, |e| e.throughput)
+    };
+    let (own, two) = (rate(&h, a, 1), rate(&h, a, 2));
+    let report = crate::types::ProgressReport {
+        iterations: 20,
+        iterations_per_second: Some(own / 4.0),
+        ..crate::types::ProgressReport::default()
+    };
+    h.core.report_progress(h.now, a, report).expect("accepted");
+    let b = submit_batch(&mut h, "b", 64);
+    let c = submit_batch(&mut h, "c", 32);
+    assert_eq!(rate(&h, b, 1), own / 4.0, "b inherits a's observed rate");
+    assert!((rate(&h, b, 2) - two / 4.0).abs() < 1e-9 * two);
+    assert_eq!(
+        rate(&h, c, 1),
+        own,
+        "another batch size: the catalogue's alone"
+    );
+    let text = describe(&mut h, b).knowledge.unwrap_or_default();
+    assert!(
+        text.ends_with(
+            "calibrated by 1 rate(s) observed of earlier jobs of this model and batch size 64 \
+             (profile cache)"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        describe(&mut h, c).knowledge.as_deref(),
+        Some("catalogue of truth gavel: its profile of model \"resnet50\"")
+    );
+}
+
+/// Issue 38 item 2 (profiling points, the SDK's protocol): each acknowledgement gives the job
+/// the CPU/memory point it runs at; a rate reported with that point is recorded as one point
+/// of its CPU/memory profile and `describe` lists it; a rate measured at another point (before
+/// a retune) is not one.
+#[test]
+fn rates_reported_at_the_point_the_daemon_gave_are_profile_points() {
+    use crate::types::{ProgressReport, ResourcePoint};
+    let mut h = Harness::new(vec![node("n1", 2)], policy("fifo", None));
+    let a = submit_model(&mut h, "a", Some("resnet50"));
+    h.schedule();
+    h.poll();
+    let ack = h
+        .core
+        .report_progress(h.now, a, ProgressReport::default())
+        .expect("accepted");
+    assert!(
+        ack.point.cpu_milli > 0 && ack.point.memory_bytes > 0,
+        "{ack:?}"
+    );
+    let stale = ResourcePoint {
+        cpu_milli: ack.point.cpu_milli + 1000,
+        ..ack.point
+    };
+    for (point, rate) in [(Some(stale), 3.0), (None, 4.0), (Some(ack.point), 5.0)] {
+        let report = ProgressReport {
+            iterations: 10,
+            iterations_per_second: Some(rate),
+            point,
+            ..ProgressReport::default()
+        };
+        h.core.report_progress(h.now, a, report).expect("accepted");
+    }
+    let idx = h.core.by_id[&a];
+    assert_eq!(h.core.jobs[idx].points, vec![(ack.point, 5.0)]);
+    let text = describe(&mut h, a).knowledge.unwrap_or_default();
+    let want = format!(
+        "; rates reported at its CPU/memory points: {} CPUs, {} GiB: 5 it/s",
+        ack.point.cpu_milli as f64 / 1000.0,
+        ack.point.memory_bytes as f64 / f64::from(1u32 << 30)
+    );
+    assert!(text.ends_with(&want), "{text}");
+}

@@ -273,6 +273,6 @@ pub(super) struct RunSetup<'a> {
     pub(super) after_gpus: Vec<(&'static str, String)>,
     /// Exported as `TESSERA_PLAN_*` when given.
     pub(super) plan: Option<ParallelPlan>,
-    pub(super) placement: &'a [crate::backend::PlacedShare],
+    pub(super) placement: &'a [crate::core::runs::PlacedShare],
     pub(super) alloc: Option<&'a Allocation>,
 }

@@ -39,6 +39,7 @@ mod polling;
 mod reasons;
 pub mod records;
 mod restore;
+pub mod runs;
 mod services;
 mod transitions;
 mod view;
@@ -47,7 +48,10 @@ mod view;
 mod capability_tests;
 #[cfg(test)]
 mod conformance;
+// Tests that drive the core with a real (local) backend live outside core/: no file of the
+// core imports a backend.
 #[cfg(test)]
+#[path = "../core_with_backend/devices.rs"]
 mod devices;
 #[cfg(test)]
 mod forecast_accuracy;
@@ -58,6 +62,7 @@ mod preemption_tests;
 #[cfg(test)]
 mod reasons_tests;
 #[cfg(test)]
+#[path = "../core_with_backend/service_tests.rs"]
 mod service_tests;
 #[cfg(test)]
 mod testkit;
@@ -72,16 +77,14 @@ use tessera_model::{
     Allocation, Bytes, GpuPart, MigInstance, MilliCpu, NodeId, ParallelPlan, Resources,
     SimDuration, SimTime, TrainingJob,
 };
-use tessera_sched::{
-    validate, Action, ActiveJob, ClusterState, ClusterView, JobChange, Policy, Trigger,
-};
+use tessera_sched::{validate, Action, ActiveJob, ClusterState, ClusterView, Policy, Trigger};
 
-use crate::backend::{
+use crate::config::{hash_token, Limits};
+use crate::core::records::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
+use crate::core::runs::{
     mps_pinned_mem_limit, mps_thread_percentage, Handle, InventoryNode, Launch, NodeHealth,
     Payload, Reconfigure, Retune, RunStatus,
 };
-use crate::config::{hash_token, Limits};
-use crate::core::records::{JobRow, RunRow, RunState, TransitionRow, WriteBatch};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::inventory::ClusterMap;
 use crate::metrics::Metrics;
@@ -256,7 +259,15 @@ struct Job {
     /// Rates the job reported (SDK `iterationsPerSecond`) on whole GPUs of one type, by
     /// (type, count), the latest last: they calibrate its catalogue estimates (see
     /// [`Core::calibrate`]). In memory only: after a restart the next report calibrates again.
-    observed: Vec<(tessera_model::GpuModelId, u32, f64)>,
+    observed: Vec<tessera_sched::book::Observed>,
+    /// How many rates of earlier jobs of its model and batch size (the profile cache,
+    /// `Core::profile_cache`) `observed` started with at its submission.
+    inherited: usize,
+    /// The latest rate it reported itself (for `describe`).
+    reported: Option<tessera_sched::book::Observed>,
+    /// Rates it reported at the CPU/memory points it ran at (SDK reports naming the point
+    /// they were measured at), one per point, the latest last. In memory only.
+    points: Vec<(crate::types::ResourcePoint, f64)>,
     /// Finished, written to the store and dropped from memory but for this slot (the policy's
     /// job ids are indices, so the slot stays until a restart).
     archived: bool,
@@ -332,7 +343,7 @@ fn run_name_of(instance: &str, job_id: i64, attempt: u32) -> String {
 }
 
 /// `active_pos` of a job the policy does not see.
-const NOT_VISIBLE: u32 = u32::MAX;
+const NOT_VISIBLE: u32 = tessera_sched::book::ABSENT;
 /// Archived slots below which the job table is not compacted (a compaction costs a pass over
 /// the table and the policy's state).
 const COMPACT_MIN_SLOTS: usize = 4096;
@@ -408,9 +419,9 @@ pub struct Core {
     is_dirty: Vec<bool>,
     /// Jobs holding an allocation (starting or running): what accrues service and is polled.
     holding: BTreeSet<usize>,
-    /// The policy keeps its own queue and is told every change of `active_buf`
-    /// ([`Policy::track_jobs`]), as in the simulator.
-    tracking: bool,
+    /// What the policy is told of changes of `active_buf` (the job book's rule, as in the
+    /// simulator).
+    tracker: tessera_sched::book::Tracker,
     /// Entries of `view.active` brought up to date from changed jobs at the last scheduling
     /// point (tests count it: it must not grow with the queue).
     pub(crate) last_synced: usize,
@@ -436,6 +447,9 @@ pub struct Core {
     services: services::Services,
     /// What jobs are profiled with at submission (see [`Core::set_profiler`]).
     profiler: Option<KnowledgeSource>,
+    /// Rates observed of earlier jobs by (model, batch size): a job submitted later with the
+    /// same key starts with its catalogue estimates calibrated by them. In memory only.
+    profile_cache: tessera_sched::book::ProfileCache,
     /// Recent events (jobs started, finished, preempted; GPUs reconfigured; instances
     /// scaled), each also logged at info level.
     events: crate::events::EventLog,
@@ -497,7 +511,7 @@ impl Core {
             })
             .collect();
         let reported_health = map.logical.iter().map(|l| l.health).collect();
-        let tracking = policy.track_jobs();
+        let tracker = tessera_sched::book::Tracker::of(policy.as_mut());
         let mut core = Core {
             settings,
             next_round: policy.round_length().map(|r| now + r),
@@ -544,7 +558,7 @@ impl Core {
             dirty: Vec::new(),
             is_dirty: Vec::new(),
             holding: BTreeSet::new(),
-            tracking,
+            tracker,
             last_synced: 0,
             #[cfg(test)]
             view_mismatch: None,
@@ -559,6 +573,7 @@ impl Core {
             cannot_compact: false,
             services: services::Services::default(),
             profiler: None,
+            profile_cache: tessera_sched::book::ProfileCache::default(),
             events: crate::events::EventLog::default(),
         };
         for i in 0..core.map.logical.len() {

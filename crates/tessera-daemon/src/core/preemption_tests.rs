@@ -9,7 +9,7 @@
 use tessera_model::SimDuration;
 
 use super::testkit::{node, policy, typed_node, Event, Harness};
-use crate::backend::RunStatus;
+use crate::core::runs::RunStatus;
 use crate::types::{JobState, ProgressReport};
 
 /// Attained service (GPU·µs) of each job the policy sees, by store id, at the last point.
@@ -34,6 +34,7 @@ fn report(h: &mut Harness, id: i64, iterations: u64) {
                 iterations,
                 samples_per_second: Some(64.0),
                 iterations_per_second: Some(2.0),
+                point: None,
             },
         )
         .expect("a running job reports");

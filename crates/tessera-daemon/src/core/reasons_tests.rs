@@ -3,7 +3,7 @@
 
 use super::api::{Request, Response};
 use super::testkit::{node, policy, typed_node, Harness, TOKEN};
-use crate::backend::NodeHealth;
+use crate::core::runs::NodeHealth;
 use crate::types::{JobView, WaitReason};
 
 fn describe(h: &mut Harness, id: i64) -> JobView {

@@ -5,7 +5,7 @@
 
 use tessera_model::ParallelPlan;
 
-use crate::backend::PlacedShare;
+use crate::core::runs::PlacedShare;
 use crate::types::JobState;
 
 /// Which jobs a listing returns (`Store::list_jobs`): every filter set must match.

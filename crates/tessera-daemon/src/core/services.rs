@@ -22,8 +22,8 @@ use tessera_sched::{validate, Action, InstanceId, ServicePhase};
 
 use super::api::{Caller, Request, Response};
 use super::{add, launch_placeholder, sub, Command, Core, Plan, Refusal};
-use crate::backend::{Handle, Launch, Payload, Retune, RunStatus};
 use crate::core::records::{RunRow, RunState};
+use crate::core::runs::{Handle, Launch, Payload, Retune, RunStatus};
 use crate::error::{ApiError, BackendError, DaemonError};
 use crate::services::{
     parse_service, InstanceRow, InstanceState, InstanceView, LoadReport, RunSpec, ServiceList,

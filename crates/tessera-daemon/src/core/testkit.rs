@@ -9,9 +9,9 @@ use tessera_model::{Bytes, GpuCatalog, MilliCpu, SimDuration, SimTime};
 use tessera_sched::{Policy, PolicyOptions};
 
 use super::{Command, Core, CoreSettings};
-use crate::backend::{GresCount, Handle, InventoryNode, NodeHealth, RunStatus};
 use crate::config::{hash_token, Limits};
 use crate::core::records::{JobRow, RunRow, RunState, WriteBatch};
+use crate::core::runs::{GresCount, Handle, InventoryNode, NodeHealth, RunStatus};
 use crate::error::BackendError;
 use crate::inventory::ClusterMap;
 use crate::types::JobState;
@@ -93,7 +93,7 @@ pub(crate) struct Harness {
     /// Job launches are kept in `held_launches` instead of carried out: in flight until the
     /// test answers them ([`Harness::answer_launch`]).
     pub(crate) hold_launches: bool,
-    pub(crate) held_launches: Vec<crate::backend::Launch>,
+    pub(crate) held_launches: Vec<crate::core::runs::Launch>,
     /// Run lookups by name also find runs that have ended (as `squeue -t all` and the local
     /// backend's exit file do); by default only live ones.
     pub(crate) find_ended: bool,
@@ -110,7 +110,7 @@ pub(crate) struct Harness {
     pub(crate) nodes: Vec<InventoryNode>,
     /// Every launch sent, in order: job id, attempt, placement down to the devices, CPU and
     /// memory.
-    pub(crate) placements: Vec<(i64, u32, Vec<crate::backend::PlacedShare>)>,
+    pub(crate) placements: Vec<(i64, u32, Vec<crate::core::runs::PlacedShare>)>,
 }
 
 fn settings() -> CoreSettings {
@@ -307,7 +307,7 @@ impl Harness {
     }
 
     /// Carries out a launch (after its persist-before-act check).
-    fn launched(&mut self, l: crate::backend::Launch) {
+    fn launched(&mut self, l: crate::core::runs::Launch) {
         self.events.push(Event::Launch(
             l.job_id,
             l.attempt,
@@ -326,7 +326,7 @@ impl Harness {
     }
 
     /// The backend starts the run of a launch (its answer not yet given), now in `status`.
-    pub(crate) fn start_run(&mut self, l: &crate::backend::Launch, status: RunStatus) -> Handle {
+    pub(crate) fn start_run(&mut self, l: &crate::core::runs::Launch, status: RunStatus) -> Handle {
         self.next_handle += 1;
         let h = format!("run-{}", self.next_handle);
         self.runs.insert(
@@ -342,7 +342,11 @@ impl Harness {
 
     /// Answers a held launch (see `hold_launches`): the backend started its run, now in
     /// `status` (`Some`), or refused it (`None`); then carries out what follows.
-    pub(crate) fn answer_launch(&mut self, l: crate::backend::Launch, status: Option<RunStatus>) {
+    pub(crate) fn answer_launch(
+        &mut self,
+        l: crate::core::runs::Launch,
+        status: Option<RunStatus>,
+    ) {
         let r = match status {
             Some(status) => Ok(self.start_run(&l, status)),
             None => Err(BackendError::Unsupported("scripted refusal".into())),

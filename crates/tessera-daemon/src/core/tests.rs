@@ -3,8 +3,8 @@
 use proptest::prelude::*;
 
 use super::testkit::{node, policy, Event, Harness, TOKEN};
-use crate::backend::RunStatus;
 use crate::core::records::RunState;
+use crate::core::runs::RunStatus;
 use crate::types::JobState;
 
 /// (job id, attempt, placement as (node, GPUs)).
@@ -290,7 +290,7 @@ fn a_run_launched_for_a_job_cancelled_meanwhile_is_stopped() {
         h.now,
         launch.job_id,
         launch.attempt,
-        Ok(crate::backend::Handle("orphan".into())),
+        Ok(crate::core::runs::Handle("orphan".into())),
     );
     let mut saw = Vec::new();
     while let Some(c) = h.core.poll_command() {
@@ -342,7 +342,7 @@ fn failed_stops_are_retried_at_the_next_poll() {
 fn a_node_going_down_takes_no_new_jobs() {
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let mut down = node("n1", 1);
-    down.health = crate::backend::NodeHealth::Down;
+    down.health = crate::core::runs::NodeHealth::Down;
     h.core.handle_inventory(h.now, &[down, node("n2", 1)]);
     let a = h.submit("a", 1, 100);
     let b = h.submit("b", 1, 100);
@@ -448,7 +448,7 @@ proptest! {
                 }
                 Op::Health(first, up) => {
                     let n = if first { "n1" } else { "n2" };
-                    let health = (!up).then_some(crate::backend::NodeHealth::Down);
+                    let health = (!up).then_some(crate::core::runs::NodeHealth::Down);
                     h.core.set_node_health(h.now, n, health).unwrap();
                     h.drain();
                 }
@@ -567,7 +567,7 @@ fn submission_only_scheduling_points_are_coalesced() {
 
 #[test]
 fn a_node_marked_down_has_its_jobs_requeued_once_and_restarted_elsewhere() {
-    use crate::backend::NodeHealth;
+    use crate::core::runs::NodeHealth;
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let a = h.submit("a", 1, 100);
     let b = h.submit("b", 1, 100);
@@ -627,7 +627,7 @@ fn a_node_marked_down_has_its_jobs_requeued_once_and_restarted_elsewhere() {
 
 #[test]
 fn a_run_that_completed_just_before_its_node_went_down_is_not_run_again() {
-    use crate::backend::NodeHealth;
+    use crate::core::runs::NodeHealth;
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let a = h.submit("a", 1, 100);
     h.schedule();
@@ -650,7 +650,7 @@ fn a_run_that_completed_just_before_its_node_went_down_is_not_run_again() {
 /// 2 runs").
 #[test]
 fn a_restart_between_a_node_failure_and_its_verification_runs_nothing_twice() {
-    use crate::backend::NodeHealth;
+    use crate::core::runs::NodeHealth;
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let a = h.submit("a", 1, 100);
     h.schedule();
@@ -724,7 +724,7 @@ fn a_run_that_vanished_from_the_backend_is_requeued_and_restarted() {
 
 #[test]
 fn a_launch_that_lands_on_a_node_gone_down_meanwhile_is_failed_over() {
-    use crate::backend::NodeHealth;
+    use crate::core::runs::NodeHealth;
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let a = h.submit("a", 1, 100);
     h.core.schedule(h.now);
@@ -742,7 +742,7 @@ fn a_launch_that_lands_on_a_node_gone_down_meanwhile_is_failed_over() {
         h.now,
         l.job_id,
         l.attempt,
-        Ok(crate::backend::Handle("late".into())),
+        Ok(crate::core::runs::Handle("late".into())),
     );
     let mut stops = 0;
     while let Some(c) = h.core.poll_command() {
@@ -777,7 +777,7 @@ fn a_job_whose_node_failed_waits_for_a_fresh_inventory_before_it_is_placed_again
     let a = h.submit("a", 1, 100);
     h.schedule();
     assert_eq!(launches(&h.take_events()), vec![(a, 1, on("n1", 1))]);
-    h.nodes[0].health = crate::backend::NodeHealth::Down;
+    h.nodes[0].health = crate::core::runs::NodeHealth::Down;
     h.end_run(
         a,
         RunStatus::NodeFailed {
@@ -800,7 +800,7 @@ fn a_job_whose_node_failed_waits_for_a_fresh_inventory_before_it_is_placed_again
 /// job stays held until the Verify after the stop answers.
 #[test]
 fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
-    use crate::backend::{Handle, NodeHealth};
+    use crate::core::runs::{Handle, NodeHealth};
     let mut h = Harness::new(vec![node("n1", 1), node("n2", 1)], policy("fifo", None));
     let a = h.submit("a", 1, 100);
     h.schedule();
@@ -836,7 +836,7 @@ fn a_stale_poll_does_not_release_a_job_held_after_a_node_failure() {
 /// reconfigured to an instance of exactly that profile and the job launched on it).
 #[test]
 fn mig_requests_in_job_specs_are_checked_and_honoured() {
-    use crate::backend::GresCount;
+    use crate::core::runs::GresCount;
     let mut v100 = node("v1", 2);
     v100.gres = vec![GresCount {
         kind: Some("v100".into()),
@@ -1057,7 +1057,7 @@ proptest! {
         // policy's jobs); the reference, whose policy cannot renumber, keeps them.
         tracked.core.set_compaction_threshold(1);
         let mut full = Harness::new(nodes(), Box::new(Untracked(policy(name, round))));
-        prop_assert!(tracked.core.tracking && !full.core.tracking);
+        prop_assert!(tracked.core.tracker.tracking() && !full.core.tracker.tracking());
         let mut ids = Vec::new();
         for (n, step) in steps.into_iter().enumerate() {
             for h in [&mut tracked, &mut full] {
@@ -1086,6 +1086,7 @@ proptest! {
                                 iterations: *iters,
                                 samples_per_second: None,
                                 iterations_per_second: Some(1.0 + (*iters % 3) as f64),
+                                point: None,
                             };
                             let _ = h.core.report_progress(h.now, id, report);
                         }
@@ -1096,14 +1097,14 @@ proptest! {
                     Step::Health(i, health) => {
                         let health = match health {
                             0 => None,
-                            1 => Some(crate::backend::NodeHealth::Down),
-                            _ => Some(crate::backend::NodeHealth::Draining),
+                            1 => Some(crate::core::runs::NodeHealth::Down),
+                            _ => Some(crate::core::runs::NodeHealth::Draining),
                         };
                         h.core.set_node_health(h.now, ["n1", "n2", "n3"][*i], health).unwrap();
                         h.drain();
                     }
                     Step::Restart => {
-                        let p: Box<dyn tessera_sched::Policy> = if h.core.tracking {
+                        let p: Box<dyn tessera_sched::Policy> = if h.core.tracker.tracking() {
                             policy(name, round)
                         } else {
                             Box::new(Untracked(policy(name, round)))
@@ -1138,7 +1139,7 @@ proptest! {
 fn nodes_not_up_are_masked_in_the_state_the_policy_reads() {
     let mut h = Harness::new(vec![node("n1", 2), node("n2", 2)], policy("fifo", None));
     h.core
-        .set_node_health(h.now, "n1", Some(crate::backend::NodeHealth::Draining))
+        .set_node_health(h.now, "n1", Some(crate::core::runs::NodeHealth::Draining))
         .unwrap();
     h.drain();
     let ids: Vec<i64> = (0..3).map(|i| h.submit(&format!("j{i}"), 1, 100)).collect();
@@ -1933,7 +1934,7 @@ fn a_restart_between_a_restart_for_a_new_quota_and_its_verification_runs_the_job
 // already completed finishes the job once.
 
 /// Job `a` started on GPU 0 of a two-GPU node, its launch in flight (held, unanswered).
-fn one_job_launching() -> (Harness, Script, i64, crate::backend::Launch) {
+fn one_job_launching() -> (Harness, Script, i64, crate::core::runs::Launch) {
     let (p, script) = scripted();
     let mut h = Harness::new(vec![node("n1", 2)], p);
     let a = h.submit("a", 1, 100);
@@ -2300,7 +2301,7 @@ fn a_restart_with_a_launch_given_up_in_flight_whose_run_completed_runs_nothing_t
 /// that did not complete keeps its preemption counted.
 #[test]
 fn a_stopped_run_found_completed_counts_no_preemption() {
-    use crate::backend::NodeHealth;
+    use crate::core::runs::NodeHealth;
     let counted = |h: &Harness, id: i64| {
         let row = &h.store_jobs[&id];
         let core = h.core.job_row(id).map(|r| r.preemptions);
@@ -2356,6 +2357,7 @@ fn progress_beyond_what_the_store_holds_is_refused() {
         iterations,
         samples_per_second: None,
         iterations_per_second: None,
+        point: None,
     };
     let e = h
         .core

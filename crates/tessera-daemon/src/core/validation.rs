@@ -15,7 +15,7 @@ use tessera_sim::{SimConfig, SimError, Simulation};
 
 use super::testkit::{node, Event, Harness};
 use super::Refusal;
-use crate::backend::{NodeHealth, RunStatus};
+use crate::core::runs::{NodeHealth, RunStatus};
 use crate::error::BackendError;
 use crate::types::JobState;
 

@@ -38,8 +38,7 @@ impl Core {
                 .get(idx)
                 .and_then(|&p| self.active_buf.get_mut(p as usize))
             {
-                e.attained_gpu_us = job.attained_us;
-                e.attained_gpu_secs = job.attained_us as f64 / 1e6;
+                book::show_service(e, job.attained_us, None);
                 // When its progress resumed, as in the simulator (a lease counts from it):
                 // a tracking policy is told service grows from now (see `sync_active`).
                 e.resumes_at = Some(resumes);
@@ -91,13 +90,14 @@ impl Core {
         else {
             return;
         };
-        self.active_pos[idx] = NOT_VISIBLE;
-        let gone = self.active_buf.swap_remove(pos as usize);
-        if let Some(moved) = self.active_buf.get(pos as usize) {
-            self.active_pos[moved.id.index()] = pos;
-        }
-        if self.tracking {
-            self.policy.observe(JobChange::Ended(gone.id));
+        let positions = &mut self.active_pos;
+        let gone = book::leave(&mut self.active_buf, pos as usize, |j, p| {
+            if let Some(at) = positions.get_mut(j.index()) {
+                *at = p;
+            }
+        });
+        if let Some(gone) = gone {
+            self.tracker.ended(self.policy.as_mut(), gone.id);
         }
     }
 
@@ -119,9 +119,12 @@ impl Core {
             }
             let pos = self.active_pos[idx];
             let change = if pos == NOT_VISIBLE {
-                self.active_pos[idx] = self.active_buf.len() as u32;
-                self.active_buf.push(entry);
-                Some(self.active_buf.len() - 1)
+                let positions = &mut self.active_pos;
+                Some(book::enter(&mut self.active_buf, entry, |j, p| {
+                    if let Some(at) = positions.get_mut(j.index()) {
+                        *at = p;
+                    }
+                }))
             } else {
                 let old = &mut self.active_buf[pos as usize];
                 let before = (old.state, old.allocation.clone(), old.remaining_iters);
@@ -132,26 +135,20 @@ impl Core {
                 *old = entry;
                 moved.then_some(pos as usize)
             };
-            if let (true, Some(p)) = (self.tracking, change) {
-                // `Started` says service grows from `resumes_at` on top of the attained
-                // service as of now: for a job told again (its progress moved) that is from
-                // now, or from the end of its restore if still restoring. The view keeps the
-                // instant it resumed (what a lease counts from, as in the simulator).
-                let resumed = self.active_buf[p].resumes_at;
-                self.active_buf[p].resumes_at = resumed.map(|r| r.max(now));
-                let job = &self.active_buf[p];
-                let spec = &self.specs[idx];
-                let c = match job.state {
-                    tessera_sched::JobState::Running => JobChange::Started(job, spec),
+            if let (true, Some(p)) = (self.tracker.tracking(), change) {
+                let (job, spec) = (&mut self.active_buf[p], &self.specs[idx]);
+                let policy = self.policy.as_mut();
+                match job.state {
+                    tessera_sched::JobState::Running => {
+                        self.tracker.started(policy, job, spec, now)
+                    }
                     // A queued job seen for the first time arrives; one seen before (it was
                     // running, or its progress moved its key) goes back in the queue.
                     tessera_sched::JobState::Queued if pos == NOT_VISIBLE => {
-                        JobChange::Arrived(job, spec)
+                        self.tracker.arrived(policy, job, spec)
                     }
-                    tessera_sched::JobState::Queued => JobChange::Preempted(job, spec),
-                };
-                self.policy.observe(c);
-                self.active_buf[p].resumes_at = resumed;
+                    tessera_sched::JobState::Queued => self.tracker.preempted(policy, job, spec),
+                }
             }
         }
         self.dirty = dirty;

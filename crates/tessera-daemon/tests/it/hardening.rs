@@ -180,6 +180,7 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
         iterations: 1u64 << 63,
         samples_per_second: None,
         iterations_per_second: None,
+        point: None,
     };
     let e = alice.report_progress(j.id, &report).unwrap_err();
     assert!(
@@ -308,6 +309,7 @@ fn progress_is_accepted_only_with_the_jobs_own_token() {
         iterations: 10,
         samples_per_second: Some(5.0),
         iterations_per_second: None,
+        point: None,
     };
     let code = |r: Result<_, tessera_daemon::ClientError>| match r {
         Ok(_) => 200,

@@ -18,7 +18,7 @@ import os
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Tuple
 
 __all__ = [
     "JobContext",
@@ -83,6 +83,19 @@ class ProgressAck:
     cpu_workers: int
     gpus: int
     memory_bytes: int
+    # The CPU/memory point the job runs at now, (milli-CPUs, memory bytes) over its nodes:
+    # the next rate is reported as measured there (None from a daemon without points).
+    point: Optional[Tuple[int, int]] = None
+
+
+def _point(value: Any) -> Optional[Tuple[int, int]]:
+    """A ``{"cpuMilli": .., "memoryBytes": ..}`` document as a tuple, None when malformed."""
+    if not isinstance(value, dict):
+        return None
+    cpu, mem = value.get("cpuMilli"), value.get("memoryBytes")
+    if isinstance(cpu, int) and isinstance(mem, int) and cpu >= 0 and mem >= 0:
+        return (cpu, mem)
+    return None
 
 
 def report_progress(
@@ -91,8 +104,15 @@ def report_progress(
     samples_per_second: Optional[float] = None,
     iterations_per_second: Optional[float] = None,
     timeout: float = 5.0,
+    point: Optional[Tuple[int, int]] = None,
 ) -> Optional[ProgressAck]:
-    """Sends one progress report; returns the daemon's answer, or None (never raises)."""
+    """Sends one progress report; returns the daemon's answer, or None (never raises).
+
+    ``point`` names the CPU/memory point the rates were measured at (the ``point`` of the
+    acknowledgement that started the interval): the daemon keeps such a rate as one point of
+    the job's CPU/memory profile (Synergy's optimistic profiling), and ignores it as a point
+    when the job has been retuned since.
+    """
     if not ctx.enabled:
         return None
     body = {"iterations": int(iterations)}
@@ -100,6 +120,8 @@ def report_progress(
         body["samplesPerSecond"] = float(samples_per_second)
     if iterations_per_second is not None:
         body["iterationsPerSecond"] = float(iterations_per_second)
+    if point is not None:
+        body["point"] = {"cpuMilli": int(point[0]), "memoryBytes": int(point[1])}
     req = urllib.request.Request(
         f"{ctx.url.rstrip('/')}/v1/jobs/{ctx.job_id}/progress",
         data=json.dumps(body).encode(),
@@ -118,6 +140,7 @@ def report_progress(
             cpu_workers=int(data.get("cpuWorkers", ctx.cpu_workers)),
             gpus=int(data.get("gpus", 0)),
             memory_bytes=int(data.get("memoryBytes", 0)),
+            point=_point(data.get("point")),
         )
     except Exception as e:  # noqa: BLE001 - the documented contract is "never raises"
         log.debug("tessera progress report failed: %s", e)
@@ -154,6 +177,9 @@ class TesseraIterator:
         self._last_iteration = self.iteration
         self.last_ack: Optional[ProgressAck] = None
         self.reports_sent = 0
+        # The CPU/memory point the current interval runs at (from the last answer): each
+        # interval starts at a report, so it lies wholly at the point that report's answer gave.
+        self._point: Optional[Tuple[int, int]] = None
 
     @property
     def cpu_workers(self) -> int:
@@ -189,11 +215,13 @@ class TesseraIterator:
         ips = done / elapsed if (elapsed > 0 and done > 0) else None
         sps = ips * self.batch_size if (ips is not None and self.batch_size) else None
         self._last_time, self._last_iteration = now, self.iteration
-        ack = report_progress(self.context, self.iteration, sps, ips)
+        ack = report_progress(self.context, self.iteration, sps, ips, point=self._point)
         if ack is None:
+            self._point = None  # unknown until the daemon answers again
             return None
         self.reports_sent += 1
         self.last_ack = ack
+        self._point = ack.point
         if ack.cpu_workers >= 1 and ack.cpu_workers != self._cpu_workers:
             self._cpu_workers = ack.cpu_workers
             if self.on_resize is not None:

@@ -473,7 +473,7 @@ fn drive_declining(core: &mut Core, backend: &mut LocalBackend) {
                 core.handle_launched(SimTime::ZERO, l.job_id, l.attempt, r);
             }
             super::Command::Stop { run, preempt } => {
-                let h = crate::backend::Handle(run.handle.clone());
+                let h = crate::core::runs::Handle(run.handle.clone());
                 let r = if preempt {
                     backend.preempt(&h)
                 } else {
@@ -577,7 +577,7 @@ mod prop {
     use super::super::testkit::{node, Harness, TOKEN};
     use super::super::Request;
     use super::body;
-    use crate::backend::RunStatus;
+    use crate::core::runs::RunStatus;
     use crate::error::BackendError;
     use crate::services::InstanceState;
 
@@ -834,7 +834,7 @@ fn drive_collecting_tokens(core: &mut Core, now: SimTime, next: &mut u64) -> Vec
                 tokens.push(t.clone());
             }
             *next += 1;
-            let h = crate::backend::Handle(format!("run-{next}"));
+            let h = crate::core::runs::Handle(format!("run-{next}"));
             core.handle_launched(now, l.job_id, l.attempt, Ok(h));
         }
     }
@@ -963,7 +963,7 @@ fn drive_tokens(
                 core.handle_retuned(now, r.job_id, r.attempt, res);
             }
             super::Command::Stop { run, preempt } => {
-                let h = crate::backend::Handle(run.handle.clone());
+                let h = crate::core::runs::Handle(run.handle.clone());
                 let r = if preempt {
                     backend.preempt(&h)
                 } else {
@@ -1214,8 +1214,8 @@ fn dilu_packs_a_training_job_and_an_instance_on_one_gpu_and_static_shares_does_n
 #[test]
 fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
     use super::testkit::Harness;
-    use crate::backend::RunStatus;
     use crate::core::records::RunState;
+    use crate::core::runs::RunStatus;
     let (policy, batch) = scripted();
     let mut h = Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
     let text = body(&["true"], serde_json::json!({}));
@@ -1279,7 +1279,7 @@ fn a_restart_with_an_instance_launch_given_up_in_flight_stops_its_run() {
 fn instance_in_flight() -> (
     super::testkit::Harness,
     super::devices::Batch,
-    crate::backend::Launch,
+    crate::core::runs::Launch,
 ) {
     let (policy, batch) = scripted();
     let mut h = super::testkit::Harness::new_at(vec![node("n1", 2)], policy, SimTime::ZERO);
@@ -1324,7 +1324,7 @@ fn retune_to(h: &mut super::testkit::Harness, batch: &super::devices::Batch, id:
 #[test]
 fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
     use super::testkit::Event;
-    use crate::backend::RunStatus;
+    use crate::core::runs::RunStatus;
     // The first launch starts a run whose stop fails once (retried at the next poll), or one
     // stopped at once, or it is refused.
     let cases = [
@@ -1390,7 +1390,7 @@ fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
 #[test]
 fn an_instance_restarted_after_a_declined_retune_starts_once_its_old_run_is_stopped() {
     use super::testkit::{Event, Harness};
-    use crate::backend::RunStatus;
+    use crate::core::runs::RunStatus;
     use crate::error::BackendError;
     let running = |h: &Harness, id: i64| {
         h.runs

@@ -17,8 +17,9 @@ use tessera_sched::{Action, ClusterView, Policy};
 use super::testkit::{core_with, node, Event, Harness, TOKEN};
 use super::{Command, Core};
 use crate::backend::local::LocalBackend;
-use crate::backend::{Backend, Handle, PlacedMig, Reconfigure, RunStatus};
+use crate::backend::Backend;
 use crate::config::{LocalConfig, LocalNodeConfig};
+use crate::core::runs::{Handle, PlacedMig, Reconfigure, RunStatus};
 use crate::error::BackendError;
 use crate::types::JobState;
 
