@@ -202,3 +202,238 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         "shutdown took {shutdown:?}"
     );
 }
+
+/// (ns since the epoch, job id (an instance's negative), attempt) of each submission a
+/// [`Slow`] backend carried out.
+type SubmitLog = Arc<Mutex<Vec<(u128, i64, u32)>>>;
+
+/// A backend that runs nothing and takes `first_delay` over its first submission, holding
+/// the backend thread so that the launches after it queue up (withdrawable); it logs every
+/// submission it carries out.
+struct Slow {
+    inner: tessera_daemon::backend::NullBackend,
+    first_delay: Option<Duration>,
+    log: SubmitLog,
+}
+
+impl tessera_daemon::Backend for Slow {
+    fn kind(&self) -> &'static str {
+        "slow"
+    }
+    fn inventory(
+        &mut self,
+    ) -> Result<Vec<tessera_daemon::backend::InventoryNode>, tessera_daemon::BackendError> {
+        self.inner.inventory()
+    }
+    fn submit(
+        &mut self,
+        l: &tessera_daemon::backend::Launch,
+    ) -> Result<tessera_daemon::backend::Handle, tessera_daemon::BackendError> {
+        if let Some(d) = self.first_delay.take() {
+            std::thread::sleep(d);
+        }
+        self.log
+            .lock()
+            .unwrap()
+            .push((now_ns(), l.job_id, l.attempt));
+        self.inner.submit(l)
+    }
+    fn cancel(
+        &mut self,
+        h: &tessera_daemon::backend::Handle,
+    ) -> Result<(), tessera_daemon::BackendError> {
+        self.inner.cancel(h)
+    }
+    fn preempt(
+        &mut self,
+        h: &tessera_daemon::backend::Handle,
+    ) -> Result<(), tessera_daemon::BackendError> {
+        self.inner.preempt(h)
+    }
+    fn poll(
+        &mut self,
+        h: &[tessera_daemon::backend::Handle],
+    ) -> Result<
+        Vec<(
+            tessera_daemon::backend::Handle,
+            tessera_daemon::backend::RunStatus,
+        )>,
+        tessera_daemon::BackendError,
+    > {
+        self.inner.poll(h)
+    }
+    fn find(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<tessera_daemon::backend::Handle>, tessera_daemon::BackendError> {
+        self.inner.find(name)
+    }
+}
+
+/// A daemon over a [`Slow`] backend (`null_nodes`: 8 A100s on n1, 4 V100s on n2).
+fn slow_daemon(
+    dir: &Path,
+    policy: &str,
+    first_delay: Duration,
+) -> (tessera_daemon::DaemonHandle, SubmitLog) {
+    let mut c = config(dir, local_backend(dir, 1));
+    c.policy = policy.into();
+    c.poll_interval_ms = 50;
+    let log = SubmitLog::default();
+    let backend = Slow {
+        inner: tessera_daemon::backend::NullBackend::new(null_nodes()),
+        first_delay: Some(first_delay),
+        log: log.clone(),
+    };
+    let d = tessera_daemon::spawn(c, Box::new(backend), Arc::new(SystemClock::new())).unwrap();
+    (d, log)
+}
+
+/// Issue 42 item 1, preemption: a launch still queued for the backend when the policy
+/// preempts its job is withdrawn; nothing of that attempt is submitted after the preemption
+/// is visible, and the job that preempted it runs.
+#[test]
+fn a_queued_launch_is_withdrawn_when_its_job_is_preempted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, log) = slow_daemon(dir.path(), "srtf", Duration::from_secs(3));
+    let alice = client(&d, ALICE);
+    // Holds the backend thread for 3 s.
+    let blocker = alice
+        .submit(&format!(
+            "{}gpuType: v100\n",
+            job("blocker", 1, "sleep 100")
+        ))
+        .unwrap();
+    wait_until(
+        "the blocker's launch taken",
+        Duration::from_secs(10),
+        || {
+            alice.describe(blocker.id).unwrap().job.state
+                == tessera_daemon::types::JobState::Starting
+        },
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let long = alice
+        .submit(&format!(
+            "{}gpuType: a100\nhints: {{durationSeconds: 100000}}\n",
+            job("long", 8, "sleep 100")
+        ))
+        .unwrap();
+    wait_until(
+        "long starting (its launch queued)",
+        Duration::from_secs(10),
+        || alice.describe(long.id).unwrap().job.state == tessera_daemon::types::JobState::Starting,
+    );
+    let short = alice
+        .submit(&format!(
+            "{}gpuType: a100\nhints: {{durationSeconds: 10}}\n",
+            job("short", 8, "sleep 1")
+        ))
+        .unwrap();
+    let mut ack = 0;
+    wait_until("long preempted", Duration::from_secs(10), || {
+        let l = alice.describe(long.id).unwrap().job;
+        ack = now_ns();
+        l.preemptions == 1
+    });
+    assert!(
+        log.lock().unwrap().iter().all(|&(_, id, _)| id != long.id),
+        "long's launch was taken before the preemption: the test did not queue it"
+    );
+    wait_until("short runs", Duration::from_secs(20), || {
+        alice.describe(short.id).unwrap().job.state == tessera_daemon::types::JobState::Running
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log.lock().unwrap().clone();
+    let late: Vec<_> = log
+        .iter()
+        .filter(|&&(t, id, attempt)| id == long.id && attempt == 1 && t > ack)
+        .collect();
+    assert!(late.is_empty(), "submitted after its preemption: {late:?}");
+    assert!(
+        log.iter().all(|&(_, id, a)| !(id == long.id && a == 1)),
+        "the preempted attempt was submitted at all: {log:?}"
+    );
+    let v = alice.describe(long.id).unwrap().job;
+    assert_eq!(v.state, tessera_daemon::types::JobState::Pending);
+    d.shutdown().unwrap();
+}
+
+/// Issue 42 item 1, retire: a service's instance launch still queued for the backend when the
+/// service is retired is withdrawn: nothing of it is submitted after the retire's `200`.
+#[test]
+fn a_queued_instance_launch_is_withdrawn_when_its_service_is_retired() {
+    const SERVICE: &str = "apiVersion: tessera/v1
+kind: Workload
+metadata:
+  command: [sleep, '300']
+spec:
+  services:
+    - name: NAME
+      endSeconds: 3600
+      sloMilliseconds: 50
+      resources: {cpu: '1', memory: 4Gi, gpuMemory: 2Gi}
+      arrivals: {poisson: {rate: 3}}
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (d, log) = slow_daemon(dir.path(), "serve-exclusive", Duration::from_secs(3));
+    let alice = client(&d, ALICE);
+    // The first service's instance launch holds the backend thread for 3 s.
+    let first = alice
+        .submit_service(&SERVICE.replace("NAME", "first"))
+        .unwrap();
+    wait_until(
+        "the first instance launching",
+        Duration::from_secs(10),
+        || !alice.service(first.id).unwrap().instances.is_empty(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let second = alice
+        .submit_service(&SERVICE.replace("NAME", "second"))
+        .unwrap();
+    let mut instance = 0;
+    wait_until(
+        "the second instance starting",
+        Duration::from_secs(10),
+        || {
+            let v = alice.service(second.id).unwrap();
+            instance = v.instances.first().map_or(0, |i| i.id);
+            instance != 0
+        },
+    );
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "the first launch answered early: the test did not queue the second"
+    );
+    let v = alice.retire_service(second.id).unwrap();
+    let ack = now_ns();
+    assert!(v.instances.is_empty());
+    // The first launch answers; anything queued behind it would go now.
+    wait_until(
+        "the first instance running",
+        Duration::from_secs(20),
+        || {
+            alice
+                .service(first.id)
+                .unwrap()
+                .instances
+                .first()
+                .is_some_and(|i| i.backend_id.is_some())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log.lock().unwrap().clone();
+    let late: Vec<_> = log
+        .iter()
+        .filter(|&&(t, id, _)| id == -instance && t > ack)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "submitted after the retire's 200: {late:?}"
+    );
+    assert!(
+        log.iter().all(|&(_, id, _)| id != -instance),
+        "the retired instance was submitted at all: {log:?}"
+    );
+    d.shutdown().unwrap();
+}
