@@ -119,6 +119,29 @@ impl Core {
         }
     }
 
+    /// Takes `alloc` in the device state, also where it lies on draining GPUs (a start decided
+    /// with the stop that makes room for it): [`ClusterState::take`] counts what it takes out
+    /// of the free pool, which a GPU marked down is not in, so each such GPU is brought up for
+    /// the take and marked down again after it.
+    pub(super) fn take_devices(&mut self, alloc: &Allocation) {
+        let mut draining = Vec::new();
+        if !self.draining.is_empty() {
+            for s in &alloc.shares {
+                let Some(d) = s.devices else { continue };
+                for g in d.gpus.iter() {
+                    if self.gpu_draining(s.node.0, g) {
+                        self.devices.set_down(s.node, g, false);
+                        draining.push((s.node, g));
+                    }
+                }
+            }
+        }
+        self.devices.take(&self.map.cluster, alloc);
+        for (n, g) in draining {
+            self.devices.set_down(n, g, true);
+        }
+    }
+
     /// Whether a stopped run still holds GPU `gpu` of logical node `node`.
     pub(super) fn gpu_draining(&self, node: u32, gpu: u32) -> bool {
         self.draining

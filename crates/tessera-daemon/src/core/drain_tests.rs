@@ -17,13 +17,13 @@ use super::Core;
 use crate::backend::local::LocalBackend;
 use crate::types::JobState;
 
-/// A payload that writes `<probe>/<name>.start` when it starts and, once told to stop, takes
-/// about a second before writing `<probe>/<name>.end` and exiting.
+/// A payload that writes `<probe>/<name>.start` once its SIGTERM handler is set and, once told
+/// to stop, takes about a second before writing `<probe>/<name>.end` and exiting.
 fn slow_exit(name: &str, probe: &Path) -> String {
     let p = probe.display();
     format!(
-        "date +%s%N > {p}/{name}.start\n\
-         trap 'sleep 1; date +%s%N > {p}/{name}.end; exit 0' TERM\n\
+        "trap 'sleep 1; date +%s%N > {p}/{name}.end; exit 0' TERM\n\
+         date +%s%N > {p}/{name}.start\n\
          while :; do sleep 0.05; done"
     )
 }

@@ -646,7 +646,7 @@ impl Core {
 
     /// A new instance of service `idx` on `alloc` (resolved): recorded as starting.
     pub(super) fn scale_out(&mut self, idx: usize, alloc: Allocation, now_us: u64) -> Launch {
-        self.devices.take(&self.map.cluster, &alloc);
+        self.take_devices(&alloc);
         for s in &alloc.shares {
             sub(&mut self.free[s.node.index()], &s.resources());
         }
