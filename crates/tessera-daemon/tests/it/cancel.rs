@@ -25,8 +25,8 @@ pub fn now_ns() -> u128 {
 }
 
 /// A one-GPU job whose payload records its start in `probe/starts` (time, job id) and holds
-/// an exclusive lock on its GPU's file while it runs; a lock already held by another live
-/// payload is written to `probe/overlaps`.
+/// an exclusive lock on its GPU's file while it runs, and for 0.3 s after a SIGTERM; a lock
+/// already held by another live payload is written to `probe/overlaps`.
 pub fn probe_job(name: &str, probe: &Path, secs: f64) -> String {
     let script = [
         // The node: the local backend's TESSERA_NODES, Slurm's SLURMD_NODENAME.
@@ -34,7 +34,10 @@ pub fn probe_job(name: &str, probe: &Path, secs: f64) -> String {
         r#"exec 9>>"$PROBE/gpu-$node-$CUDA_VISIBLE_DEVICES.lock""#,
         r#"flock -n 9 || echo "$TESSERA_JOB_ID $node $CUDA_VISIBLE_DEVICES" >> "$PROBE/overlaps""#,
         r#"echo "$(date +%s%N) $TESSERA_JOB_ID" >> "$PROBE/starts""#,
-        &format!("sleep {secs}"),
+        // Stopped, it takes a moment to exit (as a job saving a checkpoint does), its GPU
+        // still locked: a run placed there meanwhile would be refused by the backend.
+        "trap 'sleep 0.3; exit 143' TERM",
+        &format!("sleep {secs} & wait"),
     ]
     .join("\n");
     let indented: String = script.lines().map(|l| format!("  {l}\n")).collect();
@@ -179,6 +182,14 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         alice.list().unwrap().iter().all(|j| j.state.is_terminal())
     });
     std::thread::sleep(Duration::from_secs(2));
+    // No launch went onto a GPU a cancelled run still held (draining GPUs): the backend
+    // refused nothing, so nothing was re-queued.
+    let metrics = client(&d, ADMIN).metrics().unwrap();
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_backend_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(u64::MAX);
     let t0 = Instant::now();
     d.shutdown().unwrap();
     let shutdown = t0.elapsed();
@@ -187,7 +198,8 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
     let started = starts(&probe).len();
     eprintln!(
         "{submitted} submitted, {} cancels acknowledged, {started} payloads started, {} after \
-         their cancel's ack, {} GPU overlaps, shutdown {shutdown:?}",
+         their cancel's ack, {} GPU overlaps, {refused} launches refused by the backend, \
+         shutdown {shutdown:?}",
         acks.len(),
         late.len(),
         overlaps.len()
@@ -197,6 +209,7 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         "started after their cancel was acknowledged: {late:?}"
     );
     assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
+    assert_eq!(refused, 0, "launches refused (re-queued) by the backend");
     assert!(
         shutdown < Duration::from_secs(10),
         "shutdown took {shutdown:?}"
