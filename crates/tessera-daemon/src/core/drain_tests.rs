@@ -1,13 +1,13 @@
 //! Issue 42: a stopped run's GPUs drain (drain.rs). With the real local backend and a run that
 //! takes a second to exit after SIGTERM: a job that only fits on the GPU of a cancelled,
-//! preempted or resized run is launched only once the backend has reported that run gone,
-//! never refused by the backend and re-queued; meanwhile it waits as `unavailable`, saying
-//! the GPU drains.
+//! preempted or resized run (or on a retired service instance's) is launched only once the
+//! backend has reported that run gone, never refused by the backend and re-queued; meanwhile
+//! it waits as `unavailable`, saying the GPU drains.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tessera_model::{GpuPart, JobId, SimTime};
+use tessera_model::{GpuPart, JobId, ServiceId, SimTime};
 use tessera_sched::Action;
 
 use super::api::{Request, Response};
@@ -206,4 +206,78 @@ fn a_start_decided_with_the_preemption_waits_for_the_preempted_run_to_be_gone() 
 #[test]
 fn a_start_decided_with_a_resize_waits_for_the_old_run_to_be_gone() {
     preempt_then_start(true);
+}
+
+/// A retired service's instance drains too: the policy's start onto its GPU is refused while
+/// the instance is on its way out, and the job launched there afterwards runs on its first
+/// attempt, the backend having refused nothing.
+#[test]
+fn a_retired_instances_gpu_takes_no_start_until_the_instance_is_gone() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let probe = tempfile::tempdir().expect("tempdir");
+    let mut b = local_backend(work.path(), None);
+    let (p, batch): (_, Batch) = scripted();
+    let mut core = core_with(&[node("n1", 1)], p, SimTime::ZERO);
+    let service = serde_json::json!({
+        "apiVersion": "tessera/v1",
+        "kind": "Workload",
+        "metadata": {"command": ["sh", "-c", slow_exit("a", probe.path())]},
+        "spec": {"services": [{
+            "name": "bert",
+            "endSeconds": 3600,
+            "sloMilliseconds": 50,
+            "resources": {"cpu": "1", "memory": "1Gi", "gpuMemory": "2Gi"},
+            "arrivals": {"poisson": {"rate": 3}}
+        }]}
+    })
+    .to_string();
+    let r = core.handle_request(
+        SimTime::ZERO,
+        Some(TOKEN),
+        Request::SubmitService { body: service },
+    );
+    assert!(r.is_ok(), "{r:?}");
+    let second = submit(&mut core, "b", &quick("b", probe.path()));
+    give(
+        &batch,
+        vec![Action::ScaleOut {
+            service: ServiceId(0),
+            allocation: alloc(0b1, GpuPart::Whole, None),
+        }],
+    );
+    core.request_schedule();
+    run_until(&mut core, &mut b, "the instance to run", |_| {
+        stamp(probe.path(), "a.start").is_some()
+    });
+    let r = core.handle_request(SimTime::ZERO, Some(TOKEN), Request::RetireService { id: 1 });
+    assert!(r.is_ok(), "{r:?}");
+    drive(&mut core, &mut b, SimTime::ZERO);
+    assert_eq!(core.draining_gpus(), vec![("n1".to_string(), 0, -1)]);
+    let start_b = Action::Start {
+        job: JobId(0),
+        allocation: alloc(0b1, GpuPart::Whole, None),
+    };
+    give(&batch, vec![start_b.clone()]);
+    core.request_schedule();
+    core.schedule(SimTime::ZERO);
+    drive(&mut core, &mut b, SimTime::ZERO);
+    assert_eq!(
+        core.refused().len(),
+        1,
+        "a start onto a draining GPU is refused"
+    );
+    assert_eq!(state(&core, second), JobState::Pending);
+    run_until(&mut core, &mut b, "the instance to be gone", |c| {
+        c.draining_gpus().is_empty()
+    });
+    let ended = stamp(probe.path(), "a.end").expect("the instance ended on SIGTERM");
+    give(&batch, vec![start_b]);
+    core.request_schedule();
+    run_until(&mut core, &mut b, "the job to finish", |c| {
+        state(c, second).is_terminal()
+    });
+    assert_eq!(state(&core, second), JobState::Completed);
+    assert!(stamp(probe.path(), "b.start").expect("b ran") > ended);
+    let row = core.job_row(second).expect("job");
+    assert_eq!((row.attempt, core.metrics().backend_errors), (1, 0));
 }
