@@ -186,8 +186,9 @@ impl Core {
             self.instance_launch_held(id);
             self.drain_held_instances.insert(id, launch);
         } else if let Some(&idx) = self.by_id.get(&launch.job_id) {
+            // By daemon id: compaction renumbers job indices.
+            self.drain_held_jobs.insert(launch.job_id);
             self.jobs[idx].parked = Some(launch);
-            self.drain_held_jobs.insert(idx);
         }
         None
     }
@@ -196,10 +197,11 @@ impl Core {
     /// attempt's start and no stopped run of its own is unverified (else the verification
     /// releases it); an instance's if it still waits for that attempt's launch.
     fn release_drain_holds(&mut self) {
-        for idx in std::mem::take(&mut self.drain_held_jobs) {
-            let Some(job) = self.jobs.get(idx) else {
+        for id in std::mem::take(&mut self.drain_held_jobs) {
+            let Some(&idx) = self.by_id.get(&id) else {
                 continue;
             };
+            let job = &self.jobs[idx];
             let current = job.row.state == JobState::Starting
                 && job
                     .parked

@@ -383,8 +383,8 @@ pub struct Core {
     /// Stopped runs whose GPUs are held until the backend reports them gone, by handle (or
     /// placeholder): see `drain.rs`.
     draining: BTreeMap<String, drain::Drain>,
-    /// Jobs whose parked launch waits for draining GPUs.
-    drain_held_jobs: BTreeSet<usize>,
+    /// Jobs (by daemon id) whose parked launch waits for draining GPUs.
+    drain_held_jobs: BTreeSet<i64>,
     /// Instance launches waiting for draining GPUs, by instance id.
     drain_held_instances: BTreeMap<i64, Launch>,
     /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
