@@ -844,6 +844,13 @@ impl Backend for LocalBackend {
                     if left.is_empty() {
                         continue;
                     }
+                    if self.stopping.contains(out[i].0 .0.as_str()) {
+                        // Stopped by the daemon: its processes keep their SIGTERM grace (the
+                        // checkpoint window; the stop's own thread sends SIGKILL after it),
+                        // even though the wrapper died at the SIGTERM. Running until gone.
+                        out[i].1 = RunStatus::Running;
+                        continue;
+                    }
                     tracing::info!(
                         run = out[i].0 .0.as_str(),
                         processes = left.len(),
@@ -1281,6 +1288,68 @@ mod tests {
         }
         b.cancel(&handles[2]).unwrap();
         wait_terminal(&mut b, &handles[2]);
+    }
+
+    #[test]
+    fn named_devices_of_a_stopping_run_are_not_handed_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut b = backend(tmp.path());
+        let named = |mut l: Launch| {
+            l.placement[0].devices = Some(crate::backend::PlacedDevices {
+                indices: vec![0],
+                part: PlacedPart::Whole,
+            });
+            l
+        };
+        let l = named(launch(
+            1,
+            1,
+            Payload::Script(
+                "trap 'sleep 1; exit 0' TERM\necho up > started\nwhile :; do sleep 0.05; done\n"
+                    .into(),
+            ),
+        ));
+        let dir = tmp.path().join(&l.name);
+        let h = b.submit(&l).unwrap();
+        wait_for("the job to start", || dir.join("started").exists());
+        b.preempt(&h).unwrap();
+        let next = named(launch(2, 1, Payload::Command(vec!["true".into()])));
+        match b.submit(&next) {
+            Err(e) => assert!(e.is_transient(), "{e}"),
+            Ok(_) => panic!("GPU 0 of a run still stopping was handed out"),
+        }
+        let _ = wait_terminal(&mut b, &h);
+    }
+
+    #[test]
+    fn a_stopped_run_keeps_its_sigterm_grace_while_polled() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut b = backend(tmp.path());
+        // Checkpoints for a second on SIGTERM (the wrapper itself dies at the SIGTERM).
+        let l = launch(
+            1,
+            1,
+            Payload::Script(
+                "trap 'sleep 1; echo saved > checkpoint; exit 0' TERM\n\
+                 echo up > started\nwhile :; do sleep 0.05; done\n"
+                    .into(),
+            ),
+        );
+        let dir = tmp.path().join(&l.name);
+        let h = b.submit(&l).unwrap();
+        wait_for("the job to start", || dir.join("started").exists());
+        b.cancel(&h).unwrap();
+        // Polled as the daemon polls a stopped run until it is gone: that must not cut the
+        // grace short (it did: the wrapper gone, what was left was killed at once).
+        let status = wait_terminal(&mut b, &h);
+        assert!(status.is_terminal(), "{status:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("checkpoint"))
+                .ok()
+                .as_deref(),
+            Some("saved\n"),
+            "the job was killed before its SIGTERM handler finished"
+        );
     }
 
     #[test]

@@ -790,11 +790,14 @@ impl Core {
             )));
         }
         let run = self.detach_handle(idx, RunState::Stop);
+        let mut stopping = run.as_ref().map(|r| r.handle.clone());
         if run.is_none() {
             // A launch in flight: its run is stopped when it answers, or found by name and
             // stopped by a restart before that (nothing to verify: the job is cancelled).
-            self.record_launch_in_flight(idx);
+            stopping = self.record_launch_in_flight(idx);
         }
+        // Its GPUs drain until the backend reports the run gone.
+        self.drain_job_run(idx, stopping);
         self.release(idx);
         self.jobs[idx].row.backend_state = None;
         self.transition(

@@ -179,7 +179,7 @@ impl Core {
     pub(super) fn hold(&mut self, idx: usize, alloc: Allocation) {
         self.touch(idx);
         self.holding.insert(idx);
-        self.devices.take(&self.map.cluster, &alloc);
+        self.take_devices(&alloc);
         for s in &alloc.shares {
             sub(&mut self.free[s.node.index()], &s.resources());
         }

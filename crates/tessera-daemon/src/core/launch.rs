@@ -13,10 +13,14 @@ impl Core {
         result: Result<Handle, BackendError>,
     ) {
         if services::Services::is_instance(job_id) {
+            let placeholder = launch_placeholder(&self.settings.instance, job_id, attempt);
+            let run = result.as_ref().ok().map(|h| h.0.as_str());
+            self.launch_answered_draining(&placeholder, run);
             return self.instance_launched(now, -job_id, attempt, result);
         }
         let now_us = now.as_micros();
         let placeholder = launch_placeholder(&self.settings.instance, job_id, attempt);
+        self.launch_answered_draining(&placeholder, result.as_ref().ok().map(|h| h.0.as_str()));
         if self.launching_rows.remove(&placeholder) {
             // The answer to a launch given up in flight: its `launching` row is closed in the
             // batch that records the run (if any) `stop`, so a crash leaves one or the other.

@@ -29,6 +29,7 @@ mod api;
 mod apply;
 mod archive;
 mod decide;
+mod drain;
 mod events;
 mod forecast_input;
 mod health;
@@ -53,6 +54,8 @@ mod conformance;
 #[cfg(test)]
 #[path = "../core_with_backend/devices.rs"]
 mod devices;
+#[cfg(test)]
+mod drain_tests;
 #[cfg(test)]
 mod forecast_accuracy;
 #[cfg(test)]
@@ -388,6 +391,13 @@ pub struct Core {
     /// `launching` row is still open in the store: the launch's answer closes it, even when
     /// the job has been archived (and its entry in `verifying` dropped) meanwhile.
     launching_rows: HashSet<String>,
+    /// Stopped runs whose GPUs are held until the backend reports them gone, by handle (or
+    /// placeholder): see `drain.rs`.
+    draining: BTreeMap<String, drain::Drain>,
+    /// Jobs (by daemon id) whose parked launch waits for draining GPUs.
+    drain_held_jobs: BTreeSet<i64>,
+    /// Instance launches waiting for draining GPUs, by instance id.
+    drain_held_instances: BTreeMap<i64, Launch>,
     /// Jobs whose run failed with its node, held until a fresh inventory says which nodes
     /// are down (so the policy does not place them on the dead node again).
     awaiting_inventory: Vec<usize>,
@@ -539,6 +549,9 @@ impl Core {
             to_stop: Vec::new(),
             verifying: HashMap::new(),
             launching_rows: HashSet::new(),
+            draining: BTreeMap::new(),
+            drain_held_jobs: BTreeSet::new(),
+            drain_held_instances: BTreeMap::new(),
             awaiting_inventory: Vec::new(),
             reported_health,
             health_overrides: BTreeMap::new(),
@@ -592,6 +605,10 @@ impl Core {
         let node = NodeId(i as u32);
         let gpus = self.devices.gpus(node).len() as u32;
         for g in 0..gpus {
+            // A GPU a stopped run still holds stays down until that run is gone (drain.rs).
+            if !down && self.gpu_draining(node.0, g) {
+                continue;
+            }
             self.devices.set_down(node, g, down);
         }
     }

@@ -41,6 +41,14 @@ impl Core {
 
     /// Queues a command that acts on the world, after everything decided so far is persisted.
     pub(super) fn act(&mut self, command: Command) {
+        // A launch onto GPUs a stopped run still holds waits for them (drain.rs).
+        let command = match command {
+            Command::Launch(l) => match self.hold_for_drain(l) {
+                Some(l) => Command::Launch(l),
+                None => return,
+            },
+            c => c,
+        };
         if !self.pending.is_empty() {
             let batch = std::mem::take(&mut self.pending);
             self.commands.push_back(Command::Persist(batch));

@@ -18,6 +18,8 @@ impl Core {
             .filter_map(|&idx| self.jobs[idx].row.handle.clone().map(Handle))
             .collect();
         watched.extend(self.instance_poll(now));
+        // Stopped runs until they are gone (their GPUs drain meanwhile).
+        watched.extend(self.draining_handles());
         if !watched.is_empty() {
             self.commands.push_back(Command::Poll(watched));
         }
@@ -31,6 +33,7 @@ impl Core {
 
     /// The answer to a [`Command::Poll`]: records finished, failed and preempted runs.
     pub fn handle_statuses(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        self.drain_statuses(&statuses);
         let statuses = self.instance_statuses(now, statuses);
         let now = now.as_micros();
         for (h, status) in statuses {
@@ -128,6 +131,7 @@ impl Core {
     /// word: the job is finished if its run had completed or failed on its own, else it may
     /// run again.
     pub fn handle_verified(&mut self, now: SimTime, statuses: Vec<(Handle, RunStatus)>) {
+        self.drain_statuses(&statuses);
         let now = now.as_micros();
         for (h, status) in statuses {
             self.verifying_status(h.0, &status, now, true);

@@ -110,6 +110,10 @@ impl Explainer<'_> {
             }
             r
         };
+        if reason.kind == WaitKind::Unavailable && reason.note.is_none() {
+            // GPUs of stopped runs still on their way out (drain.rs) are down meanwhile.
+            reason.note = core.draining_note();
+        }
         // Another tenant's jobs stay unnamed (as on the dashboard's nodes page): counted in
         // `holders_total`, left out of the names and the text.
         reason.holders.retain(|h| {

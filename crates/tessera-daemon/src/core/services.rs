@@ -646,7 +646,7 @@ impl Core {
 
     /// A new instance of service `idx` on `alloc` (resolved): recorded as starting.
     pub(super) fn scale_out(&mut self, idx: usize, alloc: Allocation, now_us: u64) -> Launch {
-        self.devices.take(&self.map.cluster, &alloc);
+        self.take_devices(&alloc);
         for s in &alloc.shares {
             sub(&mut self.free[s.node.index()], &s.resources());
         }
@@ -745,10 +745,14 @@ impl Core {
     /// Removes instance `id`: recorded gone, its devices free again (the local backend hands
     /// them out only once no process of the run is left); the run to stop, if it has one.
     pub(super) fn scale_in(&mut self, id: i64) -> Option<RunRow> {
-        self.record_instance_launch_in_flight(id);
+        let placeholder = self.record_instance_launch_in_flight(id);
         let mut inst = self.services.live.remove(&id)?;
         // Its earlier runs are still stopped as they answer; nothing waits for them now.
         self.services.blockers.retain(|_, i| *i != id);
+        // The GPUs of the run it stops drain until the backend reports it gone (drain.rs).
+        if let Some(h) = inst.row.handle.clone().or(placeholder) {
+            self.start_draining(h, -id, &inst.alloc);
+        }
         self.devices.release(&self.map.cluster, &inst.alloc);
         for s in &inst.alloc.shares {
             let i = s.node.index();
@@ -866,8 +870,16 @@ impl Core {
     /// attempt's launch is in flight, once it has answered): launched at once, it would run
     /// beside the old run until then.
     pub(super) fn restart_instance(&mut self, id: i64, why: &str) {
-        if let Some(placeholder) = self.record_instance_launch_in_flight(id) {
-            self.services.blockers.insert(placeholder, id);
+        let placeholder = self.record_instance_launch_in_flight(id);
+        if let Some(placeholder) = &placeholder {
+            self.services.blockers.insert(placeholder.clone(), id);
+        }
+        // The old run's GPUs (the new attempt's too) drain until it is gone (drain.rs).
+        if let Some(inst) = self.services.live.get(&id) {
+            if let Some(h) = inst.row.handle.clone().or(placeholder) {
+                let alloc = inst.alloc.clone();
+                self.start_draining(h, -id, &alloc);
+            }
         }
         let Some(inst) = self.services.live.get_mut(&id) else {
             return;
@@ -1243,5 +1255,29 @@ impl Core {
                 )
             })
             .collect()
+    }
+}
+
+/// Instance launches held for draining GPUs (see `drain.rs`).
+impl Core {
+    /// Instance `id`'s launch is held, not sent: nothing of it is in flight.
+    pub(super) fn instance_launch_held(&mut self, id: i64) {
+        if let Some(i) = self.services.live.get_mut(&id) {
+            i.launching = false;
+        }
+    }
+
+    /// Whether instance `id` still waits for the launch of `attempt` (held, not sent since).
+    pub(super) fn instance_awaits_launch(&self, id: i64, attempt: u32) -> bool {
+        self.services.live.get(&id).is_some_and(|i| {
+            i.row.attempt == attempt && i.row.state == InstanceState::Starting && !i.launching
+        }) && !self.instance_blocked(id)
+    }
+
+    /// Instance `id`'s held launch is sent now.
+    pub(super) fn instance_launch_sent(&mut self, id: i64) {
+        if let Some(i) = self.services.live.get_mut(&id) {
+            i.launching = true;
+        }
     }
 }

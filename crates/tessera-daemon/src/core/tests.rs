@@ -123,6 +123,13 @@ fn cancel_persists_then_stops_and_frees_the_gpus() {
     assert!(h.core.cancel_job(h.now, a).is_err(), "already cancelled");
     let c = h.submit("c", 1, 100);
     h.schedule();
+    assert_eq!(
+        h.state(c),
+        JobState::Pending,
+        "the GPU drains until the backend reports the run gone"
+    );
+    h.poll();
+    h.schedule();
     assert_eq!(h.state(c), JobState::Running, "the GPU came back");
 }
 
@@ -152,11 +159,12 @@ fn las_preempts_at_the_round_boundary_and_requeues() {
         vec![
             Event::Persist(vec![(a, JobState::Pending), (b, JobState::Starting)]),
             Event::Stop(a, 1, true),
-            Event::Launch(b, 1, on("n1", 1)),
             Event::Verify(1),
+            Event::Launch(b, 1, on("n1", 1)),
             Event::Persist(vec![(b, JobState::Running)]),
         ],
-        "a has 60 GPU-s, b none: a is preempted (gracefully) for b, and asked how its run ended"
+        "a has 60 GPU-s, b none: a is preempted (gracefully) for b, and asked how its run \
+         ended; b is launched once a's run is reported gone (its GPU drained)"
     );
     let row = h.store_jobs[&a].clone();
     assert_eq!(
@@ -506,6 +514,9 @@ fn queue_positions_without_sorting_match_the_sorted_queue() {
     }
     // And after jobs leave the queue.
     h.core.cancel_job(h.now, blocker).unwrap();
+    h.drain();
+    // Its GPU comes back once the backend reports the run gone.
+    h.poll();
     h.schedule();
     let sorted = h.core.positions();
     for (&idx, &pos) in &sorted {
@@ -1614,7 +1625,10 @@ fn a_restart_between_a_policy_preemption_and_its_verification_runs_nothing_twice
     h.end_run(a, RunStatus::Completed); // not yet polled
     h.core.schedule(h.now);
     let (asked, launched) = drain_but_verify(&mut h);
-    assert!(asked && launched, "b launched, a's run asked about");
+    assert!(
+        asked && !launched,
+        "a's run asked about; b's launch waits for a's run to be reported gone"
+    );
     assert_eq!(h.store_jobs[&a].state, JobState::Pending);
     assert_eq!(
         h.store_runs[&run].state,

@@ -124,6 +124,7 @@ impl Core {
             return None;
         };
         let started = self.jobs[idx].row.start_us;
+        self.drain_job_run(idx, Some(run.handle.clone()));
         let v = Verifying::new(idx, run.attempt, started, cause, preempted);
         self.start_verifying(run.handle.clone(), v);
         Some(run)
@@ -140,6 +141,7 @@ impl Core {
         let job = &self.jobs[idx];
         let v = Verifying::new(idx, job.row.attempt, job.row.start_us, cause, preempted);
         if let Some(handle) = self.record_launch_in_flight(idx) {
+            self.drain_job_run(idx, Some(handle.clone()));
             self.start_verifying(handle, v);
         }
     }

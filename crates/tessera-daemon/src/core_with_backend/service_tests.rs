@@ -1359,6 +1359,16 @@ fn an_instance_restarted_while_its_launch_is_in_flight_waits_for_that_launch() {
             h.poll();
             events = h.take_events();
         }
+        let launched = |events: &[Event]| {
+            events
+                .iter()
+                .any(|e| matches!(e, Event::Launch(j, 2, _) if *j == -id))
+        };
+        if started && !launched(&events) {
+            // The new attempt waits for the old run to be reported gone (its GPU drains).
+            h.poll();
+            events.extend(h.take_events());
+        }
         let stop = events.iter().position(|e| *e == Event::Stop(-id, 1, false));
         let launch = events
             .iter()

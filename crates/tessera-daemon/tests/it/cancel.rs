@@ -25,8 +25,8 @@ pub fn now_ns() -> u128 {
 }
 
 /// A one-GPU job whose payload records its start in `probe/starts` (time, job id) and holds
-/// an exclusive lock on its GPU's file while it runs; a lock already held by another live
-/// payload is written to `probe/overlaps`.
+/// an exclusive lock on its GPU's file while it runs, and for 0.3 s after a SIGTERM; a lock
+/// already held by another live payload is written to `probe/overlaps`.
 pub fn probe_job(name: &str, probe: &Path, secs: f64) -> String {
     let script = [
         // The node: the local backend's TESSERA_NODES, Slurm's SLURMD_NODENAME.
@@ -34,7 +34,10 @@ pub fn probe_job(name: &str, probe: &Path, secs: f64) -> String {
         r#"exec 9>>"$PROBE/gpu-$node-$CUDA_VISIBLE_DEVICES.lock""#,
         r#"flock -n 9 || echo "$TESSERA_JOB_ID $node $CUDA_VISIBLE_DEVICES" >> "$PROBE/overlaps""#,
         r#"echo "$(date +%s%N) $TESSERA_JOB_ID" >> "$PROBE/starts""#,
-        &format!("sleep {secs}"),
+        // Stopped, it takes a moment to exit (as a job saving a checkpoint does), its GPU
+        // still locked: a run placed there meanwhile would be refused by the backend.
+        "trap 'sleep 0.3; exit 143' TERM",
+        &format!("sleep {secs} & wait"),
     ]
     .join("\n");
     let indented: String = script.lines().map(|l| format!("  {l}\n")).collect();
@@ -179,6 +182,14 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         alice.list().unwrap().iter().all(|j| j.state.is_terminal())
     });
     std::thread::sleep(Duration::from_secs(2));
+    // No launch went onto a GPU a cancelled run still held (draining GPUs): the backend
+    // refused nothing, so nothing was re-queued.
+    let metrics = client(&d, ADMIN).metrics().unwrap();
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_backend_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(u64::MAX);
     let t0 = Instant::now();
     d.shutdown().unwrap();
     let shutdown = t0.elapsed();
@@ -187,7 +198,8 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
     let started = starts(&probe).len();
     eprintln!(
         "{submitted} submitted, {} cancels acknowledged, {started} payloads started, {} after \
-         their cancel's ack, {} GPU overlaps, shutdown {shutdown:?}",
+         their cancel's ack, {} GPU overlaps, {refused} launches refused by the backend, \
+         shutdown {shutdown:?}",
         acks.len(),
         late.len(),
         overlaps.len()
@@ -197,8 +209,244 @@ fn no_run_starts_after_its_cancel_is_acknowledged_and_no_gpu_is_shared() {
         "started after their cancel was acknowledged: {late:?}"
     );
     assert!(overlaps.is_empty(), "two runs on one GPU: {overlaps:?}");
+    assert_eq!(refused, 0, "launches refused (re-queued) by the backend");
     assert!(
         shutdown < Duration::from_secs(10),
         "shutdown took {shutdown:?}"
     );
+}
+
+/// (ns since the epoch, job id (an instance's negative), attempt) of each submission a
+/// [`Slow`] backend carried out.
+type SubmitLog = Arc<Mutex<Vec<(u128, i64, u32)>>>;
+
+/// A backend that runs nothing and takes `first_delay` over its first submission, holding
+/// the backend thread so that the launches after it queue up (withdrawable); it logs every
+/// submission it carries out.
+struct Slow {
+    inner: tessera_daemon::backend::NullBackend,
+    first_delay: Option<Duration>,
+    log: SubmitLog,
+}
+
+impl tessera_daemon::Backend for Slow {
+    fn kind(&self) -> &'static str {
+        "slow"
+    }
+    fn inventory(
+        &mut self,
+    ) -> Result<Vec<tessera_daemon::backend::InventoryNode>, tessera_daemon::BackendError> {
+        self.inner.inventory()
+    }
+    fn submit(
+        &mut self,
+        l: &tessera_daemon::backend::Launch,
+    ) -> Result<tessera_daemon::backend::Handle, tessera_daemon::BackendError> {
+        if let Some(d) = self.first_delay.take() {
+            std::thread::sleep(d);
+        }
+        self.log
+            .lock()
+            .unwrap()
+            .push((now_ns(), l.job_id, l.attempt));
+        self.inner.submit(l)
+    }
+    fn cancel(
+        &mut self,
+        h: &tessera_daemon::backend::Handle,
+    ) -> Result<(), tessera_daemon::BackendError> {
+        self.inner.cancel(h)
+    }
+    fn preempt(
+        &mut self,
+        h: &tessera_daemon::backend::Handle,
+    ) -> Result<(), tessera_daemon::BackendError> {
+        self.inner.preempt(h)
+    }
+    fn poll(
+        &mut self,
+        h: &[tessera_daemon::backend::Handle],
+    ) -> Result<
+        Vec<(
+            tessera_daemon::backend::Handle,
+            tessera_daemon::backend::RunStatus,
+        )>,
+        tessera_daemon::BackendError,
+    > {
+        self.inner.poll(h)
+    }
+    fn find(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<tessera_daemon::backend::Handle>, tessera_daemon::BackendError> {
+        self.inner.find(name)
+    }
+}
+
+/// A daemon over a [`Slow`] backend (`null_nodes`: 8 A100s on n1, 4 V100s on n2).
+fn slow_daemon(
+    dir: &Path,
+    policy: &str,
+    first_delay: Duration,
+) -> (tessera_daemon::DaemonHandle, SubmitLog) {
+    let mut c = config(dir, local_backend(dir, 1));
+    c.policy = policy.into();
+    c.poll_interval_ms = 50;
+    let log = SubmitLog::default();
+    let backend = Slow {
+        inner: tessera_daemon::backend::NullBackend::new(null_nodes()),
+        first_delay: Some(first_delay),
+        log: log.clone(),
+    };
+    let d = tessera_daemon::spawn(c, Box::new(backend), Arc::new(SystemClock::new())).unwrap();
+    (d, log)
+}
+
+/// Issue 42 item 1, preemption: a launch still queued for the backend when the policy
+/// preempts its job is withdrawn; nothing of that attempt is submitted after the preemption
+/// is visible, and the job that preempted it runs.
+#[test]
+fn a_queued_launch_is_withdrawn_when_its_job_is_preempted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, log) = slow_daemon(dir.path(), "srtf", Duration::from_secs(3));
+    let alice = client(&d, ALICE);
+    // Holds the backend thread for 3 s.
+    let blocker = alice
+        .submit(&format!(
+            "{}gpuType: v100\n",
+            job("blocker", 1, "sleep 100")
+        ))
+        .unwrap();
+    wait_until(
+        "the blocker's launch taken",
+        Duration::from_secs(10),
+        || {
+            alice.describe(blocker.id).unwrap().job.state
+                == tessera_daemon::types::JobState::Starting
+        },
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let long = alice
+        .submit(&format!(
+            "{}gpuType: a100\nhints: {{durationSeconds: 100000}}\n",
+            job("long", 8, "sleep 100")
+        ))
+        .unwrap();
+    wait_until(
+        "long starting (its launch queued)",
+        Duration::from_secs(10),
+        || alice.describe(long.id).unwrap().job.state == tessera_daemon::types::JobState::Starting,
+    );
+    let short = alice
+        .submit(&format!(
+            "{}gpuType: a100\nhints: {{durationSeconds: 10}}\n",
+            job("short", 8, "sleep 1")
+        ))
+        .unwrap();
+    let mut ack = 0;
+    wait_until("long preempted", Duration::from_secs(10), || {
+        let l = alice.describe(long.id).unwrap().job;
+        ack = now_ns();
+        l.preemptions == 1
+    });
+    assert!(
+        log.lock().unwrap().iter().all(|&(_, id, _)| id != long.id),
+        "long's launch was taken before the preemption: the test did not queue it"
+    );
+    wait_until("short runs", Duration::from_secs(20), || {
+        alice.describe(short.id).unwrap().job.state == tessera_daemon::types::JobState::Running
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log.lock().unwrap().clone();
+    let late: Vec<_> = log
+        .iter()
+        .filter(|&&(t, id, attempt)| id == long.id && attempt == 1 && t > ack)
+        .collect();
+    assert!(late.is_empty(), "submitted after its preemption: {late:?}");
+    assert!(
+        log.iter().all(|&(_, id, a)| !(id == long.id && a == 1)),
+        "the preempted attempt was submitted at all: {log:?}"
+    );
+    let v = alice.describe(long.id).unwrap().job;
+    assert_eq!(v.state, tessera_daemon::types::JobState::Pending);
+    d.shutdown().unwrap();
+}
+
+/// Issue 42 item 1, retire: a service's instance launch still queued for the backend when the
+/// service is retired is withdrawn: nothing of it is submitted after the retire's `200`.
+#[test]
+fn a_queued_instance_launch_is_withdrawn_when_its_service_is_retired() {
+    const SERVICE: &str = "apiVersion: tessera/v1
+kind: Workload
+metadata:
+  command: [sleep, '300']
+spec:
+  services:
+    - name: NAME
+      endSeconds: 3600
+      sloMilliseconds: 50
+      resources: {cpu: '1', memory: 4Gi, gpuMemory: 2Gi}
+      arrivals: {poisson: {rate: 3}}
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (d, log) = slow_daemon(dir.path(), "serve-exclusive", Duration::from_secs(3));
+    let alice = client(&d, ALICE);
+    // The first service's instance launch holds the backend thread for 3 s.
+    let first = alice
+        .submit_service(&SERVICE.replace("NAME", "first"))
+        .unwrap();
+    wait_until(
+        "the first instance launching",
+        Duration::from_secs(10),
+        || !alice.service(first.id).unwrap().instances.is_empty(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let second = alice
+        .submit_service(&SERVICE.replace("NAME", "second"))
+        .unwrap();
+    let mut instance = 0;
+    wait_until(
+        "the second instance starting",
+        Duration::from_secs(10),
+        || {
+            let v = alice.service(second.id).unwrap();
+            instance = v.instances.first().map_or(0, |i| i.id);
+            instance != 0
+        },
+    );
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "the first launch answered early: the test did not queue the second"
+    );
+    let v = alice.retire_service(second.id).unwrap();
+    let ack = now_ns();
+    assert!(v.instances.is_empty());
+    // The first launch answers; anything queued behind it would go now.
+    wait_until(
+        "the first instance running",
+        Duration::from_secs(20),
+        || {
+            alice
+                .service(first.id)
+                .unwrap()
+                .instances
+                .first()
+                .is_some_and(|i| i.backend_id.is_some())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log.lock().unwrap().clone();
+    let late: Vec<_> = log
+        .iter()
+        .filter(|&&(t, id, _)| id == -instance && t > ack)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "submitted after the retire's 200: {late:?}"
+    );
+    assert!(
+        log.iter().all(|&(_, id, _)| id != -instance),
+        "the retired instance was submitted at all: {log:?}"
+    );
+    d.shutdown().unwrap();
 }

@@ -62,7 +62,7 @@ fn logged(needle: &str) -> usize {
 
 /// A connection to `to` from the loopback address `from` (any of 127/8 reaches the daemon on
 /// 127.0.0.1, and counts as another client).
-fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
+pub(crate) fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -78,7 +78,7 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
 }
 
 /// One request on `s` (closing after it); the whole answer.
-fn request(mut s: TcpStream, path: &str, token: &str) -> String {
+pub(crate) fn request(mut s: TcpStream, path: &str, token: &str) -> String {
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n")
             .as_bytes(),
@@ -90,7 +90,7 @@ fn request(mut s: TcpStream, path: &str, token: &str) -> String {
     out
 }
 
-fn status(answer: &str) -> u16 {
+pub(crate) fn status(answer: &str) -> u16 {
     answer
         .get(9..12)
         .and_then(|s| s.parse().ok())

@@ -9,10 +9,13 @@
 //! - `failures`: nodes marked down, and a bounded chaos run (kills and a node failure).
 //! - `guard`: per-client connection caps and the limit on failed authentications.
 //! - `services`: inference services over HTTP.
-//! - `cancel`: cancels racing launches (no start after an acknowledged cancel, no shared GPU).
+//! - `cancel`: cancels racing launches (no start after an acknowledged cancel, no shared GPU);
+//!   launches withdrawn when their job is preempted or their service retired.
+//! - `chaos_attacks`: issue 42's attacks rerun end to end over HTTP and on `tesserad`.
 
 mod api;
 mod cancel;
+mod chaos_attacks;
 mod common;
 mod failures;
 mod guard;
