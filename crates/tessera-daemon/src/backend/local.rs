@@ -681,7 +681,22 @@ impl Backend for LocalBackend {
             if let Some(named) = &s.devices {
                 // The daemon chose them; only a run still on its way out can be in the way
                 // (the daemon already counts its devices free).
+                // A MIG instance or a quota share is placed beside live runs on the same GPU
+                // by design (the daemon accounts slices and shares); only a stopped run still
+                // on its way out can be in its way. A whole GPU must have no other holder.
+                let shared = !matches!(named.part, PlacedPart::Whole);
                 for &i in &named.indices {
+                    if shared {
+                        if self.stopping_holds(&s.node, i) {
+                            return Err(BackendError::Exhausted {
+                                what: format!("GPU {i} of node {}", s.node),
+                                message: "still held by a stopped run whose processes are not all \
+                                          gone"
+                                    .into(),
+                            });
+                        }
+                        continue;
+                    }
                     if let Some(run) = self.holder_of(&launch.name, &s.node, i) {
                         return Err(BackendError::Exhausted {
                             what: format!("GPU {i} of node {}", s.node),
@@ -1319,6 +1334,39 @@ mod tests {
             Ok(_) => panic!("GPU 0 of a run still stopping was handed out"),
         }
         let _ = wait_terminal(&mut b, &h);
+    }
+
+    #[test]
+    fn two_quota_shares_of_one_gpu_run_side_by_side() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut b = backend(tmp.path());
+        let share = |mut l: Launch| {
+            l.placement[0].devices = Some(crate::backend::PlacedDevices {
+                indices: vec![0],
+                part: PlacedPart::Quota {
+                    sm_request: 400,
+                    sm_limit: 500,
+                    memory: Bytes(1 << 30),
+                },
+            });
+            l
+        };
+        let script = || Payload::Script("echo up > started\nwhile :; do sleep 0.05; done\n".into());
+        let first = share(launch(1, 1, script()));
+        let second = share(launch(2, 1, script()));
+        let h1 = b.submit(&first).unwrap();
+        // Refused before: the first share counted as the GPU's holder.
+        let h2 = b
+            .submit(&second)
+            .expect("a second quota share of a GPU is refused while the first runs");
+        for l in [&first, &second] {
+            let dir = tmp.path().join(&l.name);
+            wait_for("both shares to start", || dir.join("started").exists());
+        }
+        b.cancel(&h1).unwrap();
+        b.cancel(&h2).unwrap();
+        let _ = wait_terminal(&mut b, &h1);
+        let _ = wait_terminal(&mut b, &h2);
     }
 
     #[test]
