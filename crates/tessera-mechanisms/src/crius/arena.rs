@@ -62,6 +62,8 @@ pub struct ArenaJob {
     pub iterations: u64,
     /// Our model name (`bert-0.76b`, `wrn-1b`, `moe-10b`).
     pub model: String,
+    /// The model as the trace names it (`bert__760M`): Alpa's shape ([`LargeModel::alpa`]).
+    pub arena_model: String,
     /// `batch_size`.
     pub batch: u32,
     /// `num_gpu`.
@@ -151,6 +153,12 @@ pub fn parse(text: &str) -> Result<Vec<ArenaJob>, TraceError> {
                 f[3]
             ))
         })?;
+        if LargeModel::alpa(f[3]).is_none() {
+            return Err(err(format!(
+                "model_name {:?}: not a size of Alpa's benchmark suite (bert 350M–39B, moe 690M–70B, wide_resnet 500M–13B)",
+                f[3]
+            )));
+        }
         if gpu_model(f[7]).is_none() {
             return Err(err(format!(
                 "gpu_type {:?}: expected a100, v100, a40 or a10",
@@ -180,6 +188,7 @@ pub fn parse(text: &str) -> Result<Vec<ArenaJob>, TraceError> {
             submit_s,
             iterations,
             model,
+            arena_model: f[3].to_string(),
             batch,
             gpus,
             gpu_type: f[7].to_string(),
@@ -192,6 +201,36 @@ pub fn parse(text: &str) -> Result<Vec<ArenaJob>, TraceError> {
         });
     }
     Ok(out)
+}
+
+/// Which shapes the trace's models take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelShapes {
+    /// Alpa's benchmark configurations, as Arena profiled them ([`LargeModel::alpa`]):
+    /// sequence 1,024, WideResNet at 224×224 in FP32.
+    Alpa,
+    /// Ours by size ([`LargeModel::from_name`] of `bert-0.76b`): sequence 512, WideResNet at
+    /// 32×32 in FP16.
+    Tessera,
+}
+
+impl ModelShapes {
+    /// `alpa` or `tessera`.
+    pub fn from_name(name: &str) -> Option<ModelShapes> {
+        match name {
+            "alpa" => Some(ModelShapes::Alpa),
+            "tessera" => Some(ModelShapes::Tessera),
+            _ => None,
+        }
+    }
+
+    /// The model name a job of `j` carries.
+    pub fn model_of(self, j: &ArenaJob) -> &str {
+        match self {
+            ModelShapes::Alpa => &j.arena_model,
+            ModelShapes::Tessera => &j.model,
+        }
+    }
 }
 
 /// The round in which Arena's simulator submits a job, given the first submission.
@@ -221,6 +260,7 @@ pub fn workload(
     jobs: &[ArenaJob],
     rounds: usize,
     cluster: &Cluster,
+    shapes: ModelShapes,
 ) -> Result<ArenaWorkload, String> {
     let types = cluster_types(cluster, &Default::default());
     let first = jobs.first().map_or(0, |j| j.submit_s);
@@ -237,8 +277,8 @@ pub fn workload(
             .find(gpu)
             .and_then(|id| types.iter().find(|t| t.gpu == id))
             .ok_or_else(|| format!("the cluster has no {gpu}"))?;
-        let model =
-            LargeModel::from_name(&j.model).ok_or_else(|| format!("model {:?}", j.model))?;
+        let name = shapes.model_of(j);
+        let model = LargeModel::from_name(name).ok_or_else(|| format!("model {name:?}"))?;
         let rate_at = |c: u32| {
             let nodes = c.div_ceil(ty.device.gpus_per_node);
             CellThroughput::rate(&model, j.batch, &ty.device, c, nodes, None)
@@ -264,7 +304,7 @@ pub fn workload(
             SimDuration::from_secs_f64(iterations as f64 / rate),
         );
         job.name = format!("arena-{id}").into();
-        job.model = j.model.clone();
+        job.model = name.to_string();
         job.batch_size = Some(j.batch);
         job.iterations = iterations;
         let mut allowed = vec![ty.gpu];
@@ -391,7 +431,7 @@ e,2500,3000,moe__690M,9000,256,2,a40
         assert_eq!(jobs.len(), 5);
         assert_eq!(jobs[2].model, "wrn-0.5b");
         let cluster = super::super::workload::cluster().unwrap();
-        let w = workload(&jobs, 2, &cluster).unwrap();
+        let w = workload(&jobs, 2, &cluster, ModelShapes::Tessera).unwrap();
         // e arrives in round 4: outside two rounds.
         assert_eq!(w.workload.len() + w.dropped, 4);
         let js = w.workload.jobs();
@@ -405,7 +445,7 @@ e,2500,3000,moe__690M,9000,256,2,a40
         // The embedded trace is Arena's: 1,938 jobs, 246 in the first 450 rounds.
         let arena = parse(BUILTIN_TRACE).unwrap();
         assert_eq!(arena.len(), 1938);
-        let w = workload(&arena, DEFAULT_ROUNDS, &cluster).unwrap();
+        let w = workload(&arena, DEFAULT_ROUNDS, &cluster, ModelShapes::Tessera).unwrap();
         assert_eq!(w.workload.len() + w.dropped, 246);
     }
 

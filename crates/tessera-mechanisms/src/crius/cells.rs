@@ -98,6 +98,9 @@ pub struct LargeModel {
     pub layers: Vec<Layer>,
     /// Largest tensor (expert) degree the model supports.
     pub max_tensor: u32,
+    /// Arithmetic the model trains in: FP16 with tensor cores (ours), or FP32 (Alpa's
+    /// WideResNet benchmark, which Arena profiled).
+    pub precision: Precision,
 }
 
 /// Vocabulary of BERT's WordPiece tokenizer.
@@ -106,10 +109,16 @@ pub const BERT_VOCAB: f64 = 30522.0;
 pub const SEQ_LEN: f64 = 512.0;
 
 fn transformer_layer(h: f64, s: f64) -> Layer {
+    transformer_layer_ffn(h, s, 4.0)
+}
+
+/// A transformer layer whose feed-forward block is `ffn`·h wide (4 in BERT/GPT; Alpa's MoE
+/// models use 8 in every layer).
+fn transformer_layer_ffn(h: f64, s: f64, ffn: f64) -> Layer {
     Layer {
-        params_split: 12.0 * h * h,
+        params_split: (4.0 + 2.0 * ffn) * h * h,
         params_replicated: 0.0,
-        flops_split: 24.0 * s * h * h + 4.0 * s * s * h,
+        flops_split: 2.0 * (4.0 + 2.0 * ffn) * s * h * h + 4.0 * s * s * h,
         flops_replicated: 0.0,
         boundary_bytes: ACT * s * h,
         // Megatron-LM's activation count per layer: 34·s·h bytes plus 5·a·s² for the
@@ -162,6 +171,7 @@ impl LargeModel {
             family: Family::Transformer,
             layers: v,
             max_tensor: 16,
+            precision: Precision::Fp16,
         }
     }
 
@@ -204,6 +214,7 @@ impl LargeModel {
             layers: v,
             // The largest power of two dividing the expert count.
             max_tensor: 1 << experts.max(1).trailing_zeros().min(4),
+            precision: Precision::Fp16,
         }
     }
 
@@ -236,6 +247,7 @@ impl LargeModel {
             family: Family::WideResNet,
             layers: v,
             max_tensor: 16,
+            precision: Precision::Fp16,
         }
     }
 
@@ -243,6 +255,9 @@ impl LargeModel {
     /// the configuration whose parameter count comes closest to SIZE billion. `None` for
     /// another family or an unreadable size.
     pub fn from_name(name: &str) -> Option<LargeModel> {
+        if name.contains("__") {
+            return LargeModel::alpa(name);
+        }
         let lower = name.to_ascii_lowercase();
         let (family, size) = lower.rsplit_once('-')?;
         let billions: f64 = size.strip_suffix('b')?.parse().ok()?;
@@ -287,6 +302,164 @@ impl LargeModel {
                 ))
             }
             _ => None,
+        }
+    }
+
+    /// A model as Alpa's benchmark suite shapes it, which is what the Arena artifact profiled
+    /// (`runtime/crius_worker/jax/configs.py` and the trainers of `sjtu-epcc/arena`, branch
+    /// `ae-eurosys`; read, not copied), named as Arena's trace names it (`bert__760M`,
+    /// `moe__10B`, `wide_resnet__500M`):
+    ///
+    /// - BERT/GPT: sequence 1,024, vocabulary 51,200, FP16 (760M: 24 layers × 1,536; 1.3B:
+    ///   24 × 2,048; 2.6B: 32 × 2,560; 6.7B: 32 × 4,096; 15B: 48 × 5,120; 39B: 48 × 8,192).
+    /// - MoE: sequence 1,024, vocabulary 32,000, FP16, feed-forward 8·h in every layer, experts
+    ///   (top-2) in the even layers (690M: 8 layers × 768, 16 experts; 1.3B: 16 × 768, 16;
+    ///   2.4B: 16 × 1,024, 16; 10B: 16 × 1,536, 32; 27B: 16 × 2,048, 48; 70B: 32 × 2,048, 64).
+    /// - WideResNet: ResNet-50 bottleneck blocks ([3, 4, 6, 3]; 101: [3, 4, 23, 3]) on
+    ///   224×224 images in **FP32**, `F` filters and width factor `w` (500M: F 224, w 2; 1B:
+    ///   320, 2; 2B: 448, 2; 4B: 640, 2; 6.8B: 320, 16; 13B: ResNet-101, 320, 16).
+    ///
+    /// Ours ([`LargeModel::from_name`] with `FAMILY-SIZEb`) uses sequence 512 and 32×32
+    /// images in FP16: per sample, about half the transformer work and 1/30–1/50 of the
+    /// WideResNet time. `None` for a name outside these tables.
+    pub fn alpa(name: &str) -> Option<LargeModel> {
+        let (family, size) = name.split_once("__")?;
+        let size = size.to_ascii_uppercase();
+        let size = size.as_str();
+        match family.to_ascii_lowercase().as_str() {
+            "bert" | "gpt" => {
+                let (layers, hidden) = match size {
+                    "350M" => (24, 1024.0),
+                    "760M" => (24, 1536.0),
+                    "1.3B" => (24, 2048.0),
+                    "2.6B" => (32, 2560.0),
+                    "6.7B" => (32, 4096.0),
+                    "15B" => (48, 5120.0),
+                    "39B" => (48, 8192.0),
+                    _ => return None,
+                };
+                Some(LargeModel::transformer(
+                    name, layers, hidden, 1024.0, 51200.0,
+                ))
+            }
+            "moe" => {
+                let (layers, h, experts) = match size {
+                    "690M" => (8, 768.0, 16u32),
+                    "1.3B" => (16, 768.0, 16),
+                    "2.4B" => (16, 1024.0, 16),
+                    "10B" => (16, 1536.0, 32),
+                    "27B" => (16, 2048.0, 48),
+                    "70B" => (32, 2048.0, 64),
+                    _ => return None,
+                };
+                let (s, vocab, ffn) = (1024.0, 32000.0, 8.0);
+                let mut v = vec![embedding(h, s, vocab)];
+                for i in 0..layers {
+                    if i % 2 == 0 {
+                        v.push(Layer {
+                            params_split: experts as f64 * 2.0 * ffn * h * h,
+                            params_replicated: 4.0 * h * h,
+                            // Two experts per token.
+                            flops_split: 2.0 * 4.0 * ffn * s * h * h,
+                            flops_replicated: 8.0 * s * h * h + 4.0 * s * s * h,
+                            boundary_bytes: ACT * s * h,
+                            work_bytes: 34.0 * s * h + 5.0 * (h / 64.0) * s * s + 4.0 * ffn * s * h,
+                            tp_bytes: 2.0 * ACT * s * h,
+                            tp_collectives: 2,
+                            tp_kind: Collective::AllToAll,
+                        });
+                    } else {
+                        v.push(transformer_layer_ffn(h, s, ffn));
+                    }
+                }
+                v.push(lm_head(h, s, vocab));
+                Some(LargeModel {
+                    name: name.to_string(),
+                    family: Family::Moe,
+                    layers: v,
+                    max_tensor: 1 << experts.trailing_zeros().min(4),
+                    precision: Precision::Fp16,
+                })
+            }
+            "wide_resnet" => {
+                let (stages, filters, width): ([u32; 4], f64, f64) = match size {
+                    "500M" => ([3, 4, 6, 3], 224.0, 2.0),
+                    "1B" => ([3, 4, 6, 3], 320.0, 2.0),
+                    "2B" => ([3, 4, 6, 3], 448.0, 2.0),
+                    "4B" => ([3, 4, 6, 3], 640.0, 2.0),
+                    "6.8B" => ([3, 4, 6, 3], 320.0, 16.0),
+                    "13B" => ([3, 4, 23, 3], 320.0, 16.0),
+                    _ => return None,
+                };
+                Some(LargeModel::bottleneck_resnet(name, stages, filters, width))
+            }
+            _ => None,
+        }
+    }
+
+    /// A ResNet of bottleneck blocks (1×1 to `f`, 3×3 to `f`·`width`, 1×1 to 4·`f`) on
+    /// 224×224 images in FP32: a 7×7 stride-2 stem and a max-pool to 56×56, `filters`·2^i
+    /// in group i as the image halves, a classifier over 1,024 classes. The tensor degree
+    /// splits channels.
+    pub fn bottleneck_resnet(name: &str, stages: [u32; 4], filters: f64, width: f64) -> LargeModel {
+        // FP32 activations.
+        const F32: f64 = 4.0;
+        let stem_hw = 112.0 * 112.0;
+        let mut v = vec![Layer {
+            params_split: 49.0 * 3.0 * filters,
+            params_replicated: 0.0,
+            flops_split: 2.0 * 49.0 * 3.0 * filters * stem_hw,
+            flops_replicated: 0.0,
+            boundary_bytes: F32 * filters * stem_hw / 4.0,
+            work_bytes: 3.0 * F32 * filters * stem_hw,
+            tp_bytes: F32 * filters * stem_hw / 4.0,
+            tp_collectives: 1,
+            tp_kind: Collective::AllReduce,
+        }];
+        let mut in_ch = filters;
+        for (g, blocks) in stages.into_iter().enumerate() {
+            let f = filters * (1u32 << g) as f64;
+            let side = 56.0 / (1u32 << g) as f64;
+            let hw = side * side;
+            for b in 0..blocks {
+                let fw = f * width;
+                let mut params = in_ch * f + 9.0 * f * fw + fw * 4.0 * f;
+                if b == 0 {
+                    // The projection of the residual.
+                    params += in_ch * 4.0 * f;
+                }
+                v.push(Layer {
+                    params_split: params,
+                    params_replicated: 0.0,
+                    flops_split: 2.0 * params * hw,
+                    flops_replicated: 0.0,
+                    boundary_bytes: F32 * 4.0 * f * hw,
+                    // Three convolutions' outputs with their batch norms and activations.
+                    work_bytes: 3.0 * F32 * (f + fw + 4.0 * f) * hw,
+                    tp_bytes: F32 * 4.0 * f * hw,
+                    tp_collectives: 2,
+                    tp_kind: Collective::AllReduce,
+                });
+                in_ch = 4.0 * f;
+            }
+        }
+        v.push(Layer {
+            params_split: in_ch * 1024.0,
+            params_replicated: 0.0,
+            flops_split: 2.0 * in_ch * 1024.0,
+            flops_replicated: 0.0,
+            boundary_bytes: 0.0,
+            work_bytes: F32 * 1024.0,
+            tp_bytes: F32 * 1024.0,
+            tp_collectives: 1,
+            tp_kind: Collective::AllReduce,
+        });
+        LargeModel {
+            name: name.to_string(),
+            family: Family::WideResNet,
+            layers: v,
+            max_tensor: 16,
+            precision: Precision::Fp32,
         }
     }
 
@@ -347,8 +520,10 @@ impl Default for HwOptions {
 /// One GPU type as the estimator sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Device {
-    /// Compute roof and memory slope.
+    /// Compute roof and memory slope (FP16 tensor peak × efficiency).
     pub roofline: Roofline,
+    /// Attained FLOP/s of FP32 kernels (FP32 peak × the same efficiency).
+    pub fp32_flops_per_s: f64,
     /// Usable device memory, bytes (after the reserve).
     pub memory_bytes: f64,
     /// GPUs per node.
@@ -367,6 +542,7 @@ impl Device {
         };
         Device {
             roofline: Roofline::from_gpu(gpu, Precision::Fp16, hw.efficiency),
+            fp32_flops_per_s: Roofline::from_gpu(gpu, Precision::Fp32, hw.efficiency).flops_per_s,
             memory_bytes: (gpu.memory_gib * 1024.0 * 1024.0 * 1024.0 - hw.reserved_bytes).max(0.0),
             gpus_per_node: gpus_per_node.max(1),
             fabric: Fabric {
@@ -377,6 +553,17 @@ impl Device {
                 )),
             },
         }
+    }
+}
+
+impl Device {
+    /// The device as `model` sees it: an FP32 model computes at the FP32 roof.
+    pub fn for_model(&self, model: &LargeModel) -> Device {
+        let mut d = *self;
+        if model.precision == Precision::Fp32 {
+            d.roofline.flops_per_s = self.fp32_flops_per_s;
+        }
+        d
     }
 }
 
@@ -743,15 +930,17 @@ struct Partitions {
 pub struct CellPlanner<'a> {
     model: &'a LargeModel,
     batch: u32,
-    dev: &'a Device,
+    /// The device at the model's precision.
+    dev: Device,
     parts: [Option<Partitions>; STAGE_SLOTS],
 }
 
 impl<'a> CellPlanner<'a> {
     /// Precomputes the partitions of `model` for every power-of-two stage count up to
     /// [`MAX_STAGES`] (and the model's layer count).
-    pub fn new(model: &'a LargeModel, batch: u32, dev: &'a Device) -> CellPlanner<'a> {
-        let loads = layer_loads(model, batch, dev);
+    pub fn new(model: &'a LargeModel, batch: u32, dev: &Device) -> CellPlanner<'a> {
+        let dev = dev.for_model(model);
+        let loads = layer_loads(model, batch, &dev);
         let parts = std::array::from_fn(|k| {
             let n = 1usize << k;
             let equal = equal_partition(model.layers.len(), n)?;
@@ -778,7 +967,7 @@ impl<'a> CellPlanner<'a> {
     /// Estimates `cell` in `view`; a cell whose best iteration exceeds `round_s` seconds is
     /// infeasible.
     pub fn estimate(&self, cell: Cell, view: View, round_s: f64) -> CellEstimate {
-        let (model, batch, dev) = (self.model, self.batch, self.dev);
+        let (model, batch, dev) = (self.model, self.batch, &self.dev);
         let n = cell.stages;
         let valid = cell.count > 0
             && n > 0
@@ -1137,6 +1326,7 @@ pub fn estimate_plan(
     plan: ParallelPlan,
     round_s: f64,
 ) -> CellEstimate {
+    let dev = &dev.for_model(model);
     let count = plan.devices();
     let cell = Cell {
         count,
@@ -1246,6 +1436,57 @@ mod tests {
         Device::from_gpu(cat.get(id), per_node, &HwOptions::default())
     }
 
+    /// Alpa's shapes (what Arena profiled) have the parameter counts their names say, and
+    /// their iteration on one A100-40GB lands near Arena's profiled one (its
+    /// `database/prof_database.pkl`, batch 256: BERT-760M 12.34 s, MoE-690M 3.77 s,
+    /// WideResNet-500M 13.68 s), where ours by size (sequence 512, 32×32 images in FP16)
+    /// run BERT 2.2x and WideResNet 34x faster (our MoE-0.69B, 24 layers of 1,024, is
+    /// slower than Alpa's 8 of 768) (issue 40).
+    #[test]
+    fn alpa_shapes_match_their_names_and_arenas_profile() {
+        for (name, billions) in [
+            ("bert__760M", 0.76),
+            ("bert__6.7B", 6.7),
+            ("moe__690M", 0.69),
+            ("moe__10B", 10.0),
+            ("moe__27B", 27.0),
+            ("wide_resnet__500M", 0.5),
+            ("wide_resnet__2B", 2.0),
+            ("wide_resnet__6.8B", 6.8),
+        ] {
+            let m = LargeModel::from_name(name).unwrap();
+            let ratio = m.params() / (billions * 1e9);
+            // BERT's untied output head adds a vocabulary-sized matrix.
+            assert!((0.9..1.2).contains(&ratio), "{name}: {:.3e}", m.params());
+        }
+        assert_eq!(LargeModel::alpa("bert__761M"), None);
+        assert_eq!(LargeModel::alpa("resnet__1B"), None);
+        let catalog = GpuCatalog::builtin();
+        let a100 = catalog.get(catalog.find("A100-40GB").unwrap());
+        let dev = Device::from_gpu(a100, 4, &HwOptions::default());
+        let iter = |name: &str| {
+            let m = LargeModel::from_name(name).unwrap();
+            CellPlanner::new(&m, 256, &dev)
+                .best_packed(1, View::Optimal, f64::INFINITY)
+                .iteration_s
+        };
+        for (alpa, ours, profiled) in [
+            ("bert__760M", "bert-0.76b", 12.34),
+            ("moe__690M", "moe-0.69b", 3.77),
+            ("wide_resnet__500M", "wrn-0.5b", 13.68),
+        ] {
+            let (a, o) = (iter(alpa), iter(ours));
+            assert!(
+                (0.6..1.5).contains(&(a / profiled)),
+                "{alpa}: {a} s vs {profiled} s"
+            );
+            if !alpa.starts_with("moe") {
+                assert!(a > 2.0 * o, "{alpa} {a} s vs {ours} {o} s");
+            }
+        }
+        assert!(iter("wide_resnet__500M") > 20.0 * iter("wrn-0.5b"));
+    }
+
     #[test]
     fn transformer_layer_by_hand() {
         // h = 1024, s = 512: params 12·2^20 = 12,582,912; FLOPs 24·512·2^20 + 4·512²·1024.
@@ -1334,6 +1575,7 @@ mod tests {
             family: Family::Transformer,
             layers: vec![layer, layer],
             max_tensor: 1,
+            precision: Precision::Fp16,
         };
         let d = dev("A100-40GB", 4);
         let (batch, b) = (8u32, 4u32);
@@ -1513,6 +1755,7 @@ mod tests {
             family: Family::Transformer,
             layers: vec![layer; 4],
             max_tensor: 16,
+            precision: Precision::Fp16,
         }
     }
 

@@ -90,6 +90,11 @@ const PARAMS: &[Param] = &[
         default: "450",
         help: "--mode arena: 300 s rounds to run (Arena's comparison: its first 450)",
     },
+    Param {
+        name: "models",
+        default: "alpa",
+        help: "--mode arena: model shapes; alpa: Alpa's benchmark configurations, which Arena profiled (sequence 1,024, WideResNet at 224x224 in FP32); tessera: ours by size (sequence 512, WideResNet at 32x32 in FP16)",
+    },
 ];
 
 /// `tessera repro crius`.
@@ -347,7 +352,7 @@ impl Experiment for CriusRepro {
         let given = |name: &str| args.get(name).filter(|v| Some(*v) != default_of(name));
         match mode {
             "full" => {
-                for name in ["trace", "rounds"] {
+                for name in ["trace", "rounds", "models"] {
                     if let Some(v) = given(name) {
                         return Err(ExperimentError::param(
                             name,
@@ -682,8 +687,11 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
             &e.to_string(),
         )
     })?;
+    let shapes_name = args.get("models").unwrap_or("alpa");
+    let shapes = arena::ModelShapes::from_name(shapes_name)
+        .ok_or_else(|| ExperimentError::param("models", shapes_name, "expected alpa or tessera"))?;
     let cluster = workload::cluster().map_err(ExperimentError::Other)?;
-    let work = arena::workload(&trace, rounds, &cluster).map_err(ExperimentError::Other)?;
+    let work = arena::workload(&trace, rounds, &cluster, shapes).map_err(ExperimentError::Other)?;
     if work.workload.is_empty() {
         return Err(ExperimentError::param(
             "rounds",
@@ -790,7 +798,15 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
         out,
         "Crius, Arena's comparison as Arena runs it: {source}; its first {rounds} rounds of 300 s on 1,280 GPUs (80x4 A100-40GB, 20x16 V100-32GB, 160x2 A40, 160x2 A10)."
     )?;
-    writeln!(out, "{work}; iterations / {}.", arena::ITERATION_SCALE)?;
+    writeln!(
+        out,
+        "{work}; iterations / {}; models shaped as {}.",
+        arena::ITERATION_SCALE,
+        match shapes {
+            arena::ModelShapes::Alpa => "Alpa's benchmark configurations, which Arena profiled (--models alpa: sequence 1,024, WideResNet at 224x224 in FP32)",
+            arena::ModelShapes::Tessera => "ours by size (--models tessera: sequence 512, WideResNet at 32x32 in FP16)",
+        }
+    )?;
     writeln!(
         out,
         "One run per policy: the trace is fixed and no policy or estimator here draws random numbers (± is the spread over rounds)."
@@ -865,6 +881,7 @@ fn run_arena(args: &ExperimentArgs, ctx: &RunContext<'_>) -> Result<ReproOutput,
         summary: serde_json::json!({
             "experiment": "crius",
             "mode": "arena",
+            "models": shapes_name,
             "trace": source,
             "rounds": rounds,
             "trace_jobs": work.trace_jobs,
@@ -1367,7 +1384,10 @@ f,6200,100000,bert__2.6B,0,512,8,a100
         // Round 0: a, b, c (submitted within 300 s of the first) start at 0 under fcfs.
         let cluster = workload::cluster().unwrap();
         let jobs = arena::parse(trace).unwrap();
-        let w = arena::workload(&jobs, 8, &cluster).unwrap();
+        // The mode's default shapes: Alpa's, as Arena profiled them.
+        let w = arena::workload(&jobs, 8, &cluster, arena::ModelShapes::Alpa).unwrap();
+        assert_eq!(w.workload.jobs()[0].model, "bert__760M");
+        assert_eq!(s["models"], "alpa");
         let truth = CellThroughput::default();
         let estimator = Arc::new(CellEstimator::default());
         let fcfs = crate::build_policy("fcfs", &PolicyOptions::default()).unwrap();
@@ -1457,6 +1477,16 @@ f,6200,100000,bert__2.6B,0,512,8,a100
         assert!(e.starts_with("--jobs") && e.contains("--mode full"), "{e}");
         let e = err(arena_args(&[("rounds", "0")]));
         assert!(e.starts_with("--rounds"), "{e}");
+        let e = err(arena_args(&[("models", "gpt")]));
+        assert!(
+            e.starts_with("--models") && e.contains("alpa or tessera"),
+            "{e}"
+        );
+        let e = err(ExperimentArgs::new(PARAMS, [("models", "tessera")]).unwrap());
+        assert!(
+            e.starts_with("--models") && e.contains("--mode arena"),
+            "{e}"
+        );
         let path =
             std::env::temp_dir().join(format!("tessera-arena-bad-{}.csv", std::process::id()));
         std::fs::write(
