@@ -49,7 +49,9 @@ fn workload(cluster: &Cluster) -> Vec<TrainingJob> {
             j.gpu_types = vec![a100];
         }
         if i % 11 == 5 {
-            j.cpu = Some(MilliCpu::from_cores(6 * u64::from(j.gpus) + (i % 4) as u64 * 8));
+            j.cpu = Some(MilliCpu::from_cores(
+                6 * u64::from(j.gpus) + (i % 4) as u64 * 8,
+            ));
             j.memory = Some(Bytes::from_gib(40 * u64::from(j.gpus)));
         }
     }
