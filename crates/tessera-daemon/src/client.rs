@@ -269,6 +269,11 @@ impl Client {
         self.get("/v1/nodes")
     }
 
+    /// The live state a what-if forks from (an administrator's token).
+    pub fn snapshot(&self) -> Result<crate::forecast_snapshot::LiveSnapshot, ClientError> {
+        self.get("/v1/snapshot")
+    }
+
     /// Queues and pending jobs in order.
     pub fn queue(&self) -> Result<QueueView, ClientError> {
         self.get("/v1/queue")

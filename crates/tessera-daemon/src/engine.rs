@@ -941,6 +941,14 @@ impl Engine {
         if let Some(r) = self.answer_from_store(token, &req) {
             return r;
         }
+        if let Request::Snapshot = req {
+            // The forecaster's copy, moved into the answer; written as JSON off this thread.
+            self.core.authorize_admin(token)?;
+            let input = self.core.forecast_input(now);
+            return Ok(Response::Snapshot(Box::new(
+                crate::forecast_snapshot::LiveSnapshot::of(input, &self.forecast_settings),
+            )));
+        }
         let mut result = self.core.handle_request(now, token, req);
         self.run_commands();
         if writes && result.is_ok() && self.store_error.is_some() {

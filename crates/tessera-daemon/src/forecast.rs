@@ -23,7 +23,7 @@ use tessera_sched::PolicyOptions;
 use tessera_sim::{SimConfig, SimError, Simulation, Snapshot};
 
 /// The live state a forecast forks from (see the [module docs](self)).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ForecastInput {
     /// The cluster the policy sees.
     pub cluster: Cluster,
@@ -38,8 +38,22 @@ pub struct ForecastInput {
     pub declared: Vec<SimDuration>,
     /// Progress, holdings and GPU states at the instant.
     pub snapshot: Snapshot,
+    /// Which service instance holds each of `snapshot.reserved`, in its order.
+    pub reserved_by: Vec<ReservedBy>,
     /// What a restart costs (the daemon's setting).
     pub restart_costs: RestartCosts,
+}
+
+/// The service instance behind one reserved holding of a [`ForecastInput`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservedBy {
+    /// Daemon service id.
+    pub service: i64,
+    /// The service's name.
+    pub name: String,
+    /// Instance id.
+    pub instance: i64,
 }
 
 /// How a forecast runs.

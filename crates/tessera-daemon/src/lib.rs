@@ -31,6 +31,8 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod forecast;
+pub mod forecast_snapshot;
+pub mod forecast_whatif;
 pub mod inventory;
 pub mod metrics;
 pub mod services;

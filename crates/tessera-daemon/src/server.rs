@@ -343,6 +343,7 @@ pub(crate) fn respond(r: Result<Response, ApiError>, created: bool) -> HttpRespo
         Ok(Response::Service(v)) => Json(*v).into_response(),
         Ok(Response::Services(l)) => Json(l).into_response(),
         Ok(Response::Events(l)) => Json(l).into_response(),
+        Ok(Response::Snapshot(s)) => Json(*s).into_response(),
         Ok(Response::Text(t)) => (
             [(
                 header::CONTENT_TYPE,
@@ -663,6 +664,7 @@ fn router(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .merge(crate::web::routes())
+        .merge(crate::forecast_snapshot::routes())
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(AppState {

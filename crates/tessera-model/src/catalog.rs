@@ -258,6 +258,19 @@ impl GpuCatalog {
         Ok(catalog)
     }
 
+    /// A catalog of these models and geometries, checked as a catalog file is (a copy sent
+    /// over the wire, e.g. a daemon's catalogue with its derived MIG models).
+    pub fn from_parts(gpus: Vec<GpuModel>, mig: Vec<MigGeometry>) -> Result<GpuCatalog, SpecError> {
+        let catalog = GpuCatalog { gpus, mig };
+        catalog.validate()?;
+        Ok(catalog)
+    }
+
+    /// The MIG geometries, in catalog order.
+    pub fn mig_geometries(&self) -> &[MigGeometry] {
+        &self.mig
+    }
+
     fn validate(&self) -> Result<(), SpecError> {
         if self.gpus.is_empty() {
             return Err(SpecError::invalid(

@@ -279,7 +279,7 @@ impl ThroughputModel for FallbackRates {
 }
 
 /// Seconds lost when a job is stopped and started again (checkpoint plus restore), per model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RestartCosts {
     per_model: BTreeMap<String, SimDuration>,
     default: SimDuration,

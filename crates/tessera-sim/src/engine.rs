@@ -1410,7 +1410,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn mark_running(&mut self, job: JobId) {
-        self.waits.dequeue(job, self.now);
+        self.waits.dequeue(job, self.now, self.jobs);
         if self.state[job.index()].running_pos == NOT_ACTIVE {
             self.state[job.index()].running_pos = self.running.len() as u32;
             self.running.push(job);
@@ -2435,7 +2435,7 @@ impl<'a> Simulation<'a> {
         summary.failures = self.failure_summary();
         let (services, service_instances) = self.serving.finish(self.now);
         summary.services = services;
-        let waits = std::mem::take(&mut self.waits).finish(self.now);
+        let waits = std::mem::take(&mut self.waits).finish(self.now, self.jobs);
         SimReport {
             policy,
             summary,

@@ -1,8 +1,10 @@
 //! `tessera whatif`: what a change to the cluster or the policy would do to the queue, before
-//! making it. The daemon's store is read (read-only; a running daemon may hold it), the
-//! simulator is forked from its state twice, as it is and as changed (nodes added or drained,
-//! a GPU's MIG layout, the policy), and the two runs are compared per tenant: expected waits
-//! of the jobs pending now, JCT of every job not finished, and the queue over time.
+//! making it. The state is read from the daemon's store (read-only; a running daemon may hold
+//! it) or from the live daemon (`--daemon`: `GET /v1/snapshot`, an administrator's token), the
+//! simulator is forked from it twice, as it is and as changed (nodes added or drained, a
+//! GPU's MIG layout, a service's GPU quota, the policy), and the two runs are compared per
+//! tenant: expected waits of the jobs pending now, JCT of every job not finished, and the
+//! queue over time. What each change simulates, and what not: `tessera_daemon::forecast_whatif`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,7 +13,10 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use tessera_daemon::backend::{GresCount, InventoryNode, NodeHealth};
-use tessera_daemon::forecast::{self, ClusterChange, ForecastRun, ForecastSettings, JobForecast};
+use tessera_daemon::forecast::{
+    self, ClusterChange, ForecastInput, ForecastRun, ForecastSettings, JobForecast,
+};
+use tessera_daemon::forecast_whatif::{self, QuotaChange};
 use tessera_daemon::DaemonConfig;
 use tessera_model::{Bytes, MilliCpu, SimDuration, SimTime};
 
@@ -26,17 +31,30 @@ pub const WHATIF_EXAMPLES: &str = "Examples:
       the same queue under LAS; whatif/ gets jobs.csv and plots of waits and queue length
   tessera whatif --config tessera.yaml --mig n0:0=3g.40gb+3g.40gb
       GPU 0 of n0 split into two MIG instances (it must be idle)
+  tessera whatif --daemon http://127.0.0.1:8765 --token $ADMIN --service-quota chat=30%
+      the live daemon's state; service chat's instances hold 30% of their GPUs' SMs:
+      how much sooner the shared jobs beside them start
 
 The store named by the config (or --store) is opened read-only; the cluster comes from the
-config's backend inventory (a local backend's nodes, or Slurm's). The forecast assumes no new
-submissions and jobs running at their reported rate, else their declared duration.";
+config's backend inventory (a local backend's nodes, or Slurm's). With --daemon the running
+daemon's state is read instead (its cluster, drains, MIG layouts, progress and policy), at
+its current instant. The forecast assumes no new submissions and jobs running at their
+reported rate, else their declared duration. A service's quota changes the capacity its
+instances hold, not how it serves (its latency and autoscaling are not simulated); tenants'
+admission limits apply only to new submissions, so a what-if has nothing to change there.";
 
 /// `tessera whatif` arguments.
 #[derive(Debug, Args)]
 pub struct WhatifArgs {
     /// The daemon's config (`tessera serve --config`): its store, backend and policy.
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "daemon")]
+    pub config: Option<PathBuf>,
+    /// Read the live state of the daemon at this URL instead of a store.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "store", "at"])]
+    pub daemon: Option<String>,
+    /// An administrator's API token for --daemon (default: $TESSERA_TOKEN).
+    #[arg(long, value_name = "TOKEN", requires = "daemon")]
+    pub token: Option<String>,
     /// Read this store instead of the config's.
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
@@ -57,6 +75,11 @@ pub struct WhatifArgs {
     /// Set a GPU's MIG layout: NODE:GPU=PROFILE+PROFILE… or NODE:GPU=whole. Repeatable.
     #[arg(long, value_name = "NODE:GPU=LAYOUT")]
     pub mig: Vec<String>,
+    /// Set the GPU quota a service's instances hold on each of their GPUs: SERVICE (id or
+    /// name) = guaranteed SM share in percent, optionally :upper share, optionally ,memory
+    /// per GPU (`chat=30%`, `7=25%:50%,20Gi`). Repeatable.
+    #[arg(long = "service-quota", value_name = "SERVICE=SM%[:LIMIT%][,MEMORY]")]
+    pub service_quota: Vec<String>,
     /// The instant to forecast from, Unix seconds (default: now).
     #[arg(long, value_name = "SECS")]
     pub at: Option<f64>,
@@ -97,11 +120,16 @@ fn parse_add(text: &str, existing: &[InventoryNode], first: usize) -> Result<Vec
     if gpu.is_empty() || gpus == 0 || gpus > 64 {
         return Err(bad());
     }
+    // The type as written, or the catalogue model a default GRES type stands for.
+    let model = tessera_daemon::inventory::DEFAULT_GRES_MAP
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(gpu))
+        .map(|(_, v)| *v);
     let like = existing.iter().find(|n| {
         n.gres.iter().any(|g| {
-            g.kind
-                .as_deref()
-                .is_some_and(|k| k.eq_ignore_ascii_case(gpu))
+            g.kind.as_deref().is_some_and(|k| {
+                k.eq_ignore_ascii_case(gpu) || model.is_some_and(|m| k.eq_ignore_ascii_case(m))
+            })
         })
     });
     Ok((0..count)
@@ -130,6 +158,74 @@ fn parse_mig(text: &str) -> Result<(String, u32, Vec<String>)> {
         .filter(|p| !p.is_empty())
         .collect();
     Ok((node.to_string(), gpu, profiles))
+}
+
+/// `SERVICE=SM%[:LIMIT%][,MEMORY]` → a quota change.
+fn parse_quota(text: &str) -> Result<QuotaChange> {
+    let bad = || {
+        anyhow!(
+            "--service-quota {text:?}: expected SERVICE=SM%[:LIMIT%][,MEMORY], e.g. chat=30% or \
+             7=25%:50%,20Gi"
+        )
+    };
+    let (service, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (shares, memory) = match rest.split_once(',') {
+        Some((s, m)) => (s, Some(m.trim())),
+        None => (rest, None),
+    };
+    let permille = |p: &str| -> Result<u16> {
+        let v: f64 = p
+            .trim()
+            .trim_end_matches('%')
+            .trim()
+            .parse()
+            .map_err(|_| bad())?;
+        if !(v > 0.0 && v <= 100.0) {
+            bail!("--service-quota {text:?}: shares between 0% and 100%");
+        }
+        Ok((v * 10.0).round().max(1.0) as u16)
+    };
+    let (request, limit) = match shares.split_once(':') {
+        Some((r, l)) => (permille(r)?, Some(permille(l)?)),
+        None => (permille(shares)?, None),
+    };
+    let memory = match memory {
+        Some(m) => Some(
+            m.parse::<Bytes>()
+                .map_err(|e| anyhow!("--service-quota {text:?}: memory: {e}"))?,
+        ),
+        None => None,
+    };
+    if service.trim().is_empty() {
+        return Err(bad());
+    }
+    Ok(QuotaChange {
+        service: service.trim().to_string(),
+        sm_request: request,
+        sm_limit: limit,
+        memory,
+    })
+}
+
+/// The nodes of a forecast input, as an inventory lists them (for sizing added nodes):
+/// GRES type the catalogue's model name.
+fn input_nodes(input: &ForecastInput) -> Vec<InventoryNode> {
+    input
+        .cluster
+        .nodes
+        .iter()
+        .zip(&input.node_names)
+        .map(|(n, name)| InventoryNode {
+            name: name.clone(),
+            cpu: n.cpu,
+            memory: n.memory,
+            gres: vec![GresCount {
+                kind: Some(input.cluster.catalog.get(n.gpu).name.clone()),
+                count: n.gpus,
+            }],
+            health: NodeHealth::Up,
+        })
+        .collect()
 }
 
 /// The nodes the config's local backend lists (for sizing added nodes); none for Slurm.
@@ -272,61 +368,145 @@ fn wait_cdf(run: &ForecastRun, label: &str) -> Series {
     }
 }
 
-pub fn run(args: &WhatifArgs) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    let mut config = DaemonConfig::from_file(&args.config)
-        .with_context(|| format!("reading {}", args.config.display()))?;
+/// The state a what-if forks from: its input, the daemon's policy and round, where it came
+/// from, and how the daemon maps GRES types (for added nodes).
+struct Source {
+    input: ForecastInput,
+    policy: String,
+    round: Option<SimDuration>,
+    from: String,
+    existing: Vec<InventoryNode>,
+    gres_map: BTreeMap<String, String>,
+    default_gpu: Option<String>,
+}
+
+/// The live daemon's state (`GET /v1/snapshot`).
+fn from_daemon(url: &str, token: Option<String>) -> Result<Source> {
+    let token = token
+        .or_else(|| std::env::var("TESSERA_TOKEN").ok())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            anyhow!("--daemon needs an administrator's token: --token or $TESSERA_TOKEN")
+        })?;
+    let client = tessera_daemon::Client::new(url, Some(token));
+    let snap = client
+        .snapshot()
+        .with_context(|| format!("reading the live state of the daemon at {url}"))?;
+    let (policy, round) = (snap.policy.clone(), snap.round);
+    let input = snap.into_input().map_err(|e| {
+        anyhow!("the daemon at {url} answered a snapshot this tessera cannot use: {e}")
+    })?;
+    Ok(Source {
+        existing: input_nodes(&input),
+        input,
+        policy,
+        round,
+        from: format!("the daemon at {url}"),
+        gres_map: BTreeMap::new(),
+        default_gpu: None,
+    })
+}
+
+/// The state a store holds at `--at` (default now).
+fn from_store(args: &WhatifArgs, config_path: &std::path::Path) -> Result<Source> {
+    let mut config = DaemonConfig::from_file(config_path)
+        .with_context(|| format!("reading {}", config_path.display()))?;
     if let Some(s) = &args.store {
         config.store = s.clone();
     }
     if !config.store.exists() {
         bail!("no store at {}", config.store.display());
     }
-    if !(args.horizon_days.is_finite() && args.horizon_days > 0.0 && args.horizon_days <= 3650.0) {
-        bail!("--horizon-days: between 0 and 3650 days");
-    }
     let now = match args.at {
         Some(at) if at.is_finite() && at >= 0.0 => SimTime::from_micros((at * 1e6) as u64),
         Some(at) => bail!("--at {at}: Unix seconds, not negative"),
         None => SimTime::from_micros((unix_now() * 1e6) as u64),
     };
-    let existing = local_nodes(&config);
+    let input = forecast::input_from_store(&config, now, &ClusterChange::default())
+        .with_context(|| format!("reading the store {}", config.store.display()))?;
+    let mut existing = local_nodes(&config);
+    if existing.is_empty() {
+        existing = input_nodes(&input);
+    }
+    let (gres_map, default_gpu) = match &config.backend {
+        tessera_daemon::BackendConfig::Slurm(s) => (s.gres_map.clone(), s.default_gpu.clone()),
+        tessera_daemon::BackendConfig::Local(_) => (BTreeMap::new(), None),
+    };
+    Ok(Source {
+        input,
+        policy: config.policy.clone(),
+        round: config.round_seconds.map(SimDuration::from_secs_f64),
+        from: format!("the store {}", config.store.display()),
+        existing,
+        gres_map,
+        default_gpu,
+    })
+}
+
+pub fn run(args: &WhatifArgs) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    if !(args.horizon_days.is_finite() && args.horizon_days > 0.0 && args.horizon_days <= 3650.0) {
+        bail!("--horizon-days: between 0 and 3650 days");
+    }
+    let source = match (&args.daemon, &args.config) {
+        (Some(url), _) => from_daemon(url, args.token.clone())?,
+        (None, Some(config)) => from_store(args, config)?,
+        (None, None) => bail!("--config FILE (a store) or --daemon URL (the live state)"),
+    };
+    let now = source.input.snapshot.now;
     let mut change = ClusterChange {
         drain: args.drain.clone(),
         ..ClusterChange::default()
     };
     for text in &args.add_nodes {
         let first = change.add.len();
-        change.add.extend(parse_add(text, &existing, first)?);
+        change.add.extend(parse_add(text, &source.existing, first)?);
     }
-    let round = config.round_seconds.map(SimDuration::from_secs_f64);
     let horizon = SimDuration::from_secs_f64(args.horizon_days * 86_400.0);
     let base_settings = ForecastSettings {
         horizon,
-        ..ForecastSettings::new(&config.policy, round)
+        ..ForecastSettings::new(&source.policy, source.round)
     };
     let what_settings = ForecastSettings {
-        policy: args.policy.clone().unwrap_or_else(|| config.policy.clone()),
+        policy: args.policy.clone().unwrap_or_else(|| source.policy.clone()),
         round: match args.round {
             Some(r) if r.is_finite() && r > 0.0 && r <= 86_400.0 => {
                 Some(SimDuration::from_secs_f64(r))
             }
             Some(r) => bail!("--round {r}: seconds, more than 0 and at most a day"),
-            None => round,
+            None => source.round,
         },
         ..base_settings.clone()
     };
-    let base_input = forecast::input_from_store(&config, now, &ClusterChange::default())
-        .with_context(|| format!("reading the store {}", config.store.display()))?;
-    let mut what_input = forecast::input_from_store(&config, now, &change)
-        .with_context(|| format!("applying the change to {}", config.store.display()))?;
+    let base_input = source.input;
+    let mut what_input = base_input.clone();
+    forecast_whatif::apply_change(
+        &mut what_input,
+        &change,
+        &source.gres_map,
+        source.default_gpu.as_deref(),
+    )
+    .map_err(|e| anyhow!("applying the change to {}: {e}", source.from))?;
     for text in &args.mig {
         let (node, gpu, profiles) = parse_mig(text)?;
         forecast::set_layout(&mut what_input, &node, gpu, &profiles)
             .map_err(|e| anyhow!("--mig {text:?}: {e}"))?;
     }
-    let base = forecast::run(&base_input, &base_settings).context("forecasting as it is")?;
-    let what = forecast::run(&what_input, &what_settings).context("forecasting the change")?;
+    for text in &args.service_quota {
+        let quota = parse_quota(text)?;
+        forecast_whatif::set_service_quota(&mut what_input, &quota)
+            .map_err(|e| anyhow!("--service-quota {text:?}: {e}"))?;
+    }
+    // The two runs are independent: side by side on two threads.
+    let (base, what) = std::thread::scope(|s| {
+        let changed = s.spawn(|| forecast::run(&what_input, &what_settings));
+        let base = forecast::run(&base_input, &base_settings);
+        (base, changed.join())
+    });
+    let base = base.context("forecasting as it is")?;
+    let what = what
+        .map_err(|_| anyhow!("the forecast of the change panicked"))?
+        .context("forecasting the change")?;
     let last_start = |r: &ForecastRun| {
         r.jobs
             .iter()
@@ -347,6 +527,9 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     }
     if !args.mig.is_empty() {
         described.push(format!("MIG {}", args.mig.join(", ")));
+    }
+    if !args.service_quota.is_empty() {
+        described.push(format!("service quota {}", args.service_quota.join(", ")));
     }
     if what_settings.policy != base_settings.policy {
         described.push(format!("policy {}", what_settings.policy));
@@ -376,6 +559,7 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     if args.json {
         let doc = serde_json::json!({
             "change": change_text,
+            "from": source.from,
             "at": secs(now),
             "policy": {"before": base_settings.policy, "after": what_settings.policy},
             "tenants": before.keys().chain(after.keys()).collect::<std::collections::BTreeSet<_>>()
@@ -397,9 +581,9 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
         let pending: usize = base.jobs.iter().filter(|j| j.pending).count();
         writeln!(
             out,
-            "what if: {change_text}\nfrom the store {} at {} ({} pending, {} running); \
+            "what if: {change_text}\nfrom {} at {} ({} pending, {} running); \
              policy {} -> {}",
-            config.store.display(),
+            source.from,
             crate::cmd::daemon::rfc3339(secs(now)),
             pending,
             base.jobs.len() - pending,

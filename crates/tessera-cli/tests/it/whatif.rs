@@ -257,3 +257,118 @@ fn whatif_speed_at_ten_thousand_pending() {
         println!("whatif {extra:?}: {secs:.2} s\n{}", stdout(&o));
     }
 }
+
+/// `tessera whatif --daemon`: the live daemon's state through `GET /v1/snapshot` (an
+/// administrator's token), the same figures as the what-if on its store at the same instant,
+/// and a change applied to it.
+#[test]
+fn whatif_against_a_live_daemon_matches_its_store() {
+    use std::sync::Arc;
+    use tessera_daemon::backend::{GresCount, InventoryNode, NodeHealth, NullBackend};
+    use tessera_daemon::{hash_token, DaemonConfig, SystemClock};
+
+    const ADMIN: &str = "admin-secret-token";
+    const ALICE: &str = "alice-secret-token";
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let tenants = [("alice", ALICE, false), ("ops", ADMIN, true)];
+    let tenant_yaml: String = tenants
+        .iter()
+        .map(|(n, t, a)| {
+            format!(
+                "  - {{name: {n}, tokenSha256: {}, admin: {a}}}\n",
+                hash_token(t)
+            )
+        })
+        .collect();
+    // The config `tessera serve` would read: the store, one 8-GPU A100 node, FIFO.
+    let config_path = dir.path().join("tessera.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "store: {}\npolicy: fifo\nlisten: 127.0.0.1:0\npollIntervalMs: 100\nbackend:\n  kind: local\n  workDir: {}\n  nodes:\n    - {{name: n1, gpu: a100, gpus: 8, cpus: 64, memory: 512Gi}}\ntenants:\n{tenant_yaml}",
+            store.display(),
+            dir.path().join("runs").display()
+        ),
+    )
+    .unwrap();
+    let config = DaemonConfig::from_file(&config_path).unwrap();
+    // The same node from a backend that runs nothing (jobs hold their GPUs until cancelled).
+    let node = InventoryNode {
+        name: "n1".into(),
+        cpu: MilliCpu::from_cores(64),
+        memory: Bytes::from_gib(512),
+        gres: vec![GresCount {
+            kind: Some("a100".into()),
+            count: 8,
+        }],
+        health: NodeHealth::Up,
+    };
+    let daemon = tessera_daemon::spawn(
+        config,
+        Box::new(NullBackend::new(vec![node])),
+        Arc::new(SystemClock::new()),
+    )
+    .unwrap();
+    let alice = tessera_daemon::Client::new(&daemon.url(), Some(ALICE.into()));
+    for (name, gpus, secs) in [("a", 8, 3600), ("b", 8, 1800), ("c", 4, 600), ("d", 4, 900)] {
+        let spec = format!(
+            "name: {name}\ncommand: [sleep, '1']\ngpus: {gpus}\nhints: {{durationSeconds: {secs}}}\n"
+        );
+        alice.submit(&spec).unwrap();
+    }
+    // a runs; b, c and d wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while alice.queue().unwrap().pending.len() != 3 {
+        assert!(std::time::Instant::now() < deadline, "a never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let url = daemon.url();
+    let live = |extra: &[&str], token: &str| {
+        let mut args = vec!["whatif", "--daemon", &url, "--token", token, "--json"];
+        args.extend(extra);
+        tessera(&args)
+    };
+    // A tenant's token is refused: the snapshot lists every tenant's jobs.
+    let o = live(&[], ALICE);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("administrator"), "{}", stderr(&o));
+
+    let o = live(&[], ADMIN);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let same: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(
+        same["from"].as_str().unwrap().contains("the daemon at"),
+        "{same}"
+    );
+    assert_eq!(same["policy"]["before"], "fifo");
+    let (a0, a1) = waits(&same, "alice");
+    assert_eq!(a0, a1, "no change, same waits");
+    // b waits for a's hour, c and d after b.
+    assert!(a0 > 3000.0, "{same}");
+
+    // The store at the same instant: the same figures (a's progress is its time held at the
+    // declared speed in both; a few ms apart at most).
+    let at = format!("{}", same["at"].as_f64().unwrap());
+    let o = tessera(&[
+        "whatif",
+        "--config",
+        config_path.to_str().unwrap(),
+        "--at",
+        &at,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stored: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let (s0, _) = waits(&stored, "alice");
+    assert!((s0 - a0).abs() < 1.0, "store {s0} vs live {a0}");
+
+    // A change on the live state: one more node, everyone waits less.
+    let o = live(&["--add-nodes", "1xa100:8"], ADMIN);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let more: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let (m0, m1) = waits(&more, "alice");
+    assert!((m0 - a0).abs() < 1.0 && m1 < m0 / 2.0, "{more}");
+    drop(daemon);
+}

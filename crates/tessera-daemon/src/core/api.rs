@@ -54,6 +54,9 @@ pub(crate) enum Request {
         report: Report<ProgressReport>,
     },
     Metrics,
+    /// The live state a forecast forks from (`GET /v1/snapshot`, administrators only),
+    /// answered by the engine.
+    Snapshot,
     /// An administrator sets a node's health (`None`: back to what the backend reports).
     SetNodeHealth {
         node: String,
@@ -136,6 +139,7 @@ pub(crate) enum Response {
     Text(String),
     Service(Box<crate::services::ServiceView>),
     Services(crate::services::ServiceList),
+    Snapshot(Box<crate::forecast_snapshot::LiveSnapshot>),
 }
 
 fn secs(us: u64) -> f64 {
@@ -160,6 +164,16 @@ impl Core {
             });
         }
         Err(ApiError::unauthorized())
+    }
+
+    /// Checks that `token` is an administrator's (what only they may read).
+    pub(crate) fn authorize_admin(&self, token: Option<&str>) -> Result<(), ApiError> {
+        match self.authenticate(token)? {
+            Caller::Tenant { admin: true, .. } => Ok(()),
+            _ => Err(ApiError::forbidden(
+                "only an administrator reads the whole cluster's state",
+            )),
+        }
     }
 
     pub(super) fn can_see(caller: &Caller, row: &JobRow) -> bool {
@@ -662,7 +676,7 @@ impl Core {
                 let report = report.parse()?;
                 self.progress(now, idx, report)
             }
-            Request::Metrics | Request::Submit { .. } => {
+            Request::Metrics | Request::Submit { .. } | Request::Snapshot => {
                 Err(ApiError::internal("unreachable request"))
             }
         }

@@ -89,6 +89,10 @@ impl Core {
                 }
             }
         }
+        let (reserved_by, reserved) = self
+            .instance_holders()
+            .map(|(by, a)| (by, a.clone()))
+            .unzip();
         ForecastInput {
             cluster: self.map.cluster.clone(),
             node_names: self.map.logical.iter().map(|l| l.node.clone()).collect(),
@@ -99,8 +103,9 @@ impl Core {
                 now,
                 jobs: snap_jobs,
                 gpus,
-                reserved: self.instance_holdings().map(|(_, a)| a.clone()).collect(),
+                reserved,
             },
+            reserved_by,
             restart_costs: self.settings.restart_costs.clone(),
         }
     }

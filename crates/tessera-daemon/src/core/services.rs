@@ -1198,6 +1198,27 @@ impl Core {
     }
 
     /// What instances hold, for the device invariants.
+    /// Each live instance's (service id, service name, instance id) and holding.
+    pub(super) fn instance_holders(
+        &self,
+    ) -> impl Iterator<Item = (crate::forecast::ReservedBy, &Allocation)> {
+        self.services.live.values().map(|i| {
+            let name = self
+                .services
+                .list
+                .get(i.svc)
+                .map_or_else(String::new, |s| s.row.name.clone());
+            (
+                crate::forecast::ReservedBy {
+                    service: i.row.service_id,
+                    name,
+                    instance: i.row.id,
+                },
+                &i.alloc,
+            )
+        })
+    }
+
     pub(super) fn instance_holdings(&self) -> impl Iterator<Item = (String, &Allocation)> {
         self.services
             .live

@@ -484,6 +484,30 @@ impl Policy for TesseraPolicy {
         }
     }
 
+    /// The piece that would place the job states why it waits: MISO for MIG jobs (a
+    /// repartition under way), Dilu for GPU shares (no SM quota and memory left on a GPU of
+    /// its types), Crius for training jobs (its cells and rounds); else the generic analysis.
+    /// A `mig-any` job counts as MISO's here, as it is unless GPUs are plentiful.
+    fn pending_reason(
+        &self,
+        view: &ClusterView<'_>,
+        job: &TrainingJob,
+        detail: tessera_sched::Detail,
+    ) -> Option<tessera_sched::Waiting> {
+        match self.class(job, false) {
+            Class::Mig => self.miso.pending_reason(view, job, detail),
+            Class::Share => self
+                .dilu
+                .get(&job.gpu_types)
+                .or_else(|| self.dilu.values().next())
+                .and_then(|d| d.pending_reason(view, job, detail)),
+            Class::Train if self.pieces.crius => {
+                self.training.crius().pending_reason(view, job, detail)
+            }
+            Class::Train => None,
+        }
+    }
+
     /// Delegated to the pieces, each of which renumbers what it keeps per job; the
     /// composition keeps nothing per job id.
     fn renumber_jobs(&mut self, map: &[Option<tessera_model::JobId>]) -> bool {

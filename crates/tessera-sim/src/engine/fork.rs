@@ -15,7 +15,7 @@ use super::*;
 /// One job's state at the snapshot's instant. Jobs of the workload not listed are untouched:
 /// they arrive at their submit time with no progress (a job submitted after the instant is
 /// a future arrival).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotJob {
     /// The job, as numbered in the forked run's workload.
     pub job: JobId,
@@ -31,7 +31,7 @@ pub struct SnapshotJob {
 }
 
 /// A running job's holding in a [`Snapshot`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunningAt {
     /// What it holds, devices named.
     pub allocation: Allocation,
@@ -41,7 +41,7 @@ pub struct RunningAt {
 
 /// One GPU's state at the snapshot's instant, listed only when it differs from a fresh
 /// cluster's (whole mode, up, ready).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotGpu {
     /// Its node.
     pub node: NodeId,
@@ -58,7 +58,7 @@ pub struct SnapshotGpu {
 }
 
 /// What a run forked from a live state starts from (see the [module docs](self)).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// The instant the run starts at; every job submitted by then has arrived.
     pub now: SimTime,

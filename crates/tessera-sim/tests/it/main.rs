@@ -8,6 +8,7 @@ mod progress;
 mod reasons;
 mod scenarios;
 mod serving;
+mod waits_golden;
 
 use tessera_model::{Bytes, Cluster, MilliCpu, SimDuration, SimTime, TrainingJob, Workload};
 use tessera_perf::{RestartCosts, TraceThroughput};
