@@ -204,7 +204,52 @@ fn every_ablation_finishes_the_same_world() {
         "tessera-no-miso",
         "tessera-no-dilu",
         "tessera-no-hap",
+        "tessera-las",
     ] {
         run(p);
     }
+}
+
+/// The order of the training piece: where the run gives remaining-time estimates (every
+/// trace job declares its duration), `tessera` runs the shortest remaining job first, as
+/// SRTF; `tessera-las` keeps least attained service (arrival among equals). Two jobs wait
+/// behind a third on one GPU; the later, shorter one starts first under `tessera` only.
+#[test]
+fn tessera_orders_by_remaining_time_where_the_run_gives_it() {
+    let catalog = GpuCatalog::builtin();
+    let cluster = Cluster::from_yaml(
+        "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: one\nspec:\n  nodeGroups:\n    - {name: v, count: 1, gpu: V100-32GB, gpusPerNode: 1, cpus: 8, memory: 64Gi}\n",
+        &catalog,
+    )
+    .unwrap();
+    let work = tessera_trace::parse_workload_spec(
+        "apiVersion: tessera/v1\nkind: Workload\nspec:\n  jobs:\n    - {name: first, submitSeconds: 0, gpus: 1, durationSeconds: 600, model: resnet50}\n    - {name: long, submitSeconds: 10, gpus: 1, durationSeconds: 36000, model: resnet50}\n    - {name: short, submitSeconds: 20, gpus: 1, durationSeconds: 300, model: resnet50}\n",
+        &catalog,
+    )
+    .unwrap();
+    let order = |policy: &str| {
+        let p = build_policy(policy, &PolicyOptions::default()).unwrap();
+        let truth = TraceThroughput;
+        let mut sim = Simulation::new(&cluster, &work, &truth, p, SimConfig::default());
+        while sim.step().unwrap() {
+            sim.check_invariants().unwrap();
+        }
+        let report = sim.into_report();
+        assert_eq!(report.summary.finished, 3, "{policy}");
+        let start = |n: &str| {
+            let id = work.jobs().iter().find(|j| &*j.name == n).unwrap().id;
+            report
+                .jobs
+                .iter()
+                .find(|j| j.job == id)
+                .unwrap()
+                .first_start
+                .unwrap()
+        };
+        (start("short"), start("long"))
+    };
+    let (short, long) = order("tessera");
+    assert!(short < long, "tessera: short {short:?} long {long:?}");
+    let (short, long) = order("tessera-las");
+    assert!(long < short, "tessera-las: short {short:?} long {long:?}");
 }

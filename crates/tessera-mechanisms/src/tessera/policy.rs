@@ -28,6 +28,8 @@
 //! plan), `tessera-no-miso` (MIG jobs get whole GPUs from the training piece),
 //! `tessera-no-dilu` (a whole GPU per service instance, by Dilu's exclusive mode, and per
 //! share job, from the training piece), `tessera-no-hap` (no job spans GPU models).
+//! `tessera-las` orders training by least attained service even where the run gives
+//! remaining-time estimates (`tessera` orders by them then, [`policy_train::Order::Auto`]).
 
 use std::collections::BTreeMap;
 
@@ -50,7 +52,7 @@ use crate::crius::policy::ROUND;
 use crate::dilu::policy::DiluServe;
 use crate::miso::policy::Miso;
 use policy_scratch::Scratch;
-use policy_train::{TrainOptions, Training};
+use policy_train::{Order, TrainOptions, Training};
 
 /// Every capability.
 const ALL: Capabilities = Capabilities::TRAINING
@@ -97,6 +99,11 @@ pub const POLICIES: &[PolicyInfo] = &[
         about: "tessera without HAP: no job spans GPU types (one too large for any type waits)",
         capabilities: ALL,
     },
+    PolicyInfo {
+        name: "tessera-las",
+        about: "tessera ordering training by least attained service even where the run gives remaining-time estimates",
+        capabilities: ALL,
+    },
 ];
 
 /// Which pieces a variant uses.
@@ -108,6 +115,7 @@ struct Pieces {
     miso: bool,
     dilu: bool,
     hap: bool,
+    order: Order,
 }
 
 fn pieces(name: &str) -> Option<Pieces> {
@@ -121,6 +129,11 @@ fn pieces(name: &str) -> Option<Pieces> {
         miso: off != "miso",
         dilu: off != "dilu",
         hap: off != "hap",
+        order: if key == "tessera-las" {
+            Order::Las
+        } else {
+            Order::Auto
+        },
     })
 }
 
@@ -175,6 +188,9 @@ pub struct TesseraPolicy {
     training: Training,
     wakeup: Option<SimTime>,
     refused: u64,
+    /// Per (model, profile, allowed GPU models) of a fixed-profile MIG request: whether
+    /// MISO's slice table refuses it (see [`Self::miso_refuses`]).
+    miso_refusals: BTreeMap<(String, String, Vec<GpuModelId>), bool>,
 }
 
 impl TesseraPolicy {
@@ -191,19 +207,44 @@ impl TesseraPolicy {
                     crius: pieces.crius,
                     synergy: pieces.synergy,
                     hap: pieces.hap,
+                    order: pieces.order,
                 },
                 round,
             ),
             wakeup: None,
             refused: 0,
+            miso_refusals: BTreeMap::new(),
         }
     }
 
+    /// Whether MISO's piece would never start `spec`, a fixed MIG profile its slice table
+    /// finds too small for the model (or that no allowed GPU offers). The composed truth runs
+    /// such a job all the same (at the out-of-memory penalty on the slice, at full speed on a
+    /// whole GPU), and every other policy runs it on a whole GPU: so does `tessera`, from the
+    /// training piece, rather than refusing it. Memoised per request shape.
+    fn miso_refuses(&mut self, spec: &TrainingJob, cluster: &tessera_model::Cluster) -> bool {
+        let Some(MigRequest::Profile(profile)) = &spec.mig else {
+            return false;
+        };
+        if !self.pieces.miso {
+            return false;
+        }
+        let key = (spec.model.clone(), profile.clone(), spec.gpu_types.clone());
+        if let Some(&r) = self.miso_refusals.get(&key) {
+            return r;
+        }
+        let r = self.miso.refuses(spec, cluster).is_some();
+        self.miso_refusals.insert(key, r);
+        r
+    }
+
     /// Jobs asking for a MIG instance go to MISO, GPU shares to Dilu, every other job to the
-    /// training piece; a `mig-any` job `whole` (see [`Self::mig_any_whole`]) to the training
+    /// training piece; a sub-GPU job `whole` (see [`Self::sub_gpu_whole`]) to the training
     /// piece too.
     fn class(&self, spec: &TrainingJob, whole: bool) -> Class {
-        if self.pieces.miso && spec.mig.is_some() && !whole {
+        if whole && (spec.mig.is_some() || spec.gpu_share.is_some()) {
+            Class::Train
+        } else if self.pieces.miso && spec.mig.is_some() {
             Class::Mig
         } else if self.pieces.dilu && spec.gpu_share.is_some() {
             Class::Share
@@ -212,50 +253,70 @@ impl TesseraPolicy {
         }
     }
 
-    /// The `mig-any` jobs the training piece runs on whole GPUs at this call rather than MISO
-    /// on its slices, sorted. A job asking for "any MIG slice" takes what serves it best: by
-    /// the composed truth a slice is never faster than the whole GPU its trace time is for
-    /// (measured on the default run: MISO's slices ran them 2-3 times slower, 45 h of JCT
-    /// against 18 h on whole GPUs), so slices pay only when GPUs are short. A job MISO holds
-    /// (running on its GPU, or promised one) stays MISO's; one the training piece runs stays
-    /// the training piece's; the queued others all go whole when the idle whole MIG-capable
-    /// GPUs outnumber them (one is left for MISO, which starts a job alone on a GPU whole and
-    /// packs the next ones beside it) and every GPU queued training jobs ask for is free
-    /// beside them, else all to MISO.
-    fn mig_any_whole(&self, view: &ClusterView<'_>) -> Vec<JobId> {
+    /// The sub-GPU jobs (a MIG instance, fixed or any, or a GPU share) the training piece runs
+    /// on whole GPUs at this call rather than MISO on its slices or Dilu on its quotas,
+    /// sorted. By the composed truth a slice or a quota is never faster than the whole GPU
+    /// (every factor is relative to what the job asked: on a whole GPU it runs as fast as
+    /// the whole GPU makes it). Measured on the default run (96 GPUs, ~20 busy): MISO's
+    /// slices ran `mig-any` jobs 2-3 times slower (45 h of JCT against 18 h whole), and the
+    /// ablations without MISO (28.6 m average JCT) and without Dilu (37.3 m) beat `tessera`
+    /// (42.3 m) because every MIG and share job ran on its slice or quota while GPUs idled.
+    /// Slices and quotas pay only when GPUs are short (they pack several jobs on one GPU).
+    /// A job MISO holds (running on its GPU, or promised one) stays MISO's; a share job
+    /// running on a quota stays Dilu's; one the training piece runs stays the training
+    /// piece's; the queued others all go whole when the idle whole GPUs outnumber them
+    /// (MIG jobs: the idle MIG-capable ones; one is left for MISO, which starts a job alone
+    /// on a GPU whole and packs the next ones beside it) and every GPU queued training jobs
+    /// ask for is free beside them, else all to their piece.
+    fn sub_gpu_whole(&self, view: &ClusterView<'_>) -> Vec<JobId> {
         let mut whole = Vec::new();
-        if !self.pieces.miso {
+        if !self.pieces.miso && !self.pieces.dilu {
             return whole;
         }
+        let (mut mig_capable, mut free) = (0u64, 0u64);
+        for node in &view.cluster.nodes {
+            let capable = view.cluster.catalog.mig_geometry(node.gpu).is_some();
+            for g in view.state.gpus(node.id) {
+                if g.is_whole_free() && g.ready_at <= view.now {
+                    free += 1;
+                    mig_capable += u64::from(capable);
+                }
+            }
+        }
         let mut waiting: Vec<JobId> = Vec::new();
+        let mut waiting_mig: u64 = 0;
+        // GPUs of queued training jobs that could start on what is free (one waiting for
+        // more GPUs than are free does not keep small jobs off whole GPUs).
         let mut train_asks: u64 = 0;
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
-            if matches!(spec.mig, Some(MigRequest::Any)) {
-                if self.miso.holds(a.id) {
-                    continue;
+            let mig = self.pieces.miso && spec.mig.is_some();
+            let share = self.pieces.dilu && spec.gpu_share.is_some() && spec.mig.is_none();
+            if !mig && !share {
+                if a.state == JobState::Queued && u64::from(spec.gpus) <= free {
+                    train_asks += u64::from(spec.gpus);
                 }
-                match a.state {
-                    JobState::Running => whole.push(a.id),
-                    JobState::Queued => waiting.push(a.id),
+                continue;
+            }
+            if mig && self.miso.holds(a.id) {
+                continue;
+            }
+            match a.state {
+                JobState::Running => {
+                    let part = a.allocation.as_ref().and_then(|x| x.part());
+                    if matches!(part, Some(tessera_model::GpuPart::Whole)) {
+                        whole.push(a.id);
+                    }
                 }
-            } else if a.state == JobState::Queued && self.class(spec, false) == Class::Train {
-                train_asks += u64::from(spec.gpus);
+                JobState::Queued => {
+                    waiting.push(a.id);
+                    waiting_mig += u64::from(mig);
+                }
             }
         }
         if !waiting.is_empty() {
-            let (mut mig_capable, mut free) = (0u64, 0u64);
-            for node in &view.cluster.nodes {
-                let capable = view.cluster.catalog.mig_geometry(node.gpu).is_some();
-                for g in view.state.gpus(node.id) {
-                    if g.is_whole_free() && g.ready_at <= view.now {
-                        free += 1;
-                        mig_capable += u64::from(capable);
-                    }
-                }
-            }
             let n = waiting.len() as u64;
-            if mig_capable > n && free >= n + train_asks {
+            if (waiting_mig == 0 || mig_capable > waiting_mig) && free >= n + train_asks {
                 whole.extend(waiting);
             }
         }
@@ -285,6 +346,7 @@ impl TesseraPolicy {
             DiluServe::new("dilu-exclusive", crate::dilu::policy::ServeMode::Exclusive)
         });
         d.host_fit = true;
+        d.slo_scaling = true;
         d
     }
 
@@ -473,15 +535,10 @@ impl Policy for TesseraPolicy {
         self.wakeup
     }
 
-    /// A MIG job goes to MISO's piece, which places by MISO's slice table: what MISO would
-    /// never start (a fixed profile the table finds too small for the model) it would hold at
-    /// the head of its queue for ever, blocking every MIG job behind it.
-    fn refuses(&self, job: &TrainingJob, cluster: &tessera_model::Cluster) -> Option<String> {
-        if self.pieces.miso && job.mig.is_some() {
-            self.miso.refuses(job, cluster)
-        } else {
-            None
-        }
+    /// Nothing: a fixed MIG profile MISO's slice table refuses runs on a whole GPU from the
+    /// training piece ([`Self::miso_refuses`]), as every other policy runs it.
+    fn refuses(&self, _job: &TrainingJob, _cluster: &tessera_model::Cluster) -> Option<String> {
+        None
     }
 
     /// Delegated to the pieces, each of which renumbers what it keeps per job; the
@@ -500,10 +557,11 @@ impl Policy for TesseraPolicy {
         let mut mig: Vec<ActiveJob> = Vec::new();
         let mut shares: Vec<ActiveJob> = Vec::new();
         let mut train: Vec<ActiveJob> = Vec::new();
-        let whole = self.mig_any_whole(view);
+        let whole = self.sub_gpu_whole(view);
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
-            match self.class(spec, whole.binary_search(&a.id).is_ok()) {
+            let whole = whole.binary_search(&a.id).is_ok() || self.miso_refuses(spec, view.cluster);
+            match self.class(spec, whole) {
                 Class::Mig => mig.push(a.clone()),
                 Class::Share => shares.push(a.clone()),
                 Class::Train => train.push(a.clone()),
@@ -644,7 +702,7 @@ mod tests {
                 active: &active,
                 services: &[],
             };
-            t.mig_any_whole(&view).len()
+            t.sub_gpu_whole(&view).len()
         };
         assert_eq!(whole(1), 1);
         assert_eq!(whole(2), 0, "two jobs on two GPUs: one kept for MISO");
