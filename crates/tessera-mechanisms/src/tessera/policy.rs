@@ -191,6 +191,8 @@ pub struct TesseraPolicy {
     /// Per (model, profile, allowed GPU models) of a fixed-profile MIG request: whether
     /// MISO's slice table refuses it (see [`Self::miso_refuses`]).
     miso_refusals: BTreeMap<(String, String, Vec<GpuModelId>), bool>,
+    /// Training jobs preempted to free a GPU for a service without an instance.
+    service_preemptions: u64,
 }
 
 impl TesseraPolicy {
@@ -214,6 +216,7 @@ impl TesseraPolicy {
             wakeup: None,
             refused: 0,
             miso_refusals: BTreeMap::new(),
+            service_preemptions: 0,
         }
     }
 
@@ -322,6 +325,64 @@ impl TesseraPolicy {
         }
         whole.sort_unstable();
         whole
+    }
+
+    /// Preempts, for each active service left without an instance after this call, one
+    /// running training job (fewest GPUs, then most remaining work) on a GPU model the
+    /// service may use, so that Dilu (which decides before training at every call) places
+    /// the instance on the GPU it frees at the next one. Without it a whole-GPU service that
+    /// starts while training holds every GPU waited for a training job to end (measured: a
+    /// 100 ms-SLO service without an instance for 8% of its life, p99 of 357 s, on a loaded
+    /// 24-GPU cluster): Dilu's reservation keeps only its own placements off a GPU, and the
+    /// training piece took every GPU a job freed.
+    fn free_gpu_for_services(
+        &mut self,
+        view: &ClusterView<'_>,
+        train: &[ActiveJob],
+        scratch: &mut Scratch<'_>,
+        actions: &mut Vec<Action>,
+    ) {
+        let mut taken: Vec<JobId> = Vec::new();
+        for svc in view.services {
+            if !matches!(svc.phase, ServicePhase::Active) || !svc.instances.is_empty() {
+                continue;
+            }
+            let placed = actions
+                .iter()
+                .any(|a| matches!(a, Action::ScaleOut { service, .. } if *service == svc.spec.id));
+            if placed {
+                continue;
+            }
+            let allowed = |alloc: &tessera_model::Allocation| {
+                alloc.shares.iter().all(|s| {
+                    view.cluster.nodes.get(s.node.index()).is_some_and(|n| {
+                        svc.spec.gpu_types.is_empty() || svc.spec.gpu_types.contains(&n.gpu)
+                    })
+                })
+            };
+            let victim = train
+                .iter()
+                .filter(|a| a.state == JobState::Running && !taken.contains(&a.id))
+                .filter(|a| !actions.iter().any(|x| x.job() == Some(a.id)))
+                .filter_map(|a| {
+                    let alloc = a.allocation.as_ref()?;
+                    let whole = matches!(alloc.part(), Some(tessera_model::GpuPart::Whole));
+                    (whole && alloc.gpus() > 0 && allowed(alloc)).then(|| {
+                        let rest = policy_train::remaining_us(a).unwrap_or(u64::MAX);
+                        ((alloc.gpus(), std::cmp::Reverse(rest), a.id), a.id)
+                    })
+                })
+                .min()
+                .map(|(_, id)| id);
+            if let Some(job) = victim {
+                let act = Action::Preempt { job };
+                if scratch.apply(view, &act) {
+                    actions.push(act);
+                    taken.push(job);
+                    self.service_preemptions += 1;
+                }
+            }
+        }
     }
 
     /// The Dilu a holder allowed on `types` belongs to: its models sorted, none when they
@@ -594,6 +655,10 @@ impl Policy for TesseraPolicy {
         // 3. Training.
         self.training
             .schedule(view, &train, view.trigger.round, &mut scratch, actions);
+        // 4. A service with no instance that Dilu could not place: a GPU from training.
+        if self.pieces.dilu || !view.services.is_empty() {
+            self.free_gpu_for_services(view, &train, &mut scratch, actions);
+        }
         self.refused += scratch.refused;
         // Wake-ups: MISO's, and Dilu's second-by-second scaling while a service is live.
         let mut wake = if self.miso_used {
@@ -629,6 +694,10 @@ impl Policy for TesseraPolicy {
                 self.training.backfills as f64,
             ),
             ("refused_actions".into(), self.refused as f64),
+            (
+                "service_preemptions".into(),
+                self.service_preemptions as f64,
+            ),
         ];
         s.extend(
             self.training
