@@ -245,7 +245,7 @@ impl TesseraPolicy {
     /// training piece; a sub-GPU job `whole` (see [`Self::sub_gpu_whole`]) to the training
     /// piece too.
     fn class(&self, spec: &TrainingJob, whole: bool) -> Class {
-        if whole && (spec.mig.is_some() || spec.gpu_share.is_some()) {
+        if whole && spec.mig.is_some() {
             Class::Train
         } else if self.pieces.miso && spec.mig.is_some() {
             Class::Mig
@@ -256,24 +256,22 @@ impl TesseraPolicy {
         }
     }
 
-    /// The sub-GPU jobs (a MIG instance, fixed or any, or a GPU share) the training piece runs
-    /// on whole GPUs at this call rather than MISO on its slices or Dilu on its quotas,
-    /// sorted. By the composed truth a slice or a quota is never faster than the whole GPU
-    /// (every factor is relative to what the job asked: on a whole GPU it runs as fast as
-    /// the whole GPU makes it). Measured on the default run (96 GPUs, ~20 busy): MISO's
-    /// slices ran `mig-any` jobs 2-3 times slower (45 h of JCT against 18 h whole), and the
-    /// ablations without MISO (28.6 m average JCT) and without Dilu (37.3 m) beat `tessera`
-    /// (42.3 m) because every MIG and share job ran on its slice or quota while GPUs idled.
-    /// Slices and quotas pay only when GPUs are short (they pack several jobs on one GPU).
-    /// A job MISO holds (running on its GPU, or promised one) stays MISO's; a share job
-    /// running on a quota stays Dilu's; one the training piece runs stays the training
-    /// piece's; the queued others all go whole when the idle whole GPUs outnumber them
-    /// (MIG jobs: the idle MIG-capable ones; one is left for MISO, which starts a job alone
-    /// on a GPU whole and packs the next ones beside it) and every GPU queued training jobs
-    /// ask for is free beside them, else all to their piece.
+    /// The `mig-any` jobs the training piece runs on whole GPUs at this call rather than MISO
+    /// on its slices, sorted. A job asking for "any MIG slice" takes what serves it best: by
+    /// the composed truth a slice is never faster than the whole GPU its trace time is for
+    /// (measured on the default run: MISO's slices ran them 2-3 times slower, 45 h of JCT
+    /// against 18 h on whole GPUs), so slices pay only when GPUs are short. A fixed profile or
+    /// a share is held as asked (the capability `tessera` declares, which capabilities_sim
+    /// checks), even though the whole GPU would be faster: going whole for them too (tried)
+    /// broke that contract. A job MISO holds (running on its GPU, or promised one) stays
+    /// MISO's; one the training piece runs stays the training piece's; the queued others all
+    /// go whole when the idle whole MIG-capable GPUs outnumber them (one is left for MISO,
+    /// which starts a job alone on a GPU whole and packs the next ones beside it) and every
+    /// GPU queued training jobs that could start now ask for is free beside them, else all
+    /// to MISO.
     fn sub_gpu_whole(&self, view: &ClusterView<'_>) -> Vec<JobId> {
         let mut whole = Vec::new();
-        if !self.pieces.miso && !self.pieces.dilu {
+        if !self.pieces.miso {
             return whole;
         }
         let (mut mig_capable, mut free) = (0u64, 0u64);
@@ -293,9 +291,8 @@ impl TesseraPolicy {
         let mut train_asks: u64 = 0;
         for a in view.active {
             let Some(spec) = view.spec(a) else { continue };
-            let mig = self.pieces.miso && spec.mig.is_some();
-            let share = self.pieces.dilu && spec.gpu_share.is_some() && spec.mig.is_none();
-            if !mig && !share {
+            let mig = self.pieces.miso && matches!(spec.mig, Some(MigRequest::Any));
+            if !mig {
                 if a.state == JobState::Queued && u64::from(spec.gpus) <= free {
                     train_asks += u64::from(spec.gpus);
                 }
