@@ -29,15 +29,15 @@ const WORKLOAD: &str = "apiVersion: tessera/v1
 kind: Workload
 spec:
   jobs:
-    - {name: blocker, submitSeconds: 0, gpus: 4, durationSeconds: 3600, model: vgg19, gpuTypes: [A100-80GB]}
-    - {name: span, submitSeconds: 0, gpus: 6, durationSeconds: 1200, model: resnet50, gpuTypes: [A100-80GB, V100-32GB]}
-    - {name: long, submitSeconds: 700, gpus: 4, durationSeconds: 10800, model: vgg19, gpuTypes: [V100-32GB]}
-    - {name: short, submitSeconds: 3100, gpus: 1, durationSeconds: 600, model: lstm, gpuTypes: [V100-32GB]}
+    - {name: blocker, submitSeconds: 0, gpus: 4, durationSeconds: 2000, model: vgg19, gpuTypes: [A100-80GB]}
+    - {name: span, submitSeconds: 400, gpus: 6, durationSeconds: 2500, model: resnet50, gpuTypes: [A100-80GB, V100-32GB]}
+    - {name: long, submitSeconds: 1300, gpus: 2, durationSeconds: 10800, model: vgg19, gpuTypes: [V100-32GB]}
+    - {name: short, submitSeconds: 3400, gpus: 1, durationSeconds: 600, model: lstm, gpuTypes: [V100-32GB]}
     - {name: mig0, submitSeconds: 4000, gpus: 1, durationSeconds: 900, model: resnet_train128, resources: {limits: {nvidia.com/mig-any: 1}}}
     - {name: mig1, submitSeconds: 4010, gpus: 1, durationSeconds: 900, model: resnet_train128, resources: {limits: {nvidia.com/mig-3g.40gb: 1}}}
     - {name: mig2, submitSeconds: 4020, gpus: 1, durationSeconds: 900, model: resnet_train128, resources: {limits: {nvidia.com/mig-any: 1}}}
     - {name: share0, submitSeconds: 5, gpus: 1, durationSeconds: 1200, model: bert-base, gpuTypes: [T4], resources: {smRequest: 0.3}}
-    - {name: share1, submitSeconds: 6, gpus: 1, durationSeconds: 1200, model: resnet50, resources: {smRequest: 0.5}}
+    - {name: share1, submitSeconds: 6, gpus: 1, durationSeconds: 1200, model: resnet50, gpuTypes: [T4], resources: {smRequest: 0.5}}
     - {name: heavy, submitSeconds: 700, gpus: 1, durationSeconds: 900, model: resnet50, gpuTypes: [A100-80GB], resources: {cpu: 60, memory: 400Gi}}
   services:
     - {name: chat, model: bert-base, startSeconds: 0, endSeconds: 3000, sloMilliseconds: 100, maxBatch: 8, coldStartSeconds: 2, gpuTypes: [T4], resources: {cpu: 1, memory: 4Gi, gpuMemory: 4Gi, smRequest: 0.3, smLimit: 0.6}, arrivals: {poisson: {rate: 5}}}
@@ -148,11 +148,17 @@ fn run(policy: &str) {
     } else {
         assert!(
             models.len() >= 2,
-            "{policy}: the 6-GPU job spans GPU models"
+            "{policy}: the 6-GPU job spans GPU models: {:?}; blocker {:?}",
+            allocs("span"),
+            allocs("blocker")
         );
     }
-    // LAS: the short job preempts the long one on the V100s and ends first.
-    assert!(stat("preemptions") >= 1.0, "{policy}: no preemption");
+    // Order: the short job preempts the long one on the V100s (full while the 6-GPU job
+    // spans onto two of them) and ends first. Without HAP the 6-GPU job waits for the
+    // A100s, the V100s have room for both, and no preemption is needed.
+    if policy != "tessera-no-hap" {
+        assert!(stat("preemptions") >= 1.0, "{policy}: no preemption");
+    }
     assert!(
         end("short") < end("long"),
         "{policy}: the short job waited for the long one"
@@ -207,4 +213,48 @@ fn every_ablation_finishes_the_same_world() {
     ] {
         run(p);
     }
+}
+
+/// The order of the training piece: where the run gives remaining-time estimates (every
+/// trace job declares its duration), `tessera` runs the shortest remaining job first, as
+/// SRTF; `tessera-las` keeps least attained service (arrival among equals). Two jobs wait
+/// behind a third on one GPU; the later, shorter one starts first under `tessera` only.
+#[test]
+fn tessera_orders_by_remaining_time_where_the_run_gives_it() {
+    let catalog = GpuCatalog::builtin();
+    let cluster = Cluster::from_yaml(
+        "apiVersion: tessera/v1\nkind: Cluster\nmetadata:\n  name: one\nspec:\n  nodeGroups:\n    - {name: v, count: 1, gpu: V100-32GB, gpusPerNode: 1, cpus: 8, memory: 64Gi}\n",
+        &catalog,
+    )
+    .unwrap();
+    let work = tessera_trace::parse_workload_spec(
+        "apiVersion: tessera/v1\nkind: Workload\nspec:\n  jobs:\n    - {name: first, submitSeconds: 0, gpus: 1, durationSeconds: 600, model: resnet50}\n    - {name: long, submitSeconds: 10, gpus: 1, durationSeconds: 36000, model: resnet50}\n    - {name: short, submitSeconds: 20, gpus: 1, durationSeconds: 300, model: resnet50}\n",
+        &catalog,
+    )
+    .unwrap();
+    let order = |policy: &str| {
+        let p = build_policy(policy, &PolicyOptions::default()).unwrap();
+        let truth = TraceThroughput;
+        let mut sim = Simulation::new(&cluster, &work, &truth, p, SimConfig::default());
+        while sim.step().unwrap() {
+            sim.check_invariants().unwrap();
+        }
+        let report = sim.into_report();
+        assert_eq!(report.summary.finished, 3, "{policy}");
+        let start = |n: &str| {
+            let id = work.jobs().iter().find(|j| &*j.name == n).unwrap().id;
+            report
+                .jobs
+                .iter()
+                .find(|j| j.job == id)
+                .unwrap()
+                .first_start
+                .unwrap()
+        };
+        (start("short"), start("long"))
+    };
+    let (short, long) = order("tessera");
+    assert!(short < long, "tessera: short {short:?} long {long:?}");
+    let (short, long) = order("tessera-las");
+    assert!(long < short, "tessera-las: short {short:?} long {long:?}");
 }

@@ -215,7 +215,8 @@ fn every_truth_rates_what_every_policy_hands_out() {
 /// table finds its model fits: cyclegan fits no 1g slice, so a job pinned to 1g.10gb waited
 /// for ever and the run stalled; `static` also waited for ever on a profile its kept layout
 /// (3g+2g+2g) does not have. Each is now rejected at arrival with the reason; the other
-/// jobs finish.
+/// jobs finish. `tessera` runs the too-large job on a whole GPU (issue 37: it refuses
+/// nothing the other policies run).
 #[test]
 fn mig_policies_reject_a_fixed_profile_they_could_never_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -241,8 +242,6 @@ spec:
         ("miso", too_large),
         ("miso-oracle", too_large),
         ("static", not_kept),
-        ("tessera", too_large),
-        ("tessera-no-hap", too_large),
     ] {
         let out = dir.path().join(policy);
         let summary = super::simulate_summary(
@@ -264,6 +263,31 @@ spec:
         assert_eq!(s["finished"], 2, "{policy}: {s}");
         let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
         assert!(jobs.contains(reason), "{policy}: {jobs}");
+    }
+    // `tessera` refuses nothing another policy runs: the composed truth runs cyclegan on a
+    // 1g slice (at its out-of-memory penalty) and FIFO runs it on a whole GPU, so tessera
+    // runs it too, on a whole GPU from its training piece, instead of rejecting it as MISO.
+    for policy in ["tessera", "tessera-no-hap"] {
+        let out = dir.path().join(policy);
+        let summary = super::simulate_summary(
+            &[
+                "--cluster",
+                cluster.to_str().unwrap(),
+                "--trace",
+                trace.to_str().unwrap(),
+                "--perf",
+                "trace",
+                "--policy",
+                policy,
+            ],
+            &out,
+        );
+        let s = &summary["policies"][0];
+        assert_eq!(s["rejected"], 0, "{policy}: {s}");
+        assert_eq!(s["unfinished"], 0, "{policy}: {s}");
+        assert_eq!(s["finished"], 3, "{policy}: {s}");
+        let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+        assert!(!jobs.contains(too_large), "{policy}: {jobs}");
     }
 }
 

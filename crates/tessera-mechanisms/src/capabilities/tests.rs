@@ -203,7 +203,7 @@ fn check_names_the_policy_element_and_who_honours_it() {
         text.ends_with(
             "service bert is an inference service (0 s to 60 s); honoured by: serve-exclusive, \
              dilu, dilu-no-vertical, static-shares, dilu-exclusive, tessera, tessera-no-synergy, \
-             tessera-no-crius, tessera-no-miso, tessera-no-dilu, tessera-no-hap"
+             tessera-no-crius, tessera-no-miso, tessera-no-dilu, tessera-no-hap, tessera-las"
         ),
         "{text}"
     );

@@ -40,7 +40,7 @@ use super::packing::{plan, PackingPolicy, Part, Pool, PoolSpec};
 use super::profile;
 use super::serving::{is_llm, model_of, DiluServingModel};
 use super::truth::TrainingCurve;
-use super::vertical::{quota_sample, raised_request, QuotaMove, QuotaScaler};
+use super::vertical::{quota_sample, raised_request, QuotaMove, QuotaSample, QuotaScaler};
 
 /// Samples kept by the horizontal scaler (one a second).
 pub const SAMPLES: usize = 40;
@@ -172,6 +172,45 @@ impl HorizontalScaler {
     }
 }
 
+/// Samples (of the last [`SAMPLES`]) with a request over the SLO that scale a service out
+/// when [`DiluServe::slo_scaling`] is on. A request over the SLO stays in the view's window
+/// (2 s in Dilu's setup) for about two samples, so this is two bursts of misses in 40 s.
+pub const SLO_OUT_AT: usize = 4;
+/// After an SLO-driven scale-out, the service is not scaled in for this long (its misses
+/// come in bursts: scaling in at the first calm minute would bring them back).
+pub const SLO_HOLD: SimDuration = SimDuration::from_secs(900);
+/// At most this many instances per service are added for its SLO (beyond what its rate
+/// asks).
+pub const SLO_MAX_EXTRA: usize = 3;
+
+/// The SLO watch of one service: which recent samples saw a request over the SLO, and when
+/// the last SLO-driven scale-out was.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct SloWatch {
+    missed: VecDeque<bool>,
+    last_out: Option<SimTime>,
+    extra: usize,
+}
+
+impl SloWatch {
+    fn sample(&mut self, missed: bool) {
+        if self.missed.len() == SAMPLES {
+            self.missed.pop_front();
+        }
+        self.missed.push_back(missed);
+    }
+
+    fn misses(&self) -> usize {
+        self.missed.iter().filter(|&&m| m).count()
+    }
+
+    /// Whether the service may be scaled in at `now` (no recent miss, no recent SLO-driven
+    /// scale-out).
+    fn may_scale_in(&self, now: SimTime) -> bool {
+        self.misses() == 0 && self.last_out.is_none_or(|t| now >= t + SLO_HOLD)
+    }
+}
+
 /// A Dilu-family serving policy.
 #[derive(Debug)]
 pub struct DiluServe {
@@ -206,6 +245,17 @@ pub struct DiluServe {
     /// planned again away from nodes that cannot hold it (a composition's; off for Dilu's
     /// own policies, which keep their published behaviour).
     pub(crate) host_fit: bool,
+    /// Scaling also reads the SLO (a composition's; off for Dilu's own policies, which keep
+    /// their published behaviour): Dilu's scalers read throughput only (the rate against
+    /// what an instance serves at full batches, one second of overload), so a service whose
+    /// misses come from bursts and batch latency at a low mean rate (RoBERTa at 1.5 req/s
+    /// on an instance serving ~100) never scaled. With it on, an instance that missed the
+    /// SLO in the last second counts as overloaded for vertical scaling (and is not lowered
+    /// while misses are recent), and [`SLO_OUT_AT`] samples with misses scale the service
+    /// out (up to [`SLO_MAX_EXTRA`] instances beyond what its rate asks), held for
+    /// [`SLO_HOLD`].
+    pub(crate) slo_scaling: bool,
+    slo: Vec<SloWatch>,
 }
 
 impl DiluServe {
@@ -233,6 +283,8 @@ impl DiluServe {
             blocked: std::collections::BTreeSet::new(),
             reserved: BTreeMap::new(),
             host_fit: false,
+            slo_scaling: false,
+            slo: Vec::new(),
         }
     }
 
@@ -318,6 +370,7 @@ impl DiluServe {
             let cap = self.instance_capacity(&view.services[self.scalers.len()].spec);
             self.capacity.push(cap);
             self.scalers.push(HorizontalScaler::default());
+            self.slo.push(SloWatch::default());
         }
     }
 
@@ -785,13 +838,21 @@ impl DiluServe {
                     continue;
                 }
                 let served_now = self.served_at(&svc.spec, cur);
-                let sample = quota_sample(
+                let mut sample = quota_sample(
                     rate,
                     served_now,
                     served_base,
                     inst.queue_len,
                     svc.spec.max_batch,
                 );
+                if self.slo_scaling {
+                    let watch = self.slo.get(svc.spec.id.index());
+                    if svc.violations_in_window > 0 {
+                        sample = QuotaSample::Overloaded;
+                    } else if sample == QuotaSample::Idle && watch.is_some_and(|w| w.misses() > 0) {
+                        sample = QuotaSample::Steady;
+                    }
+                }
                 let decision = self
                     .quota
                     .entry(inst.id)
@@ -1097,7 +1158,32 @@ impl Policy for DiluServe {
                     let Some(scaler) = self.scalers.get_mut(k) else {
                         continue;
                     };
-                    match scaler.sample(rate, n, cap) {
+                    let mut decision = scaler.sample(rate, n, cap);
+                    if self.slo_scaling {
+                        if let Some(w) = self.slo.get_mut(k) {
+                            w.sample(svc.violations_in_window > 0);
+                            // Every instance ready: one still cold-starting will take its
+                            // share of the misses.
+                            let all_ready = svc.ready_instances(view.now) == n;
+                            if decision == Scale::Stay
+                                && all_ready
+                                && w.misses() >= SLO_OUT_AT
+                                && w.extra < SLO_MAX_EXTRA
+                            {
+                                decision = Scale::Out;
+                                w.extra += 1;
+                                w.last_out = Some(view.now);
+                                w.missed.clear();
+                            } else if decision == Scale::In {
+                                if w.may_scale_in(view.now) {
+                                    w.extra = w.extra.saturating_sub(1);
+                                } else {
+                                    decision = Scale::Stay;
+                                }
+                            }
+                        }
+                    }
+                    match decision {
                         Scale::Out => {
                             self.scale_out(view, &mut state, svc, actions);
                         }
@@ -1300,6 +1386,70 @@ mod tests {
         );
         let s = &report.summary.services[0];
         assert_eq!(s.requests, s.served + s.dropped);
+    }
+
+    /// With `slo_scaling` (the `tessera` composition's), a service that misses its SLO at a
+    /// rate far below what one instance serves scales out; without it (Dilu's own policies)
+    /// the rate rule never fires and the service keeps one instance.
+    #[test]
+    fn slo_misses_scale_out_only_with_slo_scaling() {
+        use std::sync::Arc;
+        use tessera_model::{ArrivalProcess, Cluster, Workload};
+        use tessera_sim::{ServingConfig, SimConfig, Simulation};
+
+        let mut svc = InferenceService::simple("bert", SimTime::ZERO, SimTime::from_secs(120), 0.0);
+        svc.model = "bert-base".into();
+        svc.max_batch = 4;
+        // Below any batch's latency: every request misses.
+        svc.slo = SimDuration::from_micros(1_000);
+        svc.cold_start = SimDuration::ZERO;
+        svc.instance.gpu_memory = Bytes::from_gib(2);
+        svc.arrivals = ArrivalProcess::RateSeries {
+            rates: vec![5.0; 120],
+        };
+        let w = Workload::with_services(Vec::new(), vec![svc]);
+        let cluster = Cluster::homogeneous(
+            "A100-40GB",
+            1,
+            4,
+            MilliCpu::from_cores(32),
+            Bytes::from_gib(128),
+        )
+        .unwrap();
+        let run = |slo_scaling: bool| {
+            let mut p = DiluServe::by_name("dilu-exclusive").unwrap();
+            p.slo_scaling = slo_scaling;
+            let config = SimConfig {
+                time_limit: Some(SimTime::from_secs(120)),
+                serving: ServingConfig {
+                    model: Arc::new(DiluServingModel::shipped().unwrap()),
+                    window: SimDuration::from_secs(2),
+                    ..ServingConfig::default()
+                },
+                ..SimConfig::default()
+            };
+            let truth = super::super::serving::DiluTruth;
+            let mut sim = Simulation::new(&cluster, &w, &truth, Box::new(p), config);
+            while sim.step().unwrap() {
+                sim.check_invariants().unwrap();
+            }
+            let report = sim.into_report();
+            let stat = |k: &str| report.policy_stats.iter().find(|s| s.0 == k).map(|s| s.1);
+            (
+                stat("scale_outs").unwrap_or(0.0),
+                report.summary.services[0].peak_instances,
+            )
+        };
+        assert_eq!(run(false), (1.0, 1), "rate rule alone: one instance");
+        let (outs, peak) = run(true);
+        assert!(
+            outs >= 2.0 && peak >= 2,
+            "SLO misses scale out: {outs} {peak}"
+        );
+        assert!(
+            peak as usize <= 1 + SLO_MAX_EXTRA,
+            "at most {SLO_MAX_EXTRA} extra: {peak}"
+        );
     }
 
     #[test]

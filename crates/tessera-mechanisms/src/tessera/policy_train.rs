@@ -42,6 +42,8 @@ pub(crate) struct TrainOptions {
     pub(crate) synergy: bool,
     /// HAP's spanning of GPU types for jobs no single type can hold.
     pub(crate) hap: bool,
+    /// The job order.
+    pub(crate) order: Order,
 }
 
 /// The training piece (see the module docs).
@@ -75,6 +77,42 @@ pub(crate) fn las_key(a: &ActiveJob, spec: Option<&TrainingJob>) -> (u64, u64, u
         a.id.0,
     )
 }
+
+/// A job's estimated remaining work on its request, µs (`None` when the run gives no
+/// estimate: no throughput estimate, or nothing known to remain).
+pub(crate) fn remaining_us(a: &ActiveJob) -> Option<u64> {
+    let s = a.remaining_secs_estimate();
+    (s.is_finite() && s > 0.0).then(|| (s * 1e6).min(u64::MAX as f64 / 2.0) as u64)
+}
+
+/// Least estimated remaining time first (as SRTF), then arrival, then id; a job without an
+/// estimate last.
+pub(crate) fn remaining_key(a: &ActiveJob, spec: Option<&TrainingJob>) -> (u64, u64, u32) {
+    (
+        remaining_us(a).unwrap_or(u64::MAX),
+        spec.map_or(0, |s| s.submit.as_micros()),
+        a.id.0,
+    )
+}
+
+/// The training piece's job order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Least attained service (Tiresias-like LAS with service classes): needs no knowledge
+    /// of durations.
+    Las,
+    /// Shortest estimated remaining time first (SRTF on the run's estimates).
+    Remaining,
+    /// [`Order::Remaining`] while every training job of the call has a remaining-time
+    /// estimate (the run declares durations, as the simulator's traces do), else
+    /// [`Order::Las`]. The default.
+    Auto,
+}
+
+/// A waiting job preempts a running one under [`Order::Remaining`] only when the running
+/// job's remaining time is at least this many times the waiting one's (a restart costs a
+/// checkpoint restore, and near-equal jobs must not trade places at every round).
+pub const REMAINING_PREEMPT_FACTOR: u64 = 2;
 
 fn service_class(us: u64) -> u32 {
     let mut bound = FIRST_CLASS_GPU_US;
@@ -157,8 +195,12 @@ impl Training {
         spec: &TrainingJob,
     ) -> Vec<GpuModelId> {
         let mut types = self.allowed(spec);
-        if spec.mig.is_some() {
-            // A MIG request runs whole on a MIG-capable model only.
+        if spec.mig.is_some()
+            && types
+                .iter()
+                .any(|&t| cluster.catalog.mig_geometry(t).is_some())
+        {
+            // A MIG request runs whole on a MIG-capable model where it allows one.
             types.retain(|&t| cluster.catalog.mig_geometry(t).is_some());
         }
         if let Some(e) = a.knowledge.get::<ComposedEstimates>() {
@@ -196,6 +238,13 @@ impl Training {
         if !any_queued && !full {
             return;
         }
+        let by_remaining = match self.opts.order {
+            Order::Las => false,
+            Order::Remaining => true,
+            Order::Auto => active.iter().all(|a| remaining_us(a).is_some()),
+        };
+        let key: fn(&ActiveJob, Option<&TrainingJob>) -> (u64, u64, u32) =
+            if by_remaining { remaining_key } else { las_key };
         let spanning: BTreeSet<JobId> = if self.opts.hap {
             active
                 .iter()
@@ -208,7 +257,7 @@ impl Training {
         let mut started: BTreeSet<JobId> = BTreeSet::new();
         let mut gone: BTreeSet<JobId> = BTreeSet::new();
         if full {
-            for v in self.preempt(orig, active, scratch) {
+            for v in self.preempt(orig, active, scratch, by_remaining) {
                 let a = Action::Preempt { job: v };
                 if scratch.apply(orig, &a) {
                     out.push(a);
@@ -222,7 +271,7 @@ impl Training {
             .iter()
             .filter(|a| a.state == JobState::Queued)
             .collect();
-        queued.sort_by_cached_key(|a| las_key(a, orig.spec(a)));
+        queued.sort_by_cached_key(|a| key(a, orig.spec(a)));
         for a in queued.iter().filter(|a| spanning.contains(&a.id)) {
             let Some(spec) = orig.spec(a) else { continue };
             if let Some(alloc) = self.place_spanning(orig, scratch, spec) {
@@ -251,7 +300,7 @@ impl Training {
                     ..*orig
                 };
                 if view.state.free_gpus() > 0 || full {
-                    self.crius.pass(&view, &mut acts, las_key, full);
+                    self.crius.pass(&view, &mut acts, key, full);
                 }
             }
             for act in acts {
@@ -572,6 +621,7 @@ impl Training {
         orig: &ClusterView<'_>,
         active: &[ActiveJob],
         scratch: &Scratch<'_>,
+        by_remaining: bool,
     ) -> Vec<JobId> {
         let free = scratch.state.free();
         let mut free_of: Vec<u64> = vec![0; self.types.len()];
@@ -588,15 +638,36 @@ impl Training {
         if queued.is_empty() {
             return Vec::new();
         }
-        queued.sort_by_cached_key(|a| las_key(a, orig.spec(a)));
-        // Victims: running on one model, most attained first.
+        // Each job's rank: attained service (LAS) or remaining time; victims are running
+        // jobs on one model, the highest rank first.
+        let rank = |a: &ActiveJob| {
+            if by_remaining {
+                remaining_us(a).unwrap_or(u64::MAX)
+            } else {
+                attained_us(a)
+            }
+        };
+        // Whether a waiting job of rank `w` may preempt a running one of rank `r`: a higher
+        // service class (LAS), or [`REMAINING_PREEMPT_FACTOR`] times more remaining time.
+        let outranks = |w: u64, r: u64| {
+            if by_remaining {
+                r / REMAINING_PREEMPT_FACTOR > w
+            } else {
+                service_class(r) > service_class(w)
+            }
+        };
+        if by_remaining {
+            queued.sort_by_cached_key(|a| remaining_key(a, orig.spec(a)));
+        } else {
+            queued.sort_by_cached_key(|a| las_key(a, orig.spec(a)));
+        }
         let mut running: Vec<(u64, JobId, usize, u32)> = active
             .iter()
             .filter(|a| a.state == JobState::Running)
             .filter_map(|a| {
                 let alloc = a.allocation.as_ref()?;
                 let t = ty(type_of(orig.cluster, alloc)?)?;
-                (alloc.gpus() > 0).then(|| (attained_us(a), a.id, t, alloc.gpus()))
+                (alloc.gpus() > 0).then(|| (rank(a), a.id, t, alloc.gpus()))
             })
             .collect();
         running.sort_by_key(|&(us, id, _, _)| (std::cmp::Reverse(us), id));
@@ -614,7 +685,7 @@ impl Training {
                 free_of[t] -= need;
                 continue;
             }
-            let class = service_class(attained_us(w));
+            let own = rank(w);
             for &t in &allowed {
                 let mut got = free_of[t];
                 let mut pick = Vec::new();
@@ -622,7 +693,7 @@ impl Training {
                     if got >= need {
                         break;
                     }
-                    if taken[i] || vt != t || service_class(us) <= class {
+                    if taken[i] || vt != t || !outranks(own, us) {
                         continue;
                     }
                     pick.push(i);
