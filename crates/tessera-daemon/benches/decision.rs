@@ -79,13 +79,25 @@ fn count(e: &Engine, s: JobState) -> usize {
     e.count_by_state().get(&s).copied().unwrap_or(0)
 }
 
-/// One scheduling point: (decision ms, whole round ms).
-fn point(e: &mut Engine) -> (f64, f64) {
+/// CPU time this thread has run, ms (Linux's `/proc/thread-self/schedstat`, in ns; 0
+/// elsewhere). On the shared 2-core machine wall times are several times the CPU time the
+/// bench got, so each point also prints the CPU time of its whole round.
+fn thread_cpu_ms() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e6)
+}
+
+/// One scheduling point: (decision ms, whole round ms, the round's CPU ms).
+fn point(e: &mut Engine) -> (f64, f64, f64) {
+    let cpu = thread_cpu_ms();
     let start = Instant::now();
     e.schedule();
     (
         e.last_decision_secs() * 1e3,
         start.elapsed().as_secs_f64() * 1e3,
+        thread_cpu_ms() - cpu,
     )
 }
 
@@ -117,9 +129,9 @@ fn bench(policy: &str, truth: Option<&str>, node_count: usize, pending: usize) {
         .expect("engine");
         submit(&mut e, &pending_specs);
         clock.advance(SimDuration::from_secs(61));
-        let (d, r) = point(&mut e);
+        let (d, r, c) = point(&mut e);
         println!(
-            "decision[{label}] first: {node_count} nodes, {pending} pending, cluster empty: decision {d:.1} ms, round {r:.1} ms (started {})",
+            "decision[{label}] first: {node_count} nodes, {pending} pending, cluster empty: decision {d:.1} ms, round {r:.1} ms (CPU {c:.1} ms) (started {})",
             count(&e, JobState::Starting) + count(&e, JobState::Running)
         );
     }
@@ -144,9 +156,9 @@ fn bench(policy: &str, truth: Option<&str>, node_count: usize, pending: usize) {
     submit(&mut e, &pending_specs);
     clock.advance(SimDuration::from_secs(60));
     let queued = count(&e, JobState::Pending);
-    let (d, r) = point(&mut e);
+    let (d, r, c) = point(&mut e);
     println!(
-        "decision[{label}] full: {node_count} nodes ({running} jobs holding every GPU), {queued} pending, round boundary: decision {d:.1} ms, round {r:.1} ms (preemptions {})",
+        "decision[{label}] full: {node_count} nodes ({running} jobs holding every GPU), {queued} pending, round boundary: decision {d:.1} ms, round {r:.1} ms (CPU {c:.1} ms) (preemptions {})",
         e.core()
             .metrics()
             .preemptions
@@ -155,9 +167,9 @@ fn bench(policy: &str, truth: Option<&str>, node_count: usize, pending: usize) {
     );
     clock.advance(SimDuration::from_secs(60));
     let queued = count(&e, JobState::Pending);
-    let (d, r) = point(&mut e);
+    let (d, r, c) = point(&mut e);
     println!(
-        "decision[{label}] next: {queued} pending, next round: decision {d:.1} ms, round {r:.1} ms"
+        "decision[{label}] next: {queued} pending, next round: decision {d:.1} ms, round {r:.1} ms (CPU {c:.1} ms)"
     );
 }
 

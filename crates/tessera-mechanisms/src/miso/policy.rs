@@ -1207,33 +1207,57 @@ impl Miso {
         )
     }
 
+    /// Whether slot `g` may take a single-GPU job now, whatever the job: settled, room for
+    /// another job, not acted on at this call, past its checkpoint gap, its GPU up and ready
+    /// (and whole-free when the slot is empty), and not holding a job of several GPUs.
+    fn open_slot(&self, view: &ClusterView<'_>, g: usize) -> bool {
+        let Some(topo) = self.topo.as_ref() else {
+            return false;
+        };
+        let slot = &self.slots[g];
+        if slot.phase != Phase::Steady || slot.jobs.len() >= 7 || slot.touched == Some(view.now) {
+            return false;
+        }
+        if slot
+            .last_checkpoint
+            .is_some_and(|t| view.now < t + self.config.checkpoint_gap)
+        {
+            return false;
+        }
+        let (n, i, _) = topo.gpus[g];
+        let Some(s) = gpu_state(view, n, i) else {
+            return false;
+        };
+        if s.down || s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
+            return false;
+        }
+        !self.holds_multi(view, g)
+    }
+
+    /// Whether `job` may join the jobs of slot `g`: memory (and fixed profiles) decide, by
+    /// the optimizer's plan on true speeds; speeds do not matter here.
+    fn fits_beside(&self, view: &ClusterView<'_>, g: usize, job: JobId) -> bool {
+        let mut jobs = self.slots[g].jobs.clone();
+        jobs.push(job);
+        let all: Vec<SliceSpeeds> = jobs.iter().map(|&j| self.truth(view, j)).collect();
+        self.plan(view, g, &jobs, &all, Objective::MeanSlowdown)
+            .is_some()
+    }
+
+    /// The slot a single-GPU job goes to: among open slots of models it allows, the fewest
+    /// jobs first, then the lowest GPU; an empty slot takes a job without a fixed profile as
+    /// it is, any other must fit ([`fits_beside`](Self::fits_beside)). A scan of every slot:
+    /// the reference [`PlaceIndex::find`] is checked against.
+    #[cfg(test)]
     fn eligible(&self, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
         let topo = self.topo.as_ref()?;
         let spec = view.jobs.get(job.index());
         let allowed = |n: NodeId| spec.is_none_or(|s| allows(view, s, n));
         let mut buckets: [Vec<usize>; 7] = Default::default();
-        for (g, slot) in self.slots.iter().enumerate() {
-            if slot.phase != Phase::Steady || slot.jobs.len() >= 7 || slot.touched == Some(view.now)
-            {
-                continue;
+        for g in 0..self.slots.len() {
+            if self.open_slot(view, g) && allowed(topo.gpus[g].0) {
+                buckets[self.slots[g].jobs.len()].push(g);
             }
-            if slot
-                .last_checkpoint
-                .is_some_and(|t| view.now < t + self.config.checkpoint_gap)
-            {
-                continue;
-            }
-            let (n, i, _) = topo.gpus[g];
-            let Some(s) = gpu_state(view, n, i) else {
-                continue;
-            };
-            if s.down || s.ready_at > view.now || (slot.jobs.is_empty() && !s.is_whole_free()) {
-                continue;
-            }
-            if !allowed(n) || self.holds_multi(view, g) {
-                continue;
-            }
-            buckets[slot.jobs.len()].push(g);
         }
         let wants_profile = matches!(
             spec.and_then(|s| s.mig.as_ref()),
@@ -1241,19 +1265,84 @@ impl Miso {
         );
         for (k, bucket) in buckets.iter().enumerate() {
             for &g in bucket {
-                if k == 0 && !wants_profile {
+                if (k == 0 && !wants_profile) || self.fits_beside(view, g, job) {
                     return Some(g);
                 }
-                // Memory (and fixed profiles) decide feasibility; speeds do not matter here.
-                let mut jobs = self.slots[g].jobs.clone();
-                jobs.push(job);
-                let all: Vec<SliceSpeeds> = jobs.iter().map(|&j| self.truth(view, j)).collect();
-                if self
-                    .plan(view, g, &jobs, &all, Objective::MeanSlowdown)
-                    .is_some()
-                {
+            }
+        }
+        None
+    }
+}
+
+/// What MISO's placement reads of a single-GPU job: its true slice speeds (as bits), its
+/// MIG request and the GPU models it allows. Within one call, two jobs of one class find the
+/// same slots open to them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PlaceClass {
+    speeds: [u64; 8],
+    mig: Option<MigRequest>,
+    types: Vec<tessera_model::GpuModelId>,
+}
+
+impl PlaceClass {
+    fn of(speeds: &SliceSpeeds, spec: Option<&TrainingJob>) -> PlaceClass {
+        PlaceClass {
+            speeds: speeds.map(|s| s.map_or(u64::MAX, f64::to_bits)),
+            mig: spec.and_then(|s| s.mig.clone()),
+            types: spec.map(|s| s.gpu_types.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// [`Miso::eligible`] for a whole queue in one call, without a scan of every slot per job.
+///
+/// The open slots are bucketed by their job count once. Within the call a slot only leaves
+/// the open set (a job placed on it touches it), except when a plan fails after a placement
+/// (the slot then changes bucket: the index is built again). So for a class of jobs, a slot
+/// found closed, of a model the class does not allow, or that a job of the class does not
+/// fit beside, stays so for the rest of the call: each class keeps a cursor per bucket,
+/// which only moves forward. The first slot a job's cursors stop at is the one the scan
+/// finds. Work per call: the slots once, plus each cursor's walk (a slot at most once per
+/// class), instead of every slot once per queued job.
+#[derive(Debug)]
+struct PlaceIndex {
+    buckets: [Vec<u32>; 7],
+    cursors: std::collections::HashMap<PlaceClass, [usize; 7]>,
+}
+
+impl PlaceIndex {
+    fn build(miso: &Miso, view: &ClusterView<'_>) -> PlaceIndex {
+        let mut buckets: [Vec<u32>; 7] = Default::default();
+        for g in 0..miso.slots.len() {
+            if miso.open_slot(view, g) {
+                buckets[miso.slots[g].jobs.len()].push(g as u32);
+            }
+        }
+        PlaceIndex {
+            buckets,
+            cursors: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The slot [`Miso::eligible`] picks for `job`.
+    fn find(&mut self, miso: &Miso, view: &ClusterView<'_>, job: JobId) -> Option<usize> {
+        let topo = miso.topo.as_ref()?;
+        let spec = view.jobs.get(job.index());
+        let wants_profile = matches!(
+            spec.and_then(|s| s.mig.as_ref()),
+            Some(MigRequest::Profile(_))
+        );
+        let class = PlaceClass::of(&miso.truth(view, job), spec);
+        let cursors = self.cursors.entry(class).or_insert([0; 7]);
+        for (k, bucket) in self.buckets.iter().enumerate() {
+            while let Some(&g) = bucket.get(cursors[k]) {
+                let g = g as usize;
+                let open = miso.slots[g].touched != Some(view.now)
+                    && spec.is_none_or(|s| allows(view, s, topo.gpus[g].0));
+                if open && ((k == 0 && !wants_profile) || miso.fits_beside(view, g, job)) {
                     return Some(g);
                 }
+                cursors[k] += 1;
             }
         }
         None
@@ -1498,6 +1587,7 @@ impl Policy for Miso {
 
         // 5. Strict FIFO placement.
         let mut waiting = false;
+        let mut index: Option<PlaceIndex> = None;
         for (_, job) in queue {
             if let Some(spec) = view.jobs.get(job.index()).filter(|s| s.gpus > 1) {
                 let Some(gs) = self.eligible_whole(view, spec) else {
@@ -1526,7 +1616,16 @@ impl Policy for Miso {
                 });
                 continue;
             }
-            let Some(g) = self.eligible(view, job) else {
+            let found = index
+                .get_or_insert_with(|| PlaceIndex::build(self, view))
+                .find(self, view, job);
+            #[cfg(test)]
+            debug_assert_eq!(
+                found,
+                self.eligible(view, job),
+                "the index finds the scan's slot"
+            );
+            let Some(g) = found else {
                 waiting = true;
                 break; // head-of-line blocking
             };
@@ -1556,6 +1655,10 @@ impl Policy for Miso {
                     .collect();
                 self.repartition(view, g, None, starts, true, actions);
                 self.mps_phases += 1;
+            }
+            if self.slots[g].touched != Some(now) {
+                // A plan that failed left the slot open with one job more: it changed bucket.
+                index = None;
             }
         }
         // Wake up at the end of an MPS phase, or when a checkpoint gap ends with jobs waiting.

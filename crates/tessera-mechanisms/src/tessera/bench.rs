@@ -123,7 +123,25 @@ fn workload(
     Ok(out)
 }
 
-/// One `schedule` call on `active` over `state`: wall seconds and its actions.
+/// CPU time this thread has run, seconds (Linux's `/proc/thread-self/schedstat`, in ns;
+/// `None` elsewhere). On the shared machine a wall time is several times the CPU time the
+/// process got, so the decision's rows give both.
+fn thread_cpu_s() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+/// Seconds between two [`thread_cpu_s`] readings, shown as "CPU x.xxx s" (empty if unknown).
+fn cpu_note(before: Option<f64>, after: Option<f64>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) => format!(", CPU {:.3} s", a - b),
+        _ => String::new(),
+    }
+}
+
+/// One `schedule` call on `active` over `state`: wall seconds, its actions and a note of
+/// the CPU time it took.
 fn one_call(
     policy: &mut dyn Policy,
     cluster: &Cluster,
@@ -131,7 +149,7 @@ fn one_call(
     state: &ClusterState,
     active: &[ActiveJob],
     now: SimTime,
-) -> (f64, Vec<Action>) {
+) -> (f64, Vec<Action>, String) {
     let view = ClusterView {
         now,
         trigger: Trigger {
@@ -147,9 +165,11 @@ fn one_call(
         services: &[],
     };
     let mut actions = Vec::new();
+    let cpu = thread_cpu_s();
     let started = Instant::now();
     policy.schedule(&view, &mut actions);
-    (started.elapsed().as_secs_f64(), actions)
+    let wall = started.elapsed().as_secs_f64();
+    (wall, actions, cpu_note(cpu, thread_cpu_s()))
 }
 
 impl Experiment for TesseraBench {
@@ -192,9 +212,11 @@ impl Experiment for TesseraBench {
                 crate::build_truth(super::truth::NAME, &truth_options()).ok_or_else(|| {
                     ExperimentError::Other("the composed truth does not build".into())
                 })?;
+            let cpu = thread_cpu_s();
             let started = Instant::now();
             let run = run_policy(&cluster, &w, Some(&truth), &policy, seed)?;
             let wall_s = started.elapsed().as_secs_f64();
+            let cpu = cpu_note(cpu, thread_cpu_s());
             let s = &run.report.summary;
             let requests: u64 = s.services.iter().map(|x| x.requests).sum();
             rows.push(BenchRow {
@@ -206,7 +228,7 @@ impl Experiment for TesseraBench {
                 target_s: 10.0,
                 events_per_s: None,
                 detail: format!(
-                    "{} finished, {} rejected, avg JCT {:.2} h, {requests} requests, SLO goodput {:.1}%",
+                    "{} finished, {} rejected, avg JCT {:.2} h, {requests} requests, SLO goodput {:.1}%{cpu}",
                     s.finished,
                     s.rejected,
                     s.avg_jct_s / 3600.0,
@@ -256,7 +278,8 @@ impl Experiment for TesseraBench {
                 .map(|j| j.submit)
                 .max()
                 .unwrap_or(SimTime::ZERO);
-            let (first_s, actions) = one_call(built.as_mut(), &cluster, &w, &state, &active, now);
+            let (first_s, actions, first_cpu) =
+                one_call(built.as_mut(), &cluster, &w, &state, &active, now);
             // The starts taken, for the next round.
             let mut started = 0usize;
             for a in &actions {
@@ -279,7 +302,7 @@ impl Experiment for TesseraBench {
                 .filter(|a| a.state == JobState::Queued)
                 .count();
             let round = built.round_length().unwrap_or(SimDuration::from_secs(300));
-            let (next_s, next) =
+            let (next_s, next, next_cpu) =
                 one_call(built.as_mut(), &cluster, &w, &state, &active, now + round);
             let command = format!(
                 "tessera bench tessera --parts decision --policy {policy} --jobs {jobs} --nodes {nodes} --seed {seed}"
@@ -292,7 +315,7 @@ impl Experiment for TesseraBench {
                 wall_s: first_s,
                 target_s: 0.1,
                 events_per_s: None,
-                detail: format!("{} actions, {started} starts", actions.len()),
+                detail: format!("{} actions, {started} starts{first_cpu}", actions.len()),
                 command: command.clone(),
             });
             rows.push(BenchRow {
@@ -300,7 +323,7 @@ impl Experiment for TesseraBench {
                 wall_s: next_s,
                 target_s: 0.1,
                 events_per_s: None,
-                detail: format!("{} actions", next.len()),
+                detail: format!("{} actions{next_cpu}", next.len()),
                 command,
             });
         }

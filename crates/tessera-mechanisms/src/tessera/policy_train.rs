@@ -124,6 +124,18 @@ fn service_class(us: u64) -> u32 {
     class
 }
 
+/// Free GPUs per GPU model of the cluster, as `scratch` leaves them.
+fn free_per_model(orig: &ClusterView<'_>, scratch: &Scratch<'_>) -> Vec<(GpuModelId, u64)> {
+    let mut out: Vec<(GpuModelId, u64)> = Vec::new();
+    for (n, f) in orig.cluster.nodes.iter().zip(scratch.state.free()) {
+        match out.iter_mut().find(|(t, _)| *t == n.gpu) {
+            Some(x) => x.1 += u64::from(f.gpus),
+            None => out.push((n.gpu, u64::from(f.gpus))),
+        }
+    }
+    out
+}
+
 fn type_of(cluster: &Cluster, alloc: &Allocation) -> Option<GpuModelId> {
     let mut t = None;
     for s in &alloc.shares {
@@ -303,6 +315,11 @@ impl Training {
                     self.crius.pass(&view, &mut acts, key, full);
                 }
             }
+            // Positions of `rest` by id: a search per start, not a scan (Crius starts tens
+            // of thousands at once on an empty large cluster).
+            let mut by_id: Vec<(JobId, usize)> =
+                rest.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
+            by_id.sort_unstable();
             for act in acts {
                 let (Action::Start { job, .. } | Action::Resize { job, .. }) = &act else {
                     if scratch.apply(orig, &act) {
@@ -311,7 +328,11 @@ impl Training {
                     continue;
                 };
                 let job = *job;
-                let Some(a) = rest.iter().find(|a| a.id == job) else {
+                let Some(a) = by_id
+                    .binary_search_by_key(&job, |&(id, _)| id)
+                    .ok()
+                    .and_then(|k| rest.get(by_id[k].1))
+                else {
                     continue;
                 };
                 let Some(spec) = orig.spec(a) else { continue };
@@ -363,6 +384,10 @@ impl Training {
         // instead of waiting on for one model to empty.
         if full && self.opts.hap {
             let mut spanned = 0;
+            // Free GPUs per model, summed once and again only after a start took some
+            // (summing every node per queued job was a quarter of a decision at 100,000
+            // queued on 10,000 nodes).
+            let mut free_by_model: Option<Vec<(GpuModelId, u64)>> = None;
             for a in queued {
                 if spanned >= SPANS_PER_ROUND || scratch.state.free_gpus() < 2 {
                     break;
@@ -374,7 +399,10 @@ impl Training {
                 let waited = orig.now.saturating_since(spec.submit);
                 if spec.gpus < 2
                     || waited.as_micros() < self.round.as_micros().saturating_mul(SPAN_AFTER_ROUNDS)
-                    || self.fits_one_model(orig, scratch, spec)
+                    || self.fits_one_model(
+                        spec,
+                        free_by_model.get_or_insert_with(|| free_per_model(orig, scratch)),
+                    )
                 {
                     continue;
                 }
@@ -382,27 +410,20 @@ impl Training {
                     if self.commit_start(orig, a, spec, alloc, scratch, out) {
                         self.spans += 1;
                         spanned += 1;
+                        free_by_model = None;
                     }
                 }
             }
         }
     }
 
-    /// Whether one allowed model of `spec` has its GPUs free now.
-    fn fits_one_model(
-        &self,
-        orig: &ClusterView<'_>,
-        scratch: &Scratch<'_>,
-        spec: &TrainingJob,
-    ) -> bool {
-        let allowed = self.allowed(spec);
-        let mut free_of: Vec<(GpuModelId, u64)> = allowed.iter().map(|&t| (t, 0)).collect();
-        for (n, f) in orig.cluster.nodes.iter().zip(scratch.state.free()) {
-            if let Some(x) = free_of.iter_mut().find(|(t, _)| *t == n.gpu) {
-                x.1 += u64::from(f.gpus);
-            }
-        }
-        free_of.iter().any(|&(_, k)| k >= u64::from(spec.gpus))
+    /// Whether one allowed model of `spec` has its GPUs free now (`free`: the free GPUs
+    /// of each model, [`free_per_model`]).
+    fn fits_one_model(&self, spec: &TrainingJob, free: &[(GpuModelId, u64)]) -> bool {
+        self.allowed(spec).iter().any(|t| {
+            free.iter()
+                .any(|&(m, k)| m == *t && k >= u64::from(spec.gpus))
+        })
     }
 
     /// Gives a start or resize its CPU and memory ([`Self::fit`]), checks and applies it.
